@@ -1,0 +1,438 @@
+//! ACN request signing and verification (spec: cluster-runtime.md "ACN – node-to-node protocol";
+//! reference-facts.md "Wire").
+//!
+//! Every node-to-node request carries `X-Aroz-Node`, `X-Aroz-Cluster`, `X-Aroz-Timestamp` (unix
+//! seconds), `X-Aroz-Nonce` (16 random bytes, hex) and `X-Aroz-Signature` (standard base64 of an
+//! Ed25519 signature over the [canonical string](canonical_string)).
+//!
+//! [`Verifier::verify`] checks in the reference's order: not signed -> wrong cluster -> clock skew
+//! (more than 300 s) -> unknown node -> bad signature, and only then spends the nonce (key
+//! `node:nonce`, 600 s) -> replay. A request that fails any earlier check never touches the nonce
+//! cache, so junk cannot poison it. The cache is bounded: when it is full of live nonces the
+//! request is refused rather than an unexpired nonce forgotten.
+
+use crate::ids::{ClusterId, NodeId};
+use crate::rng::SeededRng;
+use crate::time::Millis;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _, VerifyingKey};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+pub const HEADER_NODE: &str = "x-aroz-node";
+pub const HEADER_CLUSTER: &str = "x-aroz-cluster";
+pub const HEADER_TIMESTAMP: &str = "x-aroz-timestamp";
+pub const HEADER_NONCE: &str = "x-aroz-nonce";
+pub const HEADER_SIGNATURE: &str = "x-aroz-signature";
+
+/// Largest accepted ACN body (reference: 64 MiB, answered 413).
+pub const BODY_MAX_BYTES: usize = 64 * 1024 * 1024;
+pub const CLOCK_SKEW_MAX_MS: u64 = 300_000;
+pub const NONCE_TTL_MS: u64 = 600_000;
+const NONCE_PURGE_EVERY_MS: u64 = 60_000;
+const NONCE_PURGE_ABOVE: usize = 100_000;
+/// Hard bound on remembered nonces; past it (after a purge) requests are refused.
+pub const NONCE_CACHE_MAX: usize = 1_000_000;
+
+/// The five signed headers of an ACN request, as strings exactly as sent.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct SignedHeaders {
+    pub node: String,
+    pub cluster: String,
+    pub timestamp: String,
+    pub nonce: String,
+    pub signature: String,
+}
+
+impl SignedHeaders {
+    /// Header name/value pairs, for the shell to put on the wire.
+    pub fn pairs(&self) -> [(&'static str, &str); 5] {
+        [
+            (HEADER_NODE, &self.node),
+            (HEADER_CLUSTER, &self.cluster),
+            (HEADER_TIMESTAMP, &self.timestamp),
+            (HEADER_NONCE, &self.nonce),
+            (HEADER_SIGNATURE, &self.signature),
+        ]
+    }
+
+    /// Collect from a header lookup; `None` when any of the five is missing.
+    pub fn from_lookup<'a>(mut get: impl FnMut(&str) -> Option<&'a str>) -> Option<SignedHeaders> {
+        Some(SignedHeaders {
+            node: get(HEADER_NODE)?.to_string(),
+            cluster: get(HEADER_CLUSTER)?.to_string(),
+            timestamp: get(HEADER_TIMESTAMP)?.to_string(),
+            nonce: get(HEADER_NONCE)?.to_string(),
+            signature: get(HEADER_SIGNATURE)?.to_string(),
+        })
+    }
+}
+
+/// `METHOD\ntarget\ncluster\nnode\nts\nnonce\nhex(sha256(body))`, no trailing newline. The target
+/// is the path plus `?rawQuery` when the query is not empty.
+pub fn canonical_string(
+    method: &str,
+    target: &str,
+    cluster: &str,
+    node: &str,
+    timestamp: &str,
+    nonce: &str,
+    body: &[u8],
+) -> String {
+    let body_hash = hex::encode(Sha256::digest(body));
+    format!(
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}",
+        method.to_ascii_uppercase(),
+        target,
+        cluster,
+        node,
+        timestamp,
+        nonce,
+        body_hash
+    )
+}
+
+/// Sign a request as `node` of `cluster` at `now`.
+pub fn sign_request(
+    key: &SigningKey,
+    node: &NodeId,
+    cluster: &ClusterId,
+    method: &str,
+    target: &str,
+    body: &[u8],
+    now: Millis,
+    rng: &mut SeededRng,
+) -> SignedHeaders {
+    let timestamp = now.as_secs().to_string();
+    let nonce = rng.hex(16);
+    let canon = canonical_string(method, target, cluster.as_str(), node.as_str(), &timestamp, &nonce, body);
+    let sig = key.sign(canon.as_bytes());
+    SignedHeaders {
+        node: node.0.clone(),
+        cluster: cluster.0.clone(),
+        timestamp,
+        nonce,
+        signature: STANDARD.encode(sig.to_bytes()),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcnError {
+    #[error("request is not signed")]
+    NotSigned,
+    #[error("request is for another cluster")]
+    WrongCluster,
+    #[error("request timestamp is more than 300 s away from this node's clock")]
+    ClockSkew,
+    #[error("sender is not a member of this cluster")]
+    UnknownNode,
+    #[error("signature does not verify")]
+    BadSignature,
+    #[error("nonce was already used (replay)")]
+    Replay,
+    #[error("replay cache is full; try again later")]
+    ReplayCacheFull,
+    #[error("request body is larger than 64 MiB")]
+    BodyTooLarge,
+}
+
+impl AcnError {
+    pub fn http_status(self) -> u16 {
+        match self {
+            AcnError::BodyTooLarge => 413,
+            AcnError::ReplayCacheFull => 503,
+            _ => 401,
+        }
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            AcnError::NotSigned => "not_signed",
+            AcnError::WrongCluster => "wrong_cluster",
+            AcnError::ClockSkew => "clock_skew",
+            AcnError::UnknownNode => "unknown_node",
+            AcnError::BadSignature => "bad_signature",
+            AcnError::Replay => "replay",
+            AcnError::ReplayCacheFull => "replay_cache_full",
+            AcnError::BodyTooLarge => "body_too_large",
+        }
+    }
+}
+
+/// Decode a standard-base64 Ed25519 public key.
+pub fn parse_public_key(b64: &str) -> Option<VerifyingKey> {
+    let bytes = STANDARD.decode(b64).ok()?;
+    let arr: [u8; 32] = bytes.try_into().ok()?;
+    VerifyingKey::from_bytes(&arr).ok()
+}
+
+pub fn public_key_b64(key: &VerifyingKey) -> String {
+    STANDARD.encode(key.to_bytes())
+}
+
+/// Verify a standard-base64 signature over `msg`.
+pub fn verify_b64(key: &VerifyingKey, msg: &[u8], sig_b64: &str) -> bool {
+    let Ok(bytes) = STANDARD.decode(sig_b64) else { return false };
+    let Ok(arr): Result<[u8; 64], _> = bytes.try_into() else { return false };
+    key.verify(msg, &Signature::from_bytes(&arr)).is_ok()
+}
+
+pub fn sign_b64(key: &SigningKey, msg: &[u8]) -> String {
+    STANDARD.encode(key.sign(msg).to_bytes())
+}
+
+/// Remembers spent nonces. Keyed `node:nonce`, each kept 600 s from when it was spent.
+#[derive(Debug, Default)]
+pub struct NonceCache {
+    seen: BTreeMap<String, Millis>,
+    last_purge: Millis,
+    max_entries: usize,
+}
+
+impl NonceCache {
+    pub fn new(max_entries: usize) -> NonceCache {
+        NonceCache { seen: BTreeMap::new(), last_purge: Millis::ZERO, max_entries }
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    fn purge(&mut self, now: Millis) {
+        self.seen.retain(|_, expires| *expires > now);
+        self.last_purge = now;
+    }
+
+    /// Spend `node:nonce`; an error if it was spent within its lifetime or the cache is full.
+    pub fn spend(&mut self, now: Millis, node: &str, nonce: &str) -> Result<(), AcnError> {
+        if now.since(self.last_purge) > NONCE_PURGE_EVERY_MS || self.seen.len() > NONCE_PURGE_ABOVE {
+            self.purge(now);
+        }
+        let key = format!("{node}:{nonce}");
+        if let Some(expires) = self.seen.get(&key) {
+            if *expires > now {
+                return Err(AcnError::Replay);
+            }
+        }
+        if self.seen.len() >= self.max_entries {
+            self.purge(now);
+            if self.seen.len() >= self.max_entries {
+                return Err(AcnError::ReplayCacheFull);
+            }
+        }
+        self.seen.insert(key, now.plus(NONCE_TTL_MS));
+        Ok(())
+    }
+}
+
+/// Verifies incoming ACN requests against the caller's view of the membership.
+#[derive(Debug)]
+pub struct Verifier {
+    nonces: NonceCache,
+}
+
+impl Default for Verifier {
+    fn default() -> Self {
+        Verifier { nonces: NonceCache::new(NONCE_CACHE_MAX) }
+    }
+}
+
+/// One incoming request as the verifier needs it.
+pub struct Incoming<'a> {
+    pub headers: Option<&'a SignedHeaders>,
+    pub method: &'a str,
+    pub target: &'a str,
+    pub body: &'a [u8],
+}
+
+impl Verifier {
+    pub fn with_capacity(max_nonces: usize) -> Verifier {
+        Verifier { nonces: NonceCache::new(max_nonces) }
+    }
+
+    pub fn nonce_count(&self) -> usize {
+        self.nonces.len()
+    }
+
+    /// Check `req` in the reference order and return the verified sender. `member_key` looks a
+    /// sender up among the live (not removed) members.
+    pub fn verify(
+        &mut self,
+        now: Millis,
+        req: &Incoming<'_>,
+        cluster: Option<&ClusterId>,
+        member_key: impl FnOnce(&NodeId) -> Option<VerifyingKey>,
+    ) -> Result<NodeId, AcnError> {
+        if req.body.len() > BODY_MAX_BYTES {
+            return Err(AcnError::BodyTooLarge);
+        }
+        let h = req.headers.ok_or(AcnError::NotSigned)?;
+        if h.node.is_empty() || h.signature.is_empty() || h.nonce.is_empty() || h.timestamp.is_empty() {
+            return Err(AcnError::NotSigned);
+        }
+        match cluster {
+            Some(c) if c.as_str() == h.cluster => {}
+            _ => return Err(AcnError::WrongCluster),
+        }
+        let ts: i64 = h.timestamp.parse().map_err(|_| AcnError::ClockSkew)?;
+        let now_s = now.as_secs() as i64;
+        if (now_s - ts).unsigned_abs() * 1000 > CLOCK_SKEW_MAX_MS {
+            return Err(AcnError::ClockSkew);
+        }
+        let node = NodeId::new(h.node.clone());
+        let key = member_key(&node).ok_or(AcnError::UnknownNode)?;
+        let canon = canonical_string(req.method, req.target, &h.cluster, &h.node, &h.timestamp, &h.nonce, req.body);
+        if !verify_b64(&key, canon.as_bytes(), &h.signature) {
+            return Err(AcnError::BadSignature);
+        }
+        self.nonces.spend(now, &h.node, &h.nonce)?;
+        Ok(node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        key: SigningKey,
+        node: NodeId,
+        cluster: ClusterId,
+        rng: SeededRng,
+        verifier: Verifier,
+    }
+
+    const NOW: Millis = Millis(1_700_000_000_000);
+
+    fn fixture() -> Fixture {
+        Fixture {
+            key: SigningKey::from_bytes(&[7u8; 32]),
+            node: NodeId::new("11111111-1111-4111-8111-111111111111"),
+            cluster: ClusterId::new("22222222-2222-4222-8222-222222222222"),
+            rng: SeededRng::new(3),
+            verifier: Verifier::default(),
+        }
+    }
+
+    impl Fixture {
+        fn sign(&mut self, method: &str, target: &str, body: &[u8], at: Millis) -> SignedHeaders {
+            sign_request(&self.key, &self.node, &self.cluster, method, target, body, at, &mut self.rng)
+        }
+        fn check(&mut self, h: Option<&SignedHeaders>, method: &str, target: &str, body: &[u8]) -> Result<NodeId, AcnError> {
+            let vk = self.key.verifying_key();
+            let me = self.node.clone();
+            let cluster = self.cluster.clone();
+            self.verifier.verify(
+                NOW,
+                &Incoming { headers: h, method, target, body },
+                Some(&cluster),
+                |n| (n == &me).then_some(vk),
+            )
+        }
+    }
+
+    #[test]
+    fn canonical_string_matches_the_reference_layout() {
+        let s = canonical_string("post", "/cluster/acn/ping?x=1", "c", "n", "17", "ab", b"");
+        assert_eq!(
+            s,
+            "POST\n/cluster/acn/ping?x=1\nc\nn\n17\nab\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn a_well_signed_request_verifies_once() {
+        let mut f = fixture();
+        let h = f.sign("POST", "/cluster/acn/ping", b"{}", NOW);
+        assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping", b"{}"), Ok(f.node.clone()));
+        assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping", b"{}"), Err(AcnError::Replay));
+    }
+
+    #[test]
+    fn unsigned_request_is_refused() {
+        let mut f = fixture();
+        assert_eq!(f.check(None, "POST", "/x", b""), Err(AcnError::NotSigned));
+        let mut h = f.sign("POST", "/x", b"", NOW);
+        h.signature.clear();
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::NotSigned));
+    }
+
+    #[test]
+    fn other_cluster_is_refused_before_anything_else() {
+        let mut f = fixture();
+        let mut h = f.sign("POST", "/x", b"", NOW);
+        h.cluster = "33333333-3333-4333-8333-333333333333".into();
+        h.timestamp = "0".into();
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::WrongCluster));
+    }
+
+    #[test]
+    fn six_minute_old_timestamp_is_clock_skew() {
+        let mut f = fixture();
+        let h = f.sign("POST", "/x", b"", Millis(NOW.0 - 360_000));
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::ClockSkew));
+        let h = f.sign("POST", "/x", b"", Millis(NOW.0 + 360_000));
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::ClockSkew));
+        let h = f.sign("POST", "/x", b"", Millis(NOW.0 - 240_000));
+        assert!(f.check(Some(&h), "POST", "/x", b"").is_ok());
+    }
+
+    #[test]
+    fn unknown_node_is_refused() {
+        let mut f = fixture();
+        let mut h = f.sign("POST", "/x", b"", NOW);
+        h.node = "99999999-9999-4999-8999-999999999999".into();
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::UnknownNode));
+    }
+
+    #[test]
+    fn changed_body_path_query_or_method_fail_the_signature() {
+        let mut f = fixture();
+        let h = f.sign("POST", "/cluster/acn/ping?a=1", b"body", NOW);
+        assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping?a=1", b"bodz"), Err(AcnError::BadSignature));
+        assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/pong?a=1", b"body"), Err(AcnError::BadSignature));
+        assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping?a=2", b"body"), Err(AcnError::BadSignature));
+        assert_eq!(f.check(Some(&h), "GET", "/cluster/acn/ping?a=1", b"body"), Err(AcnError::BadSignature));
+        // None of those spent the nonce: the genuine request still goes through.
+        assert!(f.check(Some(&h), "POST", "/cluster/acn/ping?a=1", b"body").is_ok());
+    }
+
+    #[test]
+    fn bad_signature_does_not_spend_the_nonce() {
+        let mut f = fixture();
+        let good = f.sign("POST", "/x", b"", NOW);
+        let mut forged = good.clone();
+        forged.signature = sign_b64(&SigningKey::from_bytes(&[9u8; 32]), b"whatever");
+        assert_eq!(f.check(Some(&forged), "POST", "/x", b""), Err(AcnError::BadSignature));
+        assert_eq!(f.verifier.nonce_count(), 0);
+        assert!(f.check(Some(&good), "POST", "/x", b"").is_ok());
+    }
+
+    #[test]
+    fn nonces_expire_after_600_s_and_the_cache_is_bounded() {
+        let mut c = NonceCache::new(3);
+        c.spend(Millis(0), "n", "a").unwrap();
+        assert_eq!(c.spend(Millis(599_000), "n", "a"), Err(AcnError::Replay));
+        assert!(c.spend(Millis(600_001), "n", "a").is_ok());
+        c.spend(Millis(600_002), "n", "b").unwrap();
+        c.spend(Millis(600_003), "n", "c").unwrap();
+        assert_eq!(c.spend(Millis(600_004), "n", "d"), Err(AcnError::ReplayCacheFull));
+        assert_eq!(c.len(), 3);
+        assert!(c.spend(Millis(1_300_000), "n", "d").is_ok());
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn oversize_body_is_413() {
+        let mut f = fixture();
+        let big = vec![0u8; BODY_MAX_BYTES + 1];
+        let r = f.check(None, "POST", "/x", &big);
+        assert_eq!(r, Err(AcnError::BodyTooLarge));
+        assert_eq!(AcnError::BodyTooLarge.http_status(), 413);
+    }
+}

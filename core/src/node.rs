@@ -1,0 +1,1001 @@
+//! The node state machine: membership, join tokens and ACN request handling of one node
+//! (spec: cluster-runtime.md "ACN", "Membership", "Joining", "Admin API").
+//!
+//! Calling protocol (after quinn-proto's `Connection`):
+//! - feed inputs with [`Node::handle`] (completions of requests the node asked for, health and
+//!   capability samples), [`Node::handle_acn`] (an incoming node-to-node request, answered at
+//!   once) and the admin commands (`create_cluster`, `new_token`, ...);
+//! - after every call drain [`Node::poll_output`] until `None` and carry out each output
+//!   (send a request, persist a change, log an event);
+//! - arm one timer at [`Node::poll_timeout`] and call [`Node::handle_timeout`] when it passes.
+//!
+//! Outgoing requests are signed here (the nonce comes from the node's seeded RNG), so a
+//! simulated run replays byte for byte.
+
+use crate::acn::{self, AcnError, Incoming, SignedHeaders, Verifier};
+use crate::hlc::Hlc;
+use crate::ids::{is_uuid, ClusterId, NodeId, TokenId};
+use crate::membership::{Membership, MembershipConfig, MergeOutcome, NodeState, Trust};
+use crate::records::{AdminState, Capabilities, ClusterInfo, Health, NodeRecord, OwnerFields};
+use crate::rng::SeededRng;
+use crate::time::Millis;
+use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+
+pub const ACN_PREFIX: &str = "/cluster/acn/";
+/// Bound on queued outputs; the shell drains after every call, so this is only a safety net.
+const OUTPUTS_MAX: usize = 100_000;
+
+/// What the node is told about itself by its operator and its host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelfInfo {
+    pub name: String,
+    pub advertise_url: String,
+    pub software_version: String,
+    pub capabilities: Capabilities,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NodeConfig {
+    pub membership: MembershipConfig,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum PersistOp {
+    PutCluster(ClusterInfo),
+    /// The node left (or was removed): wipe every cluster table.
+    ClearCluster,
+    PutRecord(Box<NodeRecord>),
+    DeleteRecord(NodeId),
+    PutPurged(NodeId),
+    PutToken(TokenRecord),
+    DeleteToken(TokenId),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    MemberAdded(NodeId),
+    MemberRemoved(NodeId),
+    StateChanged { node: NodeId, from: NodeState, to: NodeState },
+    /// This node was removed from its cluster and has left it.
+    RemovedSelf,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutRequest {
+    pub token: u64,
+    pub to: NodeId,
+    /// Where to send it (the peer's advertised URL); the route is the shell's to pick.
+    pub url: String,
+    pub method: &'static str,
+    /// Path and query, e.g. `/cluster/acn/heartbeat`.
+    pub target: String,
+    pub body: Vec<u8>,
+    pub headers: SignedHeaders,
+    pub timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    Send(OutRequest),
+    Persist(PersistOp),
+    Event(Event),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// The answer (status, body) to a request this node asked for, or why none came.
+    Response { token: u64, result: Result<(u16, Vec<u8>), String> },
+    Health(Health),
+    Capabilities(Capabilities),
+}
+
+/// A JSON answer with its status, for both the ACN and the admin API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Reply {
+        Reply { status: 200, body }
+    }
+    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
+        Reply { status, body: json!({"error": {"code": code, "message": message.into()}}) }
+    }
+}
+
+/// A refused admin command: HTTP status, a stable code and a message for the operator.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into() }
+    }
+    fn not_in_cluster() -> ApiError {
+        ApiError::new(409, "not_in_cluster", "this node is not in a cluster; run `shoal cluster create` or `shoal join TOKEN`")
+    }
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> ApiError {
+        let status = match e {
+            TokenError::Unknown => 404,
+            TokenError::NoIssuerUrl => 409,
+            _ => 400,
+        };
+        ApiError::new(status, "bad_token", e.to_string())
+    }
+}
+
+/// A record plus what this node computes about it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    #[serde(flatten)]
+    pub record: NodeRecord,
+    pub state: NodeState,
+    pub local: bool,
+    pub tunnel: bool,
+    pub latency_ms: f64,
+}
+
+/// `POST /cluster/acn/join` body.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinBody {
+    pub cluster_id: ClusterId,
+    pub token_id: TokenId,
+    pub secret: String,
+    pub node: NodeRecord,
+}
+
+/// What the joiner must send, and where.
+#[derive(Clone, Debug)]
+pub struct JoinPlan {
+    pub url: String,
+    pub body: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct MembersBody {
+    nodes: Vec<NodeRecord>,
+    #[serde(default)]
+    cluster: Option<ClusterInfo>,
+    /// Sender's clock, unix ms.
+    #[serde(default, rename = "timeMs")]
+    time_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct HeartbeatBody {
+    node: NodeRecord,
+    #[serde(default)]
+    cluster: Option<ClusterInfo>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Heartbeat,
+    Push,
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    peer: NodeId,
+    sent: Millis,
+    purpose: Purpose,
+}
+
+pub struct Node {
+    id: NodeId,
+    key: SigningKey,
+    rng: SeededRng,
+    hlc: Hlc,
+    config: NodeConfig,
+    me: SelfInfo,
+    cluster: Option<ClusterInfo>,
+    members: Membership,
+    tokens: TokenBook,
+    verifier: Verifier,
+    outputs: VecDeque<Output>,
+    next_token: u64,
+    in_flight: BTreeMap<u64, InFlight>,
+    heartbeat_due: Option<Millis>,
+    tick_due: Option<Millis>,
+    last_states: BTreeMap<NodeId, NodeState>,
+    pending_join: Option<JoinToken>,
+    health: Option<Health>,
+}
+
+/// What the shell read back from disk.
+#[derive(Clone, Debug, Default)]
+pub struct Restored {
+    pub cluster: Option<ClusterInfo>,
+    pub records: Vec<NodeRecord>,
+    pub tokens: Vec<TokenRecord>,
+    pub purged: Vec<NodeId>,
+}
+
+fn err_reply(e: AcnError) -> Reply {
+    Reply::error(e.http_status(), e.code(), e.to_string())
+}
+
+impl Node {
+    pub fn new(id: NodeId, key: SigningKey, seed: u64, config: NodeConfig, me: SelfInfo) -> Node {
+        Node {
+            hlc: Hlc::new(id.clone()),
+            members: Membership::new(id.clone(), config.membership.clone()),
+            id,
+            key,
+            rng: SeededRng::new(seed),
+            config,
+            me,
+            cluster: None,
+            tokens: TokenBook::default(),
+            verifier: Verifier::default(),
+            outputs: VecDeque::new(),
+            next_token: 1,
+            in_flight: BTreeMap::new(),
+            heartbeat_due: None,
+            tick_due: None,
+            last_states: BTreeMap::new(),
+            pending_join: None,
+            health: None,
+        }
+    }
+
+    /// Bring back the state persisted before a restart. Heartbeats start at once.
+    pub fn restore(&mut self, now: Millis, r: Restored) {
+        for rec in &r.records {
+            self.hlc.observe(&rec.owner_version);
+            for m in [&rec.admin, &rec.removal].into_iter().flatten() {
+                self.hlc.observe(&m.version);
+            }
+        }
+        self.cluster = r.cluster;
+        for rec in r.records {
+            self.members.insert(rec);
+        }
+        for id in r.purged {
+            self.members.remember_purged(id);
+        }
+        self.tokens = TokenBook::from_records(r.tokens);
+        if self.cluster.is_some() {
+            if self.members.get(&self.id).is_none_or(|r| r.removed) {
+                // Our own record is gone or removed: we are not a member any more.
+                self.wipe_cluster();
+            } else {
+                self.refresh_own_record(now);
+                self.start_timers(now);
+            }
+        }
+    }
+
+    // ---- getters ----
+
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+    pub fn cluster(&self) -> Option<&ClusterInfo> {
+        self.cluster.as_ref()
+    }
+    pub fn members(&self) -> &Membership {
+        &self.members
+    }
+    pub fn tokens(&self) -> &TokenBook {
+        &self.tokens
+    }
+    pub fn self_info(&self) -> &SelfInfo {
+        &self.me
+    }
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The advertised URL of a live member (the direct route).
+    pub fn route(&self, id: &NodeId) -> Option<String> {
+        self.members.get(id).filter(|r| !r.removed && !r.advertise_url.is_empty()).map(|r| r.advertise_url.clone())
+    }
+
+    /// Sign a request this node sends itself (probes, ad hoc calls from the shell).
+    pub fn sign(&mut self, now: Millis, method: &str, target: &str, body: &[u8]) -> Option<SignedHeaders> {
+        let cluster = self.cluster.as_ref()?.id.clone();
+        Some(acn::sign_request(&self.key, &self.id, &cluster, method, target, body, now, &mut self.rng))
+    }
+
+    pub fn views(&self, now: Millis) -> Vec<NodeView> {
+        self.members
+            .wire_records()
+            .into_iter()
+            .map(|record| NodeView {
+                state: self.members.state(&record.id, now),
+                local: record.id == self.id,
+                tunnel: false,
+                latency_ms: self.members.latency_ms(&record.id),
+                record,
+            })
+            .collect()
+    }
+
+    // ---- the state machine face ----
+
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        [self.heartbeat_due, self.tick_due].into_iter().flatten().min()
+    }
+
+    pub fn handle_timeout(&mut self, now: Millis) {
+        if self.cluster.is_none() {
+            return;
+        }
+        if self.heartbeat_due.is_some_and(|d| now >= d) {
+            self.heartbeat_round(now);
+            self.heartbeat_due = Some(now.plus(self.config.membership.heartbeat_interval_ms));
+        }
+        if self.tick_due.is_some_and(|d| now >= d) {
+            self.tick(now);
+            self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
+        }
+    }
+
+    pub fn handle(&mut self, now: Millis, input: Input) {
+        match input {
+            Input::Response { token, result } => self.on_response(now, token, result),
+            Input::Health(mut h) => {
+                h.timestamp = h.timestamp.max(now.0);
+                if let Some(prev) = &self.health {
+                    h.timestamp = h.timestamp.max(prev.timestamp + 1);
+                }
+                self.health = Some(h.clone());
+                if self.cluster.is_some() {
+                    if let Some(rec) = self.members.get_mut(&self.id) {
+                        rec.set_health(h, &self.key);
+                        let rec = rec.clone();
+                        self.persist(PersistOp::PutRecord(Box::new(rec)));
+                    }
+                }
+            }
+            Input::Capabilities(c) => {
+                self.me.capabilities = c;
+                self.refresh_own_record(now);
+            }
+        }
+    }
+
+    /// Change how the node runs (intervals, thresholds). Takes effect from the next round.
+    pub fn set_config(&mut self, now: Millis, config: NodeConfig) {
+        self.members.set_config(config.membership.clone());
+        self.config = config;
+        if self.cluster.is_some() {
+            let hb = now.plus(self.config.membership.heartbeat_interval_ms);
+            self.heartbeat_due = Some(self.heartbeat_due.map_or(hb, |d| d.min(hb)));
+        }
+    }
+
+    fn push_output(&mut self, o: Output) {
+        debug_assert!(self.outputs.len() < OUTPUTS_MAX, "outputs not drained");
+        if self.outputs.len() < OUTPUTS_MAX {
+            self.outputs.push_back(o);
+        }
+    }
+
+    fn persist(&mut self, op: PersistOp) {
+        self.push_output(Output::Persist(op));
+    }
+
+    fn event(&mut self, e: Event) {
+        self.push_output(Output::Event(e));
+    }
+
+    fn start_timers(&mut self, now: Millis) {
+        self.heartbeat_due = Some(now);
+        self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
+    }
+
+    fn owner_fields(&self, joined: u64) -> OwnerFields {
+        OwnerFields {
+            id: self.id.clone(),
+            name: self.me.name.clone(),
+            public_key: acn::public_key_b64(&self.key.verifying_key()),
+            advertise_url: self.me.advertise_url.clone(),
+            tunnel_via: String::new(),
+            version: self.me.software_version.clone(),
+            capabilities: self.me.capabilities.clone(),
+            joined,
+        }
+    }
+
+    fn fresh_own_record(&mut self, now: Millis) -> NodeRecord {
+        let fields = self.owner_fields(now.as_secs());
+        let v = self.hlc.next(now);
+        let mut rec = NodeRecord::new_signed(fields, v, &self.key);
+        if let Some(h) = self.health.clone() {
+            rec.set_health(h, &self.key);
+        }
+        rec
+    }
+
+    /// Re-sign our own record when what we say about ourselves changed.
+    fn refresh_own_record(&mut self, now: Millis) {
+        let Some(rec) = self.members.get(&self.id) else { return };
+        let fields = self.owner_fields(rec.joined);
+        if rec.owner_fields() == fields {
+            return;
+        }
+        let v = self.hlc.next(now);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&self.id).expect("checked");
+        rec.resign_owner(fields, v, &key);
+        let rec = rec.clone();
+        self.persist(PersistOp::PutRecord(Box::new(rec)));
+        self.push_members(now);
+    }
+
+    fn new_request(&mut self, now: Millis, to: &NodeId, method: &'static str, target: &str, body: Vec<u8>, purpose: Purpose) {
+        let Some(url) = self.route(to) else { return };
+        let Some(headers) = self.sign(now, method, target, &body) else { return };
+        let token = self.next_token;
+        self.next_token += 1;
+        self.in_flight.insert(token, InFlight { peer: to.clone(), sent: now, purpose });
+        let timeout_ms = self.config.membership.heartbeat_timeout_ms;
+        self.push_output(Output::Send(OutRequest {
+            token,
+            to: to.clone(),
+            url,
+            method,
+            target: target.to_string(),
+            body,
+            headers,
+            timeout_ms,
+        }));
+    }
+
+    fn members_body(&self, now: Millis) -> Vec<u8> {
+        let body = MembersBody { nodes: self.members.wire_records(), cluster: self.cluster.clone(), time_ms: now.0 };
+        serde_json::to_vec(&body).expect("members serialise")
+    }
+
+    /// Push the whole member list to every live peer (after a local change).
+    fn push_members(&mut self, now: Millis) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let body = self.members_body(now);
+        let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
+        for p in peers {
+            self.new_request(now, &p, "POST", "/cluster/acn/members/sync", body.clone(), Purpose::Push);
+        }
+    }
+
+    fn heartbeat_round(&mut self, now: Millis) {
+        let Some(own) = self.members.get(&self.id).cloned() else { return };
+        let stale_after = self.config.membership.heartbeat_timeout_ms * 2;
+        self.in_flight.retain(|_, f| now.since(f.sent) <= stale_after);
+        let busy: Vec<NodeId> =
+            self.in_flight.values().filter(|f| f.purpose == Purpose::Heartbeat).map(|f| f.peer.clone()).collect();
+        let body = serde_json::to_vec(&HeartbeatBody { node: own, cluster: self.cluster.clone() }).expect("serialise");
+        let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).filter(|p| !busy.contains(p)).collect();
+        for p in peers {
+            self.new_request(now, &p, "POST", "/cluster/acn/heartbeat", body.clone(), Purpose::Heartbeat);
+        }
+    }
+
+    fn tick(&mut self, now: Millis) {
+        for id in self.members.purge_tombstones(now) {
+            self.last_states.remove(&id);
+            self.persist(PersistOp::DeleteRecord(id.clone()));
+            self.persist(PersistOp::PutPurged(id));
+        }
+        for id in self.tokens.purge_expired(now) {
+            self.persist(PersistOp::DeleteToken(id));
+        }
+        let states: Vec<(NodeId, NodeState)> = self
+            .members
+            .records()
+            .filter(|r| !r.removed)
+            .map(|r| (r.id.clone(), self.members.state(&r.id, now)))
+            .collect();
+        for (id, to) in states {
+            let from = self.last_states.insert(id.clone(), to);
+            if let Some(from) = from {
+                if from != to {
+                    self.event(Event::StateChanged { node: id, from, to });
+                }
+            }
+        }
+    }
+
+    fn on_response(&mut self, now: Millis, token: u64, result: Result<(u16, Vec<u8>), String>) {
+        let Some(f) = self.in_flight.remove(&token) else { return };
+        if self.cluster.is_none() {
+            return;
+        }
+        let Ok((200, body)) = result else { return };
+        if f.purpose != Purpose::Heartbeat {
+            return;
+        }
+        let Ok(reply) = serde_json::from_slice::<MembersBody>(&body) else { return };
+        if reply.cluster.as_ref().map(|c| &c.id) != self.cluster.as_ref().map(|c| &c.id) {
+            return;
+        }
+        self.members.record_rtt(&f.peer, now.since(f.sent) as f64);
+        self.members.saw_at(&f.peer, now, now);
+        let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
+        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(now, out);
+    }
+
+    fn apply_merge(&mut self, now: Millis, out: MergeOutcome) {
+        for id in &out.changed {
+            if let Some(r) = self.members.get(id) {
+                let r = r.clone();
+                self.persist(PersistOp::PutRecord(Box::new(r)));
+            }
+        }
+        for id in out.added {
+            self.event(Event::MemberAdded(id));
+        }
+        let mut self_removed = false;
+        for id in out.removed {
+            if id == self.id {
+                self_removed = true;
+            }
+            self.last_states.remove(&id);
+            self.event(Event::MemberRemoved(id));
+        }
+        if self_removed {
+            self.event(Event::RemovedSelf);
+            self.wipe_cluster();
+            return;
+        }
+        if let Some(v) = out.own_owner_newer {
+            // Someone holds a newer copy of our own record (a restored backup): sign past it.
+            self.hlc.observe(&v);
+            let joined = self.members.get(&self.id).map(|r| r.joined).unwrap_or(now.as_secs());
+            let fields = self.owner_fields(joined);
+            let v = self.hlc.next(now);
+            let key = self.key.clone();
+            if let Some(rec) = self.members.get_mut(&self.id) {
+                rec.resign_owner(fields, v, &key);
+                let rec = rec.clone();
+                self.persist(PersistOp::PutRecord(Box::new(rec)));
+            }
+        }
+    }
+
+    fn wipe_cluster(&mut self) {
+        self.cluster = None;
+        self.members.clear();
+        self.tokens.clear();
+        self.in_flight.clear();
+        self.heartbeat_due = None;
+        self.tick_due = None;
+        self.last_states.clear();
+        self.persist(PersistOp::ClearCluster);
+    }
+
+    // ---- ACN: answering peers ----
+
+    /// Answer one node-to-node request. `target` is the path plus `?query` exactly as received.
+    pub fn handle_acn(
+        &mut self,
+        now: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+        body: &[u8],
+    ) -> Reply {
+        let path = target.split('?').next().unwrap_or("");
+        let Some(endpoint) = path.strip_prefix(ACN_PREFIX) else {
+            return Reply::error(404, "not_found", "no such ACN endpoint");
+        };
+        let want = match endpoint {
+            "hello" | "members" | "latency" => "GET",
+            "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
+            _ => return Reply::error(404, "not_found", format!("no such ACN endpoint: {endpoint}")),
+        };
+        if !method.eq_ignore_ascii_case(want) {
+            return Reply::error(405, "method_not_allowed", format!("{endpoint} takes {want}"));
+        }
+        match endpoint {
+            "hello" => return Reply::ok(self.hello(now)),
+            "join" => return self.answer_join(now, body),
+            _ => {}
+        }
+        let incoming = Incoming { headers, method, target, body };
+        let members = &self.members;
+        let sender = match self.verifier.verify(now, &incoming, self.cluster.as_ref().map(|c| &c.id), |id| members.member_key(id)) {
+            Ok(s) => s,
+            Err(e) => return err_reply(e),
+        };
+        self.members.saw_at(&sender, now, now);
+        match endpoint {
+            "ping" => Reply::ok(json!({"pong": true, "node": sender, "time": now.as_secs()})),
+            "heartbeat" => self.answer_heartbeat(now, &sender, body),
+            "members" => Reply::ok(self.members_json(now)),
+            "members/sync" => self.answer_sync(now, &sender, body),
+            "leave" => self.answer_leave(now, &sender, body),
+            "evict" => self.answer_evict(now, &sender, body),
+            "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
+            _ => Reply::error(404, "not_found", "no such ACN endpoint"),
+        }
+    }
+
+    pub fn hello(&self, now: Millis) -> Value {
+        json!({
+            "acn": true,
+            "version": self.me.software_version,
+            "inCluster": self.cluster.is_some(),
+            "time": now.as_secs(),
+        })
+    }
+
+    fn members_json(&self, now: Millis) -> Value {
+        json!({"nodes": self.members.wire_records(), "cluster": self.cluster, "time": now.as_secs(), "timeMs": now.0})
+    }
+
+    fn answer_heartbeat(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+        let hb: HeartbeatBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(400, "bad_body", format!("heartbeat body: {e}")),
+        };
+        if &hb.node.id != sender {
+            return Reply::error(400, "bad_body", "heartbeat record is not the sender's own");
+        }
+        let out = self.members.merge(now, std::slice::from_ref(&hb.node), None, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(now, out);
+        Reply::ok(self.members_json(now))
+    }
+
+    fn answer_sync(&mut self, now: Millis, _sender: &NodeId, body: &[u8]) -> Reply {
+        let b: MembersBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(400, "bad_body", format!("members body: {e}")),
+        };
+        let sender_now = (b.time_ms > 0).then_some(Millis(b.time_ms));
+        let out = self.members.merge(now, &b.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(now, out);
+        Reply::ok(json!({"ok": true}))
+    }
+
+    fn answer_leave(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+        let b: MembersBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(400, "bad_body", format!("leave body: {e}")),
+        };
+        let own: Vec<NodeRecord> = b
+            .nodes
+            .into_iter()
+            .filter(|r| &r.id == sender && r.removal.as_ref().is_some_and(|m| &m.by == sender))
+            .collect();
+        if own.is_empty() {
+            return Reply::error(400, "bad_body", "leave must carry the sender's own removal");
+        }
+        let out = self.members.merge(now, &own, None, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(now, out);
+        Reply::ok(json!({"ok": true}))
+    }
+
+    fn answer_evict(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+        let b: MembersBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(400, "bad_body", format!("evict body: {e}")),
+        };
+        let mine: Vec<NodeRecord> = b
+            .nodes
+            .into_iter()
+            .filter(|r| r.id == self.id && r.removal.as_ref().is_some_and(|m| &m.by == sender))
+            .collect();
+        if mine.is_empty() {
+            return Reply::error(400, "bad_body", "evict must carry this node's removal signed by the sender");
+        }
+        let out = self.members.merge(now, &mine, None, Trust::Gossip, &mut self.hlc);
+        if !out.removed.contains(&self.id) {
+            return Reply::error(400, "bad_body", "the removal does not verify");
+        }
+        self.apply_merge(now, out);
+        Reply::ok(json!({"ok": true}))
+    }
+
+    fn answer_join(&mut self, now: Millis, body: &[u8]) -> Reply {
+        let Some(cluster) = self.cluster.clone() else {
+            return Reply::error(404, "not_in_cluster", "this node is not in a cluster");
+        };
+        let b: JoinBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(400, "bad_body", format!("join body: {e}")),
+        };
+        if b.cluster_id != cluster.id {
+            return Reply::error(404, "unknown_cluster", "this node is in another cluster");
+        }
+        if let Err(e) = self.tokens.check(now, &b.token_id, &b.secret) {
+            return Reply::error(403, "bad_token", e.to_string());
+        }
+        let r = &b.node;
+        let Some(key) = r.key() else {
+            return Reply::error(400, "bad_record", "node record has no valid public key");
+        };
+        if !is_uuid(r.id.as_str()) || r.owner_version.node != r.id || !r.owner_sig_valid(&key) {
+            return Reply::error(400, "bad_record", "node record is not signed by its own key");
+        }
+        if r.id == self.id {
+            return Reply::error(409, "node_exists", "that is this node's own id");
+        }
+        if self.members.purged().any(|p| p == &r.id) || self.members.get(&r.id).is_some_and(|x| x.removed) {
+            return Reply::error(409, "node_removed", "this node id was removed from the cluster; give the node a fresh identity (new data dir) to join again");
+        }
+        if let Some(existing) = self.members.get(&r.id) {
+            if existing.public_key != r.public_key {
+                return Reply::error(409, "node_exists", "a member with this node id already exists under another key");
+            }
+        } else {
+            let mut rec = r.clone();
+            rec.admin_state = AdminState::Active;
+            rec.admin = None;
+            rec.removed = false;
+            rec.removal = None;
+            rec.health = None;
+            rec.health_sig.clear();
+            let v = self.hlc.next(now);
+            rec.admit(&self.id, v, &self.key);
+            self.hlc.observe(&rec.owner_version);
+            self.members.insert(rec.clone());
+            self.persist(PersistOp::PutRecord(Box::new(rec)));
+            self.event(Event::MemberAdded(r.id.clone()));
+        }
+        self.members.saw_at(&r.id, now, now);
+        if let Some(t) = self.tokens.count_use(&b.token_id) {
+            self.persist(PersistOp::PutToken(t));
+        }
+        self.push_members(now);
+        let mut nodes = self.members.wire_records();
+        nodes.sort_by_key(|n| (n.id != self.id, n.id.clone()));
+        Reply::ok(json!({"cluster": cluster, "nodes": nodes, "via": "", "time": now.as_secs(), "timeMs": now.0}))
+    }
+
+    // ---- admin commands ----
+
+    pub fn status(&self, now: Millis) -> Value {
+        let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for r in self.members.records().filter(|r| !r.removed) {
+            *states.entry(self.members.state(&r.id, now).as_str()).or_default() += 1;
+        }
+        json!({
+            "inCluster": self.cluster.is_some(),
+            "id": self.cluster.as_ref().map(|c| c.id.clone()),
+            "name": self.cluster.as_ref().map(|c| c.name.clone()),
+            "created": self.cluster.as_ref().map(|c| c.created),
+            "node": self.id,
+            "nodeName": self.me.name,
+            "advertiseUrl": self.me.advertise_url,
+            "version": self.me.software_version,
+            "members": self.members.records().filter(|r| !r.removed).count(),
+            "states": states,
+        })
+    }
+
+    pub fn create_cluster(&mut self, now: Millis, name: &str) -> Result<Value, ApiError> {
+        if let Some(c) = &self.cluster {
+            return Err(ApiError::new(409, "in_cluster", format!("this node is already in cluster {} ({})", c.name, c.id)));
+        }
+        let name = name.trim();
+        if name.len() > 128 {
+            return Err(ApiError::new(400, "bad_name", "cluster name is longer than 128 bytes"));
+        }
+        let info = ClusterInfo {
+            id: ClusterId::new(self.rng.uuid_v4()),
+            name: if name.is_empty() { "shoal".into() } else { name.to_string() },
+            created: now.as_secs(),
+        };
+        let mut rec = self.fresh_own_record(now);
+        let v = self.hlc.next(now);
+        rec.admit(&self.id, v, &self.key);
+        self.members.clear();
+        self.members.insert(rec.clone());
+        self.cluster = Some(info.clone());
+        self.persist(PersistOp::PutCluster(info));
+        self.persist(PersistOp::PutRecord(Box::new(rec)));
+        self.start_timers(now);
+        Ok(self.status(now))
+    }
+
+    pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>) -> Result<Value, ApiError> {
+        let c = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
+        let url = (!self.me.advertise_url.is_empty()).then_some(self.me.advertise_url.as_str());
+        let (token, rec) = self.tokens.create(now, ttl_hours, &c.id, &c.name, url, &mut self.rng)?;
+        self.persist(PersistOp::PutToken(rec.clone()));
+        Ok(json!({"token": token.encode(), "id": rec.id, "expires": rec.expires}))
+    }
+
+    pub fn list_tokens(&self) -> Value {
+        json!({"tokens": self.tokens.list().collect::<Vec<_>>()})
+    }
+
+    pub fn revoke_token(&mut self, id: &str) -> Result<Value, ApiError> {
+        let rec = self.tokens.revoke(&TokenId::new(id))?;
+        self.persist(PersistOp::PutToken(rec.clone()));
+        Ok(json!({"revoked": rec.id}))
+    }
+
+    fn known_peer(&self, id: &str) -> Result<NodeId, ApiError> {
+        if self.cluster.is_none() {
+            return Err(ApiError::not_in_cluster());
+        }
+        let id = NodeId::new(id);
+        match self.members.get(&id) {
+            Some(r) if !r.removed => Ok(id),
+            Some(_) => Err(ApiError::new(404, "node_removed", format!("node {id} was removed"))),
+            None => Err(ApiError::new(404, "unknown_node", format!("no member with id {id}"))),
+        }
+    }
+
+    pub fn set_admin_state(&mut self, now: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
+        let id = self.known_peer(id)?;
+        let v = self.hlc.next(now);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&id).expect("known");
+        rec.set_admin(state, v, &key);
+        let rec = rec.clone();
+        self.persist(PersistOp::PutRecord(Box::new(rec)));
+        self.push_members(now);
+        Ok(json!({"node": id, "adminState": state.as_str(), "state": self.members.state(&id, now)}))
+    }
+
+    pub fn remove_node(&mut self, now: Millis, id: &str) -> Result<Value, ApiError> {
+        let id = self.known_peer(id)?;
+        if id == self.id {
+            return Err(ApiError::new(400, "is_self", "a node cannot remove itself; use `shoal cluster leave`"));
+        }
+        let evict_target = self.route(&id);
+        let v = self.hlc.next(now);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&id).expect("known");
+        rec.set_removed(v, &key);
+        let rec = rec.clone();
+        self.persist(PersistOp::PutRecord(Box::new(rec.clone())));
+        self.last_states.remove(&id);
+        self.event(Event::MemberRemoved(id.clone()));
+        self.push_members(now);
+        if let Some(url) = evict_target {
+            // Tell the removed node; it is no longer a live member, so address it directly.
+            let body = serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: self.cluster.clone(), time_ms: now.0 })
+                .expect("serialise");
+            if let Some(headers) = self.sign(now, "POST", "/cluster/acn/evict", &body) {
+                let token = self.next_token;
+                self.next_token += 1;
+                self.push_output(Output::Send(OutRequest {
+                    token,
+                    to: id.clone(),
+                    url,
+                    method: "POST",
+                    target: "/cluster/acn/evict".into(),
+                    body,
+                    headers,
+                    timeout_ms: self.config.membership.heartbeat_timeout_ms,
+                }));
+            }
+        }
+        Ok(json!({"removed": id}))
+    }
+
+    pub fn leave(&mut self, now: Millis) -> Result<Value, ApiError> {
+        let cluster = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
+        let v = self.hlc.next(now);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&self.id).expect("own record exists in a cluster");
+        rec.set_removed(v, &key);
+        let rec = rec.clone();
+        let body = serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: Some(cluster.clone()), time_ms: now.0 })
+            .expect("serialise");
+        let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
+        for p in &peers {
+            self.new_request(now, p, "POST", "/cluster/acn/leave", body.clone(), Purpose::Push);
+        }
+        self.wipe_cluster();
+        Ok(json!({"left": cluster.id, "told": peers.len()}))
+    }
+
+    /// Change this node's name or advertised URL; re-signs its record and tells the cluster.
+    pub fn configure(&mut self, now: Millis, name: Option<&str>, advertise_url: Option<&str>) -> Result<Value, ApiError> {
+        if let Some(n) = name {
+            let n = n.trim();
+            if n.is_empty() || n.len() > 128 {
+                return Err(ApiError::new(400, "bad_name", "node name must be 1 to 128 bytes"));
+            }
+            self.me.name = n.to_string();
+        }
+        if let Some(u) = advertise_url {
+            let u = u.trim().trim_end_matches('/');
+            if !u.is_empty() && !crate::token::valid_base_url(u) {
+                return Err(ApiError::new(400, "bad_url", "advertised URL must look like http://host:port"));
+            }
+            self.me.advertise_url = u.to_string();
+        }
+        self.refresh_own_record(now);
+        Ok(json!({"node": self.id, "name": self.me.name, "advertiseUrl": self.me.advertise_url}))
+    }
+
+    /// First half of joining: check the token and make the request to send to its issuer.
+    pub fn prepare_join(&mut self, now: Millis, token: &str) -> Result<JoinPlan, ApiError> {
+        if let Some(c) = &self.cluster {
+            return Err(ApiError::new(409, "in_cluster", format!("this node is already in cluster {}; leave it first", c.id)));
+        }
+        let t = JoinToken::parse(token)?;
+        let node = self.fresh_own_record(now);
+        let body = JoinBody { cluster_id: t.cluster.clone(), token_id: t.token_id.clone(), secret: t.secret.clone(), node };
+        let url = format!("{}{}join", t.issuer_url, ACN_PREFIX);
+        self.pending_join = Some(t);
+        Ok(JoinPlan { url, body: serde_json::to_vec(&body).expect("serialise") })
+    }
+
+    /// Second half of joining: adopt the issuer's answer.
+    pub fn finish_join(&mut self, now: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
+        let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
+        if self.cluster.is_some() {
+            return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
+        }
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|_| ApiError::new(502, "bad_issuer_reply", "the issuer's answer is not JSON"))?;
+        if status != 200 {
+            let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("join refused");
+            let code = if status == 403 || status == 404 || status == 409 || status == 400 { status } else { 502 };
+            return Err(ApiError::new(code, "join_refused", format!("the issuer refused the join: {msg}")));
+        }
+        #[derive(Deserialize)]
+        struct JoinReply {
+            cluster: ClusterInfo,
+            nodes: Vec<NodeRecord>,
+            #[serde(default, rename = "timeMs")]
+            time_ms: u64,
+        }
+        let reply: JoinReply = serde_json::from_value(v)
+            .map_err(|e| ApiError::new(502, "bad_issuer_reply", format!("the issuer's answer is malformed: {e}")))?;
+        if reply.cluster.id != t.cluster {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer answered for another cluster"));
+        }
+        let Some(own) = reply.nodes.iter().find(|r| r.id == self.id).cloned() else {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer's member list does not include this node"));
+        };
+        if own.public_key != acn::public_key_b64(&self.key.verifying_key()) || own.admitted.is_none() {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer returned a different record for this node"));
+        }
+        self.members.clear();
+        self.hlc.observe(&own.owner_version);
+        let mut own = own;
+        own.last_seen = 0;
+        own.last_seen_ms = 0;
+        own.removed = false;
+        own.removal = None;
+        own.admin = None;
+        own.admin_state = AdminState::Active;
+        self.members.insert(own.clone());
+        let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
+        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::JoinReply, &mut self.hlc);
+        self.cluster = Some(reply.cluster.clone());
+        self.persist(PersistOp::PutCluster(reply.cluster.clone()));
+        self.persist(PersistOp::PutRecord(Box::new(own)));
+        self.apply_merge(now, out);
+        self.start_timers(now);
+        Ok(self.status(now))
+    }
+
+    /// Forget a join whose request never got an answer.
+    pub fn abort_join(&mut self) {
+        self.pending_join = None;
+    }
+}
