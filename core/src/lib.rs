@@ -12,6 +12,7 @@
 pub mod acn;
 pub mod hlc;
 pub mod ids;
+pub mod latency;
 pub mod membership;
 pub mod node;
 pub mod records;

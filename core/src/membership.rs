@@ -227,7 +227,12 @@ impl Membership {
             let before = fresh.len();
             let mut still = Vec::new();
             for theirs in fresh {
-                if self.records.contains_key(&theirs.id) {
+                if let Some(ours) = self.records.get_mut(&theirs.id) {
+                    // Another copy of this id earlier in the batch was just admitted: this copy's
+                    // owner register still merges, or the result would depend on batch order.
+                    if ours.merge_owner(theirs) && !out.changed.contains(&theirs.id) {
+                        out.changed.push(theirs.id.clone());
+                    }
                     continue;
                 }
                 if self.admissible(theirs, trust) {

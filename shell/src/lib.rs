@@ -1,1 +1,18 @@
+//! shoal-shell: drives the pure core over real I/O (DESIGN.md "The shell").
+//!
+//! - [`env`]: the `Net` + `Clock` + `Probe` environment the shell is generic over;
+//! - [`daemon`]: one node: identity, redb store, HTTP listener, driver task;
+//! - [`server`]: the ACN endpoints and the admin API;
+//! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
+//! - [`cli`] and [`demo`]: the `shoal` command line.
 
+pub mod cli;
+pub mod client;
+pub mod daemon;
+pub mod demo;
+pub mod env;
+pub mod identity;
+pub mod probe;
+pub mod server;
+pub mod store;
+pub mod transport;

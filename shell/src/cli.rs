@@ -1,0 +1,390 @@
+//! The `shoal` command line (DESIGN.md "CLI"). `serve` runs a node, `demo` a local cluster in
+//! one process; every other verb talks to a node's admin API and takes `--api`, `--token` (or
+//! `SHOAL_TOKEN`, or the token file of the local data dir) and `--json`. Errors go to stderr
+//! with a non-zero exit.
+
+use crate::client::HttpClient;
+use crate::daemon::{self, ServeOptions};
+use crate::env::TokioEnv;
+use crate::identity::{API_URL_FILE, TOKEN_FILE};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "shoal", version, about = "Several machines that act as one computer.")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Admin API of the node to talk to (default: the URL in DATA/api.url, else http://127.0.0.1:7300).
+    #[arg(long, global = true, env = "SHOAL_API")]
+    pub api: Option<String>,
+    /// Admin token (default: the contents of DATA/admin.token).
+    #[arg(long, global = true, env = "SHOAL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The node's data dir.
+    #[arg(long = "data", global = true, env = "SHOAL_DATA", default_value = "shoal-data")]
+    pub data: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run a node daemon.
+    Serve(ServeArgs),
+    /// Run a local demo cluster of N nodes in this process.
+    Demo {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value_t = 7300)]
+        base_port: u16,
+        /// Exit once every node is ONLINE (for scripts and benchmarks).
+        #[arg(long)]
+        exit_when_ready: bool,
+    },
+    /// Create, inspect, configure or leave this node's cluster.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Join tokens.
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
+    },
+    /// Join the cluster a token names.
+    Join { token: String },
+    /// List members with their computed state.
+    Nodes,
+    /// Act on one member.
+    Node {
+        #[command(subcommand)]
+        cmd: NodeCmd,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// host:port to listen on.
+    #[arg(long, default_value = "127.0.0.1:7300")]
+    pub listen: String,
+    /// URL other nodes use to reach this one (default http://<listen>).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Display name of this node (default: the hostname).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// No cluster agent; /cluster/acn/* answers 404.
+    #[arg(long)]
+    pub disable_cluster: bool,
+    /// Heartbeat interval in ms (spec default 15000).
+    #[arg(long, default_value_t = 15_000)]
+    pub heartbeat_ms: u64,
+    /// A node heard from within this many ms is ONLINE (spec default 45000).
+    #[arg(long, default_value_t = 45_000)]
+    pub online_within_ms: u64,
+    /// Silent up to this many ms is UNKNOWN, beyond it OFFLINE (spec default 180000).
+    #[arg(long, default_value_t = 180_000)]
+    pub unknown_within_ms: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Create a new cluster with this node as its first member.
+    Create {
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// This node's cluster, id and member states.
+    Status,
+    /// Leave the cluster (the other members are told).
+    Leave,
+    /// Show or change this node's name and advertised URL.
+    Config {
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        advertise: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a join token.
+    New {
+        /// Lifetime in hours, 1 to 720.
+        #[arg(long)]
+        ttl_hours: Option<u64>,
+    },
+    List,
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCmd {
+    /// Set a member's admin state.
+    State {
+        id: String,
+        #[arg(value_parser = ["maintenance", "draining", "active"])]
+        state: String,
+    },
+    /// Remove a member from the cluster.
+    Remove { id: String },
+    /// Send a signed ping to a member and report the round trip.
+    Probe { id: String },
+}
+
+/// A failure to report on stderr.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Run the parsed command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.cmd {
+        Cmd::Serve(args) => serve(cli.global, args).await,
+        Cmd::Demo { nodes, base_port, exit_when_ready } => crate::demo::run(nodes, base_port, exit_when_ready).await,
+        cmd => {
+            let api = Api::new(&cli.global)?;
+            api.run(cmd).await
+        }
+    }
+}
+
+async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
+    init_tracing();
+    let mut opts = ServeOptions::new(g.data.clone(), a.listen);
+    opts.advertise = a.advertise;
+    opts.name = a.name;
+    opts.disable_cluster = a.disable_cluster;
+    opts.membership.heartbeat_interval_ms = a.heartbeat_ms.max(1);
+    opts.membership.heartbeat_timeout_ms = (a.heartbeat_ms * 4 / 3).max(1);
+    opts.membership.online_within_ms = a.online_within_ms;
+    opts.membership.unknown_within_ms = a.unknown_within_ms.max(a.online_within_ms);
+    let d = daemon::start(TokioEnv::default(), opts).await.map_err(|e| CliError(e.to_string()))?;
+    println!("shoal node {} listening on {}", d.shared().read_node(|n, _| n.id().clone()), d.url());
+    let stop = d.shared().clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stopping");
+        stop.request_shutdown();
+    });
+    d.wait().await;
+    Ok(())
+}
+
+struct Api {
+    base: String,
+    token: String,
+    json: bool,
+    client: HttpClient<TokioEnv>,
+}
+
+fn read_file_trimmed(p: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+impl Api {
+    fn new(g: &Global) -> Result<Api, CliError> {
+        let base = g
+            .api
+            .clone()
+            .or_else(|| read_file_trimmed(&g.data.join(API_URL_FILE)))
+            .unwrap_or_else(|| "http://127.0.0.1:7300".to_string());
+        let base = base.trim_end_matches('/').to_string();
+        crate::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
+        let token = match &g.token {
+            Some(t) => t.trim().to_string(),
+            None => read_file_trimmed(&g.data.join(TOKEN_FILE)).ok_or_else(|| {
+                CliError(format!(
+                    "no admin token: pass --token, set SHOAL_TOKEN, or point --data at the node's data dir (no {} there)",
+                    g.data.join(TOKEN_FILE).display()
+                ))
+            })?,
+        };
+        Ok(Api { base, token, json: g.json, client: HttpClient::new(TokioEnv::default()) })
+    }
+
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+        let auth = format!("Bearer {}", self.token);
+        let body = body.map(|b| serde_json::to_vec(&b).expect("serialise")).unwrap_or_default();
+        let target = format!("/v1{path}");
+        let resp = self
+            .client
+            .request(&self.base, method, &target, &[("authorization", &auth)], body, 60_000)
+            .await
+            .map_err(|e| CliError(format!("cannot reach the node's API at {}: {e}", self.base)))?;
+        let v: Value = serde_json::from_slice(&resp.body).unwrap_or_else(|_| json!({}));
+        if resp.status >= 400 {
+            let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("request failed");
+            let code = v.pointer("/error/code").and_then(|m| m.as_str()).unwrap_or("error");
+            return Err(CliError(format!("{msg} ({code}, HTTP {})", resp.status)));
+        }
+        Ok(v)
+    }
+
+    async fn run(&self, cmd: Cmd) -> Result<(), CliError> {
+        let (v, human): (Value, fn(&Value) -> String) = match cmd {
+            Cmd::Cluster { cmd: ClusterCmd::Create { name } } => {
+                (self.call("POST", "/cluster/create", Some(json!({"name": name}))).await?, human_status)
+            }
+            Cmd::Cluster { cmd: ClusterCmd::Status } => (self.call("GET", "/cluster/status", None).await?, human_status),
+            Cmd::Cluster { cmd: ClusterCmd::Leave } => {
+                (self.call("POST", "/cluster/leave", None).await?, |v| format!("left cluster {}", s(&v["left"])))
+            }
+            Cmd::Cluster { cmd: ClusterCmd::Config { name, advertise } } => {
+                if name.is_none() && advertise.is_none() {
+                    (self.call("GET", "/cluster/config", None).await?, human_kv)
+                } else {
+                    let body = json!({"name": name, "advertiseUrl": advertise});
+                    (self.call("POST", "/cluster/config", Some(body)).await?, human_kv)
+                }
+            }
+            Cmd::Token { cmd: TokenCmd::New { ttl_hours } } => {
+                let v = self.call("POST", "/tokens", Some(json!({"ttlHours": ttl_hours}))).await?;
+                (json!({"token": v["token"]}), |v| s(&v["token"]))
+            }
+            Cmd::Token { cmd: TokenCmd::List } => (self.call("GET", "/tokens", None).await?, human_tokens),
+            Cmd::Token { cmd: TokenCmd::Revoke { id } } => {
+                (self.call("DELETE", &format!("/tokens/{}", path_seg(&id)?), None).await?, |v| {
+                    format!("revoked token {}", s(&v["revoked"]))
+                })
+            }
+            Cmd::Join { token } => (self.call("POST", "/cluster/join", Some(json!({"token": token}))).await?, human_status),
+            Cmd::Nodes => (self.call("GET", "/nodes", None).await?, human_nodes),
+            Cmd::Node { cmd: NodeCmd::State { id, state } } => {
+                let path = format!("/nodes/{}/state", path_seg(&id)?);
+                (self.call("POST", &path, Some(json!({"state": state}))).await?, |v| {
+                    format!("node {} is now {}", s(&v["node"]), s(&v["state"]))
+                })
+            }
+            Cmd::Node { cmd: NodeCmd::Remove { id } } => {
+                (self.call("DELETE", &format!("/nodes/{}", path_seg(&id)?), None).await?, |v| {
+                    format!("removed node {}", s(&v["removed"]))
+                })
+            }
+            Cmd::Node { cmd: NodeCmd::Probe { id } } => {
+                let v = self.call("POST", &format!("/nodes/{}/probe", path_seg(&id)?), None).await?;
+                let reachable = v["reachable"].as_bool().unwrap_or(false);
+                if !self.json {
+                    println!("{}", human_probe(&v));
+                } else {
+                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                }
+                return if reachable { Ok(()) } else { Err(CliError(format!("node {id} is not reachable"))) };
+            }
+            Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),
+        };
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        } else {
+            println!("{}", human(&v));
+        }
+        Ok(())
+    }
+}
+
+/// Node ids and token ids are plain tokens; refuse anything that would change the URL path.
+fn path_seg(id: &str) -> Result<&str, CliError> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        return Err(CliError(format!("{id:?} is not a valid id (letters, digits and '-' only)")));
+    }
+    Ok(id)
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(x) => x.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn human_kv(v: &Value) -> String {
+    match v.as_object() {
+        Some(m) => m.iter().map(|(k, x)| format!("{k:<20} {}", s(x))).collect::<Vec<_>>().join("\n"),
+        None => s(v),
+    }
+}
+
+fn human_status(v: &Value) -> String {
+    if v["inCluster"] != json!(true) {
+        return format!("node {} ({}) is not in a cluster", s(&v["node"]), s(&v["nodeName"]));
+    }
+    let states = v["states"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, c)| format!("{c} {k}")).collect::<Vec<_>>().join(", "))
+        .unwrap_or_default();
+    format!(
+        "cluster  {} ({})\nnode     {} ({})\nurl      {}\nmembers  {} [{}]",
+        s(&v["id"]),
+        s(&v["name"]),
+        s(&v["node"]),
+        s(&v["nodeName"]),
+        s(&v["advertiseUrl"]),
+        s(&v["members"]),
+        states
+    )
+}
+
+fn human_tokens(v: &Value) -> String {
+    let mut out = format!("{:<18} {:>6} {:>12} {}", "ID", "USES", "EXPIRES", "STATUS");
+    for t in v["tokens"].as_array().into_iter().flatten() {
+        let status = if t["revoked"] == json!(true) { "revoked" } else { "active" };
+        out.push_str(&format!("\n{:<18} {:>6} {:>12} {}", s(&t["id"]), s(&t["uses"]), s(&t["expires"]), status));
+    }
+    out
+}
+
+fn human_nodes(v: &Value) -> String {
+    let mut out = format!("{:<38} {:<16} {:<12} {:>9}  {}", "ID", "NAME", "STATE", "LATENCY", "URL");
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        if n["removed"] == json!(true) {
+            continue;
+        }
+        let lat = n["latencyMs"].as_f64().unwrap_or(-1.0);
+        let lat = if n["local"] == json!(true) {
+            "local".to_string()
+        } else if lat < 0.0 {
+            "-".to_string()
+        } else {
+            format!("{lat:.1}ms")
+        };
+        out.push_str(&format!(
+            "\n{:<38} {:<16} {:<12} {:>9}  {}",
+            s(&n["id"]),
+            s(&n["name"]),
+            s(&n["state"]),
+            lat,
+            s(&n["advertiseUrl"])
+        ));
+    }
+    out
+}
+
+fn human_probe(v: &Value) -> String {
+    if v["reachable"] == json!(true) {
+        format!("node {} answered in {:.1} ms via {}", s(&v["node"]), v["rttMs"].as_f64().unwrap_or(0.0), s(&v["route"]))
+    } else {
+        format!("node {} did not answer: {}", s(&v["node"]), s(&v.get("error").cloned().unwrap_or(v["status"].clone())))
+    }
+}

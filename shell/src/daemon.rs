@@ -1,0 +1,304 @@
+//! The node daemon: owns one core [`Node`], its store and its HTTP listener, and drives it
+//! (DESIGN.md "The shell"; after quinn's `ConnectionDriver`).
+//!
+//! One driver task arms a single timer from `poll_timeout`, samples health, and pumps outputs.
+//! Request handlers call into the node under its lock and then pump too. A pump drains the
+//! node's outputs and carries them out: persistence in one redb transaction (under a lock that
+//! keeps batches in order), requests as spawned tasks whose answers come back as inputs, events
+//! to the log.
+
+use crate::client::HttpClient;
+use crate::env::Env;
+use crate::identity::{self, IdentityError};
+use crate::store::{Store, StoreError};
+use crate::transport::Transport;
+use shoal_core::membership::MembershipConfig;
+use shoal_core::node::{Event, Input, Node, NodeConfig, Output, SelfInfo};
+use shoal_core::{Millis, SeededRng};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+/// Longest the driver sleeps before looking at the clock again (clocks can jump).
+const DRIVER_SLEEP_MAX_MS: u64 = 1000;
+
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    /// `host:port` to listen on.
+    pub listen: String,
+    /// URL peers use to reach this node; defaults to `http://<listen>`.
+    pub advertise: Option<String>,
+    pub name: Option<String>,
+    pub disable_cluster: bool,
+    /// fsync every commit (off only in simulation, where the process never really dies).
+    pub durable: bool,
+    pub membership: MembershipConfig,
+}
+
+impl ServeOptions {
+    pub fn new(data_dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServeOptions {
+        ServeOptions {
+            data_dir: data_dir.into(),
+            listen: listen.into(),
+            advertise: None,
+            name: None,
+            disable_cluster: false,
+            durable: true,
+            membership: MembershipConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("cannot open {0}: {1}")]
+    Store(PathBuf, StoreError),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+    #[error("bad --advertise URL {0}: it must look like http://host:port")]
+    BadAdvertise(String),
+}
+
+pub struct Shared<E: Env> {
+    pub env: E,
+    node: Mutex<Node>,
+    store: Store,
+    persist_lock: Mutex<()>,
+    pub client: HttpClient<E>,
+    pub transport: Transport<E>,
+    wake: Notify,
+    pub data_dir: PathBuf,
+    pub admin_token: String,
+    pub disable_cluster: bool,
+    pub listen: String,
+    pub started: Millis,
+    shutdown: watch::Sender<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<E: Env> Shared<E> {
+    /// Run `f` on the node at the current time, then carry out what it asked for.
+    pub fn with_node<R>(self: &Arc<Self>, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
+        let now = self.env.now();
+        let r = f(&mut lock(&self.node), now);
+        self.pump();
+        r
+    }
+
+    /// Read the node without producing outputs.
+    pub fn read_node<R>(&self, f: impl FnOnce(&Node, Millis) -> R) -> R {
+        let now = self.env.now();
+        f(&lock(&self.node), now)
+    }
+
+    /// Drain the node's outputs and carry them out.
+    pub fn pump(self: &Arc<Self>) {
+        let _order = lock(&self.persist_lock);
+        let outputs: Vec<Output> = {
+            let mut node = lock(&self.node);
+            std::iter::from_fn(|| node.poll_output()).collect()
+        };
+        if outputs.is_empty() {
+            return;
+        }
+        let mut ops = Vec::new();
+        for o in outputs {
+            match o {
+                Output::Persist(op) => ops.push(op),
+                Output::Send(req) => {
+                    let shared = self.clone();
+                    tokio::spawn(async move {
+                        let pairs = req.headers.pairs();
+                        let res = shared
+                            .client
+                            .request(&req.url, req.method, &req.target, &pairs, req.body, req.timeout_ms)
+                            .await;
+                        let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
+                        shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
+                    });
+                }
+                Output::Event(e) => log_event(&e),
+            }
+        }
+        if let Err(e) = self.store.apply(&ops) {
+            // The state stays in memory and is written again with the next change of the record.
+            tracing::error!(error = %e, "could not persist cluster state");
+        }
+        self.wake.notify_one();
+    }
+
+    /// Ask the node to stop; [`Daemon::wait`] returns once it has.
+    pub fn request_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+fn log_event(e: &Event) {
+    match e {
+        Event::MemberAdded(id) => tracing::info!(node = %id, "member joined"),
+        Event::MemberRemoved(id) => tracing::info!(node = %id, "member removed"),
+        Event::StateChanged { node, from, to } => {
+            tracing::info!(node = %node, from = from.as_str(), to = to.as_str(), "node state changed")
+        }
+        Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
+    }
+}
+
+/// A running node. Dropping it does not stop it; call [`Daemon::shutdown`].
+pub struct Daemon<E: Env> {
+    shared: Arc<Shared<E>>,
+    tasks: Vec<JoinHandle<()>>,
+    pub local_addr: String,
+}
+
+impl<E: Env> Daemon<E> {
+    pub fn shared(&self) -> &Arc<Shared<E>> {
+        &self.shared
+    }
+
+    /// A handle that does not keep the node alive (the simulator observes through it).
+    pub fn downgrade(&self) -> Weak<Shared<E>> {
+        Arc::downgrade(&self.shared)
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Stop serving, stop the driver, and wait for both.
+    pub async fn shutdown(self) {
+        let _ = self.shared.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Wait until the node is told to stop (or its tasks end).
+    pub async fn wait(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Start a node: identity, database, listener, driver.
+pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, StartError> {
+    let mut rng = SeededRng::new(env.seed());
+    let ident = identity::load_or_create(&opts.data_dir, &mut rng)?;
+    let db_path = opts.data_dir.join(identity::DB_FILE);
+    let store = Store::open(&db_path, opts.durable).map_err(|e| StartError::Store(db_path.clone(), e))?;
+    let restored = store.load().map_err(|e| StartError::Store(db_path.clone(), e))?;
+
+    let listener = env.bind(opts.listen.clone()).await.map_err(|e| StartError::Listen(opts.listen.clone(), e))?;
+    let local_addr = match axum::serve::Listener::local_addr(&listener) {
+        Ok(a) => format!("{a:?}"),
+        Err(_) => opts.listen.clone(),
+    };
+    let local_addr = if local_addr.parse::<std::net::SocketAddr>().is_ok() { local_addr } else { opts.listen.clone() };
+    let advertise = match &opts.advertise {
+        Some(u) => {
+            let u = u.trim_end_matches('/').to_string();
+            if !shoal_core::token::valid_base_url(&u) {
+                return Err(StartError::BadAdvertise(u));
+            }
+            u
+        }
+        None => format!("http://{local_addr}"),
+    };
+    let now = env.now();
+    let capabilities = env.capabilities(&opts.data_dir, now);
+    let name = opts.name.clone().unwrap_or_else(|| {
+        if capabilities.hostname.is_empty() {
+            "shoal".to_string()
+        } else {
+            capabilities.hostname.clone()
+        }
+    });
+    let me = SelfInfo {
+        name,
+        advertise_url: advertise.clone(),
+        software_version: env!("CARGO_PKG_VERSION").to_string(),
+        capabilities,
+    };
+    let config = NodeConfig { membership: opts.membership.clone() };
+    let mut node = Node::new(ident.id.clone(), ident.key.clone(), env.seed(), config, me);
+    if !opts.disable_cluster {
+        node.restore(now, restored);
+    }
+    let _ = std::fs::write(opts.data_dir.join(identity::API_URL_FILE), format!("http://{local_addr}\n"));
+
+    let (shutdown, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        client: HttpClient::new(env.clone()),
+        transport: Transport::new(env.clone()),
+        env,
+        node: Mutex::new(node),
+        store,
+        persist_lock: Mutex::new(()),
+        wake: Notify::new(),
+        data_dir: opts.data_dir.clone(),
+        admin_token: ident.admin_token,
+        disable_cluster: opts.disable_cluster,
+        listen: local_addr.clone(),
+        started: now,
+        shutdown,
+    });
+    shared.pump();
+    tracing::info!(node = %ident.id, listen = %local_addr, advertise = %advertise, "node started");
+
+    let router = crate::server::router(shared.clone());
+    let mut stop = shared.shutdown_requested();
+    let server = tokio::spawn(async move {
+        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "server stopped");
+        }
+    });
+    let mut tasks = vec![server];
+    if !opts.disable_cluster {
+        tasks.push(tokio::spawn(drive(shared.clone())));
+    }
+    Ok(Daemon { shared, tasks, local_addr })
+}
+
+async fn drive<E: Env>(shared: Arc<Shared<E>>) {
+    let mut stop = shared.shutdown_requested();
+    let mut next_health = Millis::ZERO;
+    loop {
+        let now = shared.env.now();
+        let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
+        let deadline = {
+            let mut node = lock(&shared.node);
+            if let Some(h) = health {
+                node.handle(now, Input::Health(h));
+                next_health = now.plus(node.config().membership.heartbeat_interval_ms);
+            }
+            node.handle_timeout(now);
+            node.poll_timeout()
+        };
+        shared.pump();
+        let mut sleep_ms = DRIVER_SLEEP_MAX_MS.min(next_health.since(now).max(1));
+        if let Some(d) = deadline {
+            sleep_ms = sleep_ms.min(d.since(now).max(1));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            _ = shared.wake.notified() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `shoal demo`: N real nodes in one process on 127.0.0.1 ports `base..base+N`, each with its
+//! own data dir under a fresh temporary folder. The first creates a cluster, the others join
+//! with a token over real HTTP; the command prints each node's URL and how to point the CLI at
+//! it, then runs until Ctrl-C and cleans up.
+
+use crate::cli::CliError;
+use crate::daemon::{self, Daemon, ServeOptions};
+use crate::env::TokioEnv;
+use shoal_core::membership::NodeState;
+use std::time::{Duration, Instant};
+
+pub async fn run(nodes: usize, base_port: u16, exit_when_ready: bool) -> Result<(), CliError> {
+    crate::cli::init_tracing();
+    if nodes == 0 || nodes > 64 {
+        return Err(CliError("--nodes must be between 1 and 64".into()));
+    }
+    if base_port as usize + nodes > u16::MAX as usize {
+        return Err(CliError("--base-port is too high for that many nodes".into()));
+    }
+    let started = Instant::now();
+    let root = std::env::temp_dir().join(format!("shoal-demo-{}-{}", std::process::id(), base_port));
+    let result = run_in(&root, nodes, base_port, exit_when_ready, started).await;
+    let _ = std::fs::remove_dir_all(&root);
+    result
+}
+
+async fn run_in(
+    root: &std::path::Path,
+    nodes: usize,
+    base_port: u16,
+    exit_when_ready: bool,
+    started: Instant,
+) -> Result<(), CliError> {
+    let mut daemons: Vec<Daemon<TokioEnv>> = Vec::new();
+    for i in 0..nodes {
+        let mut opts = ServeOptions::new(root.join(format!("node-{i}")), format!("127.0.0.1:{}", base_port as usize + i));
+        opts.name = Some(format!("demo-{i}"));
+        match daemon::start(TokioEnv::default(), opts).await {
+            Ok(d) => daemons.push(d),
+            Err(e) => {
+                for d in daemons {
+                    d.shutdown().await;
+                }
+                return Err(CliError(format!("node {i}: {e}")));
+            }
+        }
+    }
+    let first = daemons[0].shared().clone();
+    first.with_node(|n, now| n.create_cluster(now, "demo")).map_err(|e| CliError(e.message))?;
+    for (i, d) in daemons.iter().enumerate().skip(1) {
+        let token = first
+            .with_node(|n, now| n.new_token(now, Some(1)))
+            .map_err(|e| CliError(e.message))?["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        crate::server::join_with_token(d.shared(), &token)
+            .await
+            .map_err(|e| CliError(format!("node {i} could not join: {}", e.message)))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = daemons.iter().all(|d| {
+            d.shared().read_node(|n, now| {
+                let members: Vec<_> = n.members().records().filter(|r| !r.removed).collect();
+                members.len() == nodes && members.iter().all(|r| n.members().state(&r.id, now) == NodeState::Online)
+            })
+        });
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(CliError("the demo cluster did not become ONLINE within 30 s".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cluster_id = first.read_node(|n, _| n.cluster().map(|c| c.id.to_string()).unwrap_or_default());
+    println!("shoal demo: cluster {cluster_id}, {nodes} nodes ONLINE after {} ms", started.elapsed().as_millis());
+    for (i, d) in daemons.iter().enumerate() {
+        let id = d.shared().read_node(|n, _| n.id().clone());
+        println!("  node {i}  {}  id {id}  data {}", d.url(), d.shared().data_dir.display());
+    }
+    let d0 = &daemons[0];
+    println!("\nPoint the CLI at a node, e.g. the first one:");
+    println!("  export SHOAL_API={}", d0.url());
+    println!("  export SHOAL_TOKEN=$(cat {})", d0.shared().data_dir.join(crate::identity::TOKEN_FILE).display());
+    println!("  cargo run --release -- nodes");
+    println!("\nCtrl-C stops the demo and removes its data.");
+    if !exit_when_ready {
+        let _ = tokio::signal::ctrl_c().await;
+        println!("stopping");
+    }
+    for d in daemons {
+        d.shutdown().await;
+    }
+    Ok(())
+}

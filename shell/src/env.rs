@@ -1,0 +1,87 @@
+//! The environment a node runs in: network, clock and host probe.
+//!
+//! The shell is generic over [`Env`] so the very same node code runs on real sockets
+//! ([`TokioEnv`]) and inside the turmoil simulator (`shoal-sim` implements `Env` there). This
+//! crate never depends on turmoil.
+
+use shoal_core::records::{Capabilities, Health};
+use shoal_core::Millis;
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Streams in and out.
+pub trait Net: Clone + Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    type Listener: axum::serve::Listener<Io = Self::Stream, Addr = Self::Addr>;
+    type Addr: Send + std::fmt::Debug + 'static;
+
+    /// Open a stream to `host:port`.
+    fn connect(&self, host_port: String) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+    /// Listen on `host:port`.
+    fn bind(&self, host_port: String) -> impl Future<Output = io::Result<Self::Listener>> + Send;
+}
+
+/// The node's wall clock. The core is handed `now` from here and nowhere else.
+pub trait Clock: Clone + Send + Sync + 'static {
+    fn now(&self) -> Millis;
+}
+
+/// What the host offers and how it is doing, plus the seed of the node's RNG.
+pub trait Probe: Clone + Send + Sync + 'static {
+    fn capabilities(&self, data_dir: &Path, now: Millis) -> Capabilities;
+    fn health(&self, data_dir: &Path, now: Millis) -> Health;
+    /// A fresh random seed (OS randomness in production, derived from the run seed in simulation).
+    fn seed(&self) -> u64;
+}
+
+pub trait Env: Net + Clock + Probe {}
+impl<T: Net + Clock + Probe> Env for T {}
+
+/// Real sockets, the system clock and sysinfo.
+#[derive(Clone, Default)]
+pub struct TokioEnv {
+    sys: Arc<Mutex<Option<sysinfo::System>>>,
+}
+
+impl Net for TokioEnv {
+    type Stream = tokio::net::TcpStream;
+    type Listener = tokio::net::TcpListener;
+    type Addr = std::net::SocketAddr;
+
+    async fn connect(&self, host_port: String) -> io::Result<Self::Stream> {
+        let s = tokio::net::TcpStream::connect(host_port).await?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    async fn bind(&self, host_port: String) -> io::Result<Self::Listener> {
+        tokio::net::TcpListener::bind(host_port).await
+    }
+}
+
+impl Clock for TokioEnv {
+    fn now(&self) -> Millis {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Millis(d.as_millis() as u64)
+    }
+}
+
+impl Probe for TokioEnv {
+    fn capabilities(&self, _data_dir: &Path, now: Millis) -> Capabilities {
+        crate::probe::detect_capabilities(now)
+    }
+
+    fn health(&self, data_dir: &Path, now: Millis) -> Health {
+        let mut guard = self.sys.lock().unwrap_or_else(|p| p.into_inner());
+        let sys = guard.get_or_insert_with(sysinfo::System::new);
+        crate::probe::sample_health(sys, data_dir, now)
+    }
+
+    fn seed(&self) -> u64 {
+        use rand_core::RngCore;
+        rand_core::OsRng.next_u64()
+    }
+}

@@ -1,0 +1,365 @@
+//! The one HTTP listener of a node (DESIGN.md "The shell"): node-to-node ACN under
+//! `/cluster/acn/*` (signed, answered by the core), the admin API under `/v1/*` (bearer token),
+//! and `/metrics`. Every error is JSON `{"error":{"code","message"}}`; a client's mistake is a
+//! 4xx, never a 5xx.
+
+use crate::daemon::Shared;
+use crate::env::Env;
+use crate::transport::{Transport, TransportError};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use shoal_core::acn::{SignedHeaders, BODY_MAX_BYTES};
+use shoal_core::latency::LatencyMatrix;
+use shoal_core::node::{ApiError, Reply};
+use shoal_core::records::AdminState;
+use shoal_core::NodeId;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Largest admin API request body.
+const API_BODY_MAX_BYTES: usize = 1024 * 1024;
+const PEER_TIMEOUT_MS: u64 = 10_000;
+
+type S<E> = State<Arc<Shared<E>>>;
+
+pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
+    let api = Router::new()
+        .route("/cluster/status", get(cluster_status::<E>))
+        .route("/cluster/create", post(cluster_create::<E>))
+        .route("/cluster/join", post(cluster_join::<E>))
+        .route("/cluster/leave", post(cluster_leave::<E>))
+        .route("/cluster/config", get(cluster_config_get::<E>).post(cluster_config_set::<E>))
+        .route("/tokens", get(tokens_list::<E>).post(tokens_new::<E>))
+        .route("/tokens/{id}", axum::routing::delete(tokens_revoke::<E>))
+        .route("/nodes", get(nodes_list::<E>))
+        .route("/nodes/{id}", get(node_get::<E>).delete(node_remove::<E>))
+        .route("/nodes/{id}/state", post(node_state::<E>))
+        .route("/nodes/{id}/probe", post(node_probe::<E>))
+        .route("/latency", get(latency::<E>))
+        .route("/capabilities", get(capabilities::<E>))
+        .fallback(api_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
+    Router::new()
+        .route("/cluster/acn/{*rest}", any(acn::<E>))
+        .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>)))
+        .nest("/v1", api)
+        .fallback(api_not_found)
+        .with_state(shared)
+}
+
+pub fn error_response(status: u16, code: &str, message: impl Into<String>) -> Response {
+    reply_response(Reply::error(status, code, message))
+}
+
+fn reply_response(r: Reply) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(r.body)).into_response()
+}
+
+fn api_result(r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+        Err(e) => error_response(e.status, e.code, e.message),
+    }
+}
+
+async fn api_not_found() -> Response {
+    error_response(404, "not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(405, "method_not_allowed", "this endpoint does not take that method")
+}
+
+/// The admin token, as `Authorization: Bearer T` (or `X-Shoal-Token: T`), compared in constant time.
+async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request, next: Next) -> Response {
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-shoal-token").and_then(|v| v.to_str().ok()));
+    let Some(presented) = presented else {
+        return error_response(401, "no_token", "this API needs the admin token (Authorization: Bearer <token>)");
+    };
+    let ok: bool = presented.trim().as_bytes().ct_eq(s.admin_token.as_bytes()).into();
+    if !ok {
+        return error_response(401, "bad_token", "the admin token is wrong");
+    }
+    next.run(req).await
+}
+
+fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let slice: &[u8] = if body.iter().all(|b| b.is_ascii_whitespace()) { b"{}" } else { body };
+    serde_json::from_slice(slice).map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))
+}
+
+fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
+    if s.disable_cluster {
+        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
+    }
+    Ok(())
+}
+
+// ---- ACN ----
+
+async fn acn<E: Env>(State(s): S<E>, req: Request<Body>) -> Response {
+    if s.disable_cluster {
+        return error_response(404, "not_found", "clustering is disabled on this node");
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, BODY_MAX_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return error_response(413, "body_too_large", "ACN request bodies are limited to 64 MiB"),
+    };
+    let headers = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
+    let target = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let method = parts.method.as_str().to_string();
+    let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));
+    reply_response(reply)
+}
+
+// ---- cluster ----
+
+async fn cluster_status<E: Env>(State(s): S<E>) -> Response {
+    let mut v = s.read_node(|n, now| n.status(now));
+    v["clusterEnabled"] = json!(!s.disable_cluster);
+    (StatusCode::OK, axum::Json(v)).into_response()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    #[serde(default)]
+    name: String,
+}
+
+async fn cluster_create<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+    api_result((|| {
+        cluster_enabled(&s)?;
+        let b: CreateBody = parse_body(&body)?;
+        s.with_node(|n, now| n.create_cluster(now, &b.name))
+    })())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JoinReq {
+    token: String,
+}
+
+async fn cluster_join<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+    api_result(join(&s, body).await)
+}
+
+async fn join<E: Env>(s: &Arc<Shared<E>>, body: Bytes) -> Result<Value, ApiError> {
+    let b: JoinReq = parse_body(&body)?;
+    join_with_token(s, &b.token).await
+}
+
+/// Join the cluster a token names: ask its issuer, then adopt the answer.
+pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
+    cluster_enabled(s)?;
+    let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
+    let (base, target) = match plan.url.find("/cluster/acn/") {
+        Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
+        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
+    };
+    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
+        Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
+        Err(e) => {
+            s.with_node(|n, _| n.abort_join());
+            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
+        }
+    }
+}
+
+async fn cluster_leave<E: Env>(State(s): S<E>) -> Response {
+    api_result(cluster_enabled(&s).and_then(|_| s.with_node(|n, now| n.leave(now))))
+}
+
+async fn cluster_config_get<E: Env>(State(s): S<E>) -> Response {
+    let v = s.read_node(|n, _| {
+        let m = &n.config().membership;
+        json!({
+            "node": n.id(),
+            "name": n.self_info().name,
+            "advertiseUrl": n.self_info().advertise_url,
+            "listen": s.listen,
+            "dataDir": s.data_dir.display().to_string(),
+            "clusterEnabled": !s.disable_cluster,
+            "heartbeatIntervalMs": m.heartbeat_interval_ms,
+            "onlineWithinMs": m.online_within_ms,
+            "unknownWithinMs": m.unknown_within_ms,
+        })
+    });
+    (StatusCode::OK, axum::Json(v)).into_response()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ConfigBody {
+    name: Option<String>,
+    advertise_url: Option<String>,
+}
+
+async fn cluster_config_set<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+    api_result((|| {
+        let b: ConfigBody = parse_body(&body)?;
+        s.with_node(|n, now| n.configure(now, b.name.as_deref(), b.advertise_url.as_deref()))
+    })())
+}
+
+// ---- tokens ----
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TokenBody {
+    ttl_hours: Option<u64>,
+}
+
+async fn tokens_new<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+    api_result((|| {
+        cluster_enabled(&s)?;
+        let b: TokenBody = parse_body(&body)?;
+        s.with_node(|n, now| n.new_token(now, b.ttl_hours))
+    })())
+}
+
+async fn tokens_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.list_tokens())))
+}
+
+async fn tokens_revoke<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(s.with_node(|n, _| n.revoke_token(&id)))
+}
+
+// ---- nodes ----
+
+async fn nodes_list<E: Env>(State(s): S<E>) -> Response {
+    let views = s.read_node(|n, now| n.views(now));
+    (StatusCode::OK, axum::Json(json!({ "nodes": views }))).into_response()
+}
+
+async fn node_get<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    let view = s.read_node(|n, now| n.views(now).into_iter().find(|v| v.record.id.as_str() == id));
+    match view {
+        Some(v) => (StatusCode::OK, axum::Json(v)).into_response(),
+        None => error_response(404, "unknown_node", format!("no member with id {id}")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateBody {
+    state: String,
+}
+
+async fn node_state<E: Env>(State(s): S<E>, Path(id): Path<String>, body: Bytes) -> Response {
+    api_result((|| {
+        let b: StateBody = parse_body(&body)?;
+        let state = AdminState::parse(&b.state).ok_or_else(|| {
+            ApiError::new(400, "bad_state", format!("state must be maintenance, draining or active, not {:?}", b.state))
+        })?;
+        s.with_node(|n, now| n.set_admin_state(now, &id, state))
+    })())
+}
+
+async fn node_remove<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(s.with_node(|n, now| n.remove_node(now, &id)))
+}
+
+fn transport_error(e: TransportError) -> ApiError {
+    match e {
+        TransportError::UnknownPeer(_) => ApiError::new(404, "unknown_node", e.to_string()),
+        TransportError::NotInCluster => ApiError::new(409, "not_in_cluster", e.to_string()),
+        _ => ApiError::new(502, "unreachable", e.to_string()),
+    }
+}
+
+async fn node_probe<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(probe(&s, NodeId::new(id)).await)
+}
+
+async fn probe<E: Env>(s: &Arc<Shared<E>>, id: NodeId) -> Result<Value, ApiError> {
+    let prepared = s.with_node(|n, now| Transport::<E>::prepare(n, now, &id, "POST", "/cluster/acn/ping", b"{}".to_vec()));
+    let prepared = prepared.map_err(transport_error)?;
+    let route = format!("{:?}", prepared.route);
+    let started = tokio::time::Instant::now();
+    let res = s.transport.send(prepared, PEER_TIMEOUT_MS).await;
+    let rtt_ms = started.elapsed().as_secs_f64() * 1000.0;
+    Ok(match res {
+        Ok(r) => {
+            let reply: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            json!({"node": id, "route": route, "reachable": r.status == 200, "status": r.status, "rttMs": rtt_ms, "reply": reply})
+        }
+        Err(e) => json!({"node": id, "route": route, "reachable": false, "error": e.to_string()}),
+    })
+}
+
+async fn latency<E: Env>(State(s): S<E>) -> Response {
+    let (me, mine, peers) = s.read_node(|n, _| {
+        (n.id().clone(), n.members().latency_vector(), n.members().peers().map(|r| r.id.clone()).collect::<Vec<_>>())
+    });
+    let mut matrix = LatencyMatrix::default();
+    matrix.insert_row(me, mine);
+    let mut tasks = Vec::new();
+    for p in peers {
+        let prepared = s.with_node(|n, now| Transport::<E>::prepare(n, now, &p, "GET", "/cluster/acn/latency", Vec::new()));
+        let Ok(prepared) = prepared else { continue };
+        let transport = s.transport.clone();
+        tasks.push((p, tokio::spawn(async move { transport.send(prepared, 5_000).await })));
+    }
+    let mut unreachable = Vec::new();
+    for (p, t) in tasks {
+        #[derive(Deserialize)]
+        struct Row {
+            latency: BTreeMap<NodeId, f64>,
+        }
+        match t.await {
+            Ok(Ok(r)) if r.status == 200 => match serde_json::from_slice::<Row>(&r.body) {
+                Ok(row) => matrix.insert_row(p, row.latency),
+                Err(_) => unreachable.push(p),
+            },
+            _ => unreachable.push(p),
+        }
+    }
+    let pairs: Vec<Value> = matrix.pairs().into_iter().map(|(a, b, ms)| json!({"a": a, "b": b, "ms": ms})).collect();
+    (StatusCode::OK, axum::Json(json!({"matrix": matrix.rows, "pairs": pairs, "unreachable": unreachable}))).into_response()
+}
+
+async fn capabilities<E: Env>(State(s): S<E>) -> Response {
+    let now = s.env.now();
+    let health = s.env.health(&s.data_dir, now);
+    let caps = s.read_node(|n, _| n.self_info().capabilities.clone());
+    (StatusCode::OK, axum::Json(json!({"capabilities": caps, "health": health}))).into_response()
+}
+
+async fn metrics<E: Env>(State(s): S<E>) -> Response {
+    let text = s.read_node(|n, now| {
+        let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in n.members().records().filter(|r| !r.removed) {
+            *by_state.entry(n.members().state(&r.id, now).as_str()).or_default() += 1;
+        }
+        let mut out = String::from("# HELP shoal_members Members of this node's cluster by computed state.\n# TYPE shoal_members gauge\n");
+        for (st, c) in by_state {
+            out.push_str(&format!("shoal_members{{state=\"{st}\"}} {c}\n"));
+        }
+        out.push_str(&format!(
+            "# HELP shoal_in_cluster 1 when this node is in a cluster.\n# TYPE shoal_in_cluster gauge\nshoal_in_cluster {}\n",
+            u8::from(n.cluster().is_some())
+        ));
+        out
+    });
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
