@@ -7,9 +7,16 @@
 //!
 //! [`Verifier::verify`] checks in the reference's order: not signed -> wrong cluster -> clock skew
 //! (more than 300 s) -> unknown node -> bad signature, and only then spends the nonce (key
-//! `node:nonce`, 600 s) -> replay. A request that fails any earlier check never touches the nonce
-//! cache, so junk cannot poison it. The cache is bounded: when it is full of live nonces the
-//! request is refused rather than an unexpired nonce forgotten.
+//! `node:nonce`, at least 600 s) -> replay. A request that fails any earlier check never touches
+//! the nonce cache, so junk cannot poison it. The cache is bounded: when it is full of live
+//! nonces the request is refused rather than an unexpired nonce forgotten.
+//!
+//! Clock skew, unlike the reference: the 300 s window is centred on the receiver's estimate of
+//! the *sender's* clock (learnt from the `timeMs` peers put in their answers, clamped to
+//! ±[`PEER_OFFSET_MAX_MS`]), so two members whose clocks are 8 minutes apart still talk, while a
+//! request stays acceptable only for its 600 s window. Replay safety: a request stamped `T` can
+//! pass the clock check only while the receiver's clock is within `T ± (300 s + max offset)`,
+//! and its nonce is kept until then (never less than the reference's 600 s).
 
 use crate::ids::{ClusterId, NodeId};
 use crate::rng::SeededRng;
@@ -30,6 +37,8 @@ pub const HEADER_SIGNATURE: &str = "x-aroz-signature";
 pub const BODY_MAX_BYTES: usize = 64 * 1024 * 1024;
 pub const CLOCK_SKEW_MAX_MS: u64 = 300_000;
 pub const NONCE_TTL_MS: u64 = 600_000;
+/// The largest clock offset of a peer this node will allow for.
+pub const PEER_OFFSET_MAX_MS: i64 = 600_000;
 const NONCE_PURGE_EVERY_MS: u64 = 60_000;
 const NONCE_PURGE_ABOVE: usize = 100_000;
 /// Hard bound on remembered nonces; past it (after a purge) requests are refused.
@@ -210,6 +219,12 @@ impl NonceCache {
 
     /// Spend `node:nonce`; an error if it was spent within its lifetime or the cache is full.
     pub fn spend(&mut self, now: Millis, node: &str, nonce: &str) -> Result<(), AcnError> {
+        self.spend_until(now, node, nonce, now.plus(NONCE_TTL_MS))
+    }
+
+    /// Spend `node:nonce`, keeping it until `expires` (at least the standard lifetime).
+    pub fn spend_until(&mut self, now: Millis, node: &str, nonce: &str, expires: Millis) -> Result<(), AcnError> {
+        let expires = expires.max(now.plus(NONCE_TTL_MS));
         if now.since(self.last_purge) > NONCE_PURGE_EVERY_MS || self.seen.len() > NONCE_PURGE_ABOVE {
             self.purge(now);
         }
@@ -225,7 +240,7 @@ impl NonceCache {
                 return Err(AcnError::ReplayCacheFull);
             }
         }
-        self.seen.insert(key, now.plus(NONCE_TTL_MS));
+        self.seen.insert(key, expires);
         Ok(())
     }
 }
@@ -268,6 +283,19 @@ impl Verifier {
         cluster: Option<&ClusterId>,
         member_key: impl FnOnce(&NodeId) -> Option<VerifyingKey>,
     ) -> Result<NodeId, AcnError> {
+        self.verify_with_offset(now, req, cluster, |_| 0, member_key)
+    }
+
+    /// As [`Verifier::verify`], with `peer_offset_ms` giving this node's estimate of how far the
+    /// claimed sender's clock is ahead of ours (clamped to ±[`PEER_OFFSET_MAX_MS`]).
+    pub fn verify_with_offset(
+        &mut self,
+        now: Millis,
+        req: &Incoming<'_>,
+        cluster: Option<&ClusterId>,
+        peer_offset_ms: impl FnOnce(&NodeId) -> i64,
+        member_key: impl FnOnce(&NodeId) -> Option<VerifyingKey>,
+    ) -> Result<NodeId, AcnError> {
         if req.body.len() > BODY_MAX_BYTES {
             return Err(AcnError::BodyTooLarge);
         }
@@ -280,17 +308,26 @@ impl Verifier {
             _ => return Err(AcnError::WrongCluster),
         }
         let ts: i64 = h.timestamp.parse().map_err(|_| AcnError::ClockSkew)?;
-        let now_s = now.as_secs() as i64;
-        if (now_s - ts).unsigned_abs() * 1000 > CLOCK_SKEW_MAX_MS {
+        let ts_ms = ts.checked_mul(1000).ok_or(AcnError::ClockSkew)?;
+        let claimed = NodeId::new(h.node.clone());
+        let offset = peer_offset_ms(&claimed).clamp(-PEER_OFFSET_MAX_MS, PEER_OFFSET_MAX_MS);
+        let expected_ms = now.0 as i64 + offset;
+        if (ts_ms - expected_ms).unsigned_abs() > CLOCK_SKEW_MAX_MS {
             return Err(AcnError::ClockSkew);
         }
-        let node = NodeId::new(h.node.clone());
+        let node = claimed;
         let key = member_key(&node).ok_or(AcnError::UnknownNode)?;
         let canon = canonical_string(req.method, req.target, &h.cluster, &h.node, &h.timestamp, &h.nonce, req.body);
         if !verify_b64(&key, canon.as_bytes(), &h.signature) {
             return Err(AcnError::BadSignature);
         }
-        self.nonces.spend(now, &h.node, &h.nonce)?;
+        let last_acceptable = ts_ms + (CLOCK_SKEW_MAX_MS as i64) + PEER_OFFSET_MAX_MS;
+        self.nonces.spend_until(
+            now,
+            &h.node,
+            &h.nonce,
+            Millis(last_acceptable.max(0) as u64),
+        )?;
         Ok(node)
     }
 }
@@ -425,6 +462,54 @@ mod tests {
         assert_eq!(c.len(), 3);
         assert!(c.spend(Millis(1_300_000), "n", "d").is_ok());
         assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn the_window_follows_the_senders_known_clock_offset() {
+        let mut f = fixture();
+        // The sender runs 8 minutes ahead: refused without an estimate, accepted with one.
+        let h = f.sign("POST", "/x", b"", Millis(NOW.0 + 480_000));
+        assert_eq!(
+            f.check(Some(&h), "POST", "/x", b""),
+            Err(AcnError::ClockSkew)
+        );
+        let vk = f.key.verifying_key();
+        let cluster = f.cluster.clone();
+        let verify = |v: &mut Verifier, at: Millis, off: i64| {
+            v.verify_with_offset(
+                at,
+                &Incoming {
+                    headers: Some(&h),
+                    method: "POST",
+                    target: "/x",
+                    body: b"",
+                },
+                Some(&cluster),
+                |_| off,
+                |_| Some(vk),
+            )
+        };
+        assert!(verify(&mut f.verifier, NOW, 480_000).is_ok());
+        // Replaying it later is refused, even if the estimate moves to the far end of its range.
+        assert_eq!(
+            verify(&mut f.verifier, Millis(NOW.0 + 600_000), -120_000),
+            Err(AcnError::Replay)
+        );
+        // Offsets beyond the cap are not honoured.
+        let h2 = f.sign("POST", "/x", b"", Millis(NOW.0 + 1_200_000));
+        let r = f.verifier.verify_with_offset(
+            NOW,
+            &Incoming {
+                headers: Some(&h2),
+                method: "POST",
+                target: "/x",
+                body: b"",
+            },
+            Some(&cluster),
+            |_| 1_200_000,
+            |_| Some(vk),
+        );
+        assert_eq!(r, Err(AcnError::ClockSkew));
     }
 
     #[test]

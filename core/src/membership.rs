@@ -105,6 +105,8 @@ pub struct MergeOutcome {
 struct PeerSoft {
     last_seen: Millis,
     latency_ms: Option<f64>,
+    /// How far the peer's clock is ahead of ours, latest sample.
+    clock_offset_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug)]
@@ -270,7 +272,8 @@ impl Membership {
             let mut changed = ours.merge_admin(theirs, |id| keys.get(id).copied());
             changed |= ours.merge_removal(theirs, |id| keys.get(id).copied());
             if !is_me {
-                changed |= ours.merge_health(theirs);
+                // Health is soft state: merged, but not a change worth persisting.
+                ours.merge_health(theirs);
             }
             if changed && !out.changed.contains(&theirs.id) {
                 out.changed.push(theirs.id.clone());
@@ -279,11 +282,15 @@ impl Membership {
                 out.removed.push(theirs.id.clone());
             }
             if !is_me {
-                if let Some(sender_now) = sender_now {
-                    if theirs.last_seen_ms > 0 {
-                        let age = sender_now.since(Millis(theirs.last_seen_ms));
-                        self.saw_at(&theirs.id, Millis(now.0.saturating_sub(age)), now);
+                let age = match (theirs.last_seen_age_ms, sender_now) {
+                    (Some(age), _) => Some(age),
+                    (None, Some(sender_now)) if theirs.last_seen_ms > 0 => {
+                        Some(sender_now.since(Millis(theirs.last_seen_ms)))
                     }
+                    _ => None,
+                };
+                if let Some(age) = age {
+                    self.saw_at(&theirs.id, Millis(now.0.saturating_sub(age)), now);
                 }
             }
         }
@@ -327,6 +334,20 @@ impl Membership {
             None => rtt_ms,
             Some(prev) => alpha * rtt_ms + (1.0 - alpha) * prev,
         });
+    }
+
+    /// Note a sample of how far `id`'s clock is ahead of ours (clamped to the accepted range).
+    pub fn record_clock_offset(&mut self, id: &NodeId, offset_ms: i64) {
+        let max = crate::acn::PEER_OFFSET_MAX_MS;
+        self.soft.entry(id.clone()).or_default().clock_offset_ms = Some(offset_ms.clamp(-max, max));
+    }
+
+    /// Our estimate of how far `id`'s clock is ahead of ours (0 when unknown).
+    pub fn clock_offset_ms(&self, id: &NodeId) -> i64 {
+        self.soft
+            .get(id)
+            .and_then(|s| s.clock_offset_ms)
+            .unwrap_or(0)
     }
 
     /// 0 for this node, -1 when never measured.
@@ -399,6 +420,29 @@ impl Membership {
         gone
     }
 
+    /// Records as sent to peers at `now` (this node's monotonic time) and `wall` (its wall
+    /// clock): `lastSeenAgeMs` from our monotonic view, `lastSeen` as the wall time it implies.
+    pub fn wire_records_at(&self, now: Millis, wall: Millis) -> Vec<NodeRecord> {
+        self.records
+            .values()
+            .map(|r| {
+                let mut r = r.clone();
+                let seen = self.last_seen(&r.id);
+                if r.id == self.me || seen == Millis::ZERO {
+                    r.last_seen = 0;
+                    r.last_seen_ms = 0;
+                    r.last_seen_age_ms = None;
+                } else {
+                    let age = now.since(seen);
+                    r.last_seen_ms = wall.0.saturating_sub(age);
+                    r.last_seen = r.last_seen_ms / 1000;
+                    r.last_seen_age_ms = Some(age);
+                }
+                r
+            })
+            .collect()
+    }
+
     /// Records as sent to peers: `lastSeen` filled in from our clock.
     pub fn wire_records(&self) -> Vec<NodeRecord> {
         self.records
@@ -441,6 +485,7 @@ fn admitted_copy(theirs: &NodeRecord) -> NodeRecord {
     }
     fresh.last_seen = 0;
     fresh.last_seen_ms = 0;
+    fresh.last_seen_age_ms = None;
     fresh
 }
 

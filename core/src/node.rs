@@ -11,6 +11,11 @@
 //!
 //! Outgoing requests are signed here (the nonce comes from the node's seeded RNG), so a
 //! simulated run replays byte for byte.
+//!
+//! Two clocks: `now` handed in is the wall clock (signatures, versions, tokens, tombstones).
+//! Liveness, latency and timers run on a monotonic clock derived from it, which follows the wall
+//! clock forward but ignores steps backward, so a clock set back by minutes cannot make a dead
+//! peer look alive or stall heartbeats.
 
 use crate::acn::{self, AcnError, Incoming, SignedHeaders, Verifier};
 use crate::hlc::Hlc;
@@ -193,8 +198,44 @@ enum Purpose {
 #[derive(Clone, Debug)]
 struct InFlight {
     peer: NodeId,
+    /// Monotonic time sent (for round trips and staleness).
     sent: Millis,
+    /// Wall time sent (for the peer's clock offset).
+    sent_wall: Millis,
     purpose: Purpose,
+}
+
+/// A monotonic clock derived from the wall clock: advances with it, never goes back.
+#[derive(Clone, Copy, Debug, Default)]
+struct MonoClock {
+    last_wall: Option<Millis>,
+    mono: Millis,
+}
+
+impl MonoClock {
+    fn advance(&mut self, wall: Millis) -> Millis {
+        match self.last_wall {
+            None => self.mono = wall,
+            Some(prev) => self.mono = self.mono.plus(wall.since(prev)),
+        }
+        self.last_wall = Some(wall);
+        self.mono
+    }
+
+    fn peek(&self, wall: Millis) -> Millis {
+        match self.last_wall {
+            None => wall,
+            Some(prev) => self.mono.plus(wall.since(prev)),
+        }
+    }
+
+    /// The wall time at which monotonic time `m` will be reached.
+    fn to_wall(&self, m: Millis) -> Millis {
+        match self.last_wall {
+            None => m,
+            Some(wall) => wall.plus(m.since(self.mono)),
+        }
+    }
 }
 
 pub struct Node {
@@ -216,6 +257,7 @@ pub struct Node {
     last_states: BTreeMap<NodeId, NodeState>,
     pending_join: Option<JoinToken>,
     health: Option<Health>,
+    clock: MonoClock,
 }
 
 /// What the shell read back from disk.
@@ -252,11 +294,13 @@ impl Node {
             last_states: BTreeMap::new(),
             pending_join: None,
             health: None,
+            clock: MonoClock::default(),
         }
     }
 
     /// Bring back the state persisted before a restart. Heartbeats start at once.
-    pub fn restore(&mut self, now: Millis, r: Restored) {
+    pub fn restore(&mut self, wall: Millis, r: Restored) {
+        let now = self.clock.advance(wall);
         for rec in &r.records {
             self.hlc.observe(&rec.owner_version);
             for m in [&rec.admin, &rec.removal].into_iter().flatten() {
@@ -276,7 +320,7 @@ impl Node {
                 // Our own record is gone or removed: we are not a member any more.
                 self.wipe_cluster();
             } else {
-                self.refresh_own_record(now);
+                self.refresh_own_record(wall, now);
                 self.start_timers(now);
             }
         }
@@ -314,9 +358,15 @@ impl Node {
         Some(acn::sign_request(&self.key, &self.id, &cluster, method, target, body, now, &mut self.rng))
     }
 
-    pub fn views(&self, now: Millis) -> Vec<NodeView> {
+    /// The computed state of a member as of wall time `wall`.
+    pub fn node_state(&self, id: &NodeId, wall: Millis) -> NodeState {
+        self.members.state(id, self.clock.peek(wall))
+    }
+
+    pub fn views(&self, wall: Millis) -> Vec<NodeView> {
+        let now = self.clock.peek(wall);
         self.members
-            .wire_records()
+            .wire_records_at(now, wall)
             .into_iter()
             .map(|record| NodeView {
                 state: self.members.state(&record.id, now),
@@ -335,50 +385,57 @@ impl Node {
         self.outputs.pop_front()
     }
 
+    /// The next deadline, on the wall clock.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        [self.heartbeat_due, self.tick_due].into_iter().flatten().min()
+        [self.heartbeat_due, self.tick_due]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|m| self.clock.to_wall(m))
     }
 
-    pub fn handle_timeout(&mut self, now: Millis) {
+    pub fn handle_timeout(&mut self, wall: Millis) {
+        let now = self.clock.advance(wall);
         if self.cluster.is_none() {
             return;
         }
         if self.heartbeat_due.is_some_and(|d| now >= d) {
-            self.heartbeat_round(now);
+            self.heartbeat_round(wall, now);
             self.heartbeat_due = Some(now.plus(self.config.membership.heartbeat_interval_ms));
         }
         if self.tick_due.is_some_and(|d| now >= d) {
-            self.tick(now);
+            self.tick(wall, now);
             self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
         }
     }
 
-    pub fn handle(&mut self, now: Millis, input: Input) {
+    pub fn handle(&mut self, wall: Millis, input: Input) {
+        let now = self.clock.advance(wall);
         match input {
-            Input::Response { token, result } => self.on_response(now, token, result),
+            Input::Response { token, result } => self.on_response(wall, now, token, result),
             Input::Health(mut h) => {
-                h.timestamp = h.timestamp.max(now.0);
+                h.timestamp = h.timestamp.max(wall.0);
                 if let Some(prev) = &self.health {
                     h.timestamp = h.timestamp.max(prev.timestamp + 1);
                 }
                 self.health = Some(h.clone());
                 if self.cluster.is_some() {
+                    // Health is soft state: it travels with the record but is not persisted.
                     if let Some(rec) = self.members.get_mut(&self.id) {
                         rec.set_health(h, &self.key);
-                        let rec = rec.clone();
-                        self.persist(PersistOp::PutRecord(Box::new(rec)));
                     }
                 }
             }
             Input::Capabilities(c) => {
                 self.me.capabilities = c;
-                self.refresh_own_record(now);
+                self.refresh_own_record(wall, now);
             }
         }
     }
 
     /// Change how the node runs (intervals, thresholds). Takes effect from the next round.
-    pub fn set_config(&mut self, now: Millis, config: NodeConfig) {
+    pub fn set_config(&mut self, wall: Millis, config: NodeConfig) {
+        let now = self.clock.advance(wall);
         self.members.set_config(config.membership.clone());
         self.config = config;
         if self.cluster.is_some() {
@@ -431,27 +488,49 @@ impl Node {
     }
 
     /// Re-sign our own record when what we say about ourselves changed.
-    fn refresh_own_record(&mut self, now: Millis) {
-        let Some(rec) = self.members.get(&self.id) else { return };
+    fn refresh_own_record(&mut self, wall: Millis, now: Millis) {
+        let Some(rec) = self.members.get(&self.id) else {
+            return;
+        };
         let fields = self.owner_fields(rec.joined);
         if rec.owner_fields() == fields {
             return;
         }
-        let v = self.hlc.next(now);
+        let v = self.hlc.next(wall);
         let key = self.key.clone();
         let rec = self.members.get_mut(&self.id).expect("checked");
         rec.resign_owner(fields, v, &key);
         let rec = rec.clone();
         self.persist(PersistOp::PutRecord(Box::new(rec)));
-        self.push_members(now);
+        self.push_members(wall, now);
     }
 
-    fn new_request(&mut self, now: Millis, to: &NodeId, method: &'static str, target: &str, body: Vec<u8>, purpose: Purpose) {
+    #[allow(clippy::too_many_arguments)]
+    fn new_request(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        to: &NodeId,
+        method: &'static str,
+        target: &str,
+        body: Vec<u8>,
+        purpose: Purpose,
+    ) {
         let Some(url) = self.route(to) else { return };
-        let Some(headers) = self.sign(now, method, target, &body) else { return };
+        let Some(headers) = self.sign(wall, method, target, &body) else {
+            return;
+        };
         let token = self.next_token;
         self.next_token += 1;
-        self.in_flight.insert(token, InFlight { peer: to.clone(), sent: now, purpose });
+        self.in_flight.insert(
+            token,
+            InFlight {
+                peer: to.clone(),
+                sent: now,
+                sent_wall: wall,
+                purpose,
+            },
+        );
         let timeout_ms = self.config.membership.heartbeat_timeout_ms;
         self.push_output(Output::Send(OutRequest {
             token,
@@ -465,25 +544,39 @@ impl Node {
         }));
     }
 
-    fn members_body(&self, now: Millis) -> Vec<u8> {
-        let body = MembersBody { nodes: self.members.wire_records(), cluster: self.cluster.clone(), time_ms: now.0 };
+    fn members_body(&self, wall: Millis, now: Millis) -> Vec<u8> {
+        let body = MembersBody {
+            nodes: self.members.wire_records_at(now, wall),
+            cluster: self.cluster.clone(),
+            time_ms: wall.0,
+        };
         serde_json::to_vec(&body).expect("members serialise")
     }
 
     /// Push the whole member list to every live peer (after a local change).
-    fn push_members(&mut self, now: Millis) {
+    fn push_members(&mut self, wall: Millis, now: Millis) {
         if self.cluster.is_none() {
             return;
         }
-        let body = self.members_body(now);
+        let body = self.members_body(wall, now);
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
         for p in peers {
-            self.new_request(now, &p, "POST", "/cluster/acn/members/sync", body.clone(), Purpose::Push);
+            self.new_request(
+                wall,
+                now,
+                &p,
+                "POST",
+                "/cluster/acn/members/sync",
+                body.clone(),
+                Purpose::Push,
+            );
         }
     }
 
-    fn heartbeat_round(&mut self, now: Millis) {
-        let Some(own) = self.members.get(&self.id).cloned() else { return };
+    fn heartbeat_round(&mut self, wall: Millis, now: Millis) {
+        let Some(own) = self.members.get(&self.id).cloned() else {
+            return;
+        };
         let stale_after = self.config.membership.heartbeat_timeout_ms * 2;
         self.in_flight.retain(|_, f| now.since(f.sent) <= stale_after);
         let busy: Vec<NodeId> =
@@ -491,17 +584,25 @@ impl Node {
         let body = serde_json::to_vec(&HeartbeatBody { node: own, cluster: self.cluster.clone() }).expect("serialise");
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).filter(|p| !busy.contains(p)).collect();
         for p in peers {
-            self.new_request(now, &p, "POST", "/cluster/acn/heartbeat", body.clone(), Purpose::Heartbeat);
+            self.new_request(
+                wall,
+                now,
+                &p,
+                "POST",
+                "/cluster/acn/heartbeat",
+                body.clone(),
+                Purpose::Heartbeat,
+            );
         }
     }
 
-    fn tick(&mut self, now: Millis) {
-        for id in self.members.purge_tombstones(now) {
+    fn tick(&mut self, wall: Millis, now: Millis) {
+        for id in self.members.purge_tombstones(wall) {
             self.last_states.remove(&id);
             self.persist(PersistOp::DeleteRecord(id.clone()));
             self.persist(PersistOp::PutPurged(id));
         }
-        for id in self.tokens.purge_expired(now) {
+        for id in self.tokens.purge_expired(wall) {
             self.persist(PersistOp::DeleteToken(id));
         }
         let states: Vec<(NodeId, NodeState)> = self
@@ -520,13 +621,37 @@ impl Node {
         }
     }
 
-    fn on_response(&mut self, now: Millis, token: u64, result: Result<(u16, Vec<u8>), String>) {
-        let Some(f) = self.in_flight.remove(&token) else { return };
+    fn on_response(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        token: u64,
+        result: Result<(u16, Vec<u8>), String>,
+    ) {
+        let Some(f) = self.in_flight.remove(&token) else {
+            return;
+        };
         if self.cluster.is_none() {
             return;
         }
-        let Ok((200, body)) = result else { return };
-        if f.purpose != Purpose::Heartbeat {
+        let (status, body) = match result {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        let time_ms = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("timeMs").and_then(|t| t.as_u64()));
+        if let Some(t) = time_ms.filter(|t| *t > 0) {
+            // Their clock at about the midpoint of the round trip.
+            let midpoint = f.sent_wall.0 as i64 + (now.since(f.sent) / 2) as i64;
+            self.members
+                .record_clock_offset(&f.peer, t as i64 - midpoint);
+        }
+        if status == 401 {
+            self.on_refused(wall, now, &body);
+            return;
+        }
+        if status != 200 || f.purpose != Purpose::Heartbeat {
             return;
         }
         let Ok(reply) = serde_json::from_slice::<MembersBody>(&body) else { return };
@@ -536,11 +661,35 @@ impl Node {
         self.members.record_rtt(&f.peer, now.since(f.sent) as f64);
         self.members.saw_at(&f.peer, now, now);
         let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
-        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::Gossip, &mut self.hlc);
-        self.apply_merge(now, out);
+        let out = self
+            .members
+            .merge(now, &reply.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(wall, out);
     }
 
-    fn apply_merge(&mut self, now: Millis, out: MergeOutcome) {
+    /// A peer refused us as unknown; if it showed us our own removal, check it and leave.
+    fn on_refused(&mut self, wall: Millis, now: Millis, body: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<Value>(body) else {
+            return;
+        };
+        let Some(rec) = v
+            .get("removed")
+            .and_then(|r| serde_json::from_value::<NodeRecord>(r.clone()).ok())
+        else {
+            return;
+        };
+        if rec.id != self.id {
+            return;
+        }
+        let out = self
+            .members
+            .merge(now, &[rec], None, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(wall, out);
+    }
+
+    /// Persist and announce what a merge changed. `wall` is the wall clock (for re-signing).
+    fn apply_merge(&mut self, wall: Millis, out: MergeOutcome) {
+        let now = wall;
         for id in &out.changed {
             if let Some(r) = self.members.get(id) {
                 let r = r.clone();
@@ -594,12 +743,13 @@ impl Node {
     /// Answer one node-to-node request. `target` is the path plus `?query` exactly as received.
     pub fn handle_acn(
         &mut self,
-        now: Millis,
+        wall: Millis,
         method: &str,
         target: &str,
         headers: Option<&SignedHeaders>,
         body: &[u8],
     ) -> Reply {
+        let now = self.clock.advance(wall);
         let path = target.split('?').next().unwrap_or("");
         let Some(endpoint) = path.strip_prefix(ACN_PREFIX) else {
             return Reply::error(404, "not_found", "no such ACN endpoint");
@@ -613,27 +763,57 @@ impl Node {
             return Reply::error(405, "method_not_allowed", format!("{endpoint} takes {want}"));
         }
         match endpoint {
-            "hello" => return Reply::ok(self.hello(now)),
-            "join" => return self.answer_join(now, body),
+            "hello" => return Reply::ok(self.hello(wall)),
+            "join" => return self.answer_join(wall, now, body),
             _ => {}
         }
         let incoming = Incoming { headers, method, target, body };
         let members = &self.members;
-        let sender = match self.verifier.verify(now, &incoming, self.cluster.as_ref().map(|c| &c.id), |id| members.member_key(id)) {
+        let cluster = self.cluster.as_ref().map(|c| &c.id);
+        let verified = self.verifier.verify_with_offset(
+            wall,
+            &incoming,
+            cluster,
+            |id| members.clock_offset_ms(id),
+            |id| members.member_key(id),
+        );
+        let sender = match verified {
             Ok(s) => s,
+            Err(AcnError::UnknownNode) => return self.unknown_sender_reply(headers),
+            Err(AcnError::ClockSkew) => {
+                // Our time rides along so the sender can learn our clock's offset.
+                let mut r = err_reply(AcnError::ClockSkew);
+                r.body["timeMs"] = json!(wall.0);
+                return r;
+            }
             Err(e) => return err_reply(e),
         };
         self.members.saw_at(&sender, now, now);
         match endpoint {
-            "ping" => Reply::ok(json!({"pong": true, "node": sender, "time": now.as_secs()})),
-            "heartbeat" => self.answer_heartbeat(now, &sender, body),
-            "members" => Reply::ok(self.members_json(now)),
-            "members/sync" => self.answer_sync(now, &sender, body),
-            "leave" => self.answer_leave(now, &sender, body),
-            "evict" => self.answer_evict(now, &sender, body),
-            "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
+            "ping" => Reply::ok(json!({"pong": true, "node": sender, "time": wall.as_secs()})),
+            "heartbeat" => self.answer_heartbeat(wall, now, &sender, body),
+            "members" => Reply::ok(self.members_json(wall, now)),
+            "members/sync" => self.answer_sync(wall, now, &sender, body),
+            "leave" => self.answer_leave(wall, now, &sender, body),
+            "evict" => self.answer_evict(wall, now, &sender, body),
+            "latency" => {
+                Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()}))
+            }
             _ => Reply::error(404, "not_found", "no such ACN endpoint"),
         }
+    }
+
+    /// 401 for a sender we do not count as a member. When we hold its removal, it rides along
+    /// (signed by whoever removed it), so a node that missed its eviction learns of it and leaves.
+    fn unknown_sender_reply(&self, headers: Option<&SignedHeaders>) -> Reply {
+        let mut r = err_reply(AcnError::UnknownNode);
+        if let Some(rec) = headers
+            .and_then(|h| self.members.get(&NodeId::new(h.node.clone())))
+            .filter(|r| r.removed)
+        {
+            r.body["removed"] = serde_json::to_value(rec).expect("record serialises");
+        }
+        r
     }
 
     pub fn hello(&self, now: Millis) -> Value {
@@ -645,11 +825,17 @@ impl Node {
         })
     }
 
-    fn members_json(&self, now: Millis) -> Value {
-        json!({"nodes": self.members.wire_records(), "cluster": self.cluster, "time": now.as_secs(), "timeMs": now.0})
+    fn members_json(&self, wall: Millis, now: Millis) -> Value {
+        json!({"nodes": self.members.wire_records_at(now, wall), "cluster": self.cluster, "time": wall.as_secs(), "timeMs": wall.0})
     }
 
-    fn answer_heartbeat(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+    fn answer_heartbeat(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        sender: &NodeId,
+        body: &[u8],
+    ) -> Reply {
         let hb: HeartbeatBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return Reply::error(400, "bad_body", format!("heartbeat body: {e}")),
@@ -657,23 +843,35 @@ impl Node {
         if &hb.node.id != sender {
             return Reply::error(400, "bad_body", "heartbeat record is not the sender's own");
         }
-        let out = self.members.merge(now, std::slice::from_ref(&hb.node), None, Trust::Gossip, &mut self.hlc);
-        self.apply_merge(now, out);
-        Reply::ok(self.members_json(now))
+        let out = self.members.merge(
+            now,
+            std::slice::from_ref(&hb.node),
+            None,
+            Trust::Gossip,
+            &mut self.hlc,
+        );
+        self.apply_merge(wall, out);
+        Reply::ok(self.members_json(wall, now))
     }
 
-    fn answer_sync(&mut self, now: Millis, _sender: &NodeId, body: &[u8]) -> Reply {
+    fn answer_sync(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
         let b: MembersBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return Reply::error(400, "bad_body", format!("members body: {e}")),
         };
         let sender_now = (b.time_ms > 0).then_some(Millis(b.time_ms));
-        let out = self.members.merge(now, &b.nodes, sender_now, Trust::Gossip, &mut self.hlc);
-        self.apply_merge(now, out);
-        Reply::ok(json!({"ok": true}))
+        if b.time_ms > 0 {
+            self.members
+                .record_clock_offset(sender, b.time_ms as i64 - wall.0 as i64);
+        }
+        let out = self
+            .members
+            .merge(now, &b.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(wall, out);
+        Reply::ok(json!({"ok": true, "timeMs": wall.0}))
     }
 
-    fn answer_leave(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+    fn answer_leave(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
         let b: MembersBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return Reply::error(400, "bad_body", format!("leave body: {e}")),
@@ -686,12 +884,14 @@ impl Node {
         if own.is_empty() {
             return Reply::error(400, "bad_body", "leave must carry the sender's own removal");
         }
-        let out = self.members.merge(now, &own, None, Trust::Gossip, &mut self.hlc);
-        self.apply_merge(now, out);
+        let out = self
+            .members
+            .merge(now, &own, None, Trust::Gossip, &mut self.hlc);
+        self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true}))
     }
 
-    fn answer_evict(&mut self, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+    fn answer_evict(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
         let b: MembersBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return Reply::error(400, "bad_body", format!("evict body: {e}")),
@@ -708,11 +908,11 @@ impl Node {
         if !out.removed.contains(&self.id) {
             return Reply::error(400, "bad_body", "the removal does not verify");
         }
-        self.apply_merge(now, out);
+        self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true}))
     }
 
-    fn answer_join(&mut self, now: Millis, body: &[u8]) -> Reply {
+    fn answer_join(&mut self, wall: Millis, now: Millis, body: &[u8]) -> Reply {
         let Some(cluster) = self.cluster.clone() else {
             return Reply::error(404, "not_in_cluster", "this node is not in a cluster");
         };
@@ -723,7 +923,7 @@ impl Node {
         if b.cluster_id != cluster.id {
             return Reply::error(404, "unknown_cluster", "this node is in another cluster");
         }
-        if let Err(e) = self.tokens.check(now, &b.token_id, &b.secret) {
+        if let Err(e) = self.tokens.check(wall, &b.token_id, &b.secret) {
             return Reply::error(403, "bad_token", e.to_string());
         }
         let r = &b.node;
@@ -751,7 +951,7 @@ impl Node {
             rec.removal = None;
             rec.health = None;
             rec.health_sig.clear();
-            let v = self.hlc.next(now);
+            let v = self.hlc.next(wall);
             rec.admit(&self.id, v, &self.key);
             self.hlc.observe(&rec.owner_version);
             self.members.insert(rec.clone());
@@ -762,15 +962,18 @@ impl Node {
         if let Some(t) = self.tokens.count_use(&b.token_id) {
             self.persist(PersistOp::PutToken(t));
         }
-        self.push_members(now);
-        let mut nodes = self.members.wire_records();
+        self.push_members(wall, now);
+        let mut nodes = self.members.wire_records_at(now, wall);
         nodes.sort_by_key(|n| (n.id != self.id, n.id.clone()));
-        Reply::ok(json!({"cluster": cluster, "nodes": nodes, "via": "", "time": now.as_secs(), "timeMs": now.0}))
+        Reply::ok(
+            json!({"cluster": cluster, "nodes": nodes, "via": "", "time": wall.as_secs(), "timeMs": wall.0}),
+        )
     }
 
     // ---- admin commands ----
 
-    pub fn status(&self, now: Millis) -> Value {
+    pub fn status(&self, wall: Millis) -> Value {
+        let now = self.clock.peek(wall);
         let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
         for r in self.members.records().filter(|r| !r.removed) {
             *states.entry(self.members.state(&r.id, now).as_str()).or_default() += 1;
@@ -789,7 +992,8 @@ impl Node {
         })
     }
 
-    pub fn create_cluster(&mut self, now: Millis, name: &str) -> Result<Value, ApiError> {
+    pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
         if let Some(c) = &self.cluster {
             return Err(ApiError::new(409, "in_cluster", format!("this node is already in cluster {} ({})", c.name, c.id)));
         }
@@ -799,11 +1003,15 @@ impl Node {
         }
         let info = ClusterInfo {
             id: ClusterId::new(self.rng.uuid_v4()),
-            name: if name.is_empty() { "shoal".into() } else { name.to_string() },
-            created: now.as_secs(),
+            name: if name.is_empty() {
+                "shoal".into()
+            } else {
+                name.to_string()
+            },
+            created: wall.as_secs(),
         };
-        let mut rec = self.fresh_own_record(now);
-        let v = self.hlc.next(now);
+        let mut rec = self.fresh_own_record(wall);
+        let v = self.hlc.next(wall);
         rec.admit(&self.id, v, &self.key);
         self.members.clear();
         self.members.insert(rec.clone());
@@ -811,7 +1019,7 @@ impl Node {
         self.persist(PersistOp::PutCluster(info));
         self.persist(PersistOp::PutRecord(Box::new(rec)));
         self.start_timers(now);
-        Ok(self.status(now))
+        Ok(self.status(wall))
     }
 
     pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>) -> Result<Value, ApiError> {
@@ -844,25 +1052,32 @@ impl Node {
         }
     }
 
-    pub fn set_admin_state(&mut self, now: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
+    pub fn set_admin_state(
+        &mut self,
+        wall: Millis,
+        id: &str,
+        state: AdminState,
+    ) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
         let id = self.known_peer(id)?;
-        let v = self.hlc.next(now);
+        let v = self.hlc.next(wall);
         let key = self.key.clone();
         let rec = self.members.get_mut(&id).expect("known");
         rec.set_admin(state, v, &key);
         let rec = rec.clone();
         self.persist(PersistOp::PutRecord(Box::new(rec)));
-        self.push_members(now);
+        self.push_members(wall, now);
         Ok(json!({"node": id, "adminState": state.as_str(), "state": self.members.state(&id, now)}))
     }
 
-    pub fn remove_node(&mut self, now: Millis, id: &str) -> Result<Value, ApiError> {
+    pub fn remove_node(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
         let id = self.known_peer(id)?;
         if id == self.id {
             return Err(ApiError::new(400, "is_self", "a node cannot remove itself; use `shoal cluster leave`"));
         }
         let evict_target = self.route(&id);
-        let v = self.hlc.next(now);
+        let v = self.hlc.next(wall);
         let key = self.key.clone();
         let rec = self.members.get_mut(&id).expect("known");
         rec.set_removed(v, &key);
@@ -870,12 +1085,16 @@ impl Node {
         self.persist(PersistOp::PutRecord(Box::new(rec.clone())));
         self.last_states.remove(&id);
         self.event(Event::MemberRemoved(id.clone()));
-        self.push_members(now);
+        self.push_members(wall, now);
         if let Some(url) = evict_target {
             // Tell the removed node; it is no longer a live member, so address it directly.
-            let body = serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: self.cluster.clone(), time_ms: now.0 })
-                .expect("serialise");
-            if let Some(headers) = self.sign(now, "POST", "/cluster/acn/evict", &body) {
+            let body = serde_json::to_vec(&MembersBody {
+                nodes: vec![rec],
+                cluster: self.cluster.clone(),
+                time_ms: wall.0,
+            })
+            .expect("serialise");
+            if let Some(headers) = self.sign(wall, "POST", "/cluster/acn/evict", &body) {
                 let token = self.next_token;
                 self.next_token += 1;
                 self.push_output(Output::Send(OutRequest {
@@ -893,25 +1112,44 @@ impl Node {
         Ok(json!({"removed": id}))
     }
 
-    pub fn leave(&mut self, now: Millis) -> Result<Value, ApiError> {
+    pub fn leave(&mut self, wall: Millis) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
         let cluster = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
-        let v = self.hlc.next(now);
+        let v = self.hlc.next(wall);
         let key = self.key.clone();
         let rec = self.members.get_mut(&self.id).expect("own record exists in a cluster");
         rec.set_removed(v, &key);
         let rec = rec.clone();
-        let body = serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: Some(cluster.clone()), time_ms: now.0 })
-            .expect("serialise");
+        let body = serde_json::to_vec(&MembersBody {
+            nodes: vec![rec],
+            cluster: Some(cluster.clone()),
+            time_ms: wall.0,
+        })
+        .expect("serialise");
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
         for p in &peers {
-            self.new_request(now, p, "POST", "/cluster/acn/leave", body.clone(), Purpose::Push);
+            self.new_request(
+                wall,
+                now,
+                p,
+                "POST",
+                "/cluster/acn/leave",
+                body.clone(),
+                Purpose::Push,
+            );
         }
         self.wipe_cluster();
         Ok(json!({"left": cluster.id, "told": peers.len()}))
     }
 
     /// Change this node's name or advertised URL; re-signs its record and tells the cluster.
-    pub fn configure(&mut self, now: Millis, name: Option<&str>, advertise_url: Option<&str>) -> Result<Value, ApiError> {
+    pub fn configure(
+        &mut self,
+        wall: Millis,
+        name: Option<&str>,
+        advertise_url: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
         if let Some(n) = name {
             let n = n.trim();
             if n.is_empty() || n.len() > 128 {
@@ -926,7 +1164,7 @@ impl Node {
             }
             self.me.advertise_url = u.to_string();
         }
-        self.refresh_own_record(now);
+        self.refresh_own_record(wall, now);
         Ok(json!({"node": self.id, "name": self.me.name, "advertiseUrl": self.me.advertise_url}))
     }
 
@@ -944,8 +1182,17 @@ impl Node {
     }
 
     /// Second half of joining: adopt the issuer's answer.
-    pub fn finish_join(&mut self, now: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
-        let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
+    pub fn finish_join(
+        &mut self,
+        wall: Millis,
+        status: u16,
+        body: &[u8],
+    ) -> Result<Value, ApiError> {
+        let now = self.clock.advance(wall);
+        let t = self
+            .pending_join
+            .take()
+            .ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
         if self.cluster.is_some() {
             return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
         }
@@ -979,19 +1226,34 @@ impl Node {
         let mut own = own;
         own.last_seen = 0;
         own.last_seen_ms = 0;
+        own.last_seen_age_ms = None;
         own.removed = false;
         own.removal = None;
         own.admin = None;
         own.admin_state = AdminState::Active;
         self.members.insert(own.clone());
         let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
-        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::JoinReply, &mut self.hlc);
+        if let Some(issuer) = reply
+            .nodes
+            .first()
+            .filter(|r| r.id != self.id && reply.time_ms > 0)
+        {
+            self.members
+                .record_clock_offset(&issuer.id.clone(), reply.time_ms as i64 - wall.0 as i64);
+        }
+        let out = self.members.merge(
+            now,
+            &reply.nodes,
+            sender_now,
+            Trust::JoinReply,
+            &mut self.hlc,
+        );
         self.cluster = Some(reply.cluster.clone());
         self.persist(PersistOp::PutCluster(reply.cluster.clone()));
         self.persist(PersistOp::PutRecord(Box::new(own)));
-        self.apply_merge(now, out);
+        self.apply_merge(wall, out);
         self.start_timers(now);
-        Ok(self.status(now))
+        Ok(self.status(wall))
     }
 
     /// Forget a join whose request never got an answer.

@@ -152,6 +152,10 @@ pub struct NodeRecord {
     /// Unix ms on the sender's clock; receivers translate it by the sender's `time`.
     #[serde(default)]
     pub last_seen_ms: u64,
+    /// How long ago the sender last heard from this node, on the sender's monotonic clock.
+    /// Receivers prefer it to `lastSeenMs`: it survives clock steps on either side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_age_ms: Option<u64>,
 }
 
 fn owner_payload(f: &OwnerFields, v: &Version) -> Vec<u8> {
@@ -205,6 +209,7 @@ impl NodeRecord {
             health_sig: String::new(),
             last_seen: 0,
             last_seen_ms: 0,
+            last_seen_age_ms: None,
         }
     }
 

@@ -63,7 +63,7 @@ async fn run_in(
         let ready = daemons.iter().all(|d| {
             d.shared().read_node(|n, now| {
                 let members: Vec<_> = n.members().records().filter(|r| !r.removed).collect();
-                members.len() == nodes && members.iter().all(|r| n.members().state(&r.id, now) == NodeState::Online)
+                members.len() == nodes && members.iter().all(|r| n.node_state(&r.id, now) == NodeState::Online)
             })
         });
         if ready {

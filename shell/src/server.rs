@@ -349,7 +349,7 @@ async fn metrics<E: Env>(State(s): S<E>) -> Response {
     let text = s.read_node(|n, now| {
         let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
         for r in n.members().records().filter(|r| !r.removed) {
-            *by_state.entry(n.members().state(&r.id, now).as_str()).or_default() += 1;
+            *by_state.entry(n.node_state(&r.id, now).as_str()).or_default() += 1;
         }
         let mut out = String::from("# HELP shoal_members Members of this node's cluster by computed state.\n# TYPE shoal_members gauge\n");
         for (st, c) in by_state {

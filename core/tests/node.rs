@@ -1,0 +1,809 @@
+//! Three in-memory [`Node`]s wired together by hand: every `Output::Send` is delivered to the
+//! addressed node's `handle_acn` and its reply fed back as `Input::Response`. No shell, no clock:
+//! each node has its own wall clock (a fixed offset from the test's true time).
+//!
+//! Spec: cluster-runtime.md "ACN – node-to-node protocol", "Membership", "Joining";
+//! reference-facts.md "Wire", "Heartbeat", "Liveness" and weakness 10.
+
+use ed25519_dalek::SigningKey;
+use serde_json::{json, Value};
+use shoal_core::acn::{self, SignedHeaders};
+use shoal_core::ids::{ClusterId, NodeId};
+use shoal_core::membership::NodeState;
+use shoal_core::node::{
+    ApiError, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo,
+};
+use shoal_core::records::Capabilities;
+use shoal_core::rng::SeededRng;
+use shoal_core::time::{Millis, DAY_MS, MINUTE_MS, SECOND_MS};
+
+const T0: Millis = Millis(1_700_000_000_000);
+const JOIN: &str = "/cluster/acn/join";
+const PING: &str = "/cluster/acn/ping";
+
+fn id_of(i: usize) -> NodeId {
+    NodeId::new(format!("aaaaaaaa-aaaa-4aaa-8aaa-{:012x}", i + 1))
+}
+
+fn key_of(seed: u8) -> SigningKey {
+    SigningKey::from_bytes(&[seed; 32])
+}
+
+fn url_of(i: usize) -> String {
+    format!("http://10.0.0.{}:7000", i + 1)
+}
+
+fn new_node(i: usize, id: NodeId, key: SigningKey) -> Node {
+    let me = SelfInfo {
+        name: format!("node-{i}"),
+        advertise_url: url_of(i),
+        software_version: "0.1.0".into(),
+        capabilities: Capabilities::default(),
+    };
+    Node::new(id, key, 1000 + i as u64, NodeConfig::default(), me)
+}
+
+fn body_bytes(r: &Reply) -> Vec<u8> {
+    serde_json::to_vec(&r.body).unwrap()
+}
+
+fn code(r: &Reply) -> &str {
+    r.body
+        .pointer("/error/code")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// One delivered request: to which node, which endpoint, and the answer (None: no route).
+#[derive(Clone, Debug)]
+struct Sent {
+    to: Option<usize>,
+    target: String,
+    status: Option<u16>,
+    /// The error code of a refusal, for the failure messages.
+    #[allow(dead_code)]
+    code: String,
+}
+
+/// A hand-driven network of nodes. Node `i` listens on `url_of(i)`.
+struct Net {
+    nodes: Vec<Node>,
+    keys: Vec<SigningKey>,
+    offsets_ms: Vec<i64>,
+    /// True time; node `i` reads `now + offsets_ms[i]`.
+    now: Millis,
+    events: Vec<Vec<Event>>,
+    persisted: Vec<Vec<PersistOp>>,
+    /// Every request each node sent, in order.
+    sent: Vec<Vec<Sent>>,
+    /// Nodes that are switched off: no timers, unreachable.
+    down: Vec<bool>,
+}
+
+impl Net {
+    /// `offsets_ms[i]` is how far node i's clock is off the true time.
+    fn new(offsets_ms: &[i64]) -> Net {
+        let n = offsets_ms.len();
+        let keys: Vec<SigningKey> = (0..n).map(|i| key_of(i as u8 + 1)).collect();
+        Net {
+            nodes: (0..n)
+                .map(|i| new_node(i, id_of(i), keys[i].clone()))
+                .collect(),
+            keys,
+            offsets_ms: offsets_ms.to_vec(),
+            now: T0,
+            events: vec![Vec::new(); n],
+            persisted: vec![Vec::new(); n],
+            sent: vec![Vec::new(); n],
+            down: vec![false; n],
+        }
+    }
+
+    fn clock(&self, i: usize) -> Millis {
+        Millis((self.now.0 as i64 + self.offsets_ms[i]) as u64)
+    }
+
+    fn id(&self, i: usize) -> NodeId {
+        self.nodes[i].id().clone()
+    }
+
+    /// Deliver every queued output until the network is quiet.
+    fn pump(&mut self) {
+        for _round in 0..1000 {
+            let mut moved = false;
+            for i in 0..self.nodes.len() {
+                while let Some(o) = self.nodes[i].poll_output() {
+                    moved = true;
+                    match o {
+                        Output::Send(req) => {
+                            let target = (0..self.nodes.len()).find(|&j| url_of(j) == req.url);
+                            let result = match target {
+                                Some(j) if j != i && !self.down[j] => {
+                                    assert_eq!(
+                                        self.nodes[j].id(),
+                                        &req.to,
+                                        "{} is addressed to {}",
+                                        req.url,
+                                        req.to
+                                    );
+                                    let at = self.clock(j);
+                                    let r = self.nodes[j].handle_acn(
+                                        at,
+                                        req.method,
+                                        &req.target,
+                                        Some(&req.headers),
+                                        &req.body,
+                                    );
+                                    let c = code(&r).to_string();
+                                    self.sent[i].push(Sent {
+                                        to: Some(j),
+                                        target: req.target.clone(),
+                                        status: Some(r.status),
+                                        code: c,
+                                    });
+                                    Ok((r.status, body_bytes(&r)))
+                                }
+                                _ => {
+                                    let s = Sent {
+                                        to: None,
+                                        target: req.target.clone(),
+                                        status: None,
+                                        code: String::new(),
+                                    };
+                                    self.sent[i].push(s);
+                                    Err(format!("no route to {}", req.url))
+                                }
+                            };
+                            let at = self.clock(i);
+                            self.nodes[i].handle(
+                                at,
+                                Input::Response {
+                                    token: req.token,
+                                    result,
+                                },
+                            );
+                        }
+                        Output::Persist(p) => self.persisted[i].push(p),
+                        Output::Event(e) => self.events[i].push(e),
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the network never went quiet");
+    }
+
+    /// Advance true time in `step_ms` steps for `total_ms`, firing due timers and delivering.
+    fn run_for(&mut self, total_ms: u64, step_ms: u64) {
+        let end = self.now.plus(total_ms);
+        while self.now < end {
+            self.now = self.now.plus(step_ms).min(end);
+            for i in 0..self.nodes.len() {
+                let at = self.clock(i);
+                if !self.down[i] && self.nodes[i].poll_timeout().is_some_and(|d| d <= at) {
+                    self.nodes[i].handle_timeout(at);
+                }
+            }
+            self.pump();
+        }
+    }
+
+    fn token(&mut self, issuer: usize) -> String {
+        let at = self.clock(issuer);
+        let t = self.nodes[issuer]
+            .new_token(at, None)
+            .expect("issue a token");
+        self.pump();
+        t["token"].as_str().unwrap().to_string()
+    }
+
+    /// `joiner` presents `token` to `issuer`: prepare, POST join, finish; then deliver.
+    fn join_with(
+        &mut self,
+        joiner: &mut Node,
+        joiner_clock: Millis,
+        issuer: usize,
+        token: &str,
+    ) -> (Reply, Result<Value, ApiError>) {
+        let plan = joiner
+            .prepare_join(joiner_clock, token)
+            .expect("prepare join");
+        assert_eq!(plan.url, format!("{}{JOIN}", url_of(issuer)));
+        let at = self.clock(issuer);
+        let reply = self.nodes[issuer].handle_acn(at, "POST", JOIN, None, &plan.body);
+        let done = joiner.finish_join(joiner_clock, reply.status, &body_bytes(&reply));
+        (reply, done)
+    }
+
+    /// Node `joiner` of this net joins through `issuer` with a fresh token.
+    fn join(&mut self, joiner: usize, issuer: usize) -> (Reply, Result<Value, ApiError>) {
+        let token = self.token(issuer);
+        let at = self.clock(joiner);
+        // Take the joiner out so both it and the issuer can be borrowed.
+        let placeholder = new_node(99, id_of(99), key_of(99));
+        let mut j = std::mem::replace(&mut self.nodes[joiner], placeholder);
+        let out = self.join_with(&mut j, at, issuer, &token);
+        self.nodes[joiner] = j;
+        self.pump();
+        out
+    }
+
+    fn live_members(&self, i: usize) -> Vec<NodeId> {
+        self.nodes[i]
+            .members()
+            .records()
+            .filter(|r| !r.removed)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    fn state(&self, at: usize, of: usize) -> NodeState {
+        self.nodes[at].members().state(&self.id(of), self.clock(at))
+    }
+
+    /// Everyone in `who` sees exactly `who` as live members, all ONLINE.
+    fn assert_all_online(&self, who: &[usize]) {
+        let mut ids: Vec<NodeId> = who.iter().map(|&i| self.id(i)).collect();
+        ids.sort();
+        for &i in who {
+            assert!(
+                self.nodes[i].cluster().is_some(),
+                "node {i} is in the cluster"
+            );
+            assert_eq!(self.live_members(i), ids, "members seen by node {i}");
+            for &j in who {
+                assert_eq!(
+                    self.state(i, j),
+                    NodeState::Online,
+                    "node {j} as seen by node {i}"
+                );
+            }
+        }
+    }
+
+    /// Node `i` signs a request as itself, on its own clock.
+    fn signed(&mut self, i: usize, method: &str, target: &str, body: &[u8]) -> SignedHeaders {
+        let at = self.clock(i);
+        self.nodes[i]
+            .sign(at, method, target, body)
+            .expect("in a cluster")
+    }
+}
+
+/// A, B and C where C's clock runs 4 minutes ahead: A creates the cluster, B and C join
+/// through A, then a minute of heartbeats.
+fn three_nodes() -> Net {
+    let mut net = Net::new(&[0, 0, 4 * MINUTE_MS as i64]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.pump();
+    let (reply, done) = net.join(1, 0);
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    done.expect("B joins");
+    let (reply, done) = net.join(2, 0);
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    done.expect("C joins");
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net
+}
+
+/// cluster-runtime.md "Joining" (steps 1-3) and "Membership" (heartbeats every 15 s, ONLINE
+/// when heard from within 45 s), with one clock 4 minutes ahead (inside the ±5 min ACN window).
+#[test]
+fn three_nodes_that_join_through_one_issuer_all_see_each_other_online() {
+    let mut net = three_nodes();
+    net.assert_all_online(&[0, 1, 2]);
+    let cluster = net.nodes[0].cluster().unwrap().clone();
+    for i in 1..3 {
+        assert_eq!(net.nodes[i].cluster(), Some(&cluster));
+        assert!(net.persisted[i]
+            .iter()
+            .any(|p| p == &PersistOp::PutCluster(cluster.clone())));
+    }
+    // B learnt of C from A's push, not from C: the admission it checked was A's.
+    assert!(net.events[1].contains(&Event::MemberAdded(net.id(2))));
+    // Heartbeats answered, so latency is measured (0 ms here: delivery is instant).
+    assert_eq!(net.nodes[0].members().latency_ms(&net.id(1)), 0.0);
+    // Every heartbeat and push was answered 200.
+    for (i, sent) in net.sent.iter().enumerate() {
+        assert!(
+            sent.iter().all(|s| s.status == Some(200)),
+            "node {i}: {sent:?}"
+        );
+        assert!(
+            sent.iter().any(|s| s.target == "/cluster/acn/heartbeat"),
+            "node {i} heartbeats"
+        );
+    }
+    // And it stays that way.
+    net.run_for(5 * MINUTE_MS, 5 * SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+    // A node that goes silent is UNKNOWN after 45 s and OFFLINE after 3 min on the others.
+    net.down[2] = true;
+    net.run_for(MINUTE_MS, SECOND_MS);
+    assert_eq!(net.state(0, 2), NodeState::Unknown);
+    assert_eq!(net.state(1, 2), NodeState::Unknown);
+    net.run_for(3 * MINUTE_MS, SECOND_MS);
+    assert_eq!(net.state(0, 2), NodeState::Offline);
+    assert_eq!(net.state(1, 2), NodeState::Offline);
+    assert_eq!(net.state(0, 1), NodeState::Online);
+    assert!(
+        net.sent[0].iter().rev().take(3).any(|s| s.to.is_none()),
+        "A still tries C"
+    );
+    // Back up: ONLINE again within one heartbeat round.
+    net.down[2] = false;
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+}
+
+/// cluster-runtime.md "Membership" ("other members may only change its admin state or remove
+/// it", "Removed nodes stay as tombstones"), ACN `POST /cluster/acn/evict`.
+#[test]
+fn a_node_removed_on_one_member_is_removed_everywhere_and_evicted() {
+    let mut net = three_nodes();
+    let c = net.id(2);
+    let at = net.clock(0);
+    net.nodes[0].remove_node(at, c.as_str()).expect("remove C");
+    net.pump();
+    assert!(
+        net.nodes[1].members().get(&c).unwrap().removed,
+        "B learnt the removal"
+    );
+    assert!(net.events[1].contains(&Event::MemberRemoved(c.clone())));
+    assert_eq!(net.nodes[2].cluster(), None, "C was evicted");
+    assert!(net.events[2].contains(&Event::RemovedSelf));
+    assert!(net.persisted[2].contains(&PersistOp::ClearCluster));
+    let evict = net.sent[0].last().unwrap().clone();
+    assert_eq!(
+        (evict.to, evict.target.as_str(), evict.status),
+        (Some(2), "/cluster/acn/evict", Some(200))
+    );
+    // From now on nobody talks to C, and C talks to nobody.
+    let before: Vec<usize> = net.sent.iter().map(Vec::len).collect();
+    net.run_for(2 * MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1]);
+    for i in [0, 1] {
+        let later = &net.sent[i][before[i]..];
+        assert!(!later.is_empty(), "node {i} keeps heartbeating");
+        assert!(
+            later
+                .iter()
+                .all(|s| s.to != Some(2) && s.status == Some(200)),
+            "node {i}: {later:?}"
+        );
+    }
+    assert_eq!(net.sent[2].len(), before[2]);
+    assert_eq!(net.nodes[2].poll_timeout(), None);
+    // A cannot remove itself, nor a node twice.
+    let at = net.clock(0);
+    let a = net.id(0);
+    assert_eq!(
+        net.nodes[0].remove_node(at, a.as_str()).unwrap_err().status,
+        400
+    );
+    assert_eq!(
+        net.nodes[0].remove_node(at, c.as_str()).unwrap_err().code,
+        "node_removed"
+    );
+}
+
+/// reference-facts.md weakness 10 ("a join token can re-register an existing node id with a new
+/// key"); cluster-runtime.md "Joining".
+#[test]
+fn a_token_cannot_re_register_an_existing_node_id_with_a_different_key() {
+    let mut net = three_nodes();
+    let b = net.id(1);
+    let token = net.token(0);
+    let mut impostor = new_node(1, b.clone(), key_of(200));
+    let at = net.clock(0);
+    let (reply, done) = net.join_with(&mut impostor, at, 0, &token);
+    assert_eq!(reply.status, 409);
+    assert_eq!(code(&reply), "node_exists");
+    assert_eq!(done.unwrap_err().status, 409);
+    assert_eq!(impostor.cluster(), None);
+    let pinned = net.nodes[0].members().get(&b).unwrap().public_key.clone();
+    assert_eq!(pinned, acn::public_key_b64(&net.keys[1].verifying_key()));
+    let id = shoal_core::token::JoinToken::parse(&token)
+        .unwrap()
+        .token_id;
+    assert_eq!(
+        net.nodes[0].tokens().get(&id).unwrap().uses,
+        0,
+        "a refused join does not count as a use"
+    );
+    net.pump();
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+}
+
+/// cluster-runtime.md "Membership" (tombstones 7 days); membership.rs module docs (purged ids
+/// are remembered): a removed node id cannot join again, even after its tombstone is purged.
+#[test]
+fn a_removed_node_cannot_join_again() {
+    let mut net = three_nodes();
+    let c = net.id(2);
+    let at = net.clock(0);
+    net.nodes[0].remove_node(at, c.as_str()).unwrap();
+    net.pump();
+    assert_eq!(net.nodes[2].cluster(), None);
+
+    let (reply, done) = net.join(2, 0);
+    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+    let e = done.unwrap_err();
+    assert_eq!((e.status, e.code), (409, "join_refused"));
+    assert_eq!(net.nodes[2].cluster(), None);
+    // Through the other member too.
+    let (reply, _) = net.join(2, 1);
+    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+
+    // Eight days later the tombstone is gone, the id is still refused.
+    net.run_for(8 * DAY_MS, 10 * MINUTE_MS);
+    assert!(net.nodes[0].members().get(&c).is_none(), "tombstone purged");
+    assert!(net.nodes[0].members().purged().any(|p| p == &c));
+    assert!(net.persisted[0].contains(&PersistOp::PutPurged(c.clone())));
+    let (reply, done) = net.join(2, 0);
+    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+    assert!(done.is_err());
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1]);
+
+    // The same machine with a fresh identity is welcome.
+    let mut fresh = new_node(2, id_of(7), key_of(77));
+    let token = net.token(0);
+    let at = net.clock(2);
+    let (reply, done) = net.join_with(&mut fresh, at, 0, &token);
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    done.unwrap();
+    net.nodes[2] = fresh;
+    net.pump();
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+}
+
+/// cluster-runtime.md ACN `POST /cluster/acn/leave` ("sender leaves").
+#[test]
+fn a_node_that_leaves_is_removed_on_every_member() {
+    let mut net = three_nodes();
+    let b = net.id(1);
+    let at = net.clock(1);
+    let left = net.nodes[1].leave(at).expect("leave");
+    assert_eq!(left["told"], 2);
+    assert_eq!(net.nodes[1].cluster(), None);
+    net.pump();
+    for i in [0, 2] {
+        let r = net.nodes[i].members().get(&b).expect("tombstone kept");
+        assert!(r.removed);
+        assert_eq!(r.removal.as_ref().unwrap().by, b, "signed by the leaver");
+        assert!(net.events[i].contains(&Event::MemberRemoved(b.clone())));
+    }
+    let leaves: Vec<&Sent> = net.sent[1]
+        .iter()
+        .filter(|s| s.target == "/cluster/acn/leave")
+        .collect();
+    assert_eq!(leaves.len(), 2);
+    assert!(leaves.iter().all(|s| s.status == Some(200)), "{leaves:?}");
+    assert!(net.persisted[1].contains(&PersistOp::ClearCluster));
+    assert!(net.nodes[1].members().is_empty());
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 2]);
+    // Leaving twice is an error, not a panic.
+    let at = net.clock(1);
+    assert_eq!(net.nodes[1].leave(at).unwrap_err().code, "not_in_cluster");
+}
+
+/// reference-facts.md "Heartbeat": 400 if node.id != signer.
+#[test]
+fn a_heartbeat_carrying_another_nodes_record_gets_400() {
+    let mut net = three_nodes();
+    let cluster = net.nodes[0].cluster().cloned();
+    let c_record = net.nodes[1].members().get(&net.id(2)).unwrap().clone();
+    let body = serde_json::to_vec(&json!({"node": c_record, "cluster": cluster})).unwrap();
+    let h = net.signed(1, "POST", "/cluster/acn/heartbeat", &body);
+    let at = net.clock(0);
+    let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), &body);
+    assert_eq!((r.status, code(&r)), (400, "bad_body"));
+
+    // Control: B's own record is accepted and answered with the member list.
+    let b_record = net.nodes[1].members().get(&net.id(1)).unwrap().clone();
+    let body = serde_json::to_vec(&json!({"node": b_record, "cluster": cluster})).unwrap();
+    let h = net.signed(1, "POST", "/cluster/acn/heartbeat", &body);
+    let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), &body);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["nodes"].as_array().unwrap().len(), 3);
+    // Malformed body from a member: 400, not a panic.
+    let h = net.signed(1, "POST", "/cluster/acn/heartbeat", b"{");
+    let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), b"{");
+    assert_eq!(r.status, 400);
+}
+
+/// reference-facts.md "Wire" (verify order; all 401) through `Node::handle_acn`: unsigned,
+/// wrong cluster, stale timestamp, unknown or removed sender, bad signature, replay.
+#[test]
+fn every_acn_rejection_answers_401_through_the_node() {
+    let mut net = three_nodes();
+    let cluster = net.nodes[0].cluster().unwrap().id.clone();
+    let at = net.clock(0);
+    let mut rng = SeededRng::new(5);
+    let b = net.id(1);
+
+    // The unsigned probe is open, a signed ping from a member passes.
+    assert_eq!(
+        net.nodes[0]
+            .handle_acn(at, "GET", "/cluster/acn/hello", None, b"")
+            .status,
+        200
+    );
+    let h = net.signed(1, "POST", PING, b"");
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["node"], json!(b));
+
+    // Replay of that very request.
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "replay"));
+
+    // Unsigned, and signed with a header missing.
+    let r = net.nodes[0].handle_acn(at, "POST", PING, None, b"");
+    assert_eq!((r.status, code(&r)), (401, "not_signed"));
+    let mut h = net.signed(1, "POST", PING, b"");
+    h.nonce.clear();
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "not_signed"));
+
+    // Another cluster.
+    let other = ClusterId::new("99999999-9999-4999-8999-999999999999");
+    let h = acn::sign_request(&net.keys[1], &b, &other, "POST", PING, b"", at, &mut rng);
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "wrong_cluster"));
+
+    // Six minutes old, six minutes ahead; four minutes ahead (C's clock) is fine.
+    for skew in [-6i64, 6] {
+        let when = Millis((at.0 as i64 + skew * MINUTE_MS as i64) as u64);
+        let h = acn::sign_request(
+            &net.keys[1],
+            &b,
+            &cluster,
+            "POST",
+            PING,
+            b"",
+            when,
+            &mut rng,
+        );
+        let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+        assert_eq!((r.status, code(&r)), (401, "clock_skew"), "skew {skew} min");
+    }
+    let h = net.signed(2, "POST", PING, b"");
+    assert_eq!(
+        net.nodes[0]
+            .handle_acn(at, "POST", PING, Some(&h), b"")
+            .status,
+        200
+    );
+
+    // A stranger's key under a stranger's id, and under a member's id.
+    let stranger = key_of(250);
+    let h = acn::sign_request(
+        &stranger,
+        &id_of(50),
+        &cluster,
+        "POST",
+        PING,
+        b"",
+        at,
+        &mut rng,
+    );
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "unknown_node"));
+    let h = acn::sign_request(&stranger, &b, &cluster, "POST", PING, b"", at, &mut rng);
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "bad_signature"));
+    // A body changed in transit.
+    let h = net.signed(1, "POST", "/cluster/acn/members/sync", b"{\"nodes\":[]}");
+    let r = net.nodes[0].handle_acn(
+        at,
+        "POST",
+        "/cluster/acn/members/sync",
+        Some(&h),
+        b"{\"nodes\":[{}]}",
+    );
+    assert_eq!((r.status, code(&r)), (401, "bad_signature"));
+
+    // A removed member, signing properly with its own key, is no longer a member.
+    let c = net.id(2);
+    net.nodes[0].remove_node(at, c.as_str()).unwrap();
+    net.pump();
+    let h = acn::sign_request(&net.keys[2], &c, &cluster, "POST", PING, b"", at, &mut rng);
+    let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
+    assert_eq!((r.status, code(&r)), (401, "unknown_node"));
+
+    // Not ACN at all, or the wrong method: 404 / 405 before any signature check.
+    assert_eq!(
+        net.nodes[0]
+            .handle_acn(at, "POST", "/cluster/acn/nope", None, b"")
+            .status,
+        404
+    );
+    assert_eq!(
+        net.nodes[0].handle_acn(at, "GET", PING, None, b"").status,
+        405
+    );
+    assert_eq!(
+        net.nodes[0]
+            .handle_acn(at, "GET", "/v1/status", None, b"")
+            .status,
+        404
+    );
+}
+
+/// cluster-runtime.md "Joining" and ACN `POST /cluster/acn/join` ("405/404/403/400 cases"):
+/// a bad secret, a revoked token, another cluster's token and a node outside any cluster.
+#[test]
+fn a_join_with_a_bad_token_is_refused_with_the_reference_status() {
+    let mut net = three_nodes();
+    let token = net.token(0);
+    let mut t = shoal_core::token::JoinToken::parse(&token).unwrap();
+    t.secret = "0".repeat(64);
+    let mut newcomer = new_node(5, id_of(5), key_of(55));
+    let at = net.clock(0);
+    let (reply, done) = net.join_with(&mut newcomer, at, 0, &t.encode());
+    assert_eq!((reply.status, code(&reply)), (403, "bad_token"));
+    assert_eq!(done.unwrap_err().status, 403);
+
+    let id = shoal_core::token::JoinToken::parse(&token)
+        .unwrap()
+        .token_id;
+    net.nodes[0].revoke_token(id.as_str()).unwrap();
+    let (reply, _) = net.join_with(&mut newcomer, at, 0, &token);
+    assert_eq!(reply.status, 403);
+
+    let mut t = shoal_core::token::JoinToken::parse(&token).unwrap();
+    t.cluster = ClusterId::new("99999999-9999-4999-8999-999999999999");
+    let (reply, _) = net.join_with(&mut newcomer, at, 0, &t.encode());
+    assert_eq!((reply.status, code(&reply)), (404, "unknown_cluster"));
+
+    let mut loner = new_node(6, id_of(6), key_of(66));
+    let r = loner.handle_acn(at, "POST", JOIN, None, b"{}");
+    assert_eq!(r.status, 404);
+    assert_eq!(newcomer.cluster(), None);
+}
+
+/// reference-facts.md weakness 3 ("a node whose clock runs ahead always wins") and
+/// cluster-runtime.md "Membership" ("other members may only change its admin state"): C, 4
+/// minutes ahead, puts B in maintenance; A, having heard of it, puts B back to active a
+/// moment later. A's later write wins on every node, B included.
+#[test]
+fn an_admin_state_set_after_one_from_a_clock_ahead_wins_everywhere() {
+    let mut net = three_nodes();
+    let b = net.id(1);
+    let at = net.clock(2);
+    net.nodes[2]
+        .set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Maintenance)
+        .unwrap();
+    net.pump();
+    for i in 0..3 {
+        assert_eq!(net.state(i, 1), NodeState::Maintenance, "on node {i}");
+    }
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(0);
+    net.nodes[0]
+        .set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Active)
+        .unwrap();
+    net.pump();
+    net.run_for(MINUTE_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+    let versions: Vec<_> = (0..3).map(|i| net.nodes[i].members().versions()).collect();
+    assert!(versions.iter().all(|v| v == &versions[0]), "{versions:#?}");
+    let mark = net.nodes[1]
+        .members()
+        .get(&b)
+        .unwrap()
+        .admin
+        .clone()
+        .unwrap();
+    assert_eq!(mark.by, net.id(0));
+}
+
+/// reference-facts.md "Liveness" (DEGRADED at cpu >= 97) and "Heartbeat" (records travel with
+/// every heartbeat): a node's own health report reaches its peers with its next heartbeat.
+#[test]
+fn a_node_reporting_98_percent_cpu_is_degraded_on_its_peers_after_a_heartbeat() {
+    let mut net = three_nodes();
+    let at = net.clock(1);
+    let hot = shoal_core::records::Health {
+        cpu_usage: 98.0,
+        ram_used: 1,
+        ram_total: 10,
+        disk_free: 50,
+        disk_total: 100,
+        uptime: 100,
+        timestamp: 0,
+    };
+    net.nodes[1].handle(at, Input::Health(hot));
+    net.pump();
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    assert_eq!(net.state(0, 1), NodeState::Degraded);
+    assert_eq!(net.state(2, 1), NodeState::Degraded);
+    assert_eq!(
+        net.state(1, 1),
+        NodeState::Online,
+        "a node is ONLINE to itself"
+    );
+    let calm = shoal_core::records::Health {
+        cpu_usage: 5.0,
+        ..Default::default()
+    };
+    let at = net.clock(1);
+    net.nodes[1].handle(at, Input::Health(calm));
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    net.assert_all_online(&[0, 1, 2]);
+}
+
+/// cluster-runtime.md "A node is authoritative for its own record": a rename re-signs the
+/// owner register and reaches every member.
+#[test]
+fn a_renamed_node_is_seen_under_its_new_name_everywhere() {
+    let mut net = three_nodes();
+    let at = net.clock(2);
+    net.nodes[2].configure(at, Some("attic"), None).unwrap();
+    net.pump();
+    for i in 0..3 {
+        assert_eq!(
+            net.nodes[i].members().get(&net.id(2)).unwrap().name,
+            "attic",
+            "on node {i}"
+        );
+    }
+    let at = net.clock(2);
+    assert_eq!(
+        net.nodes[2]
+            .configure(at, Some(""), None)
+            .unwrap_err()
+            .status,
+        400
+    );
+}
+
+/// cluster-runtime.md ACN `POST /cluster/acn/evict` and "Removed nodes stay as tombstones ...
+/// so the removal propagates": a node that was down when it was removed misses the evict; the
+/// first member that refuses its heartbeat (401) shows it its signed removal, and it leaves.
+#[test]
+fn a_node_removed_while_it_was_down_leaves_when_it_comes_back() {
+    let mut net = three_nodes();
+    let c = net.id(2);
+    net.down[2] = true;
+    let at = net.clock(0);
+    net.nodes[0].remove_node(at, c.as_str()).unwrap();
+    net.pump();
+    let evict = net.sent[0].last().unwrap().clone();
+    assert_eq!(
+        (evict.to, evict.target.as_str()),
+        (None, "/cluster/acn/evict"),
+        "the evict found nobody"
+    );
+    net.run_for(MINUTE_MS, SECOND_MS);
+    assert!(net.nodes[2].cluster().is_some(), "C does not know yet");
+
+    net.down[2] = false;
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    let refused: Vec<&Sent> = net.sent[2]
+        .iter()
+        .filter(|s| s.status == Some(401))
+        .collect();
+    assert!(
+        !refused.is_empty() && refused.iter().all(|s| s.code == "unknown_node"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        net.nodes[2].cluster(),
+        None,
+        "C learnt of its removal and left"
+    );
+    assert!(net.events[2].contains(&Event::RemovedSelf));
+    let quiet = net.sent[2].len();
+    net.run_for(MINUTE_MS, SECOND_MS);
+    assert_eq!(net.sent[2].len(), quiet, "and stopped heartbeating");
+    net.assert_all_online(&[0, 1]);
+}

@@ -1,0 +1,115 @@
+//! The simulated environment: turmoil's TCP, a per-node wall clock with offset and drift, and a
+//! fixed host probe. This is the only place turmoil meets the shell.
+
+use shoal_core::records::{Capabilities, Health};
+use shoal_core::{Millis, SeededRng};
+use shoal_shell::env::{Clock, Net, Probe};
+use std::io;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Wall-clock time of the simulation's start, unix ms (2027-01-15).
+pub const SIM_EPOCH_MS: u64 = 1_800_000_000_000;
+
+/// How one node's clock is off: a fixed offset and a drift rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockFault {
+    pub offset_ms: i64,
+    /// Parts per million; +200 runs 0.02 % fast.
+    pub drift_ppm: i64,
+}
+
+#[derive(Clone)]
+pub struct SimEnv {
+    clock: Arc<Mutex<ClockFault>>,
+    /// Simulated ms elapsed, kept by the harness for reads from outside a host.
+    sim_ms: Arc<AtomicU64>,
+    seeds: Arc<Mutex<SeededRng>>,
+}
+
+impl SimEnv {
+    pub fn new(clock: Arc<Mutex<ClockFault>>, sim_ms: Arc<AtomicU64>, seed: u64) -> SimEnv {
+        SimEnv { clock, sim_ms, seeds: Arc::new(Mutex::new(SeededRng::new(seed))) }
+    }
+}
+
+/// The wall clock of a node whose clock is `fault` after `elapsed_ms` of simulated time.
+pub fn node_clock(fault: ClockFault, elapsed_ms: u64) -> Millis {
+    let drifted = elapsed_ms as i64 + (elapsed_ms as i64 * fault.drift_ppm) / 1_000_000;
+    Millis((SIM_EPOCH_MS as i64 + drifted + fault.offset_ms).max(0) as u64)
+}
+
+impl Clock for SimEnv {
+    fn now(&self) -> Millis {
+        let elapsed =
+            turmoil::sim_elapsed().map(|d| d.as_millis() as u64).unwrap_or_else(|| self.sim_ms.load(Ordering::SeqCst));
+        let fault = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        node_clock(fault, elapsed)
+    }
+}
+
+impl Probe for SimEnv {
+    fn capabilities(&self, _data_dir: &Path, now: Millis) -> Capabilities {
+        Capabilities {
+            os: "linux".into(),
+            arch: "x86_64".into(),
+            cpu_cores: 4,
+            total_ram: 8 << 30,
+            hostname: "sim".into(),
+            features: Default::default(),
+            detected_at: now.as_secs(),
+        }
+    }
+
+    fn health(&self, _data_dir: &Path, now: Millis) -> Health {
+        Health {
+            cpu_usage: 10.0,
+            ram_used: 2 << 30,
+            ram_total: 8 << 30,
+            disk_free: 50 << 30,
+            disk_total: 100 << 30,
+            uptime: 0,
+            timestamp: now.0,
+        }
+    }
+
+    fn seed(&self) -> u64 {
+        self.seeds.lock().unwrap_or_else(|p| p.into_inner()).next_u64()
+    }
+}
+
+pub struct SimListener(turmoil::net::TcpListener);
+
+impl axum::serve::Listener for SimListener {
+    type Io = turmoil::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.0.accept().await {
+                Ok(pair) => return pair,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
+
+impl Net for SimEnv {
+    type Stream = turmoil::net::TcpStream;
+    type Listener = SimListener;
+    type Addr = SocketAddr;
+
+    async fn connect(&self, host_port: String) -> io::Result<Self::Stream> {
+        turmoil::net::TcpStream::connect(host_port.as_str()).await
+    }
+
+    async fn bind(&self, host_port: String) -> io::Result<Self::Listener> {
+        Ok(SimListener(turmoil::net::TcpListener::bind(host_port.as_str()).await?))
+    }
+}

@@ -1,0 +1,394 @@
+//! The simulated cluster: hosts, the operator's control client, faults and observation.
+
+use crate::env::{ClockFault, SimEnv};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use shoal_core::membership::{MembershipConfig, NodeState};
+use shoal_core::records::AdminState;
+use shoal_core::{NodeId, SeededRng};
+use shoal_shell::client::HttpClient;
+use shoal_shell::daemon::{self, ServeOptions, Shared};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub const PORT: u16 = 7000;
+const CTL: &str = "ctl";
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub seed: u64,
+    pub nodes: usize,
+    pub tick_ms: u64,
+    pub membership: MembershipConfig,
+    /// Give every node a clock offset up to ±4 min and a drift up to ±200 ppm.
+    pub clock_faults: bool,
+}
+
+impl SimConfig {
+    pub fn new(seed: u64, nodes: usize) -> SimConfig {
+        SimConfig { seed, nodes, tick_ms: 10, membership: MembershipConfig::default(), clock_faults: true }
+    }
+}
+
+type ApiCall = (String, String, String, Option<Value>);
+type ApiResult = Result<(u16, Value), String>;
+
+struct SimNode {
+    name: String,
+    dir: PathBuf,
+    slot: Arc<Mutex<Option<Weak<Shared<SimEnv>>>>>,
+    clock: Arc<Mutex<ClockFault>>,
+    running: bool,
+    crashed_at_ms: Option<u64>,
+}
+
+/// What one node currently believes, read straight from its core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub id: NodeId,
+    pub cluster: Option<String>,
+    pub versions: Vec<(NodeId, String)>,
+    pub states: BTreeMap<NodeId, NodeState>,
+    pub admin: BTreeMap<NodeId, AdminState>,
+    pub removed: BTreeSet<NodeId>,
+    /// Members this node has not heard of since it started (UNKNOWN by the spec's rule).
+    pub never_heard: BTreeSet<NodeId>,
+}
+
+pub struct Harness {
+    pub cfg: SimConfig,
+    sim: turmoil::Sim<'static>,
+    nodes: Vec<SimNode>,
+    sim_ms: Arc<AtomicU64>,
+    ctl_tx: tokio::sync::mpsc::UnboundedSender<(ApiCall, mpsc::Sender<ApiResult>)>,
+    _root: tempfile::TempDir,
+    digest: Sha256,
+    /// What happened, in order, for a failure report.
+    pub log: Vec<String>,
+    /// Per node: ids it has seen removed (they must stay removed).
+    seen_removed: Vec<BTreeSet<NodeId>>,
+    pub ids: Vec<NodeId>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Harness {
+    pub fn new(cfg: SimConfig) -> Harness {
+        let mut rng = SeededRng::new(cfg.seed);
+        let mut sim = turmoil::Builder::new()
+            .rng_seed(cfg.seed)
+            .tick_duration(Duration::from_millis(cfg.tick_ms))
+            .simulation_duration(Duration::from_secs(24 * 3600))
+            .min_message_latency(Duration::from_millis(1))
+            .max_message_latency(Duration::from_millis(1 + rng.below(40)))
+            .tcp_capacity(4096)
+            .build();
+        let root = tempfile::Builder::new().prefix("shoal-sim-").tempdir().expect("temp dir");
+        let sim_ms = Arc::new(AtomicU64::new(0));
+        let mut nodes = Vec::new();
+        for i in 0..cfg.nodes {
+            let name = format!("n{i}");
+            let dir = root.path().join(&name);
+            let fault = if cfg.clock_faults {
+                ClockFault { offset_ms: rng.below(480_001) as i64 - 240_000, drift_ppm: rng.below(401) as i64 - 200 }
+            } else {
+                ClockFault::default()
+            };
+            let clock = Arc::new(Mutex::new(fault));
+            let slot = Arc::new(Mutex::new(None));
+            let env = SimEnv::new(clock.clone(), sim_ms.clone(), rng.next_u64());
+            let (d, s, m, host) = (dir.clone(), slot.clone(), cfg.membership.clone(), name.clone());
+            sim.host(name.as_str(), move || {
+                let (env, dir, slot, membership, host) = (env.clone(), d.clone(), s.clone(), m.clone(), host.clone());
+                async move {
+                    let mut opts = ServeOptions::new(dir, format!("0.0.0.0:{PORT}"));
+                    opts.advertise = Some(format!("http://{host}:{PORT}"));
+                    opts.name = Some(host);
+                    opts.durable = true;
+                    opts.membership = membership;
+                    let d = daemon::start(env, opts).await.map_err(|e| e.to_string())?;
+                    *lock(&slot) = Some(d.downgrade());
+                    d.wait().await;
+                    Ok(())
+                }
+            });
+            nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None });
+        }
+        let (ctl_tx, mut ctl_rx) = tokio::sync::mpsc::unbounded_channel::<(ApiCall, mpsc::Sender<ApiResult>)>();
+        let ctl_env = SimEnv::new(Arc::new(Mutex::new(ClockFault::default())), sim_ms.clone(), rng.next_u64());
+        sim.client(CTL, async move {
+            let client = HttpClient::new(ctl_env);
+            while let Some(((base, token, call, body), reply)) = ctl_rx.recv().await {
+                let (method, path) = call.split_once(' ').unwrap_or(("GET", call.as_str()));
+                let auth = format!("Bearer {token}");
+                let body = body.map(|b| serde_json::to_vec(&b).expect("json")).unwrap_or_default();
+                let r = client.request(&base, method, path, &[("authorization", &auth)], body, 30_000).await;
+                let r = r
+                    .map(|resp| (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null)))
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(r);
+            }
+            Ok(())
+        });
+        let n = cfg.nodes;
+        let mut h = Harness {
+            cfg,
+            sim,
+            nodes,
+            sim_ms,
+            ctl_tx,
+            _root: root,
+            digest: Sha256::new(),
+            log: Vec::new(),
+            seen_removed: vec![BTreeSet::new(); n],
+            ids: Vec::new(),
+        };
+        // Let every host start and write its identity.
+        h.step_for(100).expect("start");
+        h.ids = (0..n).map(|i| h.snapshot(i).map(|s| s.id).expect("node started")).collect();
+        h
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.sim.elapsed().as_millis() as u64
+    }
+
+    fn note(&mut self, what: String) {
+        let line = format!("[{:>8} ms] {what}", self.elapsed_ms());
+        self.digest.update(line.as_bytes());
+        self.log.push(line);
+    }
+
+    /// Advance the simulation by `ms` without checks.
+    pub fn step_for(&mut self, ms: u64) -> Result<(), String> {
+        let end = self.elapsed_ms() + ms;
+        while self.elapsed_ms() < end {
+            self.sim.step().map_err(|e| format!("simulation error: {e}"))?;
+            self.sim_ms.store(self.elapsed_ms(), Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        &self.nodes[i].name
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes[i].running
+    }
+
+    /// Call node `i`'s admin API from the operator's host, e.g. `api(0, "POST /v1/cluster/create", ..)`.
+    pub fn api(&mut self, i: usize, call: &str, body: Option<Value>) -> ApiResult {
+        let token = std::fs::read_to_string(self.nodes[i].dir.join(shoal_shell::identity::TOKEN_FILE))
+            .map_err(|e| format!("token of {}: {e}", self.nodes[i].name))?;
+        let base = format!("http://{}:{PORT}", self.nodes[i].name);
+        let (tx, rx) = mpsc::channel();
+        self.ctl_tx
+            .send(((base, token.trim().to_string(), call.to_string(), body), tx))
+            .map_err(|_| "control client stopped".to_string())?;
+        for _ in 0..(60_000 / self.cfg.tick_ms) {
+            self.sim.step().map_err(|e| format!("simulation error: {e}"))?;
+            self.sim_ms.store(self.elapsed_ms(), Ordering::SeqCst);
+            if let Ok(r) = rx.try_recv() {
+                self.note(format!("api n{i} {call} -> {}", r.as_ref().map(|(s, _)| s.to_string()).unwrap_or_else(|e| e.clone())));
+                return r;
+            }
+        }
+        Err(format!("no answer to {call} on n{i} within 60 s"))
+    }
+
+    fn api_ok(&mut self, i: usize, call: &str, body: Option<Value>) -> Result<Value, String> {
+        match self.api(i, call, body)? {
+            (200, v) => Ok(v),
+            (s, v) => Err(format!("{call} on n{i}: HTTP {s} {v}")),
+        }
+    }
+
+    /// n0 creates the cluster; every other node joins with a token of n0's.
+    pub fn form_cluster(&mut self) -> Result<(), String> {
+        self.api_ok(0, "POST /v1/cluster/create", Some(serde_json::json!({"name": "sim"})))?;
+        for i in 1..self.nodes.len() {
+            let t = self.api_ok(0, "POST /v1/tokens", None)?;
+            let token = t["token"].as_str().ok_or("no token")?.to_string();
+            self.api_ok(i, "POST /v1/cluster/join", Some(serde_json::json!({ "token": token })))?;
+        }
+        Ok(())
+    }
+
+    // ---- faults ----
+
+    pub fn partition(&mut self, a: usize, b: usize) {
+        self.note(format!("partition n{a} <-> n{b}"));
+        self.sim.partition(self.nodes[a].name.as_str(), self.nodes[b].name.as_str());
+    }
+
+    pub fn partition_oneway(&mut self, from: usize, to: usize) {
+        self.note(format!("partition n{from} -> n{to}"));
+        self.sim.partition_oneway(self.nodes[from].name.as_str(), self.nodes[to].name.as_str());
+    }
+
+    pub fn hold(&mut self, a: usize, b: usize) {
+        self.note(format!("hold n{a} <-> n{b}"));
+        self.sim.hold(self.nodes[a].name.as_str(), self.nodes[b].name.as_str());
+    }
+
+    pub fn set_latency(&mut self, a: usize, b: usize, ms: u64) {
+        self.note(format!("latency n{a} <-> n{b} {ms} ms"));
+        self.sim.set_link_latency(self.nodes[a].name.as_str(), self.nodes[b].name.as_str(), Duration::from_millis(ms));
+    }
+
+    pub fn crash(&mut self, i: usize) {
+        if !self.nodes[i].running {
+            return;
+        }
+        self.note(format!("crash n{i}"));
+        self.sim.crash(self.nodes[i].name.as_str());
+        *lock(&self.nodes[i].slot) = None;
+        self.nodes[i].running = false;
+        self.nodes[i].crashed_at_ms = Some(self.elapsed_ms());
+    }
+
+    /// Restart a node (its data dir is kept).
+    pub fn bounce(&mut self, i: usize) {
+        self.note(format!("bounce n{i}"));
+        *lock(&self.nodes[i].slot) = None;
+        self.sim.bounce(self.nodes[i].name.as_str());
+        self.nodes[i].running = true;
+        self.nodes[i].crashed_at_ms = None;
+    }
+
+    pub fn set_clock(&mut self, i: usize, fault: ClockFault) {
+        self.note(format!("clock n{i} offset {} ms drift {} ppm", fault.offset_ms, fault.drift_ppm));
+        *lock(&self.nodes[i].clock) = fault;
+    }
+
+    /// Repair every link and release every held message.
+    pub fn heal_network(&mut self) {
+        self.note("heal network".into());
+        let names: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        for a in &names {
+            for b in &names {
+                if a < b {
+                    self.sim.repair(a.as_str(), b.as_str());
+                    self.sim.release(a.as_str(), b.as_str());
+                    self.sim.set_link_latency(a.as_str(), b.as_str(), Duration::from_millis(2));
+                }
+            }
+        }
+    }
+
+    // ---- observation ----
+
+    pub fn snapshot(&self, i: usize) -> Option<Snapshot> {
+        let weak = lock(&self.nodes[i].slot).clone()?;
+        let shared = weak.upgrade()?;
+        Some(shared.read_node(|n, now| {
+            let m = n.members();
+            Snapshot {
+                id: n.id().clone(),
+                cluster: n.cluster().map(|c| c.id.to_string()),
+                versions: m.versions(),
+                states: m.records().filter(|r| !r.removed).map(|r| (r.id.clone(), n.node_state(&r.id, now))).collect(),
+                admin: m.records().map(|r| (r.id.clone(), r.admin_state)).collect(),
+                removed: m.records().filter(|r| r.removed).map(|r| r.id.clone()).collect(),
+                never_heard: m
+                    .records()
+                    .filter(|r| &r.id != n.id() && m.last_seen(&r.id) == shoal_core::Millis::ZERO)
+                    .map(|r| r.id.clone())
+                    .collect(),
+            }
+        }))
+    }
+
+    /// Indices of nodes that run and are in a cluster.
+    pub fn live_members(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].running && self.snapshot(i).is_some_and(|s| s.cluster.is_some()))
+            .collect()
+    }
+
+    /// Invariants that hold at every instant. Also folds the state into the digest.
+    pub fn check_always(&mut self) -> Result<(), String> {
+        let now = self.elapsed_ms();
+        let m = self.cfg.membership.clone();
+        let slack = m.heartbeat_interval_ms + 5_000;
+        for i in 0..self.nodes.len() {
+            let Some(s) = self.snapshot(i) else { continue };
+            self.digest.update(format!("{now}|{i}|{:?}|{:?}|{:?}|{:?}", s.cluster, s.versions, s.states, s.removed).as_bytes());
+            // A removed node never comes back as a member.
+            for id in &self.seen_removed[i] {
+                if s.states.contains_key(id) {
+                    return Err(format!("n{i} sees removed node {id} as a member again"));
+                }
+            }
+            self.seen_removed[i].extend(s.removed.iter().cloned());
+            if s.cluster.is_none() {
+                self.seen_removed[i].clear();
+                continue;
+            }
+            // States follow the thresholds for crashed nodes.
+            for (j, node) in self.nodes.iter().enumerate() {
+                let Some(crashed) = node.crashed_at_ms else { continue };
+                let Some(state) = self.ids.get(j).and_then(|id| s.states.get(id)) else { continue };
+                let down = now - crashed;
+                if matches!(state, NodeState::Maintenance | NodeState::Draining) {
+                    continue;
+                }
+                if down > m.online_within_ms + slack && *state == NodeState::Online {
+                    return Err(format!("n{i} still sees n{j} ONLINE {down} ms after it crashed"));
+                }
+                let silent_since_start = self.ids.get(j).is_some_and(|id| s.never_heard.contains(id));
+                if down > m.unknown_within_ms + slack && *state != NodeState::Offline && !silent_since_start {
+                    return Err(format!("n{i} sees n{j} {state:?} {down} ms after it crashed (want OFFLINE)"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After healing: every live member holds the same membership, and sees every other live
+    /// member ONLINE (or in its admin state).
+    pub fn check_converged(&self) -> Result<(), String> {
+        let live = self.live_members();
+        let snaps: Vec<(usize, Snapshot)> = live.iter().map(|&i| (i, self.snapshot(i).expect("live"))).collect();
+        let Some((first_i, first)) = snaps.first() else { return Ok(()) };
+        for (i, s) in &snaps[1..] {
+            if s.cluster != first.cluster {
+                return Err(format!("n{i} is in cluster {:?}, n{first_i} in {:?}", s.cluster, first.cluster));
+            }
+            if s.versions != first.versions {
+                return Err(format!(
+                    "membership differs between n{first_i} and n{i}:\n  {:?}\n  {:?}",
+                    first.versions, s.versions
+                ));
+            }
+        }
+        for (i, s) in &snaps {
+            for (j, other) in &snaps {
+                let want = match s.admin.get(&other.id).copied().unwrap_or_default() {
+                    AdminState::Maintenance => NodeState::Maintenance,
+                    AdminState::Draining => NodeState::Draining,
+                    AdminState::Active => NodeState::Online,
+                };
+                let got = s.states.get(&other.id).copied();
+                if got != Some(want) {
+                    return Err(format!("n{i} sees n{j} as {got:?}, want {want:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn digest(&self) -> String {
+        hex::encode(self.digest.clone().finalize())
+    }
+}
