@@ -743,10 +743,13 @@ fn admin_marks_and_removals_signed_by_non_members_are_rejected() {
     removal_by_outsider.set_removed(v(&outsider_id), &outsider);
     let mut removal_claiming_member = target.clone();
     removal_claiming_member.set_removed(v(&actors[2].id), &outsider);
-    // A mark whose `by` and version node disagree (signed by the version's node).
+    // Marks signed by the member they name, but with a version that claims another writer.
     let mut mismatched = target.clone();
-    mismatched.set_admin(AdminState::Draining, v(&actors[2].id), &actors[2].key);
+    mismatched.set_admin(AdminState::Draining, v(&actors[2].id), &actors[0].key);
     mismatched.admin.as_mut().unwrap().by = actors[0].id.clone();
+    let mut mismatched_removal = target.clone();
+    mismatched_removal.set_removed(v(&actors[2].id), &actors[0].key);
+    mismatched_removal.removal.as_mut().unwrap().by = actors[0].id.clone();
 
     for bad in [
         &admin_by_outsider,
@@ -754,6 +757,7 @@ fn admin_marks_and_removals_signed_by_non_members_are_rejected() {
         &removal_by_outsider,
         &removal_claiming_member,
         &mismatched,
+        &mismatched_removal,
     ] {
         let mut m = membership_with(actors[0].id.clone(), &base);
         let out = merged(&mut m, bad);

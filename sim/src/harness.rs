@@ -164,6 +164,29 @@ impl Harness {
         self.log.push(line);
     }
 
+    /// Advance by `ms`, checking the always-invariants every simulated second.
+    pub fn run_checked(&mut self, ms: u64) -> Result<(), String> {
+        let end = self.elapsed_ms() + ms;
+        while self.elapsed_ms() < end {
+            self.step_for(1_000.min(end - self.elapsed_ms()))?;
+            self.check_always()?;
+        }
+        Ok(())
+    }
+
+    /// Advance until `check_converged` holds, at most `bound_ms`; the error says why not.
+    pub fn converge_within(&mut self, bound_ms: u64) -> Result<u64, String> {
+        let start = self.elapsed_ms();
+        loop {
+            self.run_checked(1_000)?;
+            match self.check_converged() {
+                Ok(()) => return Ok(self.elapsed_ms() - start),
+                Err(e) if self.elapsed_ms() - start >= bound_ms => return Err(format!("not converged after {bound_ms} ms: {e}")),
+                Err(_) => {}
+            }
+        }
+    }
+
     /// Advance the simulation by `ms` without checks.
     pub fn step_for(&mut self, ms: u64) -> Result<(), String> {
         let end = self.elapsed_ms() + ms;
