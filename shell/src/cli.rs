@@ -61,7 +61,10 @@ pub enum Cmd {
         cmd: TokenCmd,
     },
     /// Join the cluster a token names.
-    Join { token: String },
+    Join {
+        #[arg(value_name = "TOKEN")]
+        join_token: String,
+    },
     /// List members with their computed state.
     Nodes,
     /// Act on one member.
@@ -269,7 +272,9 @@ impl Api {
                     format!("revoked token {}", s(&v["revoked"]))
                 })
             }
-            Cmd::Join { token } => (self.call("POST", "/cluster/join", Some(json!({"token": token}))).await?, human_status),
+            Cmd::Join { join_token } => {
+                (self.call("POST", "/cluster/join", Some(json!({ "token": join_token }))).await?, human_status)
+            }
             Cmd::Nodes => (self.call("GET", "/nodes", None).await?, human_nodes),
             Cmd::Node { cmd: NodeCmd::State { id, state } } => {
                 let path = format!("/nodes/{}/state", path_seg(&id)?);
