@@ -19,10 +19,7 @@ const MEMBERS: usize = 1000;
 
 /// An Ed25519 signing key from a seed. The root package does not depend on ed25519-dalek
 /// directly, so the key type is taken from the signature of [`NodeRecord::new_signed`].
-fn signing_key<K: From<[u8; 32]>>(
-    _signer: fn(OwnerFields, Version, &K) -> NodeRecord,
-    seed: u64,
-) -> K {
+fn signing_key<K: From<[u8; 32]>>(_signer: fn(OwnerFields, Version, &K) -> NodeRecord, seed: u64) -> K {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     bytes[8] = 1;
@@ -82,11 +79,7 @@ fn fixture() -> Fixture {
             capabilities: capabilities(),
             joined: NOW.as_secs() - 86_400,
         };
-        let v = Version {
-            wall_ms: NOW.0 - 3_600_000,
-            counter: 0,
-            node: id.clone(),
-        };
+        let v = Version { wall_ms: NOW.0 - 3_600_000, counter: 0, node: id.clone() };
         let mut rec = NodeRecord::new_signed(fields.clone(), v, &key);
         rec.admit(&node_id(0), founder_clock.next(NOW), &founder_key);
         let health = Health {
@@ -100,11 +93,7 @@ fn fixture() -> Fixture {
         };
         rec.set_health(health, &key);
         let mut next = rec.clone();
-        let v2 = Version {
-            wall_ms: NOW.0 - 1_000,
-            counter: 0,
-            node: id.clone(),
-        };
+        let v2 = Version { wall_ms: NOW.0 - 1_000, counter: 0, node: id.clone() };
         let mut f2 = fields;
         f2.capabilities.detected_at += 3_600;
         next.resign_owner(f2, v2, &key);
@@ -117,11 +106,7 @@ fn fixture() -> Fixture {
         r.last_seen_ms = NOW.0 - 5_000;
         r.last_seen = r.last_seen_ms / 1000;
     }
-    Fixture {
-        members,
-        same,
-        newer,
-    }
+    Fixture { members, same, newer }
 }
 
 fn merge_benches(c: &mut Criterion) {
@@ -174,34 +159,17 @@ fn acn_benches(c: &mut Criterion) {
     let mut rng = SeededRng::new(1);
 
     c.bench_function("acn_sign", |b| {
-        b.iter(|| {
-            acn::sign_request(
-                &key,
-                &node,
-                &cluster,
-                "POST",
-                target,
-                black_box(&body),
-                NOW,
-                &mut rng,
-            )
-        })
+        b.iter(|| acn::sign_request(&key, &node, &cluster, "POST", target, black_box(&body), NOW, &mut rng))
     });
 
     c.bench_function("acn_verify", |b| {
         b.iter_batched(
             || {
-                let h =
-                    acn::sign_request(&key, &node, &cluster, "POST", target, &body, NOW, &mut rng);
+                let h = acn::sign_request(&key, &node, &cluster, "POST", target, &body, NOW, &mut rng);
                 (Verifier::default(), h)
             },
             |(mut verifier, h)| {
-                let req = Incoming {
-                    headers: Some(&h),
-                    method: "POST",
-                    target,
-                    body: black_box(&body),
-                };
+                let req = Incoming { headers: Some(&h), method: "POST", target, body: black_box(&body) };
                 let r = verifier.verify(NOW, &req, Some(&cluster), |_| Some(vk));
                 debug_assert!(r.is_ok());
                 (verifier, r)
@@ -223,15 +191,7 @@ fn fixture_record(id: &NodeId) -> NodeRecord {
         capabilities: capabilities(),
         joined: NOW.as_secs(),
     };
-    NodeRecord::new_signed(
-        fields,
-        Version {
-            wall_ms: NOW.0,
-            counter: 0,
-            node: id.clone(),
-        },
-        &key,
-    )
+    NodeRecord::new_signed(fields, Version { wall_ms: NOW.0, counter: 0, node: id.clone() }, &key)
 }
 
 criterion_group!(benches, merge_benches, hlc_benches, acn_benches);

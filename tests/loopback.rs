@@ -86,7 +86,11 @@ fn cli_in(dir: &Path, api: &str, args: &[&str]) -> (bool, String, String) {
         .env_remove("SHOAL_API")
         .output()
         .expect("run shoal");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) {
@@ -120,7 +124,8 @@ fn three_real_nodes_form_a_cluster_track_liveness_and_survive_restart() {
         let joined = nodes[i].cli_json(&["join", &token]);
         assert_eq!(joined["id"], cluster_id.as_str());
     }
-    let ids: Vec<String> = nodes.iter().map(|n| n.cli_json(&["cluster", "status"])["node"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> =
+        nodes.iter().map(|n| n.cli_json(&["cluster", "status"])["node"].as_str().unwrap().to_string()).collect();
     for n in &nodes {
         wait_for(Duration::from_secs(10), || ids.iter().all(|id| n.state_of(id).as_deref() == Some("ONLINE")));
     }

@@ -25,7 +25,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _, VerifyingKey};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const HEADER_NODE: &str = "x-aroz-node";
 pub const HEADER_CLUSTER: &str = "x-aroz-cluster";
@@ -39,8 +39,6 @@ pub const CLOCK_SKEW_MAX_MS: u64 = 300_000;
 pub const NONCE_TTL_MS: u64 = 600_000;
 /// The largest clock offset of a peer this node will allow for.
 pub const PEER_OFFSET_MAX_MS: i64 = 600_000;
-const NONCE_PURGE_EVERY_MS: u64 = 60_000;
-const NONCE_PURGE_ABOVE: usize = 100_000;
 /// Hard bound on remembered nonces; past it (after a purge) requests are refused.
 pub const NONCE_CACHE_MAX: usize = 1_000_000;
 
@@ -103,6 +101,7 @@ pub fn canonical_string(
 }
 
 /// Sign a request as `node` of `cluster` at `now`.
+#[allow(clippy::too_many_arguments)]
 pub fn sign_request(
     key: &SigningKey,
     node: &NodeId,
@@ -191,17 +190,19 @@ pub fn sign_b64(key: &SigningKey, msg: &[u8]) -> String {
     STANDARD.encode(key.sign(msg).to_bytes())
 }
 
-/// Remembers spent nonces. Keyed `node:nonce`, each kept 600 s from when it was spent.
+/// Remembers spent nonces, keyed `node:nonce`, each until its expiry. Expired entries are
+/// dropped from an expiry-ordered index, so upkeep costs O(log n) per request however full the
+/// cache is.
 #[derive(Debug, Default)]
 pub struct NonceCache {
     seen: BTreeMap<String, Millis>,
-    last_purge: Millis,
+    by_expiry: BTreeSet<(Millis, String)>,
     max_entries: usize,
 }
 
 impl NonceCache {
     pub fn new(max_entries: usize) -> NonceCache {
-        NonceCache { seen: BTreeMap::new(), last_purge: Millis::ZERO, max_entries }
+        NonceCache { seen: BTreeMap::new(), by_expiry: BTreeSet::new(), max_entries }
     }
 
     pub fn len(&self) -> usize {
@@ -213,8 +214,13 @@ impl NonceCache {
     }
 
     fn purge(&mut self, now: Millis) {
-        self.seen.retain(|_, expires| *expires > now);
-        self.last_purge = now;
+        while let Some((expires, _)) = self.by_expiry.first() {
+            if *expires > now {
+                break;
+            }
+            let (_, key) = self.by_expiry.pop_first().expect("checked");
+            self.seen.remove(&key);
+        }
     }
 
     /// Spend `node:nonce`; an error if it was spent within its lifetime or the cache is full.
@@ -225,21 +231,15 @@ impl NonceCache {
     /// Spend `node:nonce`, keeping it until `expires` (at least the standard lifetime).
     pub fn spend_until(&mut self, now: Millis, node: &str, nonce: &str, expires: Millis) -> Result<(), AcnError> {
         let expires = expires.max(now.plus(NONCE_TTL_MS));
-        if now.since(self.last_purge) > NONCE_PURGE_EVERY_MS || self.seen.len() > NONCE_PURGE_ABOVE {
-            self.purge(now);
-        }
+        self.purge(now);
         let key = format!("{node}:{nonce}");
-        if let Some(expires) = self.seen.get(&key) {
-            if *expires > now {
-                return Err(AcnError::Replay);
-            }
+        if self.seen.contains_key(&key) {
+            return Err(AcnError::Replay);
         }
         if self.seen.len() >= self.max_entries {
-            self.purge(now);
-            if self.seen.len() >= self.max_entries {
-                return Err(AcnError::ReplayCacheFull);
-            }
+            return Err(AcnError::ReplayCacheFull);
         }
+        self.by_expiry.insert((expires, key.clone()));
         self.seen.insert(key, expires);
         Ok(())
     }
@@ -322,12 +322,7 @@ impl Verifier {
             return Err(AcnError::BadSignature);
         }
         let last_acceptable = ts_ms + (CLOCK_SKEW_MAX_MS as i64) + PEER_OFFSET_MAX_MS;
-        self.nonces.spend_until(
-            now,
-            &h.node,
-            &h.nonce,
-            Millis(last_acceptable.max(0) as u64),
-        )?;
+        self.nonces.spend_until(now, &h.node, &h.nonce, Millis(last_acceptable.max(0) as u64))?;
         Ok(node)
     }
 }
@@ -360,16 +355,19 @@ mod tests {
         fn sign(&mut self, method: &str, target: &str, body: &[u8], at: Millis) -> SignedHeaders {
             sign_request(&self.key, &self.node, &self.cluster, method, target, body, at, &mut self.rng)
         }
-        fn check(&mut self, h: Option<&SignedHeaders>, method: &str, target: &str, body: &[u8]) -> Result<NodeId, AcnError> {
+        fn check(
+            &mut self,
+            h: Option<&SignedHeaders>,
+            method: &str,
+            target: &str,
+            body: &[u8],
+        ) -> Result<NodeId, AcnError> {
             let vk = self.key.verifying_key();
             let me = self.node.clone();
             let cluster = self.cluster.clone();
-            self.verifier.verify(
-                NOW,
-                &Incoming { headers: h, method, target, body },
-                Some(&cluster),
-                |n| (n == &me).then_some(vk),
-            )
+            self.verifier.verify(NOW, &Incoming { headers: h, method, target, body }, Some(&cluster), |n| {
+                (n == &me).then_some(vk)
+            })
         }
     }
 
@@ -469,21 +467,13 @@ mod tests {
         let mut f = fixture();
         // The sender runs 8 minutes ahead: refused without an estimate, accepted with one.
         let h = f.sign("POST", "/x", b"", Millis(NOW.0 + 480_000));
-        assert_eq!(
-            f.check(Some(&h), "POST", "/x", b""),
-            Err(AcnError::ClockSkew)
-        );
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::ClockSkew));
         let vk = f.key.verifying_key();
         let cluster = f.cluster.clone();
         let verify = |v: &mut Verifier, at: Millis, off: i64| {
             v.verify_with_offset(
                 at,
-                &Incoming {
-                    headers: Some(&h),
-                    method: "POST",
-                    target: "/x",
-                    body: b"",
-                },
+                &Incoming { headers: Some(&h), method: "POST", target: "/x", body: b"" },
                 Some(&cluster),
                 |_| off,
                 |_| Some(vk),
@@ -491,20 +481,12 @@ mod tests {
         };
         assert!(verify(&mut f.verifier, NOW, 480_000).is_ok());
         // Replaying it later is refused, even if the estimate moves to the far end of its range.
-        assert_eq!(
-            verify(&mut f.verifier, Millis(NOW.0 + 600_000), -120_000),
-            Err(AcnError::Replay)
-        );
+        assert_eq!(verify(&mut f.verifier, Millis(NOW.0 + 600_000), -120_000), Err(AcnError::Replay));
         // Offsets beyond the cap are not honoured.
         let h2 = f.sign("POST", "/x", b"", Millis(NOW.0 + 1_200_000));
         let r = f.verifier.verify_with_offset(
             NOW,
-            &Incoming {
-                headers: Some(&h2),
-                method: "POST",
-                target: "/x",
-                body: b"",
-            },
+            &Incoming { headers: Some(&h2), method: "POST", target: "/x", body: b"" },
             Some(&cluster),
             |_| 1_200_000,
             |_| Some(vk),

@@ -344,10 +344,7 @@ impl Membership {
 
     /// Our estimate of how far `id`'s clock is ahead of ours (0 when unknown).
     pub fn clock_offset_ms(&self, id: &NodeId) -> i64 {
-        self.soft
-            .get(id)
-            .and_then(|s| s.clock_offset_ms)
-            .unwrap_or(0)
+        self.soft.get(id).and_then(|s| s.clock_offset_ms).unwrap_or(0)
     }
 
     /// 0 for this node, -1 when never measured.

@@ -64,7 +64,11 @@ pub enum PersistOp {
 pub enum Event {
     MemberAdded(NodeId),
     MemberRemoved(NodeId),
-    StateChanged { node: NodeId, from: NodeState, to: NodeState },
+    StateChanged {
+        node: NodeId,
+        from: NodeState,
+        to: NodeState,
+    },
     /// This node was removed from its cluster and has left it.
     RemovedSelf,
 }
@@ -93,7 +97,10 @@ pub enum Output {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// The answer (status, body) to a request this node asked for, or why none came.
-    Response { token: u64, result: Result<(u16, Vec<u8>), String> },
+    Response {
+        token: u64,
+        result: Result<(u16, Vec<u8>), String>,
+    },
     Health(Health),
     Capabilities(Capabilities),
 }
@@ -128,7 +135,11 @@ impl ApiError {
         ApiError { status, code, message: message.into() }
     }
     fn not_in_cluster() -> ApiError {
-        ApiError::new(409, "not_in_cluster", "this node is not in a cluster; run `shoal cluster create` or `shoal join TOKEN`")
+        ApiError::new(
+            409,
+            "not_in_cluster",
+            "this node is not in a cluster; run `shoal cluster create` or `shoal join TOKEN`",
+        )
     }
 }
 
@@ -230,7 +241,7 @@ impl MonoClock {
     }
 
     /// The wall time at which monotonic time `m` will be reached.
-    fn to_wall(&self, m: Millis) -> Millis {
+    fn to_wall(self, m: Millis) -> Millis {
         match self.last_wall {
             None => m,
             Some(wall) => wall.plus(m.since(self.mono)),
@@ -387,11 +398,7 @@ impl Node {
 
     /// The next deadline, on the wall clock.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        [self.heartbeat_due, self.tick_due]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|m| self.clock.to_wall(m))
+        [self.heartbeat_due, self.tick_due].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
@@ -522,15 +529,7 @@ impl Node {
         };
         let token = self.next_token;
         self.next_token += 1;
-        self.in_flight.insert(
-            token,
-            InFlight {
-                peer: to.clone(),
-                sent: now,
-                sent_wall: wall,
-                purpose,
-            },
-        );
+        self.in_flight.insert(token, InFlight { peer: to.clone(), sent: now, sent_wall: wall, purpose });
         let timeout_ms = self.config.membership.heartbeat_timeout_ms;
         self.push_output(Output::Send(OutRequest {
             token,
@@ -561,15 +560,7 @@ impl Node {
         let body = self.members_body(wall, now);
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
         for p in peers {
-            self.new_request(
-                wall,
-                now,
-                &p,
-                "POST",
-                "/cluster/acn/members/sync",
-                body.clone(),
-                Purpose::Push,
-            );
+            self.new_request(wall, now, &p, "POST", "/cluster/acn/members/sync", body.clone(), Purpose::Push);
         }
     }
 
@@ -584,15 +575,7 @@ impl Node {
         let body = serde_json::to_vec(&HeartbeatBody { node: own, cluster: self.cluster.clone() }).expect("serialise");
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).filter(|p| !busy.contains(p)).collect();
         for p in peers {
-            self.new_request(
-                wall,
-                now,
-                &p,
-                "POST",
-                "/cluster/acn/heartbeat",
-                body.clone(),
-                Purpose::Heartbeat,
-            );
+            self.new_request(wall, now, &p, "POST", "/cluster/acn/heartbeat", body.clone(), Purpose::Heartbeat);
         }
     }
 
@@ -621,13 +604,7 @@ impl Node {
         }
     }
 
-    fn on_response(
-        &mut self,
-        wall: Millis,
-        now: Millis,
-        token: u64,
-        result: Result<(u16, Vec<u8>), String>,
-    ) {
+    fn on_response(&mut self, wall: Millis, now: Millis, token: u64, result: Result<(u16, Vec<u8>), String>) {
         let Some(f) = self.in_flight.remove(&token) else {
             return;
         };
@@ -638,14 +615,12 @@ impl Node {
             Ok(r) => r,
             Err(_) => return,
         };
-        let time_ms = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.get("timeMs").and_then(|t| t.as_u64()));
+        let time_ms =
+            serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("timeMs").and_then(|t| t.as_u64()));
         if let Some(t) = time_ms.filter(|t| *t > 0) {
             // Their clock at about the midpoint of the round trip.
             let midpoint = f.sent_wall.0 as i64 + (now.since(f.sent) / 2) as i64;
-            self.members
-                .record_clock_offset(&f.peer, t as i64 - midpoint);
+            self.members.record_clock_offset(&f.peer, t as i64 - midpoint);
         }
         if status == 401 {
             self.on_refused(wall, now, &body);
@@ -661,9 +636,7 @@ impl Node {
         self.members.record_rtt(&f.peer, now.since(f.sent) as f64);
         self.members.saw_at(&f.peer, now, now);
         let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
-        let out = self
-            .members
-            .merge(now, &reply.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
     }
 
@@ -672,18 +645,13 @@ impl Node {
         let Ok(v) = serde_json::from_slice::<Value>(body) else {
             return;
         };
-        let Some(rec) = v
-            .get("removed")
-            .and_then(|r| serde_json::from_value::<NodeRecord>(r.clone()).ok())
-        else {
+        let Some(rec) = v.get("removed").and_then(|r| serde_json::from_value::<NodeRecord>(r.clone()).ok()) else {
             return;
         };
         if rec.id != self.id {
             return;
         }
-        let out = self
-            .members
-            .merge(now, &[rec], None, Trust::Gossip, &mut self.hlc);
+        let out = self.members.merge(now, &[rec], None, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
     }
 
@@ -796,9 +764,7 @@ impl Node {
             "members/sync" => self.answer_sync(wall, now, &sender, body),
             "leave" => self.answer_leave(wall, now, &sender, body),
             "evict" => self.answer_evict(wall, now, &sender, body),
-            "latency" => {
-                Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()}))
-            }
+            "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             _ => Reply::error(404, "not_found", "no such ACN endpoint"),
         }
     }
@@ -807,10 +773,7 @@ impl Node {
     /// (signed by whoever removed it), so a node that missed its eviction learns of it and leaves.
     fn unknown_sender_reply(&self, headers: Option<&SignedHeaders>) -> Reply {
         let mut r = err_reply(AcnError::UnknownNode);
-        if let Some(rec) = headers
-            .and_then(|h| self.members.get(&NodeId::new(h.node.clone())))
-            .filter(|r| r.removed)
-        {
+        if let Some(rec) = headers.and_then(|h| self.members.get(&NodeId::new(h.node.clone()))).filter(|r| r.removed) {
             r.body["removed"] = serde_json::to_value(rec).expect("record serialises");
         }
         r
@@ -829,13 +792,7 @@ impl Node {
         json!({"nodes": self.members.wire_records_at(now, wall), "cluster": self.cluster, "time": wall.as_secs(), "timeMs": wall.0})
     }
 
-    fn answer_heartbeat(
-        &mut self,
-        wall: Millis,
-        now: Millis,
-        sender: &NodeId,
-        body: &[u8],
-    ) -> Reply {
+    fn answer_heartbeat(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
         let hb: HeartbeatBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return Reply::error(400, "bad_body", format!("heartbeat body: {e}")),
@@ -843,13 +800,7 @@ impl Node {
         if &hb.node.id != sender {
             return Reply::error(400, "bad_body", "heartbeat record is not the sender's own");
         }
-        let out = self.members.merge(
-            now,
-            std::slice::from_ref(&hb.node),
-            None,
-            Trust::Gossip,
-            &mut self.hlc,
-        );
+        let out = self.members.merge(now, std::slice::from_ref(&hb.node), None, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
         Reply::ok(self.members_json(wall, now))
     }
@@ -861,12 +812,9 @@ impl Node {
         };
         let sender_now = (b.time_ms > 0).then_some(Millis(b.time_ms));
         if b.time_ms > 0 {
-            self.members
-                .record_clock_offset(sender, b.time_ms as i64 - wall.0 as i64);
+            self.members.record_clock_offset(sender, b.time_ms as i64 - wall.0 as i64);
         }
-        let out = self
-            .members
-            .merge(now, &b.nodes, sender_now, Trust::Gossip, &mut self.hlc);
+        let out = self.members.merge(now, &b.nodes, sender_now, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true, "timeMs": wall.0}))
     }
@@ -884,9 +832,7 @@ impl Node {
         if own.is_empty() {
             return Reply::error(400, "bad_body", "leave must carry the sender's own removal");
         }
-        let out = self
-            .members
-            .merge(now, &own, None, Trust::Gossip, &mut self.hlc);
+        let out = self.members.merge(now, &own, None, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true}))
     }
@@ -965,9 +911,7 @@ impl Node {
         self.push_members(wall, now);
         let mut nodes = self.members.wire_records_at(now, wall);
         nodes.sort_by_key(|n| (n.id != self.id, n.id.clone()));
-        Reply::ok(
-            json!({"cluster": cluster, "nodes": nodes, "via": "", "time": wall.as_secs(), "timeMs": wall.0}),
-        )
+        Reply::ok(json!({"cluster": cluster, "nodes": nodes, "via": "", "time": wall.as_secs(), "timeMs": wall.0}))
     }
 
     // ---- admin commands ----
@@ -995,7 +939,11 @@ impl Node {
     pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
         let now = self.clock.advance(wall);
         if let Some(c) = &self.cluster {
-            return Err(ApiError::new(409, "in_cluster", format!("this node is already in cluster {} ({})", c.name, c.id)));
+            return Err(ApiError::new(
+                409,
+                "in_cluster",
+                format!("this node is already in cluster {} ({})", c.name, c.id),
+            ));
         }
         let name = name.trim();
         if name.len() > 128 {
@@ -1003,11 +951,7 @@ impl Node {
         }
         let info = ClusterInfo {
             id: ClusterId::new(self.rng.uuid_v4()),
-            name: if name.is_empty() {
-                "shoal".into()
-            } else {
-                name.to_string()
-            },
+            name: if name.is_empty() { "shoal".into() } else { name.to_string() },
             created: wall.as_secs(),
         };
         let mut rec = self.fresh_own_record(wall);
@@ -1052,12 +996,7 @@ impl Node {
         }
     }
 
-    pub fn set_admin_state(
-        &mut self,
-        wall: Millis,
-        id: &str,
-        state: AdminState,
-    ) -> Result<Value, ApiError> {
+    pub fn set_admin_state(&mut self, wall: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
         let now = self.clock.advance(wall);
         let id = self.known_peer(id)?;
         let v = self.hlc.next(wall);
@@ -1088,12 +1027,9 @@ impl Node {
         self.push_members(wall, now);
         if let Some(url) = evict_target {
             // Tell the removed node; it is no longer a live member, so address it directly.
-            let body = serde_json::to_vec(&MembersBody {
-                nodes: vec![rec],
-                cluster: self.cluster.clone(),
-                time_ms: wall.0,
-            })
-            .expect("serialise");
+            let body =
+                serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: self.cluster.clone(), time_ms: wall.0 })
+                    .expect("serialise");
             if let Some(headers) = self.sign(wall, "POST", "/cluster/acn/evict", &body) {
                 let token = self.next_token;
                 self.next_token += 1;
@@ -1120,23 +1056,12 @@ impl Node {
         let rec = self.members.get_mut(&self.id).expect("own record exists in a cluster");
         rec.set_removed(v, &key);
         let rec = rec.clone();
-        let body = serde_json::to_vec(&MembersBody {
-            nodes: vec![rec],
-            cluster: Some(cluster.clone()),
-            time_ms: wall.0,
-        })
-        .expect("serialise");
+        let body =
+            serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: Some(cluster.clone()), time_ms: wall.0 })
+                .expect("serialise");
         let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
         for p in &peers {
-            self.new_request(
-                wall,
-                now,
-                p,
-                "POST",
-                "/cluster/acn/leave",
-                body.clone(),
-                Purpose::Push,
-            );
+            self.new_request(wall, now, p, "POST", "/cluster/acn/leave", body.clone(), Purpose::Push);
         }
         self.wipe_cluster();
         Ok(json!({"left": cluster.id, "told": peers.len()}))
@@ -1171,28 +1096,25 @@ impl Node {
     /// First half of joining: check the token and make the request to send to its issuer.
     pub fn prepare_join(&mut self, now: Millis, token: &str) -> Result<JoinPlan, ApiError> {
         if let Some(c) = &self.cluster {
-            return Err(ApiError::new(409, "in_cluster", format!("this node is already in cluster {}; leave it first", c.id)));
+            return Err(ApiError::new(
+                409,
+                "in_cluster",
+                format!("this node is already in cluster {}; leave it first", c.id),
+            ));
         }
         let t = JoinToken::parse(token)?;
         let node = self.fresh_own_record(now);
-        let body = JoinBody { cluster_id: t.cluster.clone(), token_id: t.token_id.clone(), secret: t.secret.clone(), node };
+        let body =
+            JoinBody { cluster_id: t.cluster.clone(), token_id: t.token_id.clone(), secret: t.secret.clone(), node };
         let url = format!("{}{}join", t.issuer_url, ACN_PREFIX);
         self.pending_join = Some(t);
         Ok(JoinPlan { url, body: serde_json::to_vec(&body).expect("serialise") })
     }
 
     /// Second half of joining: adopt the issuer's answer.
-    pub fn finish_join(
-        &mut self,
-        wall: Millis,
-        status: u16,
-        body: &[u8],
-    ) -> Result<Value, ApiError> {
+    pub fn finish_join(&mut self, wall: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
         let now = self.clock.advance(wall);
-        let t = self
-            .pending_join
-            .take()
-            .ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
+        let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
         if self.cluster.is_some() {
             return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
         }
@@ -1233,21 +1155,10 @@ impl Node {
         own.admin_state = AdminState::Active;
         self.members.insert(own.clone());
         let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
-        if let Some(issuer) = reply
-            .nodes
-            .first()
-            .filter(|r| r.id != self.id && reply.time_ms > 0)
-        {
-            self.members
-                .record_clock_offset(&issuer.id.clone(), reply.time_ms as i64 - wall.0 as i64);
+        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id && reply.time_ms > 0) {
+            self.members.record_clock_offset(&issuer.id.clone(), reply.time_ms as i64 - wall.0 as i64);
         }
-        let out = self.members.merge(
-            now,
-            &reply.nodes,
-            sender_now,
-            Trust::JoinReply,
-            &mut self.hlc,
-        );
+        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::JoinReply, &mut self.hlc);
         self.cluster = Some(reply.cluster.clone());
         self.persist(PersistOp::PutCluster(reply.cluster.clone()));
         self.persist(PersistOp::PutRecord(Box::new(own)));

@@ -53,12 +53,7 @@ struct Actor {
 impl Actor {
     fn new(i: usize, offset_ms: i64) -> Actor {
         let id = node_id(i);
-        Actor {
-            hlc: Hlc::new(id.clone()),
-            id,
-            key: key(i as u8 + 1),
-            offset_ms,
-        }
+        Actor { hlc: Hlc::new(id.clone()), id, key: key(i as u8 + 1), offset_ms }
     }
 
     /// This actor's wall clock when the true time is `now`.
@@ -76,9 +71,7 @@ impl Actor {
 /// Member 1's clock runs 4 minutes ahead, member 2's one minute behind.
 fn cluster(n: usize) -> (Vec<Actor>, Vec<NodeRecord>) {
     let offsets = [0i64, FOUR_MINUTES_MS as i64, -(MINUTE_MS as i64), 5, 0];
-    let mut actors: Vec<Actor> = (0..n)
-        .map(|i| Actor::new(i, offsets[i % offsets.len()]))
-        .collect();
+    let mut actors: Vec<Actor> = (0..n).map(|i| Actor::new(i, offsets[i % offsets.len()])).collect();
     let mut records = Vec::new();
     for (i, a) in actors.iter_mut().enumerate() {
         let v = a.next(T0);
@@ -112,18 +105,9 @@ enum Op {
     Owner { node: usize, name: u8 },
     /// `by` sets `target`'s admin state. With `observe` it has seen the current mark first (so its
     /// version is higher); without, its version may be lower than marks already out there.
-    Admin {
-        by: usize,
-        target: usize,
-        state: u8,
-        observe: bool,
-    },
+    Admin { by: usize, target: usize, state: u8, observe: bool },
     /// `by` removes `target`.
-    Remove {
-        by: usize,
-        target: usize,
-        observe: bool,
-    },
+    Remove { by: usize, target: usize, observe: bool },
     /// The node reports its health; timestamps of one node strictly increase.
     Health { node: usize, cpu: u8 },
     /// True time moves on.
@@ -133,19 +117,9 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0usize..5, any::<u8>()).prop_map(|(node, name)| Op::Owner { node, name }),
-        (0usize..5, 0usize..5, 0u8..3, any::<bool>()).prop_map(|(by, target, state, observe)| {
-            Op::Admin {
-                by,
-                target,
-                state,
-                observe,
-            }
-        }),
-        (0usize..5, 0usize..5, any::<bool>()).prop_map(|(by, target, observe)| Op::Remove {
-            by,
-            target,
-            observe
-        }),
+        (0usize..5, 0usize..5, 0u8..3, any::<bool>())
+            .prop_map(|(by, target, state, observe)| { Op::Admin { by, target, state, observe } }),
+        (0usize..5, 0usize..5, any::<bool>()).prop_map(|(by, target, observe)| Op::Remove { by, target, observe }),
         (0usize..5, 0u8..=100).prop_map(|(node, cpu)| Op::Health { node, cpu }),
         (0u32..120_000).prop_map(|ms| Op::Advance { ms }),
     ]
@@ -176,12 +150,7 @@ fn play(n: usize, ops: &[Op]) -> History {
                 current[i].resign_owner(f, v, &k);
                 i
             }
-            Op::Admin {
-                by,
-                target,
-                state,
-                observe,
-            } => {
+            Op::Admin { by, target, state, observe } => {
                 let (b, t) = (by % n, target % n);
                 if observe {
                     if let Some(m) = &current[t].admin {
@@ -189,20 +158,12 @@ fn play(n: usize, ops: &[Op]) -> History {
                     }
                 }
                 let v = actors[b].next(now);
-                let state = [
-                    AdminState::Active,
-                    AdminState::Maintenance,
-                    AdminState::Draining,
-                ][state as usize];
+                let state = [AdminState::Active, AdminState::Maintenance, AdminState::Draining][state as usize];
                 let k = actors[b].key.clone();
                 current[t].set_admin(state, v, &k);
                 t
             }
-            Op::Remove {
-                by,
-                target,
-                observe,
-            } => {
+            Op::Remove { by, target, observe } => {
                 let (b, t) = (by % n, target % n);
                 if observe {
                     if let Some(m) = &current[t].removal {
@@ -242,11 +203,7 @@ fn play(n: usize, ops: &[Op]) -> History {
         snap.last_seen = now.as_secs();
         snapshots.push(snap);
     }
-    History {
-        base,
-        snapshots,
-        now: now.plus(1),
-    }
+    History { base, snapshots, now: now.plus(1) }
 }
 
 /// What must agree between two memberships that merged the same information.
@@ -262,19 +219,10 @@ struct Fingerprint {
 fn fingerprint(m: &Membership) -> Fingerprint {
     Fingerprint {
         versions: m.versions(),
-        admin: m
-            .records()
-            .map(|r| (r.id.clone(), r.admin_state, r.removed))
-            .collect(),
-        health: m
-            .records()
-            .map(|r| (r.id.clone(), r.health.as_ref().map(|h| h.timestamp)))
-            .collect(),
+        admin: m.records().map(|r| (r.id.clone(), r.admin_state, r.removed)).collect(),
+        health: m.records().map(|r| (r.id.clone(), r.health.as_ref().map(|h| h.timestamp))).collect(),
         records: m.records().cloned().collect(),
-        last_seen: m
-            .records()
-            .map(|r| (r.id.clone(), m.last_seen(&r.id)))
-            .collect(),
+        last_seen: m.records().map(|r| (r.id.clone(), m.last_seen(&r.id))).collect(),
     }
 }
 
@@ -312,13 +260,7 @@ impl Setup<'_> {
     fn apply(&self, batches: &[&[NodeRecord]]) -> Membership {
         let (mut m, mut hlc) = self.fresh();
         for b in batches {
-            m.merge(
-                self.history.now,
-                b,
-                Some(self.history.now),
-                Trust::Gossip,
-                &mut hlc,
-            );
+            m.merge(self.history.now, b, Some(self.history.now), Trust::Gossip, &mut hlc);
         }
         m
     }
@@ -327,21 +269,13 @@ impl Setup<'_> {
     fn join(&self, a: &Membership, b: &Membership) -> Membership {
         let mut out = a.clone();
         let mut hlc = Hlc::new(self.me.clone());
-        out.merge(
-            self.history.now,
-            &b.wire_records(),
-            Some(self.history.now),
-            Trust::Gossip,
-            &mut hlc,
-        );
+        out.merge(self.history.now, &b.wire_records(), Some(self.history.now), Trust::Gossip, &mut hlc);
         out
     }
 }
 
 fn pick(pool: &[NodeRecord], idx: &[prop::sample::Index]) -> Vec<NodeRecord> {
-    idx.iter()
-        .map(|i| pool[i.index(pool.len())].clone())
-        .collect()
+    idx.iter().map(|i| pool[i.index(pool.len())].clone()).collect()
 }
 
 /// A batch as a member sends it: every member's record (at some point of its history), plus
@@ -360,10 +294,7 @@ fn full_batch(
     }
     out.extend(pick(&h.snapshots, extra));
     // Order inside a batch must not matter either: rotate by a derived amount.
-    let k = extra
-        .first()
-        .map(|i| i.index(out.len().max(1)))
-        .unwrap_or(0);
+    let k = extra.first().map(|i| i.index(out.len().max(1))).unwrap_or(0);
     out.rotate_left(k);
     out
 }
@@ -376,12 +307,7 @@ fn me_for(choice: usize, n: usize) -> NodeId {
     }
 }
 
-fn check_laws(
-    s: &Setup<'_>,
-    a: &[NodeRecord],
-    b: &[NodeRecord],
-    c: &[NodeRecord],
-) -> Result<(), TestCaseError> {
+fn check_laws(s: &Setup<'_>, a: &[NodeRecord], b: &[NodeRecord], c: &[NodeRecord]) -> Result<(), TestCaseError> {
     // Commutative: A then B == B then A.
     let ab = s.apply(&[a, b]);
     let ba = s.apply(&[b, a]);
@@ -391,13 +317,7 @@ fn check_laws(
     let twice = s.apply(&[a, a]);
     prop_assert_eq!(fingerprint(&once), fingerprint(&twice), "A != A,A");
     let mut again = once.clone();
-    let out = again.merge(
-        s.history.now,
-        a,
-        Some(s.history.now),
-        Trust::Gossip,
-        &mut Hlc::new(s.me.clone()),
-    );
+    let out = again.merge(s.history.now, a, Some(s.history.now), Trust::Gossip, &mut Hlc::new(s.me.clone()));
     prop_assert!(
         out.changed.is_empty() && out.added.is_empty() && out.removed.is_empty(),
         "second merge reported {:?}",
@@ -407,30 +327,14 @@ fn check_laws(
     let bc: Vec<NodeRecord> = b.iter().chain(c).cloned().collect();
     let ab_cat: Vec<NodeRecord> = a.iter().chain(b).cloned().collect();
     let seq = s.apply(&[a, b, c]);
-    prop_assert_eq!(
-        fingerprint(&s.apply(&[a, &bc])),
-        fingerprint(&seq),
-        "A,(B++C) != A,B,C"
-    );
-    prop_assert_eq!(
-        fingerprint(&s.apply(&[&ab_cat, c])),
-        fingerprint(&seq),
-        "(A++B),C != A,B,C"
-    );
+    prop_assert_eq!(fingerprint(&s.apply(&[a, &bc])), fingerprint(&seq), "A,(B++C) != A,B,C");
+    prop_assert_eq!(fingerprint(&s.apply(&[&ab_cat, c])), fingerprint(&seq), "(A++B),C != A,B,C");
     // Associative, commutative and idempotent as a join of whole memberships.
     let (ma, mb, mc) = (s.apply(&[a]), s.apply(&[b]), s.apply(&[c]));
     let left = s.join(&s.join(&ma, &mb), &mc);
     let right = s.join(&ma, &s.join(&mb, &mc));
-    prop_assert_eq!(
-        fingerprint(&left),
-        fingerprint(&right),
-        "(a+b)+c != a+(b+c)"
-    );
-    prop_assert_eq!(
-        fingerprint(&s.join(&ma, &mb)),
-        fingerprint(&s.join(&mb, &ma)),
-        "a+b != b+a"
-    );
+    prop_assert_eq!(fingerprint(&left), fingerprint(&right), "(a+b)+c != a+(b+c)");
+    prop_assert_eq!(fingerprint(&s.join(&ma, &mb)), fingerprint(&s.join(&mb, &ma)), "a+b != b+a");
     prop_assert_eq!(fingerprint(&s.join(&ma, &ma)), fingerprint(&ma), "a+a != a");
     Ok(())
 }
@@ -444,36 +348,19 @@ fn check_register_maxima(s: &Setup<'_>, all: &[NodeRecord]) -> Result<(), TestCa
         if theirs.is_empty() {
             continue;
         }
-        let admin = theirs
-            .iter()
-            .filter_map(|x| x.admin.as_ref())
-            .max_by(|a, b| a.version.cmp(&b.version));
-        prop_assert_eq!(
-            r.admin.as_ref().map(|m| &m.version),
-            admin.map(|m| &m.version)
-        );
+        let admin = theirs.iter().filter_map(|x| x.admin.as_ref()).max_by(|a, b| a.version.cmp(&b.version));
+        prop_assert_eq!(r.admin.as_ref().map(|m| &m.version), admin.map(|m| &m.version));
         if let Some(mark) = admin {
-            let winner = theirs
-                .iter()
-                .find(|x| x.admin.as_ref() == Some(mark))
-                .unwrap();
+            let winner = theirs.iter().find(|x| x.admin.as_ref() == Some(mark)).unwrap();
             prop_assert_eq!(r.admin_state, winner.admin_state);
         }
-        let removal = theirs
-            .iter()
-            .filter_map(|x| x.removal.as_ref())
-            .map(|m| &m.version)
-            .max();
+        let removal = theirs.iter().filter_map(|x| x.removal.as_ref()).map(|m| &m.version).max();
         prop_assert_eq!(r.removal.as_ref().map(|m| &m.version), removal);
         prop_assert_eq!(r.removed, removal.is_some());
         if r.id != s.me {
             let owner = theirs.iter().map(|x| &x.owner_version).max().unwrap();
             prop_assert_eq!(&r.owner_version, owner);
-            let health = theirs
-                .iter()
-                .filter_map(|x| x.health.as_ref())
-                .map(|h| h.timestamp)
-                .max();
+            let health = theirs.iter().filter_map(|x| x.health.as_ref()).map(|h| h.timestamp).max();
             prop_assert_eq!(r.health.as_ref().map(|h| h.timestamp), health);
         }
     }
@@ -544,26 +431,12 @@ fn a_later_admin_write_wins_over_one_from_a_clock_four_minutes_ahead() {
     // Member 2 (one minute behind) hears of it through an ordinary merge, then drains member 0.
     let now = T0.plus(20 * SECOND_MS);
     let mut m2 = membership_with(actors[2].id.clone(), &base);
-    m2.merge(
-        actors[2].clock(now),
-        std::slice::from_ref(&by_ahead),
-        None,
-        Trust::Gossip,
-        &mut actors[2].hlc,
-    );
-    assert_eq!(
-        m2.get(&target.id).unwrap().admin_state,
-        AdminState::Maintenance
-    );
+    m2.merge(actors[2].clock(now), std::slice::from_ref(&by_ahead), None, Trust::Gossip, &mut actors[2].hlc);
+    assert_eq!(m2.get(&target.id).unwrap().admin_state, AdminState::Maintenance);
     let v2 = actors[2].next(now);
-    assert!(
-        v2 > v,
-        "a write made after seeing {v} must order after it, got {v2}"
-    );
+    assert!(v2 > v, "a write made after seeing {v} must order after it, got {v2}");
     let key2 = actors[2].key.clone();
-    m2.get_mut(&target.id)
-        .unwrap()
-        .set_admin(AdminState::Draining, v2, &key2);
+    m2.get_mut(&target.id).unwrap().set_admin(AdminState::Draining, v2, &key2);
     let by_behind = m2.get(&target.id).unwrap().clone();
 
     for me in [actors[0].id.clone(), actors[1].id.clone(), observer_id()] {
@@ -573,11 +446,7 @@ fn a_later_admin_write_wins_over_one_from_a_clock_four_minutes_ahead() {
             for r in order {
                 m.merge(now, std::slice::from_ref(r), None, Trust::Gossip, &mut hlc);
             }
-            assert_eq!(
-                m.get(&target.id).unwrap().admin_state,
-                AdminState::Draining,
-                "on {me}"
-            );
+            assert_eq!(m.get(&target.id).unwrap().admin_state, AdminState::Draining, "on {me}");
             assert_eq!(m.state(&target.id, now), NodeState::Draining);
         }
     }
@@ -592,28 +461,16 @@ fn equal_wall_clock_and_counter_are_broken_by_node_id_the_same_way_everywhere() 
     let mut by1 = base[0].clone();
     by1.set_admin(
         AdminState::Maintenance,
-        Version {
-            wall_ms: at,
-            counter: 0,
-            node: actors[1].id.clone(),
-        },
+        Version { wall_ms: at, counter: 0, node: actors[1].id.clone() },
         &actors[1].key,
     );
     let mut by2 = base[0].clone();
     by2.set_admin(
         AdminState::Draining,
-        Version {
-            wall_ms: at,
-            counter: 0,
-            node: actors[2].id.clone(),
-        },
+        Version { wall_ms: at, counter: 0, node: actors[2].id.clone() },
         &actors[2].key,
     );
-    let expected = if actors[2].id > actors[1].id {
-        AdminState::Draining
-    } else {
-        AdminState::Maintenance
-    };
+    let expected = if actors[2].id > actors[1].id { AdminState::Draining } else { AdminState::Maintenance };
     for order in [[&by1, &by2], [&by2, &by1]] {
         let mut m = membership_with(observer_id(), &base);
         let mut hlc = Hlc::new(observer_id());
@@ -637,27 +494,8 @@ fn an_older_owner_copy_does_not_roll_back_a_newer_one() {
     new.resign_owner(f, v, &actors[1].key.clone());
     let mut m = membership_with(observer_id(), &base);
     let mut hlc = Hlc::new(observer_id());
-    assert_eq!(
-        m.merge(
-            T0,
-            std::slice::from_ref(&new),
-            None,
-            Trust::Gossip,
-            &mut hlc
-        )
-        .changed,
-        vec![new.id.clone()]
-    );
-    assert!(m
-        .merge(
-            T0,
-            std::slice::from_ref(&old),
-            None,
-            Trust::Gossip,
-            &mut hlc
-        )
-        .changed
-        .is_empty());
+    assert_eq!(m.merge(T0, std::slice::from_ref(&new), None, Trust::Gossip, &mut hlc).changed, vec![new.id.clone()]);
+    assert!(m.merge(T0, std::slice::from_ref(&old), None, Trust::Gossip, &mut hlc).changed.is_empty());
     assert_eq!(m.get(&new.id).unwrap().name, "renamed");
 }
 
@@ -667,13 +505,7 @@ fn an_older_owner_copy_does_not_roll_back_a_newer_one() {
 
 fn merged(m: &mut Membership, r: &NodeRecord) -> shoal_core::membership::MergeOutcome {
     let mut hlc = Hlc::new(m.me().clone());
-    m.merge(
-        T0.plus(60_000),
-        std::slice::from_ref(r),
-        None,
-        Trust::Gossip,
-        &mut hlc,
-    )
+    m.merge(T0.plus(60_000), std::slice::from_ref(r), None, Trust::Gossip, &mut hlc)
 }
 
 /// cluster-runtime.md "Membership" ("A node is authoritative for its own record"), weakness 10:
@@ -683,11 +515,7 @@ fn a_forged_owner_update_is_rejected() {
     let (actors, base) = cluster(3);
     let outsider = key(99);
     let victim = base[1].clone();
-    let newer = Version {
-        wall_ms: T0.0 + 3_600_000,
-        counter: 0,
-        node: victim.id.clone(),
-    };
+    let newer = Version { wall_ms: T0.0 + 3_600_000, counter: 0, node: victim.id.clone() };
 
     // Same public key in the record, but signed by another member's key.
     let mut forged = victim.clone();
@@ -699,15 +527,10 @@ fn a_forged_owner_update_is_rejected() {
     let f = fields(&victim.id, &outsider, "victim");
     rekeyed.resign_owner(f, newer.clone(), &outsider);
     // A fresh record for the victim's id under the new key, admitted by a member.
-    let mut replaced =
-        NodeRecord::new_signed(fields(&victim.id, &outsider, "victim"), newer, &outsider);
+    let mut replaced = NodeRecord::new_signed(fields(&victim.id, &outsider, "victim"), newer, &outsider);
     replaced.admit(
         &actors[0].id,
-        Version {
-            wall_ms: T0.0 + 3_600_000,
-            counter: 1,
-            node: actors[0].id.clone(),
-        },
+        Version { wall_ms: T0.0 + 3_600_000, counter: 1, node: actors[0].id.clone() },
         &actors[0].key,
     );
 
@@ -729,11 +552,7 @@ fn admin_marks_and_removals_signed_by_non_members_are_rejected() {
     let outsider_id = node_id(42);
     let outsider = key(99);
     let target = base[1].clone();
-    let v = |node: &NodeId| Version {
-        wall_ms: T0.0 + 60_000,
-        counter: 0,
-        node: node.clone(),
-    };
+    let v = |node: &NodeId| Version { wall_ms: T0.0 + 60_000, counter: 0, node: node.clone() };
 
     let mut admin_by_outsider = target.clone();
     admin_by_outsider.set_admin(AdminState::Maintenance, v(&outsider_id), &outsider);
@@ -772,13 +591,7 @@ fn admin_marks_and_removals_signed_by_non_members_are_rejected() {
     let mut good = target.clone();
     good.set_admin(AdminState::Maintenance, v(&actors[2].id), &actors[2].key);
     assert_eq!(merged(&mut m, &good).changed, vec![target.id.clone()]);
-    good.set_removed(
-        Version {
-            counter: 1,
-            ..v(&actors[2].id)
-        },
-        &actors[2].key,
-    );
+    good.set_removed(Version { counter: 1, ..v(&actors[2].id) }, &actors[2].key);
     assert_eq!(merged(&mut m, &good).removed, vec![target.id.clone()]);
 }
 
@@ -787,11 +600,7 @@ fn admin_marks_and_removals_signed_by_non_members_are_rejected() {
 fn health_signed_by_another_key_is_rejected() {
     let (actors, base) = cluster(3);
     let mut forged = base[1].clone();
-    let h = Health {
-        cpu_usage: 100.0,
-        timestamp: T0.0 + 1000,
-        ..Health::default()
-    };
+    let h = Health { cpu_usage: 100.0, timestamp: T0.0 + 1000, ..Health::default() };
     forged.set_health(h, &actors[2].key);
     let mut m = membership_with(actors[0].id.clone(), &base);
     assert!(merged(&mut m, &forged).changed.is_empty());
@@ -807,16 +616,9 @@ fn a_new_record_without_a_valid_admission_from_gossip_is_rejected() {
     let newcomer_key = key(77);
     let outsider_id = node_id(42);
     let outsider = key(99);
-    let v = |node: &NodeId, c: u32| Version {
-        wall_ms: T0.0 + 60_000,
-        counter: c,
-        node: node.clone(),
-    };
-    let unadmitted = NodeRecord::new_signed(
-        fields(&newcomer_id, &newcomer_key, "new"),
-        v(&newcomer_id, 0),
-        &newcomer_key,
-    );
+    let v = |node: &NodeId, c: u32| Version { wall_ms: T0.0 + 60_000, counter: c, node: node.clone() };
+    let unadmitted =
+        NodeRecord::new_signed(fields(&newcomer_id, &newcomer_key, "new"), v(&newcomer_id, 0), &newcomer_key);
 
     let mut self_admitted = unadmitted.clone();
     self_admitted.admit(&newcomer_id, v(&newcomer_id, 1), &newcomer_key);
@@ -825,28 +627,15 @@ fn a_new_record_without_a_valid_admission_from_gossip_is_rejected() {
     let mut member_name_wrong_key = unadmitted.clone();
     member_name_wrong_key.admit(&actors[0].id, v(&actors[0].id, 0), &outsider);
     // Admitted properly, but the owner signature is not the record's own key.
-    let mut bad_owner = NodeRecord::new_signed(
-        fields(&newcomer_id, &newcomer_key, "new"),
-        v(&newcomer_id, 0),
-        &outsider,
-    );
+    let mut bad_owner =
+        NodeRecord::new_signed(fields(&newcomer_id, &newcomer_key, "new"), v(&newcomer_id, 0), &outsider);
     bad_owner.admit(&actors[0].id, v(&actors[0].id, 0), &actors[0].key);
     // Admitted properly, but the owner version names another node.
-    let mut wrong_version_node = NodeRecord::new_signed(
-        fields(&newcomer_id, &newcomer_key, "new"),
-        v(&actors[1].id, 0),
-        &newcomer_key,
-    );
+    let mut wrong_version_node =
+        NodeRecord::new_signed(fields(&newcomer_id, &newcomer_key, "new"), v(&actors[1].id, 0), &newcomer_key);
     wrong_version_node.admit(&actors[0].id, v(&actors[0].id, 0), &actors[0].key);
 
-    for bad in [
-        &unadmitted,
-        &self_admitted,
-        &by_stranger,
-        &member_name_wrong_key,
-        &bad_owner,
-        &wrong_version_node,
-    ] {
+    for bad in [&unadmitted, &self_admitted, &by_stranger, &member_name_wrong_key, &bad_owner, &wrong_version_node] {
         let mut m = membership_with(actors[1].id.clone(), &base);
         let out = merged(&mut m, bad);
         assert!(out.added.is_empty() && out.changed.is_empty(), "{out:?}");
@@ -889,11 +678,7 @@ fn liveness_follows_the_45_and_180_second_thresholds() {
     assert_eq!(m.state(&peer, T0.plus(45_001)), NodeState::Unknown);
     assert_eq!(m.state(&peer, T0.plus(180_000)), NodeState::Unknown);
     assert_eq!(m.state(&peer, T0.plus(180_001)), NodeState::Offline);
-    assert_eq!(
-        m.state(&node_id(33), T0),
-        NodeState::Unknown,
-        "not a member at all"
-    );
+    assert_eq!(m.state(&node_id(33), T0), NodeState::Unknown, "not a member at all");
     // A report "from the future" is clamped to now and lastSeen only moves forward.
     m.saw_at(&peer, T0.plus(3_600_000), T0.plus(1000));
     assert_eq!(m.last_seen(&peer), T0.plus(1000));
@@ -920,53 +705,21 @@ fn a_node_is_degraded_at_97_percent_cpu_or_ram_or_2_percent_free_disk() {
     with_health(&mut m, &peer, calm.clone(), &k);
     assert_eq!(m.state(&peer, T0), NodeState::Online);
     for hot in [
-        Health {
-            cpu_usage: 97.0,
-            ..calm.clone()
-        },
-        Health {
-            ram_used: 97,
-            ..calm.clone()
-        },
-        Health {
-            disk_free: 2,
-            ..calm.clone()
-        },
+        Health { cpu_usage: 97.0, ..calm.clone() },
+        Health { ram_used: 97, ..calm.clone() },
+        Health { disk_free: 2, ..calm.clone() },
     ] {
         with_health(&mut m, &peer, hot.clone(), &k);
         assert_eq!(m.state(&peer, T0), NodeState::Degraded, "{hot:?}");
         assert_eq!(m.state(&peer, T0.plus(45_000)), NodeState::Degraded);
-        assert_eq!(
-            m.state(&peer, T0.plus(45_001)),
-            NodeState::Unknown,
-            "silence beats health"
-        );
+        assert_eq!(m.state(&peer, T0.plus(45_001)), NodeState::Unknown, "silence beats health");
         assert_eq!(m.state(&peer, T0.plus(180_001)), NodeState::Offline);
     }
     // A report without a timestamp does not count.
-    with_health(
-        &mut m,
-        &peer,
-        Health {
-            cpu_usage: 100.0,
-            timestamp: 0,
-            ..calm.clone()
-        },
-        &k,
-    );
+    with_health(&mut m, &peer, Health { cpu_usage: 100.0, timestamp: 0, ..calm.clone() }, &k);
     assert_eq!(m.state(&peer, T0), NodeState::Online);
     // Unknown totals (0) do not count as full.
-    with_health(
-        &mut m,
-        &peer,
-        Health {
-            ram_total: 0,
-            disk_total: 0,
-            disk_free: 0,
-            ..calm
-        },
-        &k,
-    );
+    with_health(&mut m, &peer, Health { ram_total: 0, disk_total: 0, disk_free: 0, ..calm }, &k);
     assert_eq!(m.state(&peer, T0), NodeState::Online);
 }
 
@@ -975,45 +728,23 @@ fn a_node_is_degraded_at_97_percent_cpu_or_ram_or_2_percent_free_disk() {
 fn admin_state_overrides_liveness_even_for_this_node_and_this_node_is_online() {
     let (mut m, actors, peer) = two_members();
     let me = actors[0].id.clone();
-    assert_eq!(
-        m.state(&me, T0),
-        NodeState::Online,
-        "never 'heard from' itself, still ONLINE"
-    );
+    assert_eq!(m.state(&me, T0), NodeState::Online, "never 'heard from' itself, still ONLINE");
     assert_eq!(m.state(&me, T0.plus(DAY_MS)), NodeState::Online);
     assert_eq!(m.latency_ms(&me), 0.0);
     let k0 = actors[0].key.clone();
-    let hot = Health {
-        cpu_usage: 100.0,
-        timestamp: T0.0,
-        ..Health::default()
-    };
+    let hot = Health { cpu_usage: 100.0, timestamp: T0.0, ..Health::default() };
     with_health(&mut m, &me, hot, &k0);
-    assert_eq!(
-        m.state(&me, T0),
-        NodeState::Online,
-        "local is ONLINE, not DEGRADED"
-    );
+    assert_eq!(m.state(&me, T0), NodeState::Online, "local is ONLINE, not DEGRADED");
 
     let mut clock = Hlc::new(me.clone());
-    m.get_mut(&me)
-        .unwrap()
-        .set_admin(AdminState::Maintenance, clock.next(T0), &k0);
+    m.get_mut(&me).unwrap().set_admin(AdminState::Maintenance, clock.next(T0), &k0);
     assert_eq!(m.state(&me, T0), NodeState::Maintenance);
-    m.get_mut(&peer)
-        .unwrap()
-        .set_admin(AdminState::Draining, clock.next(T0), &k0);
-    assert_eq!(
-        m.state(&peer, T0),
-        NodeState::Draining,
-        "never seen, still DRAINING"
-    );
+    m.get_mut(&peer).unwrap().set_admin(AdminState::Draining, clock.next(T0), &k0);
+    assert_eq!(m.state(&peer, T0), NodeState::Draining, "never seen, still DRAINING");
     m.saw_at(&peer, T0, T0);
     assert_eq!(m.state(&peer, T0), NodeState::Draining);
     assert_eq!(m.state(&peer, T0.plus(DAY_MS)), NodeState::Draining);
-    m.get_mut(&peer)
-        .unwrap()
-        .set_admin(AdminState::Active, clock.next(T0), &k0);
+    m.get_mut(&peer).unwrap().set_admin(AdminState::Active, clock.next(T0), &k0);
     assert_eq!(m.state(&peer, T0), NodeState::Online);
 }
 
@@ -1026,9 +757,7 @@ fn last_seen_from_a_peer_with_a_skewed_clock_is_translated_to_our_clock() {
     let me = actors[0].id.clone();
     let subject = actors[2].id.clone();
     let now = T0.plus(10 * MINUTE_MS);
-    for age_ms in [
-        0, 30_000, 45_000, 45_001, 100_000, 180_000, 180_001, 600_000,
-    ] {
+    for age_ms in [0, 30_000, 45_000, 45_001, 100_000, 180_000, 180_001, 600_000] {
         let mut states = Vec::new();
         for skew in [0i64, FOUR_MINUTES_MS as i64, -(FOUR_MINUTES_MS as i64)] {
             let sender_now = Millis((now.0 as i64 + skew) as u64);
@@ -1038,17 +767,10 @@ fn last_seen_from_a_peer_with_a_skewed_clock_is_translated_to_our_clock() {
             let mut m = membership_with(me.clone(), &base);
             let mut hlc = Hlc::new(me.clone());
             m.merge(now, &[report], Some(sender_now), Trust::Gossip, &mut hlc);
-            assert_eq!(
-                m.last_seen(&subject),
-                Millis(now.0 - age_ms),
-                "skew {skew} age {age_ms}"
-            );
+            assert_eq!(m.last_seen(&subject), Millis(now.0 - age_ms), "skew {skew} age {age_ms}");
             states.push(m.state(&subject, now));
         }
-        assert!(
-            states.iter().all(|s| *s == states[0]),
-            "age {age_ms}: {states:?}"
-        );
+        assert!(states.iter().all(|s| *s == states[0]), "age {age_ms}: {states:?}");
         let expected = match age_ms {
             0..=45_000 => NodeState::Online,
             45_001..=180_000 => NodeState::Unknown,
@@ -1069,23 +791,11 @@ fn last_seen_without_the_senders_time_is_ignored_and_never_moves_back() {
     report.last_seen_ms = T0.0;
     let mut m = membership_with(me.clone(), &base);
     let mut hlc = Hlc::new(me);
-    m.merge(
-        T0,
-        std::slice::from_ref(&report),
-        None,
-        Trust::Gossip,
-        &mut hlc,
-    );
+    m.merge(T0, std::slice::from_ref(&report), None, Trust::Gossip, &mut hlc);
     assert_eq!(m.last_seen(&subject), Millis::ZERO);
     m.saw_at(&subject, T0.plus(5000), T0.plus(5000));
     report.last_seen_ms = T0.0 + 1000;
-    m.merge(
-        T0.plus(6000),
-        &[report],
-        Some(T0.plus(6000)),
-        Trust::Gossip,
-        &mut hlc,
-    );
+    m.merge(T0.plus(6000), &[report], Some(T0.plus(6000)), Trust::Gossip, &mut hlc);
     assert_eq!(m.last_seen(&subject), T0.plus(5000));
 }
 
@@ -1099,26 +809,14 @@ fn last_seen_without_the_senders_time_is_ignored_and_never_moves_back() {
 fn latency_is_an_ewma_with_alpha_0_3_minus_one_when_never_measured_and_zero_for_self() {
     let (actors, base) = cluster(3);
     let mut m = membership_with(actors[0].id.clone(), &base);
-    let (me, b, c) = (
-        actors[0].id.clone(),
-        actors[1].id.clone(),
-        actors[2].id.clone(),
-    );
+    let (me, b, c) = (actors[0].id.clone(), actors[1].id.clone(), actors[2].id.clone());
     assert_eq!(m.latency_ms(&b), -1.0);
     m.record_rtt(&b, 100.0);
     assert_eq!(m.latency_ms(&b), 100.0, "first sample as is");
     m.record_rtt(&b, 200.0);
-    assert!(
-        (m.latency_ms(&b) - 130.0).abs() < 1e-9,
-        "{}",
-        m.latency_ms(&b)
-    );
+    assert!((m.latency_ms(&b) - 130.0).abs() < 1e-9, "{}", m.latency_ms(&b));
     m.record_rtt(&b, 50.0);
-    assert!(
-        (m.latency_ms(&b) - 106.0).abs() < 1e-9,
-        "{}",
-        m.latency_ms(&b)
-    );
+    assert!((m.latency_ms(&b) - 106.0).abs() < 1e-9, "{}", m.latency_ms(&b));
     m.record_rtt(&me, 500.0);
     assert_eq!(m.latency_ms(&me), 0.0);
     let v = m.latency_vector();
@@ -1148,16 +846,9 @@ fn tombstones_are_purged_after_seven_days_and_never_come_back() {
     m.get_mut(&gone).unwrap().set_removed(v, &k0);
     let tombstone = m.get(&gone).unwrap().clone();
 
-    assert!(
-        m.purge_tombstones(Millis(removed_at + 7 * DAY_MS))
-            .is_empty(),
-        "kept for the full 7 days"
-    );
+    assert!(m.purge_tombstones(Millis(removed_at + 7 * DAY_MS)).is_empty(), "kept for the full 7 days");
     assert!(m.get(&gone).is_some());
-    assert_eq!(
-        m.purge_tombstones(Millis(removed_at + 7 * DAY_MS + 1)),
-        vec![gone.clone()]
-    );
+    assert_eq!(m.purge_tombstones(Millis(removed_at + 7 * DAY_MS + 1)), vec![gone.clone()]);
     assert!(m.get(&gone).is_none());
     assert_eq!(m.purged().collect::<Vec<_>>(), vec![&gone]);
     assert_eq!(m.last_seen(&gone), Millis::ZERO);

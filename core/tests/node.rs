@@ -10,9 +10,7 @@ use serde_json::{json, Value};
 use shoal_core::acn::{self, SignedHeaders};
 use shoal_core::ids::{ClusterId, NodeId};
 use shoal_core::membership::NodeState;
-use shoal_core::node::{
-    ApiError, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo,
-};
+use shoal_core::node::{ApiError, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::rng::SeededRng;
 use shoal_core::time::{Millis, DAY_MS, MINUTE_MS, SECOND_MS};
@@ -48,10 +46,7 @@ fn body_bytes(r: &Reply) -> Vec<u8> {
 }
 
 fn code(r: &Reply) -> &str {
-    r.body
-        .pointer("/error/code")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    r.body.pointer("/error/code").and_then(Value::as_str).unwrap_or("")
 }
 
 /// One delivered request: to which node, which endpoint, and the answer (None: no route).
@@ -86,9 +81,7 @@ impl Net {
         let n = offsets_ms.len();
         let keys: Vec<SigningKey> = (0..n).map(|i| key_of(i as u8 + 1)).collect();
         Net {
-            nodes: (0..n)
-                .map(|i| new_node(i, id_of(i), keys[i].clone()))
-                .collect(),
+            nodes: (0..n).map(|i| new_node(i, id_of(i), keys[i].clone())).collect(),
             keys,
             offsets_ms: offsets_ms.to_vec(),
             now: T0,
@@ -119,13 +112,7 @@ impl Net {
                             let target = (0..self.nodes.len()).find(|&j| url_of(j) == req.url);
                             let result = match target {
                                 Some(j) if j != i && !self.down[j] => {
-                                    assert_eq!(
-                                        self.nodes[j].id(),
-                                        &req.to,
-                                        "{} is addressed to {}",
-                                        req.url,
-                                        req.to
-                                    );
+                                    assert_eq!(self.nodes[j].id(), &req.to, "{} is addressed to {}", req.url, req.to);
                                     let at = self.clock(j);
                                     let r = self.nodes[j].handle_acn(
                                         at,
@@ -155,13 +142,7 @@ impl Net {
                                 }
                             };
                             let at = self.clock(i);
-                            self.nodes[i].handle(
-                                at,
-                                Input::Response {
-                                    token: req.token,
-                                    result,
-                                },
-                            );
+                            self.nodes[i].handle(at, Input::Response { token: req.token, result });
                         }
                         Output::Persist(p) => self.persisted[i].push(p),
                         Output::Event(e) => self.events[i].push(e),
@@ -192,9 +173,7 @@ impl Net {
 
     fn token(&mut self, issuer: usize) -> String {
         let at = self.clock(issuer);
-        let t = self.nodes[issuer]
-            .new_token(at, None)
-            .expect("issue a token");
+        let t = self.nodes[issuer].new_token(at, None).expect("issue a token");
         self.pump();
         t["token"].as_str().unwrap().to_string()
     }
@@ -207,9 +186,7 @@ impl Net {
         issuer: usize,
         token: &str,
     ) -> (Reply, Result<Value, ApiError>) {
-        let plan = joiner
-            .prepare_join(joiner_clock, token)
-            .expect("prepare join");
+        let plan = joiner.prepare_join(joiner_clock, token).expect("prepare join");
         assert_eq!(plan.url, format!("{}{JOIN}", url_of(issuer)));
         let at = self.clock(issuer);
         let reply = self.nodes[issuer].handle_acn(at, "POST", JOIN, None, &plan.body);
@@ -231,12 +208,7 @@ impl Net {
     }
 
     fn live_members(&self, i: usize) -> Vec<NodeId> {
-        self.nodes[i]
-            .members()
-            .records()
-            .filter(|r| !r.removed)
-            .map(|r| r.id.clone())
-            .collect()
+        self.nodes[i].members().records().filter(|r| !r.removed).map(|r| r.id.clone()).collect()
     }
 
     fn state(&self, at: usize, of: usize) -> NodeState {
@@ -248,17 +220,10 @@ impl Net {
         let mut ids: Vec<NodeId> = who.iter().map(|&i| self.id(i)).collect();
         ids.sort();
         for &i in who {
-            assert!(
-                self.nodes[i].cluster().is_some(),
-                "node {i} is in the cluster"
-            );
+            assert!(self.nodes[i].cluster().is_some(), "node {i} is in the cluster");
             assert_eq!(self.live_members(i), ids, "members seen by node {i}");
             for &j in who {
-                assert_eq!(
-                    self.state(i, j),
-                    NodeState::Online,
-                    "node {j} as seen by node {i}"
-                );
+                assert_eq!(self.state(i, j), NodeState::Online, "node {j} as seen by node {i}");
             }
         }
     }
@@ -266,9 +231,7 @@ impl Net {
     /// Node `i` signs a request as itself, on its own clock.
     fn signed(&mut self, i: usize, method: &str, target: &str, body: &[u8]) -> SignedHeaders {
         let at = self.clock(i);
-        self.nodes[i]
-            .sign(at, method, target, body)
-            .expect("in a cluster")
+        self.nodes[i].sign(at, method, target, body).expect("in a cluster")
     }
 }
 
@@ -298,9 +261,7 @@ fn three_nodes_that_join_through_one_issuer_all_see_each_other_online() {
     let cluster = net.nodes[0].cluster().unwrap().clone();
     for i in 1..3 {
         assert_eq!(net.nodes[i].cluster(), Some(&cluster));
-        assert!(net.persisted[i]
-            .iter()
-            .any(|p| p == &PersistOp::PutCluster(cluster.clone())));
+        assert!(net.persisted[i].iter().any(|p| p == &PersistOp::PutCluster(cluster.clone())));
     }
     // B learnt of C from A's push, not from C: the admission it checked was A's.
     assert!(net.events[1].contains(&Event::MemberAdded(net.id(2))));
@@ -308,14 +269,8 @@ fn three_nodes_that_join_through_one_issuer_all_see_each_other_online() {
     assert_eq!(net.nodes[0].members().latency_ms(&net.id(1)), 0.0);
     // Every heartbeat and push was answered 200.
     for (i, sent) in net.sent.iter().enumerate() {
-        assert!(
-            sent.iter().all(|s| s.status == Some(200)),
-            "node {i}: {sent:?}"
-        );
-        assert!(
-            sent.iter().any(|s| s.target == "/cluster/acn/heartbeat"),
-            "node {i} heartbeats"
-        );
+        assert!(sent.iter().all(|s| s.status == Some(200)), "node {i}: {sent:?}");
+        assert!(sent.iter().any(|s| s.target == "/cluster/acn/heartbeat"), "node {i} heartbeats");
     }
     // And it stays that way.
     net.run_for(5 * MINUTE_MS, 5 * SECOND_MS);
@@ -329,10 +284,7 @@ fn three_nodes_that_join_through_one_issuer_all_see_each_other_online() {
     assert_eq!(net.state(0, 2), NodeState::Offline);
     assert_eq!(net.state(1, 2), NodeState::Offline);
     assert_eq!(net.state(0, 1), NodeState::Online);
-    assert!(
-        net.sent[0].iter().rev().take(3).any(|s| s.to.is_none()),
-        "A still tries C"
-    );
+    assert!(net.sent[0].iter().rev().take(3).any(|s| s.to.is_none()), "A still tries C");
     // Back up: ONLINE again within one heartbeat round.
     net.down[2] = false;
     net.run_for(20 * SECOND_MS, SECOND_MS);
@@ -348,19 +300,13 @@ fn a_node_removed_on_one_member_is_removed_everywhere_and_evicted() {
     let at = net.clock(0);
     net.nodes[0].remove_node(at, c.as_str()).expect("remove C");
     net.pump();
-    assert!(
-        net.nodes[1].members().get(&c).unwrap().removed,
-        "B learnt the removal"
-    );
+    assert!(net.nodes[1].members().get(&c).unwrap().removed, "B learnt the removal");
     assert!(net.events[1].contains(&Event::MemberRemoved(c.clone())));
     assert_eq!(net.nodes[2].cluster(), None, "C was evicted");
     assert!(net.events[2].contains(&Event::RemovedSelf));
     assert!(net.persisted[2].contains(&PersistOp::ClearCluster));
     let evict = net.sent[0].last().unwrap().clone();
-    assert_eq!(
-        (evict.to, evict.target.as_str(), evict.status),
-        (Some(2), "/cluster/acn/evict", Some(200))
-    );
+    assert_eq!((evict.to, evict.target.as_str(), evict.status), (Some(2), "/cluster/acn/evict", Some(200)));
     // From now on nobody talks to C, and C talks to nobody.
     let before: Vec<usize> = net.sent.iter().map(Vec::len).collect();
     net.run_for(2 * MINUTE_MS, SECOND_MS);
@@ -368,26 +314,15 @@ fn a_node_removed_on_one_member_is_removed_everywhere_and_evicted() {
     for i in [0, 1] {
         let later = &net.sent[i][before[i]..];
         assert!(!later.is_empty(), "node {i} keeps heartbeating");
-        assert!(
-            later
-                .iter()
-                .all(|s| s.to != Some(2) && s.status == Some(200)),
-            "node {i}: {later:?}"
-        );
+        assert!(later.iter().all(|s| s.to != Some(2) && s.status == Some(200)), "node {i}: {later:?}");
     }
     assert_eq!(net.sent[2].len(), before[2]);
     assert_eq!(net.nodes[2].poll_timeout(), None);
     // A cannot remove itself, nor a node twice.
     let at = net.clock(0);
     let a = net.id(0);
-    assert_eq!(
-        net.nodes[0].remove_node(at, a.as_str()).unwrap_err().status,
-        400
-    );
-    assert_eq!(
-        net.nodes[0].remove_node(at, c.as_str()).unwrap_err().code,
-        "node_removed"
-    );
+    assert_eq!(net.nodes[0].remove_node(at, a.as_str()).unwrap_err().status, 400);
+    assert_eq!(net.nodes[0].remove_node(at, c.as_str()).unwrap_err().code, "node_removed");
 }
 
 /// reference-facts.md weakness 10 ("a join token can re-register an existing node id with a new
@@ -406,14 +341,8 @@ fn a_token_cannot_re_register_an_existing_node_id_with_a_different_key() {
     assert_eq!(impostor.cluster(), None);
     let pinned = net.nodes[0].members().get(&b).unwrap().public_key.clone();
     assert_eq!(pinned, acn::public_key_b64(&net.keys[1].verifying_key()));
-    let id = shoal_core::token::JoinToken::parse(&token)
-        .unwrap()
-        .token_id;
-    assert_eq!(
-        net.nodes[0].tokens().get(&id).unwrap().uses,
-        0,
-        "a refused join does not count as a use"
-    );
+    let id = shoal_core::token::JoinToken::parse(&token).unwrap().token_id;
+    assert_eq!(net.nodes[0].tokens().get(&id).unwrap().uses, 0, "a refused join does not count as a use");
     net.pump();
     net.run_for(MINUTE_MS, SECOND_MS);
     net.assert_all_online(&[0, 1, 2]);
@@ -479,10 +408,7 @@ fn a_node_that_leaves_is_removed_on_every_member() {
         assert_eq!(r.removal.as_ref().unwrap().by, b, "signed by the leaver");
         assert!(net.events[i].contains(&Event::MemberRemoved(b.clone())));
     }
-    let leaves: Vec<&Sent> = net.sent[1]
-        .iter()
-        .filter(|s| s.target == "/cluster/acn/leave")
-        .collect();
+    let leaves: Vec<&Sent> = net.sent[1].iter().filter(|s| s.target == "/cluster/acn/leave").collect();
     assert_eq!(leaves.len(), 2);
     assert!(leaves.iter().all(|s| s.status == Some(200)), "{leaves:?}");
     assert!(net.persisted[1].contains(&PersistOp::ClearCluster));
@@ -530,12 +456,7 @@ fn every_acn_rejection_answers_401_through_the_node() {
     let b = net.id(1);
 
     // The unsigned probe is open, a signed ping from a member passes.
-    assert_eq!(
-        net.nodes[0]
-            .handle_acn(at, "GET", "/cluster/acn/hello", None, b"")
-            .status,
-        200
-    );
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/cluster/acn/hello", None, b"").status, 200);
     let h = net.signed(1, "POST", PING, b"");
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
     assert_eq!(r.status, 200);
@@ -562,39 +483,16 @@ fn every_acn_rejection_answers_401_through_the_node() {
     // Six minutes old, six minutes ahead; four minutes ahead (C's clock) is fine.
     for skew in [-6i64, 6] {
         let when = Millis((at.0 as i64 + skew * MINUTE_MS as i64) as u64);
-        let h = acn::sign_request(
-            &net.keys[1],
-            &b,
-            &cluster,
-            "POST",
-            PING,
-            b"",
-            when,
-            &mut rng,
-        );
+        let h = acn::sign_request(&net.keys[1], &b, &cluster, "POST", PING, b"", when, &mut rng);
         let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
         assert_eq!((r.status, code(&r)), (401, "clock_skew"), "skew {skew} min");
     }
     let h = net.signed(2, "POST", PING, b"");
-    assert_eq!(
-        net.nodes[0]
-            .handle_acn(at, "POST", PING, Some(&h), b"")
-            .status,
-        200
-    );
+    assert_eq!(net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"").status, 200);
 
     // A stranger's key under a stranger's id, and under a member's id.
     let stranger = key_of(250);
-    let h = acn::sign_request(
-        &stranger,
-        &id_of(50),
-        &cluster,
-        "POST",
-        PING,
-        b"",
-        at,
-        &mut rng,
-    );
+    let h = acn::sign_request(&stranger, &id_of(50), &cluster, "POST", PING, b"", at, &mut rng);
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
     assert_eq!((r.status, code(&r)), (401, "unknown_node"));
     let h = acn::sign_request(&stranger, &b, &cluster, "POST", PING, b"", at, &mut rng);
@@ -602,13 +500,7 @@ fn every_acn_rejection_answers_401_through_the_node() {
     assert_eq!((r.status, code(&r)), (401, "bad_signature"));
     // A body changed in transit.
     let h = net.signed(1, "POST", "/cluster/acn/members/sync", b"{\"nodes\":[]}");
-    let r = net.nodes[0].handle_acn(
-        at,
-        "POST",
-        "/cluster/acn/members/sync",
-        Some(&h),
-        b"{\"nodes\":[{}]}",
-    );
+    let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/members/sync", Some(&h), b"{\"nodes\":[{}]}");
     assert_eq!((r.status, code(&r)), (401, "bad_signature"));
 
     // A removed member, signing properly with its own key, is no longer a member.
@@ -620,22 +512,9 @@ fn every_acn_rejection_answers_401_through_the_node() {
     assert_eq!((r.status, code(&r)), (401, "unknown_node"));
 
     // Not ACN at all, or the wrong method: 404 / 405 before any signature check.
-    assert_eq!(
-        net.nodes[0]
-            .handle_acn(at, "POST", "/cluster/acn/nope", None, b"")
-            .status,
-        404
-    );
-    assert_eq!(
-        net.nodes[0].handle_acn(at, "GET", PING, None, b"").status,
-        405
-    );
-    assert_eq!(
-        net.nodes[0]
-            .handle_acn(at, "GET", "/v1/status", None, b"")
-            .status,
-        404
-    );
+    assert_eq!(net.nodes[0].handle_acn(at, "POST", "/cluster/acn/nope", None, b"").status, 404);
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", PING, None, b"").status, 405);
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/v1/status", None, b"").status, 404);
 }
 
 /// cluster-runtime.md "Joining" and ACN `POST /cluster/acn/join` ("405/404/403/400 cases"):
@@ -652,9 +531,7 @@ fn a_join_with_a_bad_token_is_refused_with_the_reference_status() {
     assert_eq!((reply.status, code(&reply)), (403, "bad_token"));
     assert_eq!(done.unwrap_err().status, 403);
 
-    let id = shoal_core::token::JoinToken::parse(&token)
-        .unwrap()
-        .token_id;
+    let id = shoal_core::token::JoinToken::parse(&token).unwrap().token_id;
     net.nodes[0].revoke_token(id.as_str()).unwrap();
     let (reply, _) = net.join_with(&mut newcomer, at, 0, &token);
     assert_eq!(reply.status, 403);
@@ -679,30 +556,20 @@ fn an_admin_state_set_after_one_from_a_clock_ahead_wins_everywhere() {
     let mut net = three_nodes();
     let b = net.id(1);
     let at = net.clock(2);
-    net.nodes[2]
-        .set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Maintenance)
-        .unwrap();
+    net.nodes[2].set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Maintenance).unwrap();
     net.pump();
     for i in 0..3 {
         assert_eq!(net.state(i, 1), NodeState::Maintenance, "on node {i}");
     }
     net.run_for(5 * SECOND_MS, SECOND_MS);
     let at = net.clock(0);
-    net.nodes[0]
-        .set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Active)
-        .unwrap();
+    net.nodes[0].set_admin_state(at, b.as_str(), shoal_core::records::AdminState::Active).unwrap();
     net.pump();
     net.run_for(MINUTE_MS, SECOND_MS);
     net.assert_all_online(&[0, 1, 2]);
     let versions: Vec<_> = (0..3).map(|i| net.nodes[i].members().versions()).collect();
     assert!(versions.iter().all(|v| v == &versions[0]), "{versions:#?}");
-    let mark = net.nodes[1]
-        .members()
-        .get(&b)
-        .unwrap()
-        .admin
-        .clone()
-        .unwrap();
+    let mark = net.nodes[1].members().get(&b).unwrap().admin.clone().unwrap();
     assert_eq!(mark.by, net.id(0));
 }
 
@@ -726,15 +593,8 @@ fn a_node_reporting_98_percent_cpu_is_degraded_on_its_peers_after_a_heartbeat() 
     net.run_for(20 * SECOND_MS, SECOND_MS);
     assert_eq!(net.state(0, 1), NodeState::Degraded);
     assert_eq!(net.state(2, 1), NodeState::Degraded);
-    assert_eq!(
-        net.state(1, 1),
-        NodeState::Online,
-        "a node is ONLINE to itself"
-    );
-    let calm = shoal_core::records::Health {
-        cpu_usage: 5.0,
-        ..Default::default()
-    };
+    assert_eq!(net.state(1, 1), NodeState::Online, "a node is ONLINE to itself");
+    let calm = shoal_core::records::Health { cpu_usage: 5.0, ..Default::default() };
     let at = net.clock(1);
     net.nodes[1].handle(at, Input::Health(calm));
     net.run_for(20 * SECOND_MS, SECOND_MS);
@@ -750,20 +610,10 @@ fn a_renamed_node_is_seen_under_its_new_name_everywhere() {
     net.nodes[2].configure(at, Some("attic"), None).unwrap();
     net.pump();
     for i in 0..3 {
-        assert_eq!(
-            net.nodes[i].members().get(&net.id(2)).unwrap().name,
-            "attic",
-            "on node {i}"
-        );
+        assert_eq!(net.nodes[i].members().get(&net.id(2)).unwrap().name, "attic", "on node {i}");
     }
     let at = net.clock(2);
-    assert_eq!(
-        net.nodes[2]
-            .configure(at, Some(""), None)
-            .unwrap_err()
-            .status,
-        400
-    );
+    assert_eq!(net.nodes[2].configure(at, Some(""), None).unwrap_err().status, 400);
 }
 
 /// cluster-runtime.md ACN `POST /cluster/acn/evict` and "Removed nodes stay as tombstones ...
@@ -778,29 +628,15 @@ fn a_node_removed_while_it_was_down_leaves_when_it_comes_back() {
     net.nodes[0].remove_node(at, c.as_str()).unwrap();
     net.pump();
     let evict = net.sent[0].last().unwrap().clone();
-    assert_eq!(
-        (evict.to, evict.target.as_str()),
-        (None, "/cluster/acn/evict"),
-        "the evict found nobody"
-    );
+    assert_eq!((evict.to, evict.target.as_str()), (None, "/cluster/acn/evict"), "the evict found nobody");
     net.run_for(MINUTE_MS, SECOND_MS);
     assert!(net.nodes[2].cluster().is_some(), "C does not know yet");
 
     net.down[2] = false;
     net.run_for(20 * SECOND_MS, SECOND_MS);
-    let refused: Vec<&Sent> = net.sent[2]
-        .iter()
-        .filter(|s| s.status == Some(401))
-        .collect();
-    assert!(
-        !refused.is_empty() && refused.iter().all(|s| s.code == "unknown_node"),
-        "{refused:?}"
-    );
-    assert_eq!(
-        net.nodes[2].cluster(),
-        None,
-        "C learnt of its removal and left"
-    );
+    let refused: Vec<&Sent> = net.sent[2].iter().filter(|s| s.status == Some(401)).collect();
+    assert!(!refused.is_empty() && refused.iter().all(|s| s.code == "unknown_node"), "{refused:?}");
+    assert_eq!(net.nodes[2].cluster(), None, "C learnt of its removal and left");
     assert!(net.events[2].contains(&Event::RemovedSelf));
     let quiet = net.sent[2].len();
     net.run_for(MINUTE_MS, SECOND_MS);

@@ -128,7 +128,9 @@ pub enum TokenCmd {
         ttl_hours: Option<u64>,
     },
     List,
-    Revoke { id: String },
+    Revoke {
+        id: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -250,7 +252,9 @@ impl Api {
             Cmd::Cluster { cmd: ClusterCmd::Create { name } } => {
                 (self.call("POST", "/cluster/create", Some(json!({"name": name}))).await?, human_status)
             }
-            Cmd::Cluster { cmd: ClusterCmd::Status } => (self.call("GET", "/cluster/status", None).await?, human_status),
+            Cmd::Cluster { cmd: ClusterCmd::Status } => {
+                (self.call("GET", "/cluster/status", None).await?, human_status)
+            }
             Cmd::Cluster { cmd: ClusterCmd::Leave } => {
                 (self.call("POST", "/cluster/leave", None).await?, |v| format!("left cluster {}", s(&v["left"])))
             }
@@ -388,7 +392,12 @@ fn human_nodes(v: &Value) -> String {
 
 fn human_probe(v: &Value) -> String {
     if v["reachable"] == json!(true) {
-        format!("node {} answered in {:.1} ms via {}", s(&v["node"]), v["rttMs"].as_f64().unwrap_or(0.0), s(&v["route"]))
+        format!(
+            "node {} answered in {:.1} ms via {}",
+            s(&v["node"]),
+            v["rttMs"].as_f64().unwrap_or(0.0),
+            s(&v["route"])
+        )
     } else {
         format!("node {} did not answer: {}", s(&v["node"]), s(&v.get("error").cloned().unwrap_or(v["status"].clone())))
     }

@@ -56,10 +56,13 @@ pub fn split_url(url: &str) -> Result<(String, String), ClientError> {
     Ok((authority, path.trim_end_matches('/').to_string()))
 }
 
+/// Kept-alive connections by `host:port`.
+type IdlePool = HashMap<String, Vec<SendRequest<Full<Bytes>>>>;
+
 #[derive(Clone)]
 pub struct HttpClient<N: Net> {
     net: N,
-    idle: Arc<Mutex<HashMap<String, Vec<SendRequest<Full<Bytes>>>>>>,
+    idle: Arc<Mutex<IdlePool>>,
 }
 
 impl<N: Net> HttpClient<N> {
@@ -78,7 +81,11 @@ impl<N: Net> HttpClient<N> {
                 return Ok(s);
             }
         }
-        let stream = self.net.connect(authority.to_string()).await.map_err(|e| ClientError::Connect(authority.into(), e.to_string()))?;
+        let stream = self
+            .net
+            .connect(authority.to_string())
+            .await
+            .map_err(|e| ClientError::Connect(authority.into(), e.to_string()))?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ClientError::Connect(authority.into(), e.to_string()))?;
@@ -135,7 +142,8 @@ impl<N: Net> HttpClient<N> {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
+        let req =
+            req.body(Full::new(Bytes::from(body))).map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let resp = sender.send_request(req).await.map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), RESPONSE_MAX_BYTES)

@@ -33,7 +33,8 @@ async fn run_in(
 ) -> Result<(), CliError> {
     let mut daemons: Vec<Daemon<TokioEnv>> = Vec::new();
     for i in 0..nodes {
-        let mut opts = ServeOptions::new(root.join(format!("node-{i}")), format!("127.0.0.1:{}", base_port as usize + i));
+        let mut opts =
+            ServeOptions::new(root.join(format!("node-{i}")), format!("127.0.0.1:{}", base_port as usize + i));
         opts.name = Some(format!("demo-{i}"));
         match daemon::start(TokioEnv::default(), opts).await {
             Ok(d) => daemons.push(d),
@@ -48,9 +49,7 @@ async fn run_in(
     let first = daemons[0].shared().clone();
     first.with_node(|n, now| n.create_cluster(now, "demo")).map_err(|e| CliError(e.message))?;
     for (i, d) in daemons.iter().enumerate().skip(1) {
-        let token = first
-            .with_node(|n, now| n.new_token(now, Some(1)))
-            .map_err(|e| CliError(e.message))?["token"]
+        let token = first.with_node(|n, now| n.new_token(now, Some(1))).map_err(|e| CliError(e.message))?["token"]
             .as_str()
             .unwrap_or_default()
             .to_string();
@@ -64,7 +63,9 @@ async fn run_in(
             d.shared().read_node(|n, now| {
                 let members: Vec<_> = n.members().records().filter(|r| !r.removed).collect();
                 members.len() == nodes
-                    && members.iter().all(|r| matches!(n.node_state(&r.id, now), NodeState::Online | NodeState::Degraded))
+                    && members
+                        .iter()
+                        .all(|r| matches!(n.node_state(&r.id, now), NodeState::Online | NodeState::Degraded))
             })
         });
         if ready {

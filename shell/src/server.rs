@@ -292,7 +292,8 @@ async fn node_probe<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response 
 }
 
 async fn probe<E: Env>(s: &Arc<Shared<E>>, id: NodeId) -> Result<Value, ApiError> {
-    let prepared = s.with_node(|n, now| Transport::<E>::prepare(n, now, &id, "POST", "/cluster/acn/ping", b"{}".to_vec()));
+    let prepared =
+        s.with_node(|n, now| Transport::<E>::prepare(n, now, &id, "POST", "/cluster/acn/ping", b"{}".to_vec()));
     let prepared = prepared.map_err(transport_error)?;
     let route = format!("{:?}", prepared.route);
     let started = tokio::time::Instant::now();
@@ -315,7 +316,8 @@ async fn latency<E: Env>(State(s): S<E>) -> Response {
     matrix.insert_row(me, mine);
     let mut tasks = Vec::new();
     for p in peers {
-        let prepared = s.with_node(|n, now| Transport::<E>::prepare(n, now, &p, "GET", "/cluster/acn/latency", Vec::new()));
+        let prepared =
+            s.with_node(|n, now| Transport::<E>::prepare(n, now, &p, "GET", "/cluster/acn/latency", Vec::new()));
         let Ok(prepared) = prepared else { continue };
         let transport = s.transport.clone();
         tasks.push((p, tokio::spawn(async move { transport.send(prepared, 5_000).await })));
@@ -335,7 +337,8 @@ async fn latency<E: Env>(State(s): S<E>) -> Response {
         }
     }
     let pairs: Vec<Value> = matrix.pairs().into_iter().map(|(a, b, ms)| json!({"a": a, "b": b, "ms": ms})).collect();
-    (StatusCode::OK, axum::Json(json!({"matrix": matrix.rows, "pairs": pairs, "unreachable": unreachable}))).into_response()
+    (StatusCode::OK, axum::Json(json!({"matrix": matrix.rows, "pairs": pairs, "unreachable": unreachable})))
+        .into_response()
 }
 
 async fn capabilities<E: Env>(State(s): S<E>) -> Response {

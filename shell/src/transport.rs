@@ -64,7 +64,14 @@ impl<N: Net> Transport<N> {
     }
 
     /// Sign a request to `to` with the node's key and pick its route.
-    pub fn prepare(node: &mut Node, now: Millis, to: &NodeId, method: &str, target: &str, body: Vec<u8>) -> Result<Prepared, TransportError> {
+    pub fn prepare(
+        node: &mut Node,
+        now: Millis,
+        to: &NodeId,
+        method: &str,
+        target: &str,
+        body: Vec<u8>,
+    ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
         let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();

@@ -181,7 +181,9 @@ impl Harness {
             self.run_checked(1_000)?;
             match self.check_converged() {
                 Ok(()) => return Ok(self.elapsed_ms() - start),
-                Err(e) if self.elapsed_ms() - start >= bound_ms => return Err(format!("not converged after {bound_ms} ms: {e}")),
+                Err(e) if self.elapsed_ms() - start >= bound_ms => {
+                    return Err(format!("not converged after {bound_ms} ms: {e}"))
+                }
                 Err(_) => {}
             }
         }
@@ -222,7 +224,10 @@ impl Harness {
             self.sim.step().map_err(|e| format!("simulation error: {e}"))?;
             self.sim_ms.store(self.elapsed_ms(), Ordering::SeqCst);
             if let Ok(r) = rx.try_recv() {
-                self.note(format!("api n{i} {call} -> {}", r.as_ref().map(|(s, _)| s.to_string()).unwrap_or_else(|e| e.clone())));
+                self.note(format!(
+                    "api n{i} {call} -> {}",
+                    r.as_ref().map(|(s, _)| s.to_string()).unwrap_or_else(|e| e.clone())
+                ));
                 return r;
             }
         }
@@ -346,7 +351,9 @@ impl Harness {
         let slack = m.heartbeat_interval_ms + 5_000;
         for i in 0..self.nodes.len() {
             let Some(s) = self.snapshot(i) else { continue };
-            self.digest.update(format!("{now}|{i}|{:?}|{:?}|{:?}|{:?}", s.cluster, s.versions, s.states, s.removed).as_bytes());
+            self.digest.update(
+                format!("{now}|{i}|{:?}|{:?}|{:?}|{:?}", s.cluster, s.versions, s.states, s.removed).as_bytes(),
+            );
             // A removed node never comes back as a member.
             for id in &self.seen_removed[i] {
                 if s.states.contains_key(id) {

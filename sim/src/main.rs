@@ -4,7 +4,9 @@ use std::time::Instant;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
+    let arg = |name: &str| {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse::<u64>().ok())
+    };
     let (from, count) = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => (seed, 1),
         None => (arg("--from").unwrap_or(1), arg("--seeds").unwrap_or(100)),
@@ -13,7 +15,12 @@ fn main() {
     let mut failed = 0u64;
     for seed in from..from + count {
         match shoal_sim::run_seed(seed) {
-            Ok(r) => println!("seed {seed}: ok, {} faults, {} s simulated, digest {}", r.faults, r.sim_ms / 1000, &r.digest[..16]),
+            Ok(r) => println!(
+                "seed {seed}: ok, {} faults, {} s simulated, digest {}",
+                r.faults,
+                r.sim_ms / 1000,
+                &r.digest[..16]
+            ),
             Err(e) => {
                 failed += 1;
                 println!("{e}");

@@ -93,7 +93,8 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
                     let id = h.ids[b].to_string();
                     let state = ["maintenance", "draining", "active", "active"][rng.below(4) as usize];
                     // The answer may be an error (a is partitioned, or not a member any more): fine.
-                    let _ = h.api(a, &format!("POST /v1/nodes/{id}/state"), Some(serde_json::json!({ "state": state })));
+                    let _ =
+                        h.api(a, &format!("POST /v1/nodes/{id}/state"), Some(serde_json::json!({ "state": state })));
                 }
             }
             _ => {
@@ -139,4 +140,3 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
     }
     Ok(RunReport { seed, digest: h.digest(), faults, sim_ms: h.elapsed_ms() })
 }
-

@@ -61,9 +61,11 @@ fn a_healed_partition_converges_within_two_heartbeat_intervals() {
     }
     h.run_checked(20_000).unwrap();
     let (id3, id0) = (h.ids[3].to_string(), h.ids[0].to_string());
-    let (s, _) = h.api(0, &format!("POST /v1/nodes/{id3}/state"), Some(serde_json::json!({"state": "maintenance"}))).unwrap();
+    let (s, _) =
+        h.api(0, &format!("POST /v1/nodes/{id3}/state"), Some(serde_json::json!({"state": "maintenance"}))).unwrap();
     assert_eq!(s, 200);
-    let (s, _) = h.api(2, &format!("POST /v1/nodes/{id0}/state"), Some(serde_json::json!({"state": "draining"}))).unwrap();
+    let (s, _) =
+        h.api(2, &format!("POST /v1/nodes/{id0}/state"), Some(serde_json::json!({"state": "draining"}))).unwrap();
     assert_eq!(s, 200);
     h.run_checked(30_000).unwrap();
     assert!(h.check_converged().is_err(), "the two sides cannot agree while partitioned");
