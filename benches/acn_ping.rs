@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Distinct RNG seeds across runs, so no nonce is ever sent twice.
+static RUN: AtomicUsize = AtomicUsize::new(0);
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -31,6 +34,7 @@ async fn run(
     let client = HttpClient::new(env.clone());
     let next = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
+    let run_id = RUN.fetch_add(1, Ordering::Relaxed) as u64;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..conc {
@@ -45,7 +49,7 @@ async fn run(
             env.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let mut rng = SeededRng::new(0xbe7c_0000 + w as u64);
+            let mut rng = SeededRng::new((run_id << 32) + w as u64);
             while next.fetch_add(1, Ordering::Relaxed) < total {
                 let res = if signed {
                     let body = b"{}".to_vec();

@@ -11,7 +11,7 @@ use crate::client::HttpClient;
 use crate::env::Env;
 use crate::identity::{self, IdentityError};
 use crate::store::{Store, StoreError};
-use crate::transport::Transport;
+use crate::transport::{self, Prepared, Route, Transport};
 use shoal_core::membership::MembershipConfig;
 use shoal_core::node::{Event, Input, Node, NodeConfig, Output, SelfInfo};
 use shoal_core::{Millis, SeededRng};
@@ -102,25 +102,42 @@ impl<E: Env> Shared<E> {
     /// Drain the node's outputs and carry them out.
     pub fn pump(self: &Arc<Self>) {
         let _order = lock(&self.persist_lock);
-        let outputs: Vec<Output> = {
+        // Routes are picked while the node is at hand: the transport's choice, or the URL the
+        // core named (a node being evicted is no longer a member the transport knows).
+        let outputs: Vec<(Output, Option<Route>)> = {
             let mut node = lock(&self.node);
-            std::iter::from_fn(|| node.poll_output()).collect()
+            let drained: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
+            drained
+                .into_iter()
+                .map(|o| {
+                    let route = match &o {
+                        Output::Send(req) => {
+                            Some(transport::route(&node, &req.to).unwrap_or_else(|_| Route::Direct(req.url.clone())))
+                        }
+                        _ => None,
+                    };
+                    (o, route)
+                })
+                .collect()
         };
         if outputs.is_empty() {
             return;
         }
         let mut ops = Vec::new();
-        for o in outputs {
+        for (o, route) in outputs {
             match o {
                 Output::Persist(op) => ops.push(op),
                 Output::Send(req) => {
                     let shared = self.clone();
+                    let prepared = Prepared {
+                        route: route.unwrap_or_else(|| Route::Direct(req.url.clone())),
+                        method: req.method.to_string(),
+                        target: req.target.clone(),
+                        headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
+                        body: req.body,
+                    };
                     tokio::spawn(async move {
-                        let pairs = req.headers.pairs();
-                        let res = shared
-                            .client
-                            .request(&req.url, req.method, &req.target, &pairs, req.body, req.timeout_ms)
-                            .await;
+                        let res = shared.transport.send(prepared, req.timeout_ms).await;
                         let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
                         shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
                     });

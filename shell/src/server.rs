@@ -6,7 +6,7 @@
 use crate::daemon::Shared;
 use crate::env::Env;
 use crate::transport::{Transport, TransportError};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -99,6 +99,31 @@ async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request,
     next.run(req).await
 }
 
+/// A request body read whole, with its failures (too large, broken stream) answered as JSON.
+struct Body(Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(Body(b)),
+            Err(rej) => {
+                let status = rej.status().as_u16();
+                let code = if status == 413 { "body_too_large" } else { "bad_body" };
+                Err(error_response(status, code, format!("request body: {}", rej.body_text())))
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = Bytes;
+    fn deref(&self) -> &Bytes {
+        &self.0
+    }
+}
+
 fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     let slice: &[u8] = if body.iter().all(|b| b.is_ascii_whitespace()) { b"{}" } else { body };
     serde_json::from_slice(slice).map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))
@@ -113,7 +138,7 @@ fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
 
 // ---- ACN ----
 
-async fn acn<E: Env>(State(s): S<E>, req: Request<Body>) -> Response {
+async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     if s.disable_cluster {
         return error_response(404, "not_found", "clustering is disabled on this node");
     }
@@ -144,7 +169,7 @@ struct CreateBody {
     name: String,
 }
 
-async fn cluster_create<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+async fn cluster_create<E: Env>(State(s): S<E>, body: Body) -> Response {
     api_result((|| {
         cluster_enabled(&s)?;
         let b: CreateBody = parse_body(&body)?;
@@ -158,11 +183,11 @@ struct JoinReq {
     token: String,
 }
 
-async fn cluster_join<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+async fn cluster_join<E: Env>(State(s): S<E>, body: Body) -> Response {
     api_result(join(&s, body).await)
 }
 
-async fn join<E: Env>(s: &Arc<Shared<E>>, body: Bytes) -> Result<Value, ApiError> {
+async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError> {
     let b: JoinReq = parse_body(&body)?;
     join_with_token(s, &b.token).await
 }
@@ -213,7 +238,7 @@ struct ConfigBody {
     advertise_url: Option<String>,
 }
 
-async fn cluster_config_set<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+async fn cluster_config_set<E: Env>(State(s): S<E>, body: Body) -> Response {
     api_result((|| {
         let b: ConfigBody = parse_body(&body)?;
         s.with_node(|n, now| n.configure(now, b.name.as_deref(), b.advertise_url.as_deref()))
@@ -228,7 +253,7 @@ struct TokenBody {
     ttl_hours: Option<u64>,
 }
 
-async fn tokens_new<E: Env>(State(s): S<E>, body: Bytes) -> Response {
+async fn tokens_new<E: Env>(State(s): S<E>, body: Body) -> Response {
     api_result((|| {
         cluster_enabled(&s)?;
         let b: TokenBody = parse_body(&body)?;
@@ -265,7 +290,7 @@ struct StateBody {
     state: String,
 }
 
-async fn node_state<E: Env>(State(s): S<E>, Path(id): Path<String>, body: Bytes) -> Response {
+async fn node_state<E: Env>(State(s): S<E>, Path(id): Path<String>, body: Body) -> Response {
     api_result((|| {
         let b: StateBody = parse_body(&body)?;
         let state = AdminState::parse(&b.state).ok_or_else(|| {
