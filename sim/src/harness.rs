@@ -269,6 +269,11 @@ impl Harness {
         self.sim.hold(self.nodes[a].name.as_str(), self.nodes[b].name.as_str());
     }
 
+    pub fn release(&mut self, a: usize, b: usize) {
+        self.note(format!("release n{a} <-> n{b}"));
+        self.sim.release(self.nodes[a].name.as_str(), self.nodes[b].name.as_str());
+    }
+
     pub fn set_latency(&mut self, a: usize, b: usize, ms: u64) {
         self.note(format!("latency n{a} <-> n{b} {ms} ms"));
         self.sim.set_link_latency(self.nodes[a].name.as_str(), self.nodes[b].name.as_str(), Duration::from_millis(ms));

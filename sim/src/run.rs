@@ -70,7 +70,8 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
         match rng.below(100) {
             0..=19 => h.partition(a, b),
             20..=29 => h.partition_oneway(a, b),
-            30..=37 => h.hold(a, b),
+            30..=33 => h.hold(a, b),
+            34..=37 => h.release(a, b),
             38..=47 => {
                 let ms = 1 + rng.below(300);
                 h.set_latency(a, b, ms)

@@ -1,0 +1,118 @@
+//! The daemon's HTTP surface in process, on real loopback sockets (spec: cluster-runtime.md
+//! "Admin API", "ACN"): the admin token, JSON errors with 4xx for bad input, ACN signature
+//! checks over real HTTP, and `--disable-cluster`.
+
+use serde_json::{json, Value};
+use shoal_core::acn::sign_request;
+use shoal_core::SeededRng;
+use shoal_shell::client::HttpClient;
+use shoal_shell::daemon::{self, Daemon, ServeOptions};
+use shoal_shell::env::{Clock, TokioEnv};
+
+async fn node(dir: &std::path::Path, disable_cluster: bool) -> Daemon<TokioEnv> {
+    let mut opts = ServeOptions::new(dir, "127.0.0.1:0");
+    opts.disable_cluster = disable_cluster;
+    daemon::start(TokioEnv::default(), opts).await.expect("start")
+}
+
+async fn call(d: &Daemon<TokioEnv>, token: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {token}");
+    let r = client.request(&d.url(), method, path, &[("authorization", &auth)], body.to_vec(), 5_000).await.unwrap();
+    let v = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status, v)
+}
+
+fn assert_json_error(status: u16, v: &Value, want_status: u16) {
+    assert_eq!(status, want_status, "{v}");
+    assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string(), "not a JSON error: {v}");
+}
+
+#[tokio::test]
+async fn the_admin_api_needs_the_token_and_answers_bad_input_with_json_4xx() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    let (s, v) = call(&d, "", "GET", "/v1/nodes", b"").await;
+    assert_json_error(s, &v, 401);
+    let (s, v) = call(&d, "wrong", "GET", "/v1/nodes", b"").await;
+    assert_json_error(s, &v, 401);
+    for (method, path, body, want) in [
+        ("POST", "/v1/cluster/create", &b"{not json"[..], 400),
+        ("POST", "/v1/cluster/create", b"{\"name\": 7}", 400),
+        ("POST", "/v1/cluster/create", b"{\"extra\": 1}", 400),
+        ("POST", "/v1/tokens", b"", 409),
+        ("POST", "/v1/cluster/join", b"{\"token\": \"hello\"}", 400),
+        ("POST", "/v1/nodes/x/state", b"{\"state\": \"active\"}", 409),
+        ("GET", "/v1/no/such/thing", b"", 404),
+        ("PUT", "/v1/nodes", b"", 405),
+    ] {
+        let (s, v) = call(&d, &token, method, path, body).await;
+        assert_json_error(s, &v, want);
+    }
+    let big = vec![b'a'; 2 * 1024 * 1024];
+    let (s, v) = call(&d, &token, "POST", "/v1/cluster/create", &big).await;
+    assert_json_error(s, &v, 413);
+    let (s, v) = call(&d, &token, "POST", "/v1/cluster/create", br#"{"name":"t"}"#).await;
+    assert_eq!(s, 200, "{v}");
+    for (body, want) in [(json!({"ttlHours": 0}), 400), (json!({"ttlHours": 721}), 400)] {
+        let (s, v) = call(&d, &token, "POST", "/v1/tokens", body.to_string().as_bytes()).await;
+        assert_json_error(s, &v, want);
+    }
+    let (s, v) = call(&d, &token, "POST", "/v1/nodes/nope/state", br#"{"state":"sleeping"}"#).await;
+    assert_json_error(s, &v, 400);
+    let (s, v) = call(&d, &token, "DELETE", "/v1/nodes/nope", b"").await;
+    assert_json_error(s, &v, 404);
+    d.shutdown().await;
+}
+
+/// ACN over real HTTP: a correctly signed ping passes once; unsigned, replayed, and re-targeted
+/// requests are 401 with JSON bodies.
+#[tokio::test]
+async fn signed_requests_are_checked_over_real_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let (id, cluster) = d.shared().read_node(|n, _| (n.id().clone(), n.cluster().unwrap().id.clone()));
+    let seed = std::fs::read_to_string(dir.path().join("node.key")).unwrap();
+    let key = ed25519_dalek::SigningKey::from_bytes(&hex::decode(seed.trim()).unwrap().try_into().unwrap());
+    let client = HttpClient::new(TokioEnv::default());
+    let now = TokioEnv::default().now();
+    let h = sign_request(&key, &id, &cluster, "POST", "/cluster/acn/ping", b"{}", now, &mut SeededRng::new(9));
+    let send = |target: &'static str| {
+        let (client, url, h) = (client.clone(), d.url(), h.clone());
+        async move {
+            let pairs = h.pairs();
+            let r = client.request(&url, "POST", target, &pairs, b"{}".to_vec(), 5_000).await.unwrap();
+            (r.status, serde_json::from_slice::<Value>(&r.body).unwrap())
+        }
+    };
+    let (s, v) = send("/cluster/acn/heartbeat").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (401, Some("bad_signature")), "re-targeted: {v}");
+    let (s, v) = send("/cluster/acn/ping").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["pong"], true);
+    let (s, v) = send("/cluster/acn/ping").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (401, Some("replay")));
+    let r = client.request(&d.url(), "POST", "/cluster/acn/ping", &[], b"{}".to_vec(), 5_000).await.unwrap();
+    assert_eq!(r.status, 401);
+    let r = client.request(&d.url(), "GET", "/cluster/acn/hello", &[], Vec::new(), 5_000).await.unwrap();
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!((v["acn"].as_bool(), v["inCluster"].as_bool()), (Some(true), Some(true)));
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn disable_cluster_answers_404_on_acn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), true).await;
+    let client = HttpClient::new(TokioEnv::default());
+    let r = client.request(&d.url(), "GET", "/cluster/acn/hello", &[], Vec::new(), 5_000).await.unwrap();
+    assert_eq!(r.status, 404);
+    let token = d.shared().admin_token.clone();
+    let (s, v) = call(&d, &token, "POST", "/v1/cluster/create", b"{}").await;
+    assert_json_error(s, &v, 409);
+    let (s, v) = call(&d, &token, "GET", "/v1/cluster/status", b"").await;
+    assert_eq!((s, v["clusterEnabled"].as_bool()), (200, Some(false)));
+    d.shutdown().await;
+}
