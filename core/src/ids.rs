@@ -41,6 +41,41 @@ string_id!(
     TokenId
 );
 
+string_id!(
+    /// A file: a UUID made at the first write of its path; it survives renames.
+    FileId
+);
+string_id!(
+    /// A volume: a UUID made when a folder is contributed.
+    VolumeId
+);
+string_id!(
+    /// A job: a UUID made at submit.
+    JobId
+);
+
+/// A leader term: raised by every claim of the metadata lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Term(pub u64);
+
+/// A position in the replicated metadata log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LogIndex(pub u64);
+
+impl fmt::Display for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl fmt::Display for LogIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// True for the canonical 8-4-4-4-12 lowercase or uppercase hex form of a UUID.
 pub fn is_uuid(s: &str) -> bool {
     let b = s.as_bytes();

@@ -14,6 +14,7 @@ pub mod hlc;
 pub mod ids;
 pub mod latency;
 pub mod membership;
+pub mod meta;
 pub mod node;
 pub mod records;
 pub mod rng;
@@ -21,6 +22,6 @@ pub mod time;
 pub mod token;
 
 pub use hlc::{Hlc, Version};
-pub use ids::{ClusterId, NodeId, TokenId};
+pub use ids::{ClusterId, FileId, JobId, LogIndex, NodeId, Term, TokenId, VolumeId};
 pub use rng::SeededRng;
 pub use time::Millis;

@@ -1,0 +1,58 @@
+//! The replicated log's entries and what the metadata store asks the shell to persist
+//! (reference-facts.md "Log entry").
+
+use crate::hlc::Version;
+use crate::ids::{LogIndex, NodeId, Term};
+use crate::meta::records::{Record, RecordKey};
+use serde::{Deserialize, Serialize};
+
+/// One change in the replicated log: `{seq, term, kind, payload, version, origin}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub seq: LogIndex,
+    pub term: Term,
+    #[serde(flatten)]
+    pub record: Record,
+    /// The newest version in the record.
+    pub version: Version,
+    /// The node the change was submitted on.
+    pub origin: NodeId,
+}
+
+/// The small, fixed part of the log's state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogMeta {
+    /// The term whose numbering this node's log follows.
+    pub term: Term,
+    /// Highest sequence number this node holds (contiguously applied up to it).
+    pub last_seq: LogIndex,
+    /// Entries at or below this were compacted away.
+    pub compacted_through: LogIndex,
+}
+
+/// A submit waiting to reach the leader, persisted so it survives a restart.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    pub id: u64,
+    pub record: Record,
+}
+
+/// What the metadata store asks the shell to write. The shell coalesces these per key and
+/// writes them behind (one transaction every 50 ms): a later op on the same key replaces an
+/// earlier one, so a put followed by a delete is a delete.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetaPersist {
+    PutRecord(Record),
+    DeleteRecord(RecordKey),
+    PutEntry(Entry),
+    /// Compaction: drop every entry with `seq <= ` this.
+    DeleteEntriesThrough(LogIndex),
+    PutPending(Pending),
+    DeletePending(u64),
+    PutLogMeta(LogMeta),
+    /// The node left its cluster: wipe the metadata tables (and nothing else).
+    Clear,
+}

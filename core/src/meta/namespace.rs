@@ -1,0 +1,1 @@
+//! Namespace helpers (placeholder; see the metadata issue).

@@ -1,0 +1,417 @@
+//! Metadata records and their merges (reference-facts.md "FileRecord", "Volume", "Policy";
+//! DESIGN.md "Versions and merge").
+//!
+//! Every record is a set of registers, each last-writer-wins on its own HLC [`Version`]:
+//! - a file's metadata (id, size, checksum, removal, ...) is one register and each copy location
+//!   is another, keyed by volume, so copies published by different nodes never overwrite each
+//!   other (reference weakness 4);
+//! - a volume's configuration (name, read-only, evacuating, removal) apart from the usage its
+//!   node reports (capacity, free, low space);
+//! - a job's run state apart from its cancel flag, which once set stays set;
+//! - policies and settings are single registers.
+//!
+//! Deletion is a register value (`removed: true`) with its version, so a delete and a later
+//! re-create order like any two writes, and tombstones travel in snapshots.
+//! Every merge is commutative, associative and idempotent (property tests in
+//! `core/tests/meta_records.rs`).
+
+use crate::hlc::Version;
+use crate::ids::{FileId, JobId, NodeId, VolumeId};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LocationState {
+    #[default]
+    Pending,
+    Writing,
+    Committed,
+    Verified,
+    Stale,
+    Failed,
+}
+
+impl LocationState {
+    /// A copy that can be read: committed or verified.
+    pub fn is_healthy(self) -> bool {
+        matches!(self, LocationState::Committed | LocationState::Verified)
+    }
+}
+
+/// One physical copy of a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Location {
+    pub volume_id: VolumeId,
+    pub node_id: NodeId,
+    pub state: LocationState,
+    #[serde(default)]
+    pub checksum: String,
+    pub updated: Version,
+}
+
+/// A file or directory of the namespace, keyed by its normalised path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRecord {
+    pub id: FileId,
+    pub path: String,
+    #[serde(default)]
+    pub is_dir: bool,
+    #[serde(default)]
+    pub size: u64,
+    /// Unix ms.
+    #[serde(default)]
+    pub mod_time: u64,
+    #[serde(default)]
+    pub checksum: String,
+    #[serde(default)]
+    pub owner: String,
+    /// The volume holding the primary copy.
+    #[serde(default)]
+    pub primary: Option<VolumeId>,
+    /// Copies, one per volume, sorted by volume id.
+    #[serde(default)]
+    pub locations: Vec<Location>,
+    /// Copies wanted for this file; 0 means "the folder policy".
+    #[serde(default)]
+    pub replicas: u32,
+    #[serde(default)]
+    pub removed: bool,
+    /// Version of the metadata register (everything but `locations`).
+    pub version: Version,
+}
+
+impl FileRecord {
+    /// Put a location in place (newer `updated` wins per volume), keeping the list sorted.
+    pub fn upsert_location(&mut self, loc: Location) -> bool {
+        match self.locations.binary_search_by(|l| l.volume_id.cmp(&loc.volume_id)) {
+            Ok(i) => {
+                if loc.updated > self.locations[i].updated {
+                    self.locations[i] = loc;
+                    true
+                } else {
+                    false
+                }
+            }
+            Err(i) => {
+                self.locations.insert(i, loc);
+                true
+            }
+        }
+    }
+
+    pub fn healthy_locations(&self) -> impl Iterator<Item = &Location> {
+        self.locations.iter().filter(|l| l.state.is_healthy())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    pub id: VolumeId,
+    pub node_id: NodeId,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub fsh_uuid: String,
+    #[serde(default)]
+    pub subpath: String,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub evacuating: bool,
+    #[serde(default)]
+    pub removed: bool,
+    /// Version of the configuration register (name, paths, read-only, evacuating, removed).
+    pub version: Version,
+    #[serde(default)]
+    pub capacity: u64,
+    #[serde(default)]
+    pub free: u64,
+    #[serde(default)]
+    pub low_space: bool,
+    /// Version of the usage register its node reports (capacity, free, lowSpace).
+    #[serde(default)]
+    pub usage_version: Version,
+}
+
+/// Copies wanted for everything under a folder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    pub folder: String,
+    pub replicas: u32,
+    #[serde(default)]
+    pub removed: bool,
+    pub version: Version,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub id: JobId,
+    /// What to run, fixed at submit (its fields belong to the jobs milestone).
+    #[serde(default)]
+    pub spec: Value,
+    /// Status, node, attempts, progress, output... (the run-state register).
+    #[serde(default)]
+    pub state: Value,
+    #[serde(default)]
+    pub removed: bool,
+    /// Version of the run-state register (with `spec` and `removed`).
+    pub version: Version,
+    /// Set once by a cancel; a worker's later run-state write cannot clear it.
+    #[serde(default)]
+    pub cancelled: Option<Version>,
+}
+
+/// A cluster-wide setting.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Setting {
+    pub key: String,
+    #[serde(default)]
+    pub value: Value,
+    #[serde(default)]
+    pub removed: bool,
+    pub version: Version,
+}
+
+/// Any record, tagged by kind as in a log entry: `{"kind": "file", "payload": {...}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "lowercase")]
+pub enum Record {
+    File(FileRecord),
+    Volume(Volume),
+    Policy(Policy),
+    Job(Job),
+    Setting(Setting),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordKind {
+    File,
+    Volume,
+    Policy,
+    Job,
+    Setting,
+}
+
+impl RecordKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::File => "file",
+            RecordKind::Volume => "volume",
+            RecordKind::Policy => "policy",
+            RecordKind::Job => "job",
+            RecordKind::Setting => "setting",
+        }
+    }
+}
+
+impl Record {
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            Record::File(_) => RecordKind::File,
+            Record::Volume(_) => RecordKind::Volume,
+            Record::Policy(_) => RecordKind::Policy,
+            Record::Job(_) => RecordKind::Job,
+            Record::Setting(_) => RecordKind::Setting,
+        }
+    }
+
+    /// The key the record is stored under within its kind.
+    pub fn key(&self) -> String {
+        match self {
+            Record::File(r) => r.path.clone(),
+            Record::Volume(r) => r.id.to_string(),
+            Record::Policy(r) => r.folder.clone(),
+            Record::Job(r) => r.id.to_string(),
+            Record::Setting(r) => r.key.clone(),
+        }
+    }
+
+    pub fn is_removed(&self) -> bool {
+        match self {
+            Record::File(r) => r.removed,
+            Record::Volume(r) => r.removed,
+            Record::Policy(r) => r.removed,
+            Record::Job(r) => r.removed,
+            Record::Setting(r) => r.removed,
+        }
+    }
+
+    /// The version of the register that carries `removed` (what a tombstone is aged by).
+    pub fn main_version(&self) -> &Version {
+        match self {
+            Record::File(r) => &r.version,
+            Record::Volume(r) => &r.version,
+            Record::Policy(r) => &r.version,
+            Record::Job(r) => &r.version,
+            Record::Setting(r) => &r.version,
+        }
+    }
+
+    /// Every register version in the record, for the HLC to observe.
+    pub fn versions(&self) -> Vec<&Version> {
+        match self {
+            Record::File(r) => std::iter::once(&r.version).chain(r.locations.iter().map(|l| &l.updated)).collect(),
+            Record::Volume(r) => vec![&r.version, &r.usage_version],
+            Record::Policy(r) => vec![&r.version],
+            Record::Job(r) => std::iter::once(&r.version).chain(r.cancelled.iter()).collect(),
+            Record::Setting(r) => vec![&r.version],
+        }
+    }
+
+    /// The greatest version anywhere in the record.
+    pub fn max_version(&self) -> Version {
+        self.versions().into_iter().max().cloned().unwrap_or_default()
+    }
+
+    /// A compact, deterministic summary of every register version (for digests).
+    pub fn version_fingerprint(&self) -> String {
+        let mut out = format!("{}:{}", self.kind().as_str(), self.key());
+        for v in self.versions() {
+            out.push('|');
+            out.push_str(&v.to_string());
+        }
+        if let Record::File(f) = self {
+            for l in &f.locations {
+                out.push('|');
+                out.push_str(l.volume_id.as_str());
+            }
+        }
+        out
+    }
+
+    /// Merge `other` (same kind and key) into `self`, register by register. Returns whether
+    /// `self` changed. Records of another kind or key are left alone (returns false).
+    pub fn merge(&mut self, other: &Record) -> bool {
+        match (self, other) {
+            (Record::File(a), Record::File(b)) if a.path == b.path => merge_file(a, b),
+            (Record::Volume(a), Record::Volume(b)) if a.id == b.id => merge_volume(a, b),
+            (Record::Policy(a), Record::Policy(b)) if a.folder == b.folder => {
+                lww(a, b, |r| &r.version)
+            }
+            (Record::Job(a), Record::Job(b)) if a.id == b.id => merge_job(a, b),
+            (Record::Setting(a), Record::Setting(b)) if a.key == b.key => lww(a, b, |r| &r.version),
+            _ => false,
+        }
+    }
+}
+
+fn lww<T: Clone>(a: &mut T, b: &T, v: impl Fn(&T) -> &Version) -> bool {
+    if v(b) > v(a) {
+        *a = b.clone();
+        true
+    } else {
+        false
+    }
+}
+
+fn merge_file(a: &mut FileRecord, b: &FileRecord) -> bool {
+    let mut changed = false;
+    if b.version > a.version {
+        let locations = std::mem::take(&mut a.locations);
+        *a = FileRecord { locations, ..b.clone() };
+        changed = true;
+    }
+    for l in &b.locations {
+        changed |= a.upsert_location(l.clone());
+    }
+    changed
+}
+
+fn merge_volume(a: &mut Volume, b: &Volume) -> bool {
+    let mut changed = false;
+    if b.version > a.version {
+        a.node_id = b.node_id.clone();
+        a.name = b.name.clone();
+        a.fsh_uuid = b.fsh_uuid.clone();
+        a.subpath = b.subpath.clone();
+        a.read_only = b.read_only;
+        a.evacuating = b.evacuating;
+        a.removed = b.removed;
+        a.version = b.version.clone();
+        changed = true;
+    }
+    if b.usage_version > a.usage_version {
+        a.capacity = b.capacity;
+        a.free = b.free;
+        a.low_space = b.low_space;
+        a.usage_version = b.usage_version.clone();
+        changed = true;
+    }
+    changed
+}
+
+fn merge_job(a: &mut Job, b: &Job) -> bool {
+    let mut changed = false;
+    if b.version > a.version {
+        let cancelled = a.cancelled.take();
+        *a = Job { cancelled, ..b.clone() };
+        changed = true;
+    }
+    // The cancel flag only ever gets set; of two cancels the earlier version is kept, so the
+    // result does not depend on the order they arrive in.
+    match (&a.cancelled, &b.cancelled) {
+        (None, Some(v)) => {
+            a.cancelled = Some(v.clone());
+            changed = true;
+        }
+        (Some(x), Some(y)) if y < x => {
+            a.cancelled = Some(y.clone());
+            changed = true;
+        }
+        _ => {}
+    }
+    changed
+}
+
+/// Records of every kind, as a snapshot carries them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordSet {
+    #[serde(default)]
+    pub files: Vec<FileRecord>,
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
+    #[serde(default)]
+    pub policies: Vec<Policy>,
+    #[serde(default)]
+    pub jobs: Vec<Job>,
+    #[serde(default)]
+    pub settings: Vec<Setting>,
+}
+
+impl RecordSet {
+    pub fn into_records(self) -> impl Iterator<Item = Record> {
+        self.files
+            .into_iter()
+            .map(Record::File)
+            .chain(self.volumes.into_iter().map(Record::Volume))
+            .chain(self.policies.into_iter().map(Record::Policy))
+            .chain(self.jobs.into_iter().map(Record::Job))
+            .chain(self.settings.into_iter().map(Record::Setting))
+    }
+
+    pub fn push(&mut self, r: Record) {
+        match r {
+            Record::File(x) => self.files.push(x),
+            Record::Volume(x) => self.volumes.push(x),
+            Record::Policy(x) => self.policies.push(x),
+            Record::Job(x) => self.jobs.push(x),
+            Record::Setting(x) => self.settings.push(x),
+        }
+    }
+}
+
+/// Kind and key: where a record lives.
+pub type RecordKey = (RecordKind, String);
+
+/// A map of records by kind and key, the shape [`crate::meta::state::MetaState`] keeps.
+pub type RecordMap = BTreeMap<RecordKey, Record>;

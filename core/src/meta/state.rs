@@ -1,0 +1,160 @@
+//! The record sets of one node (spec: "Metadata store (ACMS)"): every record by kind and key,
+//! merged register by register as they arrive (from the local node, a leader's append, a
+//! catch-up page or a snapshot, in any order, any number of times).
+//!
+//! Tombstones (`removed` records) are kept 7 days by their version's wall time and then purged
+//! on every node; a purged key remembers its tombstone's version (up to a bound), so an older
+//! copy arriving late from a stale peer cannot bring the record back. The digest is an XOR of
+//! per-record hashes, updated incrementally, so two nodes can compare their whole state cheaply.
+
+use crate::hlc::Version;
+use crate::meta::records::{FileRecord, Policy, Record, RecordKey, RecordKind, RecordMap, RecordSet};
+use crate::time::{Millis, DAY_MS};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+pub const TOMBSTONE_TTL_MS: u64 = 7 * DAY_MS;
+/// Most purged keys remembered; the oldest are forgotten first.
+pub const PURGED_MAX: usize = 100_000;
+
+#[derive(Clone, Debug, Default)]
+pub struct MetaState {
+    records: RecordMap,
+    digest: [u8; 32],
+    purged: BTreeMap<RecordKey, Version>,
+}
+
+fn record_hash(r: &Record) -> [u8; 32] {
+    Sha256::digest(r.version_fingerprint().as_bytes()).into()
+}
+
+fn xor_into(acc: &mut [u8; 32], h: &[u8; 32]) {
+    for (a, b) in acc.iter_mut().zip(h) {
+        *a ^= b;
+    }
+}
+
+impl MetaState {
+    pub fn new() -> MetaState {
+        MetaState::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Hex digest of every record's register versions; equal digests mean equal record sets.
+    pub fn digest(&self) -> String {
+        hex::encode(self.digest)
+    }
+
+    pub fn get(&self, kind: RecordKind, key: &str) -> Option<&Record> {
+        self.records.get(&(kind, key.to_string()))
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.records.values()
+    }
+
+    /// Merge one record in. Returns the stored result when anything changed (to persist).
+    pub fn apply(&mut self, incoming: &Record) -> Option<&Record> {
+        let key = (incoming.kind(), incoming.key());
+        if let Some(tomb) = self.purged.get(&key) {
+            if incoming.main_version() <= tomb {
+                return None;
+            }
+        }
+        match self.records.get_mut(&key) {
+            Some(existing) => {
+                let before = record_hash(existing);
+                if !existing.merge(incoming) {
+                    return None;
+                }
+                let after = record_hash(existing);
+                xor_into(&mut self.digest, &before);
+                xor_into(&mut self.digest, &after);
+            }
+            None => {
+                xor_into(&mut self.digest, &record_hash(incoming));
+                self.records.insert(key.clone(), incoming.clone());
+            }
+        }
+        self.records.get(&key)
+    }
+
+    /// Drop tombstones older than the TTL at wall time `now`; returns the purged keys.
+    pub fn purge_tombstones(&mut self, now: Millis) -> Vec<RecordKey> {
+        let gone: Vec<RecordKey> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.is_removed() && now.since(Millis(r.main_version().wall_ms)) > TOMBSTONE_TTL_MS)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            if let Some(r) = self.records.remove(k) {
+                xor_into(&mut self.digest, &record_hash(&r));
+                self.purged.insert(k.clone(), r.main_version().clone());
+            }
+        }
+        while self.purged.len() > PURGED_MAX {
+            let oldest = self.purged.iter().min_by(|a, b| a.1.cmp(b.1)).map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => {
+                    self.purged.remove(&k);
+                }
+                None => break,
+            }
+        }
+        gone
+    }
+
+    /// Every record, tombstones included, as a snapshot carries them.
+    pub fn snapshot(&self) -> RecordSet {
+        let mut set = RecordSet::default();
+        for r in self.records.values() {
+            set.push(r.clone());
+        }
+        set
+    }
+
+    /// Forget everything (the node left its cluster).
+    pub fn clear(&mut self) {
+        *self = MetaState::default();
+    }
+
+    // ---- views for the namespace ----
+
+    pub fn file(&self, path: &str) -> Option<&FileRecord> {
+        match self.records.get(&(RecordKind::File, path.to_string())) {
+            Some(Record::File(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// File records (tombstones included) in path order, starting at `from`.
+    pub fn files_from<'a>(&'a self, from: &str) -> impl Iterator<Item = &'a FileRecord> + 'a {
+        self.records.range((RecordKind::File, from.to_string())..).map_while(|(k, r)| match r {
+            Record::File(f) if k.0 == RecordKind::File => Some(f),
+            _ => None,
+        })
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = &FileRecord> {
+        self.files_from("")
+    }
+
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.records.range((RecordKind::Policy, String::new())..).map_while(|(k, r)| match r {
+            Record::Policy(p) if k.0 == RecordKind::Policy => Some(p),
+            _ => None,
+        })
+    }
+
+    pub fn of_kind(&self, kind: RecordKind) -> impl Iterator<Item = &Record> {
+        self.records.range((kind, String::new())..).take_while(move |(k, _)| k.0 == kind).map(|(_, r)| r)
+    }
+}
