@@ -72,6 +72,51 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: NodeCmd,
     },
+    /// The replicated metadata store.
+    Meta {
+        #[command(subcommand)]
+        cmd: MetaCmd,
+    },
+    /// Folder copy policies.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
+    /// Cluster-wide settings.
+    Settings {
+        #[command(subcommand)]
+        cmd: SettingsCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MetaCmd {
+    /// Leader, term, last sequence, applied, pending.
+    Status,
+    /// List a folder of the namespace.
+    Ls {
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// One record: copies, policy, checksum.
+    Stat { path: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Keep N copies of everything under FOLDER (0 removes the policy).
+    Set { folder: String, replicas: u32 },
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SettingsCmd {
+    Get { key: String },
+    /// VALUE is JSON when it parses as JSON, else a string.
+    Set { key: String, value: String },
+    List,
+    /// Remove a setting.
+    Rm { key: String },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -301,6 +346,48 @@ impl Api {
                 }
                 return if reachable { Ok(()) } else { Err(CliError(format!("node {id} is not reachable"))) };
             }
+            Cmd::Meta { cmd: MetaCmd::Status } => (self.call("GET", "/meta/status", None).await?, human_kv),
+            Cmd::Meta { cmd: MetaCmd::Ls { path } } => {
+                (self.call("GET", &format!("/meta/ls?path={}", query_escape(&path)), None).await?, human_ls)
+            }
+            Cmd::Meta { cmd: MetaCmd::Stat { path } } => {
+                (self.call("GET", &format!("/meta/stat?path={}", query_escape(&path)), None).await?, human_stat)
+            }
+            Cmd::Policy { cmd: PolicyCmd::Set { folder, replicas } } => {
+                let body = json!({"folder": folder, "replicas": replicas});
+                (self.call("POST", "/policies", Some(body)).await?, |v| {
+                    format!("{} -> {} copies", s(&v["folder"]), s(&v["replicas"]))
+                })
+            }
+            Cmd::Policy { cmd: PolicyCmd::List } => (self.call("GET", "/policies", None).await?, |v| {
+                let mut out = format!("{:<40} {}", "FOLDER", "COPIES");
+                for p in v["policies"].as_array().into_iter().flatten() {
+                    out.push_str(&format!("\n{:<40} {}", s(&p["folder"]), s(&p["replicas"])));
+                }
+                out
+            }),
+            Cmd::Settings { cmd: SettingsCmd::Get { key } } => {
+                (self.call("GET", &format!("/settings/{}", path_escape(&key)), None).await?, |v| s(&v["value"]))
+            }
+            Cmd::Settings { cmd: SettingsCmd::Set { key, value } } => {
+                let value: Value = serde_json::from_str(&value).unwrap_or(Value::String(value));
+                let path = format!("/settings/{}", path_escape(&key));
+                (self.call("PUT", &path, Some(json!({ "value": value }))).await?, |v| {
+                    format!("{} = {}", s(&v["key"]), v["value"])
+                })
+            }
+            Cmd::Settings { cmd: SettingsCmd::List } => (self.call("GET", "/settings", None).await?, |v| {
+                let mut out = String::new();
+                for x in v["settings"].as_array().into_iter().flatten() {
+                    out.push_str(&format!("{} = {}\n", s(&x["key"]), x["value"]));
+                }
+                out.trim_end().to_string()
+            }),
+            Cmd::Settings { cmd: SettingsCmd::Rm { key } } => {
+                (self.call("DELETE", &format!("/settings/{}", path_escape(&key)), None).await?, |v| {
+                    format!("removed {}", s(&v["key"]))
+                })
+            }
             Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),
         };
         if self.json {
@@ -401,4 +488,54 @@ fn human_probe(v: &Value) -> String {
     } else {
         format!("node {} did not answer: {}", s(&v["node"]), s(&v.get("error").cloned().unwrap_or(v["status"].clone())))
     }
+}
+
+/// Percent-encode a query value (RFC 3986 unreserved characters and `/` stay as they are).
+fn query_escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Percent-encode one path segment.
+fn path_escape(v: &str) -> String {
+    query_escape(v).replace('/', "%2F")
+}
+
+fn human_ls(v: &Value) -> String {
+    let mut out = String::new();
+    for e in v["entries"].as_array().into_iter().flatten() {
+        let kind = if e["isDir"] == json!(true) { "dir " } else { "file" };
+        out.push_str(&format!("{kind} {:>12}  {}\n", s(&e["size"]), s(&e["name"])));
+    }
+    if out.is_empty() {
+        format!("{} is empty", s(&v["path"]))
+    } else {
+        out.trim_end().to_string()
+    }
+}
+
+fn human_stat(v: &Value) -> String {
+    if v["isDir"] == json!(true) {
+        return format!("cluster:{}  directory, {} entries, policy {} copies", s(&v["path"]), s(&v["children"]), s(&v["policy"]));
+    }
+    let r = &v["record"];
+    let mut out = format!(
+        "cluster:{}\nid        {}\nsize      {}\nchecksum  {}\ncopies    {} wanted",
+        s(&v["path"]),
+        s(&r["id"]),
+        s(&r["size"]),
+        s(&r["checksum"]),
+        s(&v["wantedCopies"])
+    );
+    for c in v["copies"].as_array().into_iter().flatten() {
+        out.push_str(&format!("\n  {}  {}", s(&c["copy"]), s(&c["state"])));
+    }
+    out
 }

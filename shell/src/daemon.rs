@@ -12,7 +12,9 @@ use crate::env::Env;
 use crate::identity::{self, IdentityError};
 use crate::store::{Store, StoreError};
 use crate::transport::{self, Prepared, Route, Transport};
+use crate::meta_store::{spawn_flusher, MetaStore};
 use shoal_core::membership::MembershipConfig;
+use shoal_core::meta::machine::{MetaConfig, MetaRestored};
 use shoal_core::node::{Event, Input, Node, NodeConfig, Output, SelfInfo};
 use shoal_core::{Millis, SeededRng};
 use std::path::PathBuf;
@@ -20,6 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+
+/// How often metadata writes are committed (write-behind batches).
+const META_FLUSH_MS: u64 = 50;
 
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
@@ -36,6 +41,7 @@ pub struct ServeOptions {
     /// fsync every commit (off only in simulation, where the process never really dies).
     pub durable: bool,
     pub membership: MembershipConfig,
+    pub meta: MetaConfig,
 }
 
 impl ServeOptions {
@@ -48,6 +54,7 @@ impl ServeOptions {
             disable_cluster: false,
             durable: true,
             membership: MembershipConfig::default(),
+            meta: MetaConfig::default(),
         }
     }
 }
@@ -68,6 +75,7 @@ pub struct Shared<E: Env> {
     pub env: E,
     node: Mutex<Node>,
     store: Store,
+    meta_store: Arc<MetaStore>,
     persist_lock: Mutex<()>,
     pub client: HttpClient<E>,
     pub transport: Transport<E>,
@@ -124,9 +132,11 @@ impl<E: Env> Shared<E> {
             return;
         }
         let mut ops = Vec::new();
+        let mut meta_ops = Vec::new();
         for (o, route) in outputs {
             match o {
                 Output::Persist(op) => ops.push(op),
+                Output::Meta(op) => meta_ops.push(op),
                 Output::Send(req) => {
                     let shared = self.clone();
                     let prepared = Prepared {
@@ -144,6 +154,10 @@ impl<E: Env> Shared<E> {
                 }
                 Output::Event(e) => log_event(&e),
             }
+        }
+        if !meta_ops.is_empty() {
+            // Written behind: coalesced per key, committed by the flusher every 50 ms.
+            self.meta_store.queue(meta_ops);
         }
         if let Err(e) = self.store.apply(&ops) {
             // The state stays in memory and is written again with the next change of the record.
@@ -216,7 +230,17 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let ident = identity::load_or_create(&opts.data_dir, &mut rng)?;
     let db_path = opts.data_dir.join(identity::DB_FILE);
     let store = Store::open(&db_path, opts.durable).map_err(|e| StartError::Store(db_path.clone(), e))?;
-    let restored = store.load().map_err(|e| StartError::Store(db_path.clone(), e))?;
+    let mut restored = store.load().map_err(|e| StartError::Store(db_path.clone(), e))?;
+    let meta_store = MetaStore::open(store.database(), opts.durable)
+        .map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
+    let meta_loaded = meta_store.load().map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
+    restored.meta = MetaRestored {
+        records: meta_loaded.records,
+        entries: meta_loaded.entries,
+        pending: meta_loaded.pending,
+        log_meta: meta_loaded.log_meta,
+    };
+    let meta_store = Arc::new(meta_store);
 
     let listener = env.bind(opts.listen.clone()).await.map_err(|e| StartError::Listen(opts.listen.clone(), e))?;
     let local_addr = match axum::serve::Listener::local_addr(&listener) {
@@ -249,7 +273,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         software_version: env!("CARGO_PKG_VERSION").to_string(),
         capabilities,
     };
-    let config = NodeConfig { membership: opts.membership.clone() };
+    let config = NodeConfig { membership: opts.membership.clone(), meta: opts.meta.clone() };
     let mut node = Node::new(ident.id.clone(), ident.key.clone(), env.seed(), config, me);
     if !opts.disable_cluster {
         node.restore(now, restored);
@@ -263,6 +287,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         env,
         node: Mutex::new(node),
         store,
+        meta_store: meta_store.clone(),
         persist_lock: Mutex::new(()),
         wake: Notify::new(),
         data_dir: opts.data_dir.clone(),
@@ -285,7 +310,8 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
             tracing::error!(error = %e, "server stopped");
         }
     });
-    let mut tasks = vec![server];
+    let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
+    let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {
         tasks.push(tokio::spawn(drive(shared.clone())));
     }

@@ -2,6 +2,7 @@
 //!
 //! - [`env`]: the `Net` + `Clock` + `Probe` environment the shell is generic over;
 //! - [`daemon`]: one node: identity, redb store, HTTP listener, driver task;
+//! - [`store`] / [`meta_store`]: membership tables, and the metadata tables written behind;
 //! - [`server`]: the ACN endpoints and the admin API;
 //! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
 //! - [`cli`] and [`demo`]: the `shoal` command line.
@@ -12,6 +13,7 @@ pub mod daemon;
 pub mod demo;
 pub mod env;
 pub mod identity;
+pub mod meta_store;
 pub mod probe;
 pub mod server;
 pub mod store;

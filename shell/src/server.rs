@@ -46,6 +46,12 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/nodes/{id}/probe", post(node_probe::<E>))
         .route("/latency", get(latency::<E>))
         .route("/capabilities", get(capabilities::<E>))
+        .route("/meta/status", get(meta_status::<E>))
+        .route("/meta/ls", get(meta_ls::<E>))
+        .route("/meta/stat", get(meta_stat::<E>))
+        .route("/policies", get(policy_list::<E>).post(policy_set::<E>))
+        .route("/settings", get(settings_list::<E>))
+        .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
@@ -390,4 +396,77 @@ async fn metrics<E: Env>(State(s): S<E>) -> Response {
         out
     });
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+// ---- metadata ----
+
+#[derive(Deserialize)]
+struct PathQuery {
+    #[serde(default)]
+    path: String,
+}
+
+fn path_query(q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>) -> Result<String, ApiError> {
+    q.map(|q| q.0.path).map_err(|e| ApiError::new(400, "bad_query", e.body_text()))
+}
+
+async fn meta_status<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, now| n.meta_status(now))))
+}
+
+async fn meta_ls<E: Env>(
+    State(s): S<E>,
+    q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    api_result(path_query(q).and_then(|p| s.read_node(|n, _| n.meta_ls(&p))))
+}
+
+async fn meta_stat<E: Env>(
+    State(s): S<E>,
+    q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    api_result(path_query(q).and_then(|p| s.read_node(|n, _| n.meta_stat(&p))))
+}
+
+async fn policy_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.policy_list())))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyBody {
+    folder: String,
+    replicas: u32,
+}
+
+async fn policy_set<E: Env>(State(s): S<E>, body: Body) -> Response {
+    api_result((|| {
+        let b: PolicyBody = parse_body(&body)?;
+        s.with_node(|n, now| n.policy_set(now, &b.folder, b.replicas))
+    })())
+}
+
+async fn settings_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.settings_list())))
+}
+
+async fn setting_get<E: Env>(State(s): S<E>, Path(key): Path<String>) -> Response {
+    api_result(s.read_node(|n, _| n.setting_get(&key)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingBody {
+    value: Value,
+}
+
+async fn setting_set<E: Env>(State(s): S<E>, Path(key): Path<String>, body: Body) -> Response {
+    api_result((|| {
+        let b: SettingBody = parse_body(&body)?;
+        s.with_node(|n, now| n.setting_set(now, &key, Some(b.value)))
+    })())
+}
+
+async fn setting_delete<E: Env>(State(s): S<E>, Path(key): Path<String>) -> Response {
+    api_result(s.read_node(|n, _| n.setting_get(&key)).and_then(|_| s.with_node(|n, now| n.setting_set(now, &key, None))))
 }

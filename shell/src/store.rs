@@ -7,6 +7,7 @@
 use redb::{Database, Durability, ReadableTable, TableDefinition};
 use shoal_core::node::{PersistOp, Restored};
 use std::path::Path;
+use std::sync::Arc;
 
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
@@ -27,7 +28,7 @@ macro_rules! db_err {
 db_err!(redb::DatabaseError, redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError);
 
 pub struct Store {
-    db: Database,
+    db: Arc<Database>,
     durable: bool,
 }
 
@@ -43,7 +44,13 @@ impl Store {
             txn.open_table(PURGED)?;
         }
         txn.commit()?;
-        Ok(Store { db, durable })
+        Ok(Store { db: Arc::new(db), durable })
+    }
+
+    /// The database, shared with the other tables of `cluster.redb` (the metadata store's,
+    /// [`crate::meta_store`]).
+    pub fn database(&self) -> Arc<Database> {
+        self.db.clone()
     }
 
     pub fn load(&self) -> Result<Restored, StoreError> {

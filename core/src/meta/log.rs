@@ -26,6 +26,9 @@ pub struct Entry {
 pub struct LogMeta {
     /// The term whose numbering this node's log follows.
     pub term: Term,
+    /// The holder of that term's lease.
+    #[serde(default)]
+    pub holder: Option<NodeId>,
     /// Highest sequence number this node holds (contiguously applied up to it).
     pub last_seq: LogIndex,
     /// Entries at or below this were compacted away.

@@ -6,7 +6,9 @@
 //! - [`state`]: the record sets of one node, tombstones and their purge, an incremental digest;
 //! - [`namespace`]: paths, listing, folder policies and globs over the file records.
 
+pub mod lease;
 pub mod log;
+pub mod machine;
 pub mod namespace;
 pub mod records;
 pub mod state;

@@ -24,7 +24,11 @@ use crate::membership::{Membership, MembershipConfig, MergeOutcome, NodeState, T
 use crate::records::{AdminState, Capabilities, ClusterInfo, Health, NodeRecord, OwnerFields};
 use crate::rng::SeededRng;
 use crate::time::Millis;
+use crate::meta::log::MetaPersist;
+use crate::meta::machine::{Meta, MetaConfig, MetaOutput, MetaPurpose, MetaRestored};
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
+
+mod meta;
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -46,6 +50,7 @@ pub struct SelfInfo {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct NodeConfig {
     pub membership: MembershipConfig,
+    pub meta: MetaConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -91,6 +96,8 @@ pub struct OutRequest {
 pub enum Output {
     Send(OutRequest),
     Persist(PersistOp),
+    /// A metadata write, for the shell's write-behind store.
+    Meta(MetaPersist),
     Event(Event),
 }
 
@@ -200,10 +207,11 @@ struct HeartbeatBody {
     cluster: Option<ClusterInfo>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Purpose {
     Heartbeat,
     Push,
+    Meta(MetaPurpose),
 }
 
 #[derive(Clone, Debug)]
@@ -269,6 +277,7 @@ pub struct Node {
     pending_join: Option<JoinToken>,
     health: Option<Health>,
     clock: MonoClock,
+    meta: Meta,
 }
 
 /// What the shell read back from disk.
@@ -278,6 +287,7 @@ pub struct Restored {
     pub records: Vec<NodeRecord>,
     pub tokens: Vec<TokenRecord>,
     pub purged: Vec<NodeId>,
+    pub meta: MetaRestored,
 }
 
 fn err_reply(e: AcnError) -> Reply {
@@ -286,6 +296,8 @@ fn err_reply(e: AcnError) -> Reply {
 
 impl Node {
     pub fn new(id: NodeId, key: SigningKey, seed: u64, config: NodeConfig, me: SelfInfo) -> Node {
+        let id_for_meta = id.clone();
+        let meta_config = config.meta.clone();
         Node {
             hlc: Hlc::new(id.clone()),
             members: Membership::new(id.clone(), config.membership.clone()),
@@ -306,6 +318,7 @@ impl Node {
             pending_join: None,
             health: None,
             clock: MonoClock::default(),
+            meta: Meta::new(id_for_meta, meta_config, Millis::ZERO),
         }
     }
 
@@ -326,6 +339,8 @@ impl Node {
             self.members.remember_purged(id);
         }
         self.tokens = TokenBook::from_records(r.tokens);
+        self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
+        self.meta.restore(r.meta, &mut self.hlc);
         if self.cluster.is_some() {
             if self.members.get(&self.id).is_none_or(|r| r.removed) {
                 // Our own record is gone or removed: we are not a member any more.
@@ -398,7 +413,8 @@ impl Node {
 
     /// The next deadline, on the wall clock.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        [self.heartbeat_due, self.tick_due].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
+        let meta = self.cluster.as_ref().and_then(|_| self.meta.poll_timeout());
+        [self.heartbeat_due, self.tick_due, meta].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
@@ -413,6 +429,11 @@ impl Node {
         if self.tick_due.is_some_and(|d| now >= d) {
             self.tick(wall, now);
             self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
+        }
+        if self.cluster.is_some() {
+            let candidates = self.lease_candidates(now);
+            self.meta.handle_timeout(now, wall, candidates);
+            self.drain_meta(wall, now);
         }
     }
 
@@ -611,6 +632,11 @@ impl Node {
         if self.cluster.is_none() {
             return;
         }
+        if let Purpose::Meta(p) = f.purpose {
+            self.meta.on_response(now, &f.peer, p, result, &mut self.hlc);
+            self.drain_meta(wall, now);
+            return;
+        }
         let (status, body) = match result {
             Ok(r) => r,
             Err(_) => return,
@@ -704,6 +730,13 @@ impl Node {
         self.tick_due = None;
         self.last_states.clear();
         self.persist(PersistOp::ClearCluster);
+        let now = self.clock.peek(self.clock.last_wall.unwrap_or_default());
+        self.meta.clear(now);
+        while let Some(o) = self.meta.poll_output() {
+            if let MetaOutput::Persist(p) = o {
+                self.push_output(Output::Meta(p));
+            }
+        }
     }
 
     // ---- ACN: answering peers ----
@@ -725,6 +758,8 @@ impl Node {
         let want = match endpoint {
             "hello" | "members" | "latency" => "GET",
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
+            "meta/log" | "meta/snapshot" => "GET",
+            "meta/lease" | "meta/append" | "meta/submit" => "POST",
             _ => return Reply::error(404, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
         if !method.eq_ignore_ascii_case(want) {
@@ -765,6 +800,10 @@ impl Node {
             "leave" => self.answer_leave(wall, now, &sender, body),
             "evict" => self.answer_evict(wall, now, &sender, body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
+            "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
+                let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
+                self.answer_meta(wall, now, endpoint, &sender, query, body)
+            }
             _ => Reply::error(404, "not_found", "no such ACN endpoint"),
         }
     }
@@ -963,6 +1002,8 @@ impl Node {
         self.persist(PersistOp::PutCluster(info));
         self.persist(PersistOp::PutRecord(Box::new(rec)));
         self.start_timers(now);
+        self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
+        self.meta.allow_claim_now(now);
         Ok(self.status(wall))
     }
 
@@ -1164,6 +1205,7 @@ impl Node {
         self.persist(PersistOp::PutRecord(Box::new(own)));
         self.apply_merge(wall, out);
         self.start_timers(now);
+        self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
         Ok(self.status(wall))
     }
 

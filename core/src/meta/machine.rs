@@ -1,0 +1,761 @@
+//! The metadata store of one node: records, the leader lease and the replicated log
+//! (spec: "Metadata store (ACMS)"; reference-facts.md "Lease", "Log entry").
+//!
+//! - `submit` applies a change locally at once. On the leader it is appended to the log (next
+//!   sequence number) and pushed to the peers (`meta/append`, one request in flight per peer,
+//!   so appends batch themselves under load). On a follower it is queued as pending (persisted)
+//!   and sent to the leader (`meta/submit`), retried every 15 s or as soon as a leader is known;
+//!   it leaves the queue when the leader has appended it.
+//! - Records merge per register, so applying entries in any order, twice, or from a snapshot is
+//!   safe; the log's numbering only serves catch-up. A follower that sees a gap reads the
+//!   missing range with `meta/log?after=N` (pages of 500, only that range is read); a compacted
+//!   range (410) or a leader of another term falls back to `meta/snapshot`, which carries
+//!   tombstones. After a snapshot the follower sends back whatever it holds that the snapshot
+//!   lacks, so changes acknowledged on the losing side of a partition are not lost.
+//! - Every lease push carries the leader's last sequence number and state digest; a follower
+//!   that is caught up, has nothing pending and still differs exchanges snapshots (anti-entropy).
+//! - Compaction every 1,000 appends keeps the newest 10,000 entries. Tombstones are purged after
+//!   7 days on every node.
+
+use crate::hlc::Hlc;
+use crate::ids::{LogIndex, NodeId, Term};
+use crate::meta::lease::{Candidate, Lease, LeaseAction, LeaseConfig, LeaseState, PushVerdict};
+use crate::meta::log::{Entry, LogMeta, MetaPersist, Pending};
+use crate::meta::records::{Record, RecordSet};
+use crate::meta::state::MetaState;
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetaConfig {
+    pub lease: LeaseConfig,
+    pub page_max: usize,
+    pub compact_every: u64,
+    pub keep_entries: u64,
+    pub submit_retry_ms: u64,
+    pub request_timeout_ms: u64,
+    pub anti_entropy_every_ms: u64,
+    pub purge_every_ms: u64,
+    /// Most records sent in one submit or append.
+    pub batch_max: usize,
+}
+
+impl Default for MetaConfig {
+    fn default() -> Self {
+        MetaConfig {
+            lease: LeaseConfig::default(),
+            page_max: 500,
+            compact_every: 1_000,
+            keep_entries: 10_000,
+            submit_retry_ms: 15_000,
+            request_timeout_ms: 20_000,
+            anti_entropy_every_ms: 30_000,
+            purge_every_ms: 60_000,
+            batch_max: 500,
+        }
+    }
+}
+
+/// Why a request was sent, so its answer can be routed back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetaPurpose {
+    LeasePush,
+    Append { through: LogIndex },
+    Submit { ids: Vec<u64> },
+    CatchUp,
+    Snapshot,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetaOutput {
+    Send { to: NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose },
+    Persist(MetaPersist),
+}
+
+/// A JSON answer to a peer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetaReply {
+    pub status: u16,
+    pub body: Value,
+}
+
+fn reply(status: u16, body: Value) -> MetaReply {
+    MetaReply { status, body }
+}
+
+fn bad(msg: impl Into<String>) -> MetaReply {
+    reply(400, json!({"error": {"code": "bad_body", "message": msg.into()}}))
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseBody {
+    lease: Lease,
+    #[serde(default)]
+    last_seq: LogIndex,
+    #[serde(default)]
+    digest: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AppendBody {
+    lease: Lease,
+    entries: Vec<Entry>,
+    last_seq: LogIndex,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubmitBody {
+    records: Vec<Record>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LogPage {
+    entries: Vec<Entry>,
+    last_seq: LogIndex,
+    term: Term,
+    #[serde(default)]
+    holder: Option<NodeId>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Snapshot {
+    #[serde(flatten)]
+    records: RecordSet,
+    last_seq: LogIndex,
+    term: Term,
+    #[serde(default)]
+    holder: Option<NodeId>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PeerAppend {
+    in_flight: bool,
+    /// Entries up to here were sent (or are in flight).
+    sent_through: LogIndex,
+    /// The peer said it holds entries up to here.
+    acked_through: LogIndex,
+}
+
+/// What the shell read back from disk for the metadata store.
+#[derive(Clone, Debug, Default)]
+pub struct MetaRestored {
+    pub records: Vec<Record>,
+    pub entries: Vec<Entry>,
+    pub pending: Vec<Pending>,
+    pub log_meta: Option<LogMeta>,
+}
+
+pub struct Meta {
+    me: NodeId,
+    config: MetaConfig,
+    lease: LeaseState,
+    state: MetaState,
+    log: BTreeMap<LogIndex, Entry>,
+    /// Which leader's numbering our log follows (term and holder).
+    log_lease: Option<Lease>,
+    last_seq: LogIndex,
+    compacted_through: LogIndex,
+    appends_since_compaction: u64,
+    pending: BTreeMap<u64, Record>,
+    next_pending_id: u64,
+    submit_in_flight: bool,
+    submit_due: Millis,
+    catch_up_in_flight: bool,
+    peers: BTreeMap<NodeId, PeerAppend>,
+    members: Vec<Candidate>,
+    tick_due: Millis,
+    last_anti_entropy: Millis,
+    purge_due: Millis,
+    outputs: VecDeque<MetaOutput>,
+}
+
+impl Meta {
+    pub fn new(me: NodeId, config: MetaConfig, now: Millis) -> Meta {
+        Meta {
+            lease: LeaseState::new(me.clone(), config.lease.clone(), now),
+            me,
+            config,
+            state: MetaState::new(),
+            log: BTreeMap::new(),
+            log_lease: None,
+            last_seq: LogIndex(0),
+            compacted_through: LogIndex(0),
+            appends_since_compaction: 0,
+            pending: BTreeMap::new(),
+            next_pending_id: 1,
+            submit_in_flight: false,
+            submit_due: Millis::ZERO,
+            catch_up_in_flight: false,
+            peers: BTreeMap::new(),
+            members: Vec::new(),
+            tick_due: now,
+            last_anti_entropy: Millis::ZERO,
+            purge_due: now,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    pub fn restore(&mut self, r: MetaRestored, hlc: &mut Hlc) {
+        for rec in &r.records {
+            for v in rec.versions() {
+                hlc.observe(v);
+            }
+            self.state.apply(rec);
+        }
+        if let Some(m) = r.log_meta {
+            self.last_seq = m.last_seq;
+            self.compacted_through = m.compacted_through;
+            self.log_lease = m.holder.map(|holder| Lease { holder, term: m.term });
+        }
+        for e in r.entries {
+            if e.seq > self.compacted_through && e.seq <= self.last_seq {
+                self.log.insert(e.seq, e);
+            }
+        }
+        for p in r.pending {
+            self.next_pending_id = self.next_pending_id.max(p.id + 1);
+            self.pending.insert(p.id, p.record);
+        }
+    }
+
+    // ---- getters ----
+
+    pub fn state(&self) -> &MetaState {
+        &self.state
+    }
+    pub fn last_seq(&self) -> LogIndex {
+        self.last_seq
+    }
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+    pub fn known_lease(&self) -> Option<&Lease> {
+        self.lease.known()
+    }
+
+    fn eligible(&self, id: &NodeId) -> bool {
+        self.members.iter().any(|c| &c.id == id && c.eligible)
+    }
+
+    /// The valid lease at monotonic time `now`.
+    pub fn leader(&self, now: Millis) -> Option<&Lease> {
+        self.lease.valid(now, |id| self.eligible(id))
+    }
+
+    pub fn is_leader(&self, now: Millis) -> bool {
+        self.leader(now).is_some_and(|l| l.holder == self.me)
+    }
+
+    pub fn status(&self, now: Millis) -> Value {
+        let leader = self.leader(now);
+        json!({
+            "leader": leader.map(|l| l.holder.clone()),
+            "term": self.lease.term(),
+            "isLeader": leader.is_some_and(|l| l.holder == self.me),
+            "lastSeq": self.last_seq,
+            "applied": self.last_seq,
+            "pending": self.pending.len(),
+            "records": self.state.len(),
+            "logEntries": self.log.len(),
+            "compactedThrough": self.compacted_through,
+            "digest": self.state.digest(),
+        })
+    }
+
+    // ---- the state machine face ----
+
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<MetaOutput> {
+        self.outputs.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        let mut t = self.tick_due;
+        if !self.pending.is_empty() && !self.submit_in_flight {
+            t = t.min(self.submit_due);
+        }
+        Some(t)
+    }
+
+    /// Periodic work. `members` lists every live member with its eligibility (this node too).
+    pub fn handle_timeout(&mut self, now: Millis, wall: Millis, members: Vec<Candidate>) {
+        self.members = members;
+        self.peers.retain(|id, _| self.members.iter().any(|c| &c.id == id));
+        if now >= self.tick_due {
+            self.tick_due = now.plus(self.config.lease.tick_ms);
+            if let Some(LeaseAction::Push(l)) = self.lease.tick(now, &self.members) {
+                self.on_lease_taken(&l);
+                self.push_lease(l);
+            }
+            if self.is_leader(now) {
+                self.pump_appends();
+            }
+        }
+        if now >= self.purge_due {
+            self.purge_due = now.plus(self.config.purge_every_ms);
+            for key in self.state.purge_tombstones(wall) {
+                self.persist(MetaPersist::DeleteRecord(key));
+            }
+        }
+        self.try_submit(now);
+    }
+
+    fn persist(&mut self, p: MetaPersist) {
+        self.outputs.push_back(MetaOutput::Persist(p));
+    }
+
+    fn send(&mut self, to: &NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose) {
+        self.outputs.push_back(MetaOutput::Send { to: to.clone(), method, target, body, purpose });
+    }
+
+    fn other_members(&self) -> Vec<NodeId> {
+        self.members.iter().filter(|c| c.id != self.me).map(|c| c.id.clone()).collect()
+    }
+
+    fn push_lease(&mut self, l: Lease) {
+        let body = serde_json::to_vec(&LeaseBody { lease: l, last_seq: self.last_seq, digest: self.state.digest() })
+            .expect("serialise");
+        for p in self.other_members() {
+            self.send(&p, "POST", "/cluster/acn/meta/lease".into(), body.clone(), MetaPurpose::LeasePush);
+        }
+    }
+
+    /// We now hold lease `l` (a claim): our log follows our own numbering from here.
+    fn on_lease_taken(&mut self, l: &Lease) {
+        if self.log_lease.as_ref() != Some(l) {
+            self.log_lease = Some(l.clone());
+            self.persist_log_meta();
+            let last = self.last_seq;
+            for p in self.peers.values_mut() {
+                p.sent_through = last;
+                p.acked_through = last;
+            }
+        }
+    }
+
+    fn persist_log_meta(&mut self) {
+        let m = LogMeta {
+            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
+            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+            last_seq: self.last_seq,
+            compacted_through: self.compacted_through,
+        };
+        self.persist(MetaPersist::PutLogMeta(m));
+    }
+
+    // ---- writes ----
+
+    /// A local change: applied at once, then replicated. `now` is monotonic time.
+    pub fn submit(&mut self, now: Millis, record: Record) {
+        if let Some(stored) = self.state.apply(&record) {
+            let stored = stored.clone();
+            self.persist(MetaPersist::PutRecord(stored));
+        }
+        if self.is_leader(now) {
+            let origin = self.me.clone();
+            self.append_as_leader(record, origin);
+            self.pump_appends();
+        } else {
+            let id = self.next_pending_id;
+            self.next_pending_id += 1;
+            self.pending.insert(id, record.clone());
+            self.persist(MetaPersist::PutPending(Pending { id, record }));
+            self.try_submit(now);
+        }
+    }
+
+    fn append_as_leader(&mut self, record: Record, origin: NodeId) {
+        let lease = self.lease.known().cloned().expect("leader has a lease");
+        self.last_seq = LogIndex(self.last_seq.0 + 1);
+        let entry = Entry { seq: self.last_seq, term: lease.term, version: record.max_version(), record, origin };
+        self.persist(MetaPersist::PutEntry(entry.clone()));
+        self.log.insert(entry.seq, entry);
+        self.persist_log_meta();
+        self.after_append();
+    }
+
+    fn after_append(&mut self) {
+        self.appends_since_compaction += 1;
+        if self.appends_since_compaction >= self.config.compact_every {
+            self.appends_since_compaction = 0;
+            let keep_from = self.last_seq.0.saturating_sub(self.config.keep_entries);
+            if keep_from > self.compacted_through.0 {
+                self.compacted_through = LogIndex(keep_from);
+                self.log = self.log.split_off(&LogIndex(keep_from + 1));
+                self.persist(MetaPersist::DeleteEntriesThrough(self.compacted_through));
+                self.persist_log_meta();
+            }
+        }
+    }
+
+    /// Leader: send each peer the entries it has not been sent, one request in flight per peer.
+    fn pump_appends(&mut self) {
+        let Some(lease) = self.lease.known().cloned() else { return };
+        for p in self.other_members() {
+            let last = self.last_seq;
+            let entry = self.peers.entry(p.clone()).or_insert_with(|| PeerAppend {
+                in_flight: false,
+                sent_through: LogIndex(last.0.saturating_sub(1)),
+                acked_through: LogIndex(0),
+            });
+            if entry.in_flight || entry.sent_through >= self.last_seq {
+                continue;
+            }
+            let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0) + 1);
+            let entries: Vec<Entry> = self.log.range(from..).take(self.config.batch_max).map(|(_, e)| e.clone()).collect();
+            let Some(through) = entries.last().map(|e| e.seq) else { continue };
+            let entry = self.peers.get_mut(&p).expect("inserted");
+            entry.in_flight = true;
+            entry.sent_through = through;
+            let body = serde_json::to_vec(&AppendBody { lease: lease.clone(), entries, last_seq: self.last_seq })
+                .expect("serialise");
+            self.send(&p, "POST", "/cluster/acn/meta/append".into(), body, MetaPurpose::Append { through });
+        }
+    }
+
+    fn try_submit(&mut self, now: Millis) {
+        if self.submit_in_flight || self.pending.is_empty() || now < self.submit_due {
+            return;
+        }
+        let Some(leader) = self.leader(now).map(|l| l.holder.clone()) else { return };
+        if leader == self.me {
+            // We became leader: our own pending changes go straight into the log.
+            let pending = std::mem::take(&mut self.pending);
+            for (id, rec) in pending {
+                let me = self.me.clone();
+                self.append_as_leader(rec, me);
+                self.persist(MetaPersist::DeletePending(id));
+            }
+            self.pump_appends();
+            return;
+        }
+        let batch: Vec<(u64, Record)> =
+            self.pending.iter().take(self.config.batch_max).map(|(k, v)| (*k, v.clone())).collect();
+        let ids = batch.iter().map(|(k, _)| *k).collect();
+        let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
+            .expect("serialise");
+        self.submit_in_flight = true;
+        self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
+    }
+
+    fn request_catch_up(&mut self, leader: &NodeId) {
+        if self.catch_up_in_flight {
+            return;
+        }
+        self.catch_up_in_flight = true;
+        let target = format!("/cluster/acn/meta/log?after={}", self.last_seq.0);
+        self.send(leader, "GET", target, Vec::new(), MetaPurpose::CatchUp);
+    }
+
+    fn request_snapshot(&mut self, leader: &NodeId) {
+        if self.catch_up_in_flight {
+            return;
+        }
+        self.catch_up_in_flight = true;
+        self.send(leader, "GET", "/cluster/acn/meta/snapshot".into(), Vec::new(), MetaPurpose::Snapshot);
+    }
+
+    /// Apply records that came from elsewhere; persist what changed.
+    fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
+        for r in records {
+            for v in r.versions() {
+                hlc.observe(v);
+            }
+            if let Some(stored) = self.state.apply(&r) {
+                let stored = stored.clone();
+                self.persist(MetaPersist::PutRecord(stored));
+            }
+        }
+    }
+
+    /// Entries from the leader whose numbering we follow: apply, and extend the log if they
+    /// continue it. Returns false when there is a gap before them.
+    fn take_entries(&mut self, entries: Vec<Entry>, hlc: &mut Hlc) -> bool {
+        let mut contiguous = true;
+        for e in entries {
+            for v in e.record.versions() {
+                hlc.observe(v);
+            }
+            if let Some(stored) = self.state.apply(&e.record) {
+                let stored = stored.clone();
+                self.persist(MetaPersist::PutRecord(stored));
+            }
+            if e.seq.0 == self.last_seq.0 + 1 && contiguous {
+                self.last_seq = e.seq;
+                self.persist(MetaPersist::PutEntry(e.clone()));
+                self.log.insert(e.seq, e);
+                self.after_append();
+            } else if e.seq > self.last_seq {
+                contiguous = false;
+            }
+        }
+        self.persist_log_meta();
+        contiguous
+    }
+
+    // ---- answering peers ----
+
+    /// `POST meta/lease`.
+    pub fn answer_lease(&mut self, now: Millis, from: &NodeId, body: &[u8]) -> MetaReply {
+        let b: LeaseBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("lease body: {e}")),
+        };
+        if &b.lease.holder != from {
+            return bad("a lease can only be pushed by its holder");
+        }
+        match self.lease.on_push(now, b.lease.clone()) {
+            PushVerdict::Refused(k) => reply(409, json!({"lease": k})),
+            PushVerdict::Accepted { .. } => {
+                self.follow(&b.lease, b.last_seq, &b.digest, now);
+                reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+            }
+        }
+    }
+
+    /// After accepting `lease` with the leader at `leader_last`: catch up, or reconcile.
+    fn follow(&mut self, lease: &Lease, leader_last: LogIndex, digest: &str, now: Millis) {
+        if self.log_lease.as_ref() != Some(lease) {
+            self.request_snapshot(&lease.holder);
+            return;
+        }
+        if self.last_seq < leader_last {
+            self.request_catch_up(&lease.holder);
+        } else if self.last_seq == leader_last
+            && self.pending.is_empty()
+            && !digest.is_empty()
+            && digest != self.state.digest()
+            && now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms
+        {
+            self.last_anti_entropy = now;
+            self.request_snapshot(&lease.holder);
+        }
+        if !self.pending.is_empty() {
+            self.submit_due = Millis::ZERO;
+            self.try_submit(now);
+        }
+    }
+
+    /// `POST meta/append`.
+    pub fn answer_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        let b: AppendBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("append body: {e}")),
+        };
+        if &b.lease.holder != from {
+            return bad("appends come only from the lease holder");
+        }
+        if let PushVerdict::Refused(k) = self.lease.on_push(now, b.lease.clone()) {
+            return reply(409, json!({"lease": k}));
+        }
+        if self.log_lease.as_ref() != Some(&b.lease) {
+            // Another leader's numbering: the records are still good, the positions are not.
+            let records: Vec<Record> = b.entries.into_iter().map(|e| e.record).collect();
+            self.apply_remote(records, hlc);
+            self.request_snapshot(&b.lease.holder);
+        } else if !self.take_entries(b.entries, hlc) || self.last_seq < b.last_seq {
+            self.request_catch_up(&b.lease.holder);
+        }
+        reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+    }
+
+    /// `POST meta/submit` (leader only).
+    pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        if !self.is_leader(now) {
+            return reply(409, json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}));
+        }
+        let b: SubmitBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("submit body: {e}")),
+        };
+        if b.records.len() > self.config.batch_max * 4 {
+            return bad("too many records in one submit");
+        }
+        for r in b.records {
+            for v in r.versions() {
+                hlc.observe(v);
+            }
+            if let Some(stored) = self.state.apply(&r) {
+                let stored = stored.clone();
+                self.persist(MetaPersist::PutRecord(stored));
+                self.append_as_leader(r, from.clone());
+            }
+        }
+        self.pump_appends();
+        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known()}))
+    }
+
+    /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
+    pub fn answer_log(&self, query: &str) -> MetaReply {
+        let after = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("after="))
+            .map(|v| v.parse::<u64>())
+            .unwrap_or(Ok(0));
+        let Ok(after) = after else { return bad("after must be a number") };
+        if after < self.compacted_through.0 {
+            return reply(410, json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}));
+        }
+        let entries: Vec<Entry> =
+            self.log.range(LogIndex(after + 1)..).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
+        let page = LogPage {
+            entries,
+            last_seq: self.last_seq,
+            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
+            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+        };
+        reply(200, serde_json::to_value(page).expect("serialise"))
+    }
+
+    /// `GET meta/snapshot`: every record, tombstones included.
+    pub fn answer_snapshot(&self) -> MetaReply {
+        let snap = Snapshot {
+            records: self.state.snapshot(),
+            last_seq: self.last_seq,
+            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
+            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+        };
+        reply(200, serde_json::to_value(snap).expect("serialise"))
+    }
+
+    // ---- answers to our requests ----
+
+    pub fn on_response(
+        &mut self,
+        now: Millis,
+        peer: &NodeId,
+        purpose: MetaPurpose,
+        result: Result<(u16, Vec<u8>), String>,
+        hlc: &mut Hlc,
+    ) {
+        let (status, body) = match result {
+            Ok(r) => r,
+            Err(_) => (0, Vec::new()),
+        };
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if status == 409 {
+            if let Some(l) = v.get("lease").and_then(|l| serde_json::from_value::<Lease>(l.clone()).ok()) {
+                self.lease.on_refused(now, l);
+            }
+        }
+        match purpose {
+            MetaPurpose::LeasePush => {}
+            MetaPurpose::Append { through } => {
+                let reported = v.get("lastSeq").and_then(|s| s.as_u64()).map(LogIndex);
+                if let Some(p) = self.peers.get_mut(peer) {
+                    p.in_flight = false;
+                    if status == 200 {
+                        p.acked_through = reported.unwrap_or(through);
+                        // A peer behind what we sent catches up by itself (log?after=N).
+                    } else {
+                        // Not delivered: resend from what the peer last acknowledged.
+                        p.sent_through = p.acked_through.min(p.sent_through);
+                    }
+                }
+                if status == 200 && self.is_leader(now) {
+                    self.pump_appends();
+                }
+            }
+            MetaPurpose::Submit { ids } => {
+                self.submit_in_flight = false;
+                if status == 200 {
+                    for id in ids {
+                        if self.pending.remove(&id).is_some() {
+                            self.persist(MetaPersist::DeletePending(id));
+                        }
+                    }
+                    self.submit_due = now;
+                } else {
+                    self.submit_due = now.plus(self.config.submit_retry_ms);
+                }
+                self.try_submit(now);
+            }
+            MetaPurpose::CatchUp => {
+                self.catch_up_in_flight = false;
+                match status {
+                    200 => {
+                        let Ok(page) = serde_json::from_value::<LogPage>(v) else { return };
+                        let same_numbering = self.log_lease.as_ref().is_some_and(|l| {
+                            l.term == page.term && page.holder.as_ref().is_none_or(|h| h == &l.holder)
+                        });
+                        if !same_numbering {
+                            self.request_snapshot(peer);
+                            return;
+                        }
+                        let got = !page.entries.is_empty();
+                        let contiguous = self.take_entries(page.entries, hlc);
+                        if !contiguous {
+                            self.request_snapshot(peer);
+                        } else if got && self.last_seq < page.last_seq {
+                            self.request_catch_up(peer);
+                        }
+                    }
+                    410 => self.request_snapshot(peer),
+                    _ => {}
+                }
+            }
+            MetaPurpose::Snapshot => {
+                self.catch_up_in_flight = false;
+                if status != 200 {
+                    return;
+                }
+                let Ok(snap) = serde_json::from_value::<Snapshot>(v) else { return };
+                self.adopt_snapshot(now, peer, snap, hlc);
+            }
+        }
+    }
+
+    fn adopt_snapshot(&mut self, now: Millis, from: &NodeId, snap: Snapshot, hlc: &mut Hlc) {
+        let theirs: BTreeMap<(crate::meta::records::RecordKind, String), Record> =
+            snap.records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
+        self.apply_remote(theirs.values().cloned(), hlc);
+        // Whatever we hold that the snapshot does not (or holds older) goes back to the leader.
+        let mut send_back = Vec::new();
+        let queued: BTreeSet<(crate::meta::records::RecordKind, String)> =
+            self.pending.values().map(|r| (r.kind(), r.key())).collect();
+        for r in self.state.records() {
+            let key = (r.kind(), r.key());
+            if theirs.get(&key) != Some(r) && !queued.contains(&key) {
+                send_back.push(r.clone());
+            }
+        }
+        for r in send_back {
+            let id = self.next_pending_id;
+            self.next_pending_id += 1;
+            self.pending.insert(id, r.clone());
+            self.persist(MetaPersist::PutPending(Pending { id, record: r }));
+        }
+        self.log.clear();
+        self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
+        self.last_seq = snap.last_seq;
+        self.compacted_through = snap.last_seq;
+        self.log_lease = Some(Lease { holder: snap.holder.unwrap_or_else(|| from.clone()), term: snap.term });
+        self.persist_log_meta();
+        self.submit_due = now;
+        self.try_submit(now);
+    }
+
+    /// The node left its cluster: forget every record, the log and the lease.
+    pub fn clear(&mut self, now: Millis) {
+        let config = self.config.clone();
+        *self = Meta::new(self.me.clone(), config, now);
+        self.lease.clear(now);
+        self.persist(MetaPersist::Clear);
+    }
+
+    /// A freshly created cluster: nobody to wait for before claiming the lease.
+    pub fn allow_claim_now(&mut self, now: Millis) {
+        self.lease.allow_claim_now(now);
+        self.tick_due = now;
+    }
+}

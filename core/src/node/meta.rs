@@ -1,0 +1,204 @@
+//! The node's side of the metadata store: routing `meta/*` requests and answers to [`Meta`],
+//! feeding it the lease candidates from membership, and the admin commands on records
+//! (status, settings, policies, listing). Spec: "Metadata store (ACMS)", "Admin API".
+
+use super::{ApiError, Node, Output, Purpose, Reply};
+use crate::membership::NodeState;
+use crate::meta::lease::Candidate;
+use crate::meta::machine::{Meta, MetaOutput};
+use crate::meta::records::{Policy, Record, RecordKind, Setting};
+use crate::records::AdminState;
+use crate::time::Millis;
+use crate::NodeId;
+use serde_json::{json, Value};
+
+/// Longest setting key.
+pub const SETTING_KEY_MAX: usize = 256;
+/// Largest setting value, as JSON.
+pub const SETTING_VALUE_MAX_BYTES: usize = 64 * 1024;
+/// Most copies a folder policy may ask for.
+pub const POLICY_REPLICAS_MAX: u32 = 64;
+
+impl Node {
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Every live member with whether it may hold the lease (ONLINE or DEGRADED).
+    pub(super) fn lease_candidates(&self, now: Millis) -> Vec<Candidate> {
+        self.members
+            .records()
+            .filter(|r| !r.removed)
+            .map(|r| {
+                let eligible = if r.id == self.id {
+                    r.admin_state == AdminState::Active
+                } else {
+                    matches!(self.members.state(&r.id, now), NodeState::Online | NodeState::Degraded)
+                };
+                Candidate { id: r.id.clone(), joined: r.joined, eligible }
+            })
+            .collect()
+    }
+
+    /// Turn what the metadata store asked for into node outputs (signed requests, writes).
+    pub(super) fn drain_meta(&mut self, wall: Millis, now: Millis) {
+        while let Some(o) = self.meta.poll_output() {
+            match o {
+                MetaOutput::Persist(p) => self.push_output(Output::Meta(p)),
+                MetaOutput::Send { to, method, target, body, purpose } => {
+                    self.new_request(wall, now, &to, method, &target, body, Purpose::Meta(purpose));
+                }
+            }
+        }
+    }
+
+    pub(super) fn answer_meta(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        endpoint: &str,
+        sender: &NodeId,
+        query: &str,
+        body: &[u8],
+    ) -> Reply {
+        let r = match endpoint {
+            "meta/lease" => self.meta.answer_lease(now, sender, body),
+            "meta/append" => self.meta.answer_append(now, sender, body, &mut self.hlc),
+            "meta/submit" => self.meta.answer_submit(now, sender, body, &mut self.hlc),
+            "meta/log" => self.meta.answer_log(query),
+            _ => self.meta.answer_snapshot(),
+        };
+        self.drain_meta(wall, now);
+        Reply { status: r.status, body: r.body }
+    }
+
+    fn in_cluster(&self) -> Result<(), ApiError> {
+        if self.cluster.is_none() {
+            return Err(ApiError::not_in_cluster());
+        }
+        Ok(())
+    }
+
+    /// Submit a locally made record.
+    fn submit_record(&mut self, wall: Millis, record: Record) {
+        let now = self.clock.advance(wall);
+        self.meta.submit(now, record);
+        self.drain_meta(wall, now);
+    }
+
+    pub fn meta_status(&self, wall: Millis) -> Value {
+        let now = self.clock.peek(wall);
+        let mut v = self.meta.status(now);
+        v["node"] = json!(self.id);
+        v
+    }
+
+    pub fn setting_get(&self, key: &str) -> Result<Value, ApiError> {
+        match self.meta.state().get(RecordKind::Setting, key) {
+            Some(Record::Setting(s)) if !s.removed => Ok(serde_json::to_value(s).expect("serialise")),
+            _ => Err(ApiError::new(404, "unknown_setting", format!("no setting {key:?}"))),
+        }
+    }
+
+    pub fn settings_list(&self) -> Value {
+        let settings: Vec<&Record> =
+            self.meta.state().of_kind(RecordKind::Setting).filter(|r| !r.is_removed()).collect();
+        json!({ "settings": settings.into_iter().map(|r| match r { Record::Setting(s) => json!(s), _ => Value::Null }).collect::<Vec<_>>() })
+    }
+
+    /// Set (or with `None`, remove) a cluster-wide setting.
+    pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        if key.is_empty() || key.len() > SETTING_KEY_MAX || key.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(ApiError::new(400, "bad_key", "a setting key is 1 to 256 characters without spaces or control characters"));
+        }
+        if let Some(v) = &value {
+            if serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX) > SETTING_VALUE_MAX_BYTES {
+                return Err(ApiError::new(400, "bad_value", "a setting value is at most 64 KiB of JSON"));
+            }
+        }
+        let removed = value.is_none();
+        let setting = Setting { key: key.to_string(), value: value.unwrap_or(Value::Null), removed, version: self.hlc.next(wall) };
+        self.submit_record(wall, Record::Setting(setting.clone()));
+        Ok(serde_json::to_value(setting).expect("serialise"))
+    }
+
+    pub fn policy_list(&self) -> Value {
+        let policies: Vec<&Policy> = self.meta.state().policies().filter(|p| !p.removed).collect();
+        json!({ "policies": policies })
+    }
+
+    /// Set the copy count of a folder (0 removes the policy, so the parent's applies).
+    pub fn policy_set(&mut self, wall: Millis, folder: &str, replicas: u32) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let folder = crate::meta::namespace::normalize(folder)
+            .map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        if replicas > POLICY_REPLICAS_MAX {
+            return Err(ApiError::new(400, "bad_replicas", format!("at most {POLICY_REPLICAS_MAX} copies")));
+        }
+        let policy = Policy { folder, replicas, removed: replicas == 0, version: self.hlc.next(wall) };
+        self.submit_record(wall, Record::Policy(policy.clone()));
+        Ok(serde_json::to_value(policy).expect("serialise"))
+    }
+
+    /// Submit any record made elsewhere in the node (storage, jobs); versions are the caller's.
+    pub fn submit_meta_record(&mut self, wall: Millis, record: Record) -> Result<(), ApiError> {
+        self.in_cluster()?;
+        self.submit_record(wall, record);
+        Ok(())
+    }
+
+    /// A new version for a record this node writes.
+    pub fn next_version(&mut self, wall: Millis) -> crate::hlc::Version {
+        self.hlc.next(wall)
+    }
+}
+
+impl Node {
+    /// `meta ls`: the immediate children of a folder, tombstones hidden.
+    pub fn meta_ls(&self, path: &str) -> Result<Value, ApiError> {
+        let dir = crate::meta::namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        let entries = crate::meta::namespace::list(self.meta.state(), &dir)
+            .map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        Ok(json!({ "path": dir, "entries": entries }))
+    }
+
+    /// `meta stat`: one record with its copies written node first, its policy and checksum.
+    pub fn meta_stat(&self, path: &str) -> Result<Value, ApiError> {
+        use crate::meta::namespace;
+        let p = namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        let state = self.meta.state();
+        match state.file(&p).filter(|f| !f.removed) {
+            Some(f) => {
+                let copies: Vec<Value> = f
+                    .locations
+                    .iter()
+                    .map(|l| {
+                        json!({
+                            "copy": format!("{}:{}{}", l.node_id, l.volume_id, f.path),
+                            "nodeId": l.node_id,
+                            "volumeId": l.volume_id,
+                            "state": l.state,
+                            "checksum": l.checksum,
+                        })
+                    })
+                    .collect();
+                Ok(json!({
+                    "path": f.path,
+                    "record": f,
+                    "copies": copies,
+                    "wantedCopies": namespace::wanted_copies(state, f),
+                    "policy": namespace::policy_for(state, &f.path),
+                }))
+            }
+            None => {
+                let children = namespace::list(state, &p).map(|l| l.len()).unwrap_or(0);
+                if p == "/" || children > 0 {
+                    Ok(json!({ "path": p, "isDir": true, "children": children, "policy": namespace::policy_for(state, &p) }))
+                } else {
+                    Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}")))
+                }
+            }
+        }
+    }
+}
