@@ -4,13 +4,15 @@
 //!
 //! Run: `cargo bench -p shoal-shell --bench meta_persist -- --warm-up-time 1 --measurement-time 5`.
 //!
-//! - `put_settings_200k`: 200,000 distinct small settings, 10,000 per flush, into a fresh file
-//!   (keys spread over the key space, so every batch lands all over the tree); target >= 200,000
-//!   records/s.
+//! - `put_settings_200k_{ordered,random}`: 200,000 distinct small settings, 10,000 per flush, into
+//!   a fresh file; target >= 200,000 records/s. `ordered`: keys arrive in key order, so a batch
+//!   lands in a few leaves of the tree. `random`: keys spread over the key space, so a batch lands
+//!   all over it; redb copies every leaf a transaction touches, so the cost of a flush grows with
+//!   the table and not only with the batch.
 //! - `coalesce_1k_keys`: 200,000 puts to the same 1,000 keys, 10,000 per flush: each flush writes
 //!   1,000 rows.
-//! - `put_changes_200k`: 200,000 changes as the log produces them (the record, its log entry and
-//!   the log meta), 10,000 changes per flush.
+//! - `put_changes_200k_{ordered,random}`: 200,000 changes as the log produces them (the record, its
+//!   log entry and the log meta: 3 ops each), 10,000 changes per flush; throughput in changes.
 //!
 //! The ops are built before the timer starts; the time covers `queue` plus `flush`.
 
@@ -25,17 +27,24 @@ use std::time::{Duration, Instant};
 
 const TOTAL: usize = 200_000;
 const PER_FLUSH: usize = 10_000;
+const NODE: &str = "5f0c6a2e-8d1b-4c3a-9e7f-1a2b3c4d5e6f";
 
 fn setting(key: String, i: u64) -> Record {
     Record::Setting(Setting {
         key,
         value: serde_json::json!(i),
         removed: false,
-        version: Version { wall_ms: 1_700_000_000_000 + i, counter: 0, node: NodeId::new("bench-node") },
+        version: Version { wall_ms: 1_700_000_000_000 + i, counter: 0, node: NodeId::new(NODE) },
     })
 }
 
-/// The i-th distinct key, spread over the key space (a bijection on u32).
+/// The i-th key, in the order they arrive (ids or paths created in order).
+fn ordered_key(i: usize) -> String {
+    format!("bench.{i:08}")
+}
+
+/// The i-th distinct key, spread over the key space (a bijection on u32): every batch lands all
+/// over the table.
 fn spread_key(i: usize) -> String {
     format!("bench.{:08x}", (i as u32).wrapping_mul(2_654_435_761))
 }
@@ -58,79 +67,51 @@ fn run(batches: Vec<Vec<MetaPersist>>) -> Duration {
     start.elapsed()
 }
 
+/// `TOTAL` ops in batches of `PER_FLUSH`, the i-th built by `op(i)`.
+fn batches(op: impl Fn(usize) -> Vec<MetaPersist>) -> Vec<Vec<MetaPersist>> {
+    (0..TOTAL / PER_FLUSH).map(|f| (f * PER_FLUSH..(f + 1) * PER_FLUSH).flat_map(&op).collect()).collect()
+}
+
+fn put_setting(key: String, i: usize) -> Vec<MetaPersist> {
+    vec![MetaPersist::PutRecord(setting(key, i as u64))]
+}
+
+/// A change as the log produces it: the record, its log entry and the log's meta.
+fn change(key: String, i: usize) -> Vec<MetaPersist> {
+    let seq = i as u64 + 1;
+    let record = setting(key, i as u64);
+    let entry = Entry {
+        seq: LogIndex(seq),
+        term: Term(1),
+        version: record.max_version(),
+        record: record.clone(),
+        origin: NodeId::new(NODE),
+    };
+    vec![
+        MetaPersist::PutRecord(record),
+        MetaPersist::PutEntry(entry),
+        MetaPersist::PutLogMeta(LogMeta { term: Term(1), last_seq: LogIndex(seq), ..LogMeta::default() }),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("meta_persist");
     g.sampling_mode(SamplingMode::Flat);
     g.sample_size(10);
     g.throughput(Throughput::Elements(TOTAL as u64));
 
-    g.bench_function("put_settings_200k", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let batches = (0..TOTAL / PER_FLUSH)
-                    .map(|f| {
-                        (f * PER_FLUSH..(f + 1) * PER_FLUSH)
-                            .map(|i| MetaPersist::PutRecord(setting(spread_key(i), i as u64)))
-                            .collect()
-                    })
-                    .collect();
-                total += run(batches);
-            }
-            total
-        })
-    });
-
-    g.bench_function("coalesce_1k_keys", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let batches = (0..TOTAL / PER_FLUSH)
-                    .map(|f| {
-                        (f * PER_FLUSH..(f + 1) * PER_FLUSH)
-                            .map(|i| MetaPersist::PutRecord(setting(spread_key(i % 1000), i as u64)))
-                            .collect()
-                    })
-                    .collect();
-                total += run(batches);
-            }
-            total
-        })
-    });
-
-    g.bench_function("put_changes_200k", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let batches = (0..TOTAL / PER_FLUSH)
-                    .map(|f| {
-                        let mut ops = Vec::with_capacity(3 * PER_FLUSH);
-                        for i in f * PER_FLUSH..(f + 1) * PER_FLUSH {
-                            let seq = i as u64 + 1;
-                            let record = setting(spread_key(i), i as u64);
-                            let entry = Entry {
-                                seq: LogIndex(seq),
-                                term: Term(1),
-                                version: record.max_version(),
-                                record: record.clone(),
-                                origin: NodeId::new("bench-node"),
-                            };
-                            ops.push(MetaPersist::PutRecord(record));
-                            ops.push(MetaPersist::PutEntry(entry));
-                            ops.push(MetaPersist::PutLogMeta(LogMeta {
-                                term: Term(1),
-                                last_seq: LogIndex(seq),
-                                ..LogMeta::default()
-                            }));
-                        }
-                        ops
-                    })
-                    .collect();
-                total += run(batches);
-            }
-            total
-        })
-    });
+    let cases: [(&str, fn() -> Vec<Vec<MetaPersist>>); 5] = [
+        ("put_settings_200k_ordered", || batches(|i| put_setting(ordered_key(i), i))),
+        ("put_settings_200k_random", || batches(|i| put_setting(spread_key(i), i))),
+        ("coalesce_1k_keys", || batches(|i| put_setting(spread_key(i % 1000), i))),
+        ("put_changes_200k_ordered", || batches(|i| change(ordered_key(i), i))),
+        ("put_changes_200k_random", || batches(|i| change(spread_key(i), i))),
+    ];
+    for (name, make) in cases {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| run(make())).sum());
+        });
+    }
     g.finish();
 }
 

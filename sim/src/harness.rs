@@ -4,7 +4,10 @@ use crate::env::{ClockFault, SimEnv};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use shoal_core::membership::{MembershipConfig, NodeState};
+use shoal_core::meta::lease::Lease;
+use shoal_core::meta::records::{Record, RecordKind};
 use shoal_core::records::AdminState;
+use shoal_core::Version;
 use shoal_core::{NodeId, SeededRng};
 use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, ServeOptions, Shared};
@@ -56,6 +59,14 @@ pub struct Snapshot {
     pub removed: BTreeSet<NodeId>,
     /// Members this node has not heard of since it started (UNKNOWN by the spec's rule).
     pub never_heard: BTreeSet<NodeId>,
+    /// The valid metadata lease as this node sees it.
+    pub leader: Option<Lease>,
+    pub meta_digest: String,
+    pub meta_records: usize,
+    pub pending: usize,
+    pub snapshots_adopted: u64,
+    /// Every setting (tombstones too) with its version.
+    pub settings: BTreeMap<String, Version>,
 }
 
 pub struct Harness {
@@ -71,6 +82,10 @@ pub struct Harness {
     /// Per node: ids it has seen removed (they must stay removed).
     seen_removed: Vec<BTreeSet<NodeId>>,
     pub ids: Vec<NodeId>,
+    /// Settings writes the API acknowledged: key -> (newest version, node that took it).
+    pub acked: BTreeMap<String, (Version, usize)>,
+    /// Nodes removed from the cluster (their unreplicated writes go with them).
+    pub removed_nodes: BTreeSet<usize>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,6 +162,8 @@ impl Harness {
             log: Vec::new(),
             seen_removed: vec![BTreeSet::new(); n],
             ids: Vec::new(),
+            acked: BTreeMap::new(),
+            removed_nodes: BTreeSet::new(),
         };
         // Let every host start and write its identity.
         h.step_for(100).expect("start");
@@ -252,6 +269,91 @@ impl Harness {
         Ok(())
     }
 
+    /// Write a setting through node `i`'s API; a 200 is an acknowledged write.
+    pub fn write_setting(&mut self, i: usize, key: &str, value: Value) -> Result<bool, String> {
+        let (status, body) = self.api(i, &format!("PUT /v1/settings/{key}"), Some(serde_json::json!({ "value": value })))?;
+        if status != 200 {
+            return Ok(false);
+        }
+        let v: Version = serde_json::from_value(body["version"].clone()).map_err(|e| format!("setting reply: {e}"))?;
+        let entry = self.acked.entry(key.to_string()).or_insert((v.clone(), i));
+        if v > entry.0 {
+            *entry = (v, i);
+        }
+        Ok(true)
+    }
+
+    /// Remove node `j` from the cluster through node `i`.
+    pub fn remove_node(&mut self, i: usize, j: usize) -> ApiResult {
+        let id = self.ids[j].to_string();
+        let r = self.api(i, &format!("DELETE /v1/nodes/{id}"), None)?;
+        if r.0 == 200 {
+            self.removed_nodes.insert(j);
+        }
+        Ok(r)
+    }
+
+    /// Metadata invariants that hold at every instant: no two nodes act on the same lease.
+    pub fn check_meta_always(&mut self) -> Result<(), String> {
+        let mut acting: BTreeMap<Lease, usize> = BTreeMap::new();
+        for i in 0..self.nodes.len() {
+            let Some(s) = self.snapshot(i) else { continue };
+            if let Some(l) = s.leader.filter(|l| l.holder == s.id) {
+                if let Some(other) = acting.insert(l.clone(), i) {
+                    return Err(format!("n{other} and n{i} both act on lease {l:?}"));
+                }
+                self.digest.update(format!("lead|{i}|{}|{}", l.term, l.holder).as_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// After healing: exactly one leader that every live member follows.
+    pub fn check_one_leader(&self) -> Result<Lease, String> {
+        let live = self.live_members();
+        let snaps: Vec<(usize, Snapshot)> = live.iter().map(|&i| (i, self.snapshot(i).expect("live"))).collect();
+        let leaders: Vec<usize> =
+            snaps.iter().filter(|(_, s)| s.leader.as_ref().is_some_and(|l| l.holder == s.id)).map(|(i, _)| *i).collect();
+        if leaders.len() != 1 {
+            return Err(format!("{} nodes act as leader: {leaders:?}", leaders.len()));
+        }
+        let lease = snaps.iter().find(|(i, _)| *i == leaders[0]).and_then(|(_, s)| s.leader.clone()).expect("leader");
+        for (i, s) in &snaps {
+            if s.leader.as_ref() != Some(&lease) {
+                return Err(format!("n{i} follows {:?}, the leader holds {lease:?}", s.leader));
+            }
+        }
+        Ok(lease)
+    }
+
+    /// After healing: identical record sets, nothing pending, every acknowledged write present.
+    pub fn check_meta_converged(&self) -> Result<(), String> {
+        let live = self.live_members();
+        let snaps: Vec<(usize, Snapshot)> = live.iter().map(|&i| (i, self.snapshot(i).expect("live"))).collect();
+        let Some((first_i, first)) = snaps.first() else { return Ok(()) };
+        for (i, s) in &snaps {
+            if s.pending > 0 {
+                return Err(format!("n{i} still has {} pending submits", s.pending));
+            }
+            if s.meta_digest != first.meta_digest {
+                return Err(format!(
+                    "metadata differs between n{first_i} ({} records) and n{i} ({} records)",
+                    first.meta_records, s.meta_records
+                ));
+            }
+            for (key, (v, origin)) in &self.acked {
+                if self.removed_nodes.contains(origin) {
+                    continue;
+                }
+                match s.settings.get(key) {
+                    Some(have) if have >= v => {}
+                    other => return Err(format!("n{i} lost acknowledged write {key}@{v} (has {other:?})")),
+                }
+            }
+        }
+        Ok(())
+    }
+
     // ---- faults ----
 
     pub fn partition(&mut self, a: usize, b: usize) {
@@ -337,6 +439,20 @@ impl Harness {
                     .records()
                     .filter(|r| &r.id != n.id() && m.last_seen(&r.id) == shoal_core::Millis::ZERO)
                     .map(|r| r.id.clone())
+                    .collect(),
+                leader: n.meta_leader(now),
+                meta_digest: n.meta().state().digest(),
+                meta_records: n.meta().state().len(),
+                pending: n.meta().pending_len(),
+                snapshots_adopted: n.meta().snapshots_adopted(),
+                settings: n
+                    .meta()
+                    .state()
+                    .of_kind(RecordKind::Setting)
+                    .filter_map(|r| match r {
+                        Record::Setting(s) => Some((s.key.clone(), s.version.clone())),
+                        _ => None,
+                    })
                     .collect(),
             }
         }))

@@ -173,6 +173,7 @@ pub struct Meta {
     tick_due: Millis,
     last_anti_entropy: Millis,
     purge_due: Millis,
+    snapshots_adopted: u64,
     outputs: VecDeque<MetaOutput>,
 }
 
@@ -198,6 +199,7 @@ impl Meta {
             tick_due: now,
             last_anti_entropy: Millis::ZERO,
             purge_due: now,
+            snapshots_adopted: 0,
             outputs: VecDeque::new(),
         }
     }
@@ -239,6 +241,11 @@ impl Meta {
     pub fn log_len(&self) -> usize {
         self.log.len()
     }
+    /// How many snapshots this node has taken in (catch-up fallbacks and reconciliations).
+    pub fn snapshots_adopted(&self) -> u64 {
+        self.snapshots_adopted
+    }
+
     pub fn known_lease(&self) -> Option<&Lease> {
         self.lease.known()
     }
@@ -269,6 +276,7 @@ impl Meta {
             "logEntries": self.log.len(),
             "compactedThrough": self.compacted_through,
             "digest": self.state.digest(),
+            "snapshotsAdopted": self.snapshots_adopted,
         })
     }
 
@@ -716,6 +724,7 @@ impl Meta {
     }
 
     fn adopt_snapshot(&mut self, now: Millis, from: &NodeId, snap: Snapshot, hlc: &mut Hlc) {
+        self.snapshots_adopted += 1;
         let theirs: BTreeMap<(crate::meta::records::RecordKind, String), Record> =
             snap.records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
         self.apply_remote(theirs.values().cloned(), hlc);

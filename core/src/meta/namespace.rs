@@ -311,8 +311,12 @@ impl Pattern {
     }
 
     /// What every matching path starts with: the segments before the first wildcard, and the
-    /// characters of that segment before its first wildcard. Matching paths form one key range.
+    /// characters of that segment before its first wildcard (the whole path for a literal
+    /// pattern). Matching paths form one key range.
     pub fn literal_prefix(&self) -> String {
+        if self.is_literal() {
+            return self.source.clone();
+        }
         let mut out = String::from("/");
         for s in &self.segments {
             match s {

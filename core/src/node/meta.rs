@@ -202,3 +202,10 @@ impl Node {
         }
     }
 }
+
+impl Node {
+    /// The valid metadata lease as this node sees it at wall time `wall`.
+    pub fn meta_leader(&self, wall: Millis) -> Option<crate::meta::lease::Lease> {
+        self.meta.leader(self.clock.peek(wall)).cloned()
+    }
+}
