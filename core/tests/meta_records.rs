@@ -84,27 +84,33 @@ fn file_meta(version: Version, size: u64, removed: bool, replicas: u32, incarnat
     }
 }
 
-/// Versions of one file: metadata writes, and copy-location writes each carried by some of them
-/// (sorted by volume, one per volume, as a record is built).
+/// Versions of one file: metadata writes, and copy-location writes each carried by some of them.
+/// A record's copies are sorted by volume, one per volume, as a node builds them; or, in a raw
+/// batch, in any order with a volume maybe listed twice, as a careless or hostile peer may send.
 fn file_batch() -> impl Strategy<Value = Vec<Record>> {
     let meta = prop::collection::vec((version(), 0u64..1000, prop::bool::weighted(0.25), 0u32..4, 0u8..2), 1..6);
     let locs = prop::collection::vec((0..VOLUMES.len(), version(), 0..STATES.len(), any::<u8>(), any::<u8>()), 0..10);
-    (meta, locs).prop_map(|(meta, locs)| {
+    (meta, locs, prop::bool::weighted(0.3)).prop_map(|(meta, locs, raw)| {
         let meta = one_per_version(meta, |m| m.0.clone());
         let locs = one_per_version(locs, |l| (l.0, l.1.clone()));
         meta.into_iter()
             .enumerate()
             .map(|(i, (v, size, removed, replicas, inc))| {
                 let mut f = file_meta(v, size, removed, replicas, inc);
-                let mut by_volume: BTreeMap<VolumeId, Location> = BTreeMap::new();
-                for (volume, updated, state, checksum, carriers) in &locs {
-                    // The carriers mask says which records hold this write (bit i, wrapping).
-                    if carriers & (1 << (i % 8)) != 0 {
-                        let l = location(*volume, updated.clone(), *state, *checksum);
+                // The carriers mask says which records hold a write (bit i, wrapping).
+                let carried = locs
+                    .iter()
+                    .filter(|(.., carriers)| carriers & (1 << (i % 8)) != 0)
+                    .map(|(volume, updated, state, checksum, _)| location(*volume, updated.clone(), *state, *checksum));
+                if raw {
+                    f.locations = carried.collect();
+                } else {
+                    let mut by_volume: BTreeMap<VolumeId, Location> = BTreeMap::new();
+                    for l in carried {
                         by_volume.entry(l.volume_id.clone()).or_insert(l);
                     }
+                    f.locations = by_volume.into_values().collect();
                 }
-                f.locations = by_volume.into_values().collect();
                 Record::File(f)
             })
             .collect()
@@ -279,9 +285,13 @@ fn assert_same_state(a: &MetaState, b: &MetaState) -> Result<(), TestCaseError> 
 
 fn check_merge_laws(batch: &[Record], i: usize, j: usize, k: usize) -> Result<(), TestCaseError> {
     let (a, b, c) = (&batch[i], &batch[j], &batch[k]);
-    // Idempotent: merging a record into itself changes nothing and says so.
+    // Idempotent: merging a record into itself changes nothing but the order of a raw record's
+    // copies (then it says so), and merging it in again changes nothing at all.
     let (aa, changed) = merged(a, a);
-    prop_assert_eq!(&aa, a);
+    prop_assert_eq!(&aa, &expected(std::slice::from_ref(a)));
+    prop_assert_eq!(changed, &aa != a);
+    let (aaa, changed) = merged(&aa, a);
+    prop_assert_eq!(&aaa, &aa);
     prop_assert!(!changed);
     // Commutative.
     let (ab, ab_changed) = merged(a, b);
@@ -417,6 +427,26 @@ fn a_newer_state_of_one_copy_replaces_only_that_copy() {
         assert_eq!(f.locations[0].state, LocationState::Stale);
         assert_eq!(f.locations[1].state, LocationState::Verified);
     }
+}
+
+/// Reference-facts.md "FileRecord" (`locations[...]`, one per volume) and weakness 10 (any
+/// member can push records): a record whose copies arrive unsorted, or with a volume listed
+/// twice, is stored in canonical form, so every delivery order still converges.
+#[test]
+fn a_record_whose_copies_arrive_unsorted_or_repeated_converges_anyway() {
+    let unsorted = file_at(ver(10, 0, 0), vec![location(1, ver(10, 0, 0), 2, 1), location(0, ver(10, 0, 0), 2, 1)]);
+    let repeated = file_at(ver(10, 0, 0), vec![location(0, ver(11, 0, 0), 2, 1), location(0, ver(13, 0, 1), 4, 1)]);
+    let stale_v1 = file_at(ver(10, 0, 0), vec![location(0, ver(12, 0, 2), 3, 1)]);
+    let records = [Record::File(unsorted), Record::File(repeated), Record::File(stale_v1)];
+    let want = expected(&records);
+    for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+        let s = applied(&order.map(|i| records[i].clone()));
+        assert_eq!(s.get(want.kind(), &want.key()), Some(&want), "order {order:?}");
+        assert_eq!(s.digest(), applied(&records).digest(), "order {order:?}");
+    }
+    let Record::File(f) = want else { unreachable!() };
+    let copies: Vec<(&str, LocationState)> = f.locations.iter().map(|l| (l.volume_id.as_str(), l.state)).collect();
+    assert_eq!(copies, [("v1", LocationState::Stale), ("v2", LocationState::Committed)]);
 }
 
 fn job(version: Version, status: &str, cancelled: Option<Version>) -> Job {
@@ -624,4 +654,36 @@ fn a_record_recreated_after_its_tombstone_was_purged_is_accepted() {
         assert!(s.apply(&recreated).is_some(), "{:?}", recreated.kind());
         assert!(!s.get(recreated.kind(), &recreated.key()).expect("back").is_removed());
     }
+}
+
+/// Spec "Metadata store (ACMS)" / state.rs: purged keys are remembered up to a bound, and the
+/// oldest tombstones are forgotten first; a mass delete purging many keys at once stays cheap.
+#[test]
+fn purged_keys_beyond_the_bound_are_forgotten_oldest_first() {
+    use shoal_core::meta::state::PURGED_MAX;
+    let setting = |i: usize, removed: bool| {
+        Record::Setting(Setting {
+            key: format!("k{i:06}"),
+            value: json!(i),
+            removed,
+            // Key k000000 holds the oldest tombstone; every later key a newer one.
+            version: ver(i as u64 + 1, 0, 0),
+        })
+    };
+    let count = PURGED_MAX + 2;
+    let mut s = MetaState::new();
+    for i in 0..count {
+        s.apply(&setting(i, true));
+    }
+    let purged = s.purge_tombstones(Millis(T0 + count as u64 + 8 * DAY_MS));
+    assert_eq!(purged.len(), count);
+    // The two oldest were forgotten, so their older copies are taken again; the rest are not.
+    let older = |i: usize| Record::Setting(Setting { version: ver(0, 0, 0), ..match setting(i, false) {
+        Record::Setting(x) => x,
+        _ => unreachable!(),
+    } });
+    assert!(s.apply(&older(0)).is_some());
+    assert!(s.apply(&older(1)).is_some());
+    assert!(s.apply(&older(2)).is_none());
+    assert!(s.apply(&older(count - 1)).is_none());
 }

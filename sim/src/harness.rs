@@ -5,6 +5,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use shoal_core::membership::{MembershipConfig, NodeState};
 use shoal_core::meta::lease::Lease;
+use shoal_core::meta::machine::MetaConfig;
 use shoal_core::meta::records::{Record, RecordKind};
 use shoal_core::records::AdminState;
 use shoal_core::Version;
@@ -26,13 +27,21 @@ pub struct SimConfig {
     pub nodes: usize,
     pub tick_ms: u64,
     pub membership: MembershipConfig,
+    pub meta: MetaConfig,
     /// Give every node a clock offset up to ±4 min and a drift up to ±200 ppm.
     pub clock_faults: bool,
 }
 
 impl SimConfig {
     pub fn new(seed: u64, nodes: usize) -> SimConfig {
-        SimConfig { seed, nodes, tick_ms: 10, membership: MembershipConfig::default(), clock_faults: true }
+        SimConfig {
+            seed,
+            nodes,
+            tick_ms: 10,
+            membership: MembershipConfig::default(),
+            meta: MetaConfig::default(),
+            clock_faults: true,
+        }
     }
 }
 
@@ -118,14 +127,17 @@ impl Harness {
             let slot = Arc::new(Mutex::new(None));
             let env = SimEnv::new(clock.clone(), sim_ms.clone(), rng.next_u64());
             let (d, s, m, host) = (dir.clone(), slot.clone(), cfg.membership.clone(), name.clone());
+            let mc = cfg.meta.clone();
             sim.host(name.as_str(), move || {
                 let (env, dir, slot, membership, host) = (env.clone(), d.clone(), s.clone(), m.clone(), host.clone());
+                let meta = mc.clone();
                 async move {
                     let mut opts = ServeOptions::new(dir, format!("0.0.0.0:{PORT}"));
                     opts.advertise = Some(format!("http://{host}:{PORT}"));
                     opts.name = Some(host);
                     opts.durable = true;
                     opts.membership = membership;
+                    opts.meta = meta;
                     let d = daemon::start(env, opts).await.map_err(|e| e.to_string())?;
                     *lock(&slot) = Some(d.downgrade());
                     d.wait().await;

@@ -103,6 +103,21 @@ impl FileRecord {
         }
     }
 
+    /// Put `locations` in the form the merge keeps them in (sorted by volume id, one per volume,
+    /// the newest `updated` of each), whatever order a peer sent them in. Without this, a record
+    /// arriving with its copies unsorted or a volume listed twice is stored as is, the binary
+    /// searches of [`FileRecord::upsert_location`] go wrong on it, and nodes that saw it first
+    /// never converge with nodes that saw it later. Returns whether anything changed.
+    pub fn canonicalize_locations(&mut self) -> bool {
+        if self.locations.windows(2).all(|w| w[0].volume_id < w[1].volume_id) {
+            return false;
+        }
+        for loc in std::mem::take(&mut self.locations) {
+            self.upsert_location(loc);
+        }
+        true
+    }
+
     pub fn healthy_locations(&self) -> impl Iterator<Item = &Location> {
         self.locations.iter().filter(|l| l.state.is_healthy())
     }
@@ -314,7 +329,7 @@ fn lww<T: Clone>(a: &mut T, b: &T, v: impl Fn(&T) -> &Version) -> bool {
 }
 
 fn merge_file(a: &mut FileRecord, b: &FileRecord) -> bool {
-    let mut changed = false;
+    let mut changed = a.canonicalize_locations();
     if b.version > a.version {
         let locations = std::mem::take(&mut a.locations);
         *a = FileRecord { locations, ..b.clone() };

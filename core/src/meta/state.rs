@@ -79,8 +79,12 @@ impl MetaState {
                 xor_into(&mut self.digest, &after);
             }
             None => {
-                xor_into(&mut self.digest, &record_hash(incoming));
-                self.records.insert(key.clone(), incoming.clone());
+                let mut record = incoming.clone();
+                if let Record::File(f) = &mut record {
+                    f.canonicalize_locations();
+                }
+                xor_into(&mut self.digest, &record_hash(&record));
+                self.records.insert(key.clone(), record);
             }
         }
         self.records.get(&key)
@@ -100,13 +104,14 @@ impl MetaState {
                 self.purged.insert(k.clone(), r.main_version().clone());
             }
         }
-        while self.purged.len() > PURGED_MAX {
-            let oldest = self.purged.iter().min_by(|a, b| a.1.cmp(b.1)).map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => {
-                    self.purged.remove(&k);
-                }
-                None => break,
+        let excess = self.purged.len().saturating_sub(PURGED_MAX);
+        if excess > 0 {
+            // One sort, not a scan per forgotten key: a mass delete purges many keys at once.
+            let mut by_age: Vec<(Version, RecordKey)> =
+                self.purged.iter().map(|(k, v)| (v.clone(), k.clone())).collect();
+            by_age.sort();
+            for (_, k) in by_age.into_iter().take(excess) {
+                self.purged.remove(&k);
             }
         }
         gone
