@@ -125,7 +125,8 @@ fn volume_batch() -> impl Strategy<Value = Vec<Record>> {
         1..5,
     );
     let usage = prop::collection::vec((version(), 0u64..100, 0u64..100, any::<bool>()), 1..5);
-    let picks = prop::collection::vec((any::<prop::sample::Index>(), prop::option::of(any::<prop::sample::Index>())), 1..6);
+    let picks =
+        prop::collection::vec((any::<prop::sample::Index>(), prop::option::of(any::<prop::sample::Index>())), 1..6);
     (config, usage, picks).prop_map(|(config, usage, picks)| {
         let config = one_per_version(config, |c| c.0.clone());
         let usage = one_per_version(usage, |u| u.0.clone());
@@ -199,7 +200,12 @@ fn setting_batch() -> impl Strategy<Value = Vec<Record>> {
         one_per_version(writes, |w| w.0.clone())
             .into_iter()
             .map(|(version, value, removed)| {
-                Record::Setting(Setting { key: "storage.autoReadOnly".to_string(), value: json!(value), removed, version })
+                Record::Setting(Setting {
+                    key: "storage.autoReadOnly".to_string(),
+                    value: json!(value),
+                    removed,
+                    version,
+                })
             })
             .collect()
     })
@@ -246,7 +252,8 @@ fn expected(batch: &[Record]) -> Record {
             let vols: Vec<&Volume> =
                 batch.iter().filter_map(|r| if let Record::Volume(v) = r { Some(v) } else { None }).collect();
             let config = vols.iter().max_by(|a, b| a.version.cmp(&b.version)).expect("a batch is never empty");
-            let usage = vols.iter().max_by(|a, b| a.usage_version.cmp(&b.usage_version)).expect("a batch is never empty");
+            let usage =
+                vols.iter().max_by(|a, b| a.usage_version.cmp(&b.usage_version)).expect("a batch is never empty");
             Record::Volume(Volume {
                 capacity: usage.capacity,
                 free: usage.free,
@@ -678,10 +685,15 @@ fn purged_keys_beyond_the_bound_are_forgotten_oldest_first() {
     let purged = s.purge_tombstones(Millis(T0 + count as u64 + 8 * DAY_MS));
     assert_eq!(purged.len(), count);
     // The two oldest were forgotten, so their older copies are taken again; the rest are not.
-    let older = |i: usize| Record::Setting(Setting { version: ver(0, 0, 0), ..match setting(i, false) {
-        Record::Setting(x) => x,
-        _ => unreachable!(),
-    } });
+    let older = |i: usize| {
+        Record::Setting(Setting {
+            version: ver(0, 0, 0),
+            ..match setting(i, false) {
+                Record::Setting(x) => x,
+                _ => unreachable!(),
+            }
+        })
+    };
     assert!(s.apply(&older(0)).is_some());
     assert!(s.apply(&older(1)).is_some());
     assert!(s.apply(&older(2)).is_none());

@@ -218,7 +218,10 @@ fn listing_shows_directories_implied_by_the_files_below_them() {
     ]);
     let root = list(&s, "/").unwrap();
     assert_eq!(names(&root), ["docs", "empty", "photos", "readme"]);
-    assert_eq!(root[0], ListEntry { name: "docs".into(), path: "/docs".into(), is_dir: true, size: 0, mod_time: 0, id: None });
+    assert_eq!(
+        root[0],
+        ListEntry { name: "docs".into(), path: "/docs".into(), is_dir: true, size: 0, mod_time: 0, id: None }
+    );
     assert_eq!(root[1].id, Some(FileId::new("id:/empty")));
     assert!(root[1].is_dir);
     assert_eq!(
@@ -297,7 +300,10 @@ fn listing_accepts_any_spelling_of_the_folder_and_refuses_a_bad_one() {
 fn a_file_with_live_files_below_its_name_lists_as_a_directory() {
     let s = state_of([file("/a/b"), file("/a/b/c")]);
     let entries = list(&s, "/a").unwrap();
-    assert_eq!(entries, [ListEntry { name: "b".into(), path: "/a/b".into(), is_dir: true, size: 0, mod_time: 0, id: None }]);
+    assert_eq!(
+        entries,
+        [ListEntry { name: "b".into(), path: "/a/b".into(), is_dir: true, size: 0, mod_time: 0, id: None }]
+    );
 }
 
 /// Spec "Metadata store (ACMS)": `meta/ls` answers in the wire's camelCase.
@@ -424,12 +430,10 @@ fn double_star_matches_zero_or_more_folders() {
     assert_eq!(globbed(&s, "/a/**/x"), ["/a/b/c/x", "/a/b/x", "/a/x"]);
     assert_eq!(globbed(&s, "/a/**/**/x"), ["/a/b/c/x", "/a/b/x", "/a/x"]);
     assert_eq!(globbed(&s, "/a/**"), ["/a/b/c/x", "/a/b/x", "/a/b/y.txt", "/a/x", "/a/xx", "/a/y.txt"]);
-    assert_eq!(globbed(&s, "/**/*.jpg"), [
-        "/photos/img1.jpg",
-        "/photos/img10.jpg",
-        "/photos/img2.jpg",
-        "/photos/raw/img3.jpg"
-    ]);
+    assert_eq!(
+        globbed(&s, "/**/*.jpg"),
+        ["/photos/img1.jpg", "/photos/img10.jpg", "/photos/img2.jpg", "/photos/raw/img3.jpg"]
+    );
     assert_eq!(globbed(&s, "/**/b/*"), ["/a/b/x", "/a/b/y.txt"]);
     assert_eq!(globbed(&s, "/a/x/**"), Vec::<String>::new(), "a trailing ** does not match the folder itself");
     assert_eq!(globbed(&s, "/**").len(), 12);
@@ -441,7 +445,10 @@ fn globs_never_return_directories_or_tombstones() {
     let s = glob_fixture();
     for pattern in ["/a/*", "/a/**", "/**", "/a/d*", "/a/g*", "/a/b/*/x", "/a/dir", "/a/gone"] {
         let got = globbed(&s, pattern);
-        assert!(!got.iter().any(|p| p.contains("dir") || p.contains("gone") || p == "/a/b/c/x/x"), "{pattern}: {got:?}");
+        assert!(
+            !got.iter().any(|p| p.contains("dir") || p.contains("gone") || p == "/a/b/c/x/x"),
+            "{pattern}: {got:?}"
+        );
     }
 }
 

@@ -57,7 +57,7 @@ fn fresh_store() -> (tempfile::TempDir, MetaStore) {
 }
 
 /// Queue and flush `batches` into a fresh durable file; returns the time it took.
-fn run(batches: Vec<Vec<MetaPersist>>) -> Duration {
+fn run(batches: Batches) -> Duration {
     let (_dir, store) = fresh_store();
     let start = Instant::now();
     for batch in batches {
@@ -67,8 +67,12 @@ fn run(batches: Vec<Vec<MetaPersist>>) -> Duration {
     start.elapsed()
 }
 
+type Batches = Vec<Vec<MetaPersist>>;
+/// A benchmark's name and how to build its batches.
+type Case = (&'static str, fn() -> Batches);
+
 /// `TOTAL` ops in batches of `PER_FLUSH`, the i-th built by `op(i)`.
-fn batches(op: impl Fn(usize) -> Vec<MetaPersist>) -> Vec<Vec<MetaPersist>> {
+fn batches(op: impl Fn(usize) -> Vec<MetaPersist>) -> Batches {
     (0..TOTAL / PER_FLUSH).map(|f| (f * PER_FLUSH..(f + 1) * PER_FLUSH).flat_map(&op).collect()).collect()
 }
 
@@ -100,7 +104,7 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(TOTAL as u64));
 
-    let cases: [(&str, fn() -> Vec<Vec<MetaPersist>>); 5] = [
+    let cases: [Case; 5] = [
         ("put_settings_200k_ordered", || batches(|i| put_setting(ordered_key(i), i))),
         ("put_settings_200k_random", || batches(|i| put_setting(spread_key(i), i))),
         ("coalesce_1k_keys", || batches(|i| put_setting(spread_key(i % 1000), i))),

@@ -105,18 +105,28 @@ pub enum MetaCmd {
 #[derive(Subcommand, Debug)]
 pub enum PolicyCmd {
     /// Keep N copies of everything under FOLDER (0 removes the policy).
-    Set { folder: String, replicas: u32 },
+    Set {
+        folder: String,
+        replicas: u32,
+    },
     List,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum SettingsCmd {
-    Get { key: String },
+    Get {
+        key: String,
+    },
     /// VALUE is JSON when it parses as JSON, else a string.
-    Set { key: String, value: String },
+    Set {
+        key: String,
+        value: String,
+    },
     List,
     /// Remove a setting.
-    Rm { key: String },
+    Rm {
+        key: String,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -523,7 +533,12 @@ fn human_ls(v: &Value) -> String {
 
 fn human_stat(v: &Value) -> String {
     if v["isDir"] == json!(true) {
-        return format!("cluster:{}  directory, {} entries, policy {} copies", s(&v["path"]), s(&v["children"]), s(&v["policy"]));
+        return format!(
+            "cluster:{}  directory, {} entries, policy {} copies",
+            s(&v["path"]),
+            s(&v["children"]),
+            s(&v["policy"])
+        );
     }
     let r = &v["record"];
     let mut out = format!(

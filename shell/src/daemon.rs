@@ -10,9 +10,9 @@
 use crate::client::HttpClient;
 use crate::env::Env;
 use crate::identity::{self, IdentityError};
+use crate::meta_store::{spawn_flusher, MetaStore};
 use crate::store::{Store, StoreError};
 use crate::transport::{self, Prepared, Route, Transport};
-use crate::meta_store::{spawn_flusher, MetaStore};
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
 use shoal_core::node::{Event, Input, Node, NodeConfig, Output, SelfInfo};
@@ -233,7 +233,8 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let mut restored = store.load().map_err(|e| StartError::Store(db_path.clone(), e))?;
     let meta_store = MetaStore::open(store.database(), opts.durable)
         .map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
-    let meta_loaded = meta_store.load().map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
+    let meta_loaded =
+        meta_store.load().map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
     restored.meta = MetaRestored {
         records: meta_loaded.records,
         entries: meta_loaded.entries,

@@ -203,6 +203,7 @@ impl MetaStore {
         })
     }
 
+    /// Whether commits fsync (set at [`MetaStore::open`]).
     pub fn durable(&self) -> bool {
         self.durable
     }
@@ -453,7 +454,7 @@ async fn flush_logged(store: &Arc<MetaStore>, failures: &mut u64) {
         Err(e) => {
             *failures += 1;
             // Every tick retries; the log gets the first failure and then one in a hundred.
-            if *failures == 1 || *failures % 100 == 0 {
+            if *failures % 100 == 1 {
                 tracing::error!(error = %e, failures = *failures, buffered = store.buffered(), "metadata flush failed; retrying");
             }
         }

@@ -406,7 +406,9 @@ struct PathQuery {
     path: String,
 }
 
-fn path_query(q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>) -> Result<String, ApiError> {
+fn path_query(
+    q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<String, ApiError> {
     q.map(|q| q.0.path).map_err(|e| ApiError::new(400, "bad_query", e.body_text()))
 }
 
@@ -468,5 +470,7 @@ async fn setting_set<E: Env>(State(s): S<E>, Path(key): Path<String>, body: Body
 }
 
 async fn setting_delete<E: Env>(State(s): S<E>, Path(key): Path<String>) -> Response {
-    api_result(s.read_node(|n, _| n.setting_get(&key)).and_then(|_| s.with_node(|n, now| n.setting_set(now, &key, None))))
+    api_result(
+        s.read_node(|n, _| n.setting_get(&key)).and_then(|_| s.with_node(|n, now| n.setting_set(now, &key, None))),
+    )
 }

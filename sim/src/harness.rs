@@ -283,7 +283,8 @@ impl Harness {
 
     /// Write a setting through node `i`'s API; a 200 is an acknowledged write.
     pub fn write_setting(&mut self, i: usize, key: &str, value: Value) -> Result<bool, String> {
-        let (status, body) = self.api(i, &format!("PUT /v1/settings/{key}"), Some(serde_json::json!({ "value": value })))?;
+        let (status, body) =
+            self.api(i, &format!("PUT /v1/settings/{key}"), Some(serde_json::json!({ "value": value })))?;
         if status != 200 {
             return Ok(false);
         }
@@ -324,8 +325,11 @@ impl Harness {
     pub fn check_one_leader(&self) -> Result<Lease, String> {
         let live = self.live_members();
         let snaps: Vec<(usize, Snapshot)> = live.iter().map(|&i| (i, self.snapshot(i).expect("live"))).collect();
-        let leaders: Vec<usize> =
-            snaps.iter().filter(|(_, s)| s.leader.as_ref().is_some_and(|l| l.holder == s.id)).map(|(i, _)| *i).collect();
+        let leaders: Vec<usize> = snaps
+            .iter()
+            .filter(|(_, s)| s.leader.as_ref().is_some_and(|l| l.holder == s.id))
+            .map(|(i, _)| *i)
+            .collect();
         if leaders.len() != 1 {
             return Err(format!("{} nodes act as leader: {leaders:?}", leaders.len()));
         }

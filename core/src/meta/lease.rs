@@ -150,7 +150,8 @@ impl LeaseState {
         if others && now < self.claim_not_before {
             return None;
         }
-        let candidate = members.iter().filter(|c| c.eligible).min_by(|a, b| (a.joined, &a.id).cmp(&(b.joined, &b.id)))?;
+        let candidate =
+            members.iter().filter(|c| c.eligible).min_by(|a, b| (a.joined, &a.id).cmp(&(b.joined, &b.id)))?;
         if candidate.id != self.me {
             return None;
         }
@@ -213,7 +214,9 @@ mod tests {
     }
 
     fn members(list: &[(&str, u64, bool)]) -> Vec<Candidate> {
-        list.iter().map(|(id, joined, eligible)| Candidate { id: n(id), joined: *joined, eligible: *eligible }).collect()
+        list.iter()
+            .map(|(id, joined, eligible)| Candidate { id: n(id), joined: *joined, eligible: *eligible })
+            .collect()
     }
 
     const L: u64 = 30_000;

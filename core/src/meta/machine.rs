@@ -136,7 +136,8 @@ struct Snapshot {
 
 #[derive(Clone, Debug, Default)]
 struct PeerAppend {
-    in_flight: bool,
+    /// When the append in flight was sent.
+    in_flight: Option<Millis>,
     /// Entries up to here were sent (or are in flight).
     sent_through: LogIndex,
     /// The peer said it holds entries up to here.
@@ -165,15 +166,19 @@ pub struct Meta {
     appends_since_compaction: u64,
     pending: BTreeMap<u64, Record>,
     next_pending_id: u64,
-    submit_in_flight: bool,
+    /// When the submit in flight was sent (none in flight: `None`).
+    submit_in_flight: Option<Millis>,
     submit_due: Millis,
-    catch_up_in_flight: bool,
+    /// When the catch-up or snapshot request in flight was sent.
+    catch_up_in_flight: Option<Millis>,
     peers: BTreeMap<NodeId, PeerAppend>,
     members: Vec<Candidate>,
     tick_due: Millis,
     last_anti_entropy: Millis,
     purge_due: Millis,
     snapshots_adopted: u64,
+    /// The latest monotonic time this machine was handed.
+    now: Millis,
     outputs: VecDeque<MetaOutput>,
 }
 
@@ -191,15 +196,16 @@ impl Meta {
             appends_since_compaction: 0,
             pending: BTreeMap::new(),
             next_pending_id: 1,
-            submit_in_flight: false,
+            submit_in_flight: None,
             submit_due: Millis::ZERO,
-            catch_up_in_flight: false,
+            catch_up_in_flight: None,
             peers: BTreeMap::new(),
             members: Vec::new(),
             tick_due: now,
             last_anti_entropy: Millis::ZERO,
             purge_due: now,
             snapshots_adopted: 0,
+            now,
             outputs: VecDeque::new(),
         }
     }
@@ -289,7 +295,7 @@ impl Meta {
 
     pub fn poll_timeout(&self) -> Option<Millis> {
         let mut t = self.tick_due;
-        if !self.pending.is_empty() && !self.submit_in_flight {
+        if !self.pending.is_empty() && self.submit_in_flight.is_none() {
             t = t.min(self.submit_due);
         }
         Some(t)
@@ -297,7 +303,24 @@ impl Meta {
 
     /// Periodic work. `members` lists every live member with its eligibility (this node too).
     pub fn handle_timeout(&mut self, now: Millis, wall: Millis, members: Vec<Candidate>) {
+        self.now = self.now.max(now);
         self.members = members;
+        // A request whose answer never came (dropped, or the node's bookkeeping lost it) must
+        // not block its kind of work for ever.
+        let stale = |sent: &Option<Millis>| sent.is_some_and(|t| now.since(t) > 2 * self.config.request_timeout_ms);
+        if stale(&self.submit_in_flight) {
+            self.submit_in_flight = None;
+        }
+        if stale(&self.catch_up_in_flight) {
+            self.catch_up_in_flight = None;
+        }
+        let limit = 2 * self.config.request_timeout_ms;
+        for p in self.peers.values_mut() {
+            if p.in_flight.is_some_and(|t| now.since(t) > limit) {
+                p.in_flight = None;
+                p.sent_through = p.acked_through.min(p.sent_through);
+            }
+        }
         self.peers.retain(|id, _| self.members.iter().any(|c| &c.id == id));
         if now >= self.tick_due {
             self.tick_due = now.plus(self.config.lease.tick_ms);
@@ -365,6 +388,7 @@ impl Meta {
 
     /// A local change: applied at once, then replicated. `now` is monotonic time.
     pub fn submit(&mut self, now: Millis, record: Record) {
+        self.now = self.now.max(now);
         if let Some(stored) = self.state.apply(&record) {
             let stored = stored.clone();
             self.persist(MetaPersist::PutRecord(stored));
@@ -412,18 +436,19 @@ impl Meta {
         for p in self.other_members() {
             let last = self.last_seq;
             let entry = self.peers.entry(p.clone()).or_insert_with(|| PeerAppend {
-                in_flight: false,
+                in_flight: None,
                 sent_through: LogIndex(last.0.saturating_sub(1)),
                 acked_through: LogIndex(0),
             });
-            if entry.in_flight || entry.sent_through >= self.last_seq {
+            if entry.in_flight.is_some() || entry.sent_through >= self.last_seq {
                 continue;
             }
             let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0) + 1);
-            let entries: Vec<Entry> = self.log.range(from..).take(self.config.batch_max).map(|(_, e)| e.clone()).collect();
+            let entries: Vec<Entry> =
+                self.log.range(from..).take(self.config.batch_max).map(|(_, e)| e.clone()).collect();
             let Some(through) = entries.last().map(|e| e.seq) else { continue };
             let entry = self.peers.get_mut(&p).expect("inserted");
-            entry.in_flight = true;
+            entry.in_flight = Some(self.now);
             entry.sent_through = through;
             let body = serde_json::to_vec(&AppendBody { lease: lease.clone(), entries, last_seq: self.last_seq })
                 .expect("serialise");
@@ -432,7 +457,7 @@ impl Meta {
     }
 
     fn try_submit(&mut self, now: Millis) {
-        if self.submit_in_flight || self.pending.is_empty() || now < self.submit_due {
+        if self.submit_in_flight.is_some() || self.pending.is_empty() || now < self.submit_due {
             return;
         }
         let Some(leader) = self.leader(now).map(|l| l.holder.clone()) else { return };
@@ -452,24 +477,24 @@ impl Meta {
         let ids = batch.iter().map(|(k, _)| *k).collect();
         let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
             .expect("serialise");
-        self.submit_in_flight = true;
+        self.submit_in_flight = Some(now);
         self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
     }
 
     fn request_catch_up(&mut self, leader: &NodeId) {
-        if self.catch_up_in_flight {
+        if self.catch_up_in_flight.is_some() {
             return;
         }
-        self.catch_up_in_flight = true;
+        self.catch_up_in_flight = Some(self.now);
         let target = format!("/cluster/acn/meta/log?after={}", self.last_seq.0);
         self.send(leader, "GET", target, Vec::new(), MetaPurpose::CatchUp);
     }
 
     fn request_snapshot(&mut self, leader: &NodeId) {
-        if self.catch_up_in_flight {
+        if self.catch_up_in_flight.is_some() {
             return;
         }
-        self.catch_up_in_flight = true;
+        self.catch_up_in_flight = Some(self.now);
         self.send(leader, "GET", "/cluster/acn/meta/snapshot".into(), Vec::new(), MetaPurpose::Snapshot);
     }
 
@@ -515,6 +540,7 @@ impl Meta {
 
     /// `POST meta/lease`.
     pub fn answer_lease(&mut self, now: Millis, from: &NodeId, body: &[u8]) -> MetaReply {
+        self.now = self.now.max(now);
         let b: LeaseBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return bad(format!("lease body: {e}")),
@@ -556,6 +582,7 @@ impl Meta {
 
     /// `POST meta/append`.
     pub fn answer_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        self.now = self.now.max(now);
         let b: AppendBody = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return bad(format!("append body: {e}")),
@@ -579,8 +606,12 @@ impl Meta {
 
     /// `POST meta/submit` (leader only).
     pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        self.now = self.now.max(now);
         if !self.is_leader(now) {
-            return reply(409, json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}));
+            return reply(
+                409,
+                json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}),
+            );
         }
         let b: SubmitBody = match serde_json::from_slice(body) {
             Ok(b) => b,
@@ -605,14 +636,14 @@ impl Meta {
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
     pub fn answer_log(&self, query: &str) -> MetaReply {
-        let after = query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("after="))
-            .map(|v| v.parse::<u64>())
-            .unwrap_or(Ok(0));
+        let after =
+            query.split('&').find_map(|kv| kv.strip_prefix("after=")).map(|v| v.parse::<u64>()).unwrap_or(Ok(0));
         let Ok(after) = after else { return bad("after must be a number") };
         if after < self.compacted_through.0 {
-            return reply(410, json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}));
+            return reply(
+                410,
+                json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}),
+            );
         }
         let entries: Vec<Entry> =
             self.log.range(LogIndex(after + 1)..).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
@@ -646,10 +677,9 @@ impl Meta {
         result: Result<(u16, Vec<u8>), String>,
         hlc: &mut Hlc,
     ) {
-        let (status, body) = match result {
-            Ok(r) => r,
-            Err(_) => (0, Vec::new()),
-        };
+        self.now = self.now.max(now);
+        // A transport failure reads as status 0 with no body.
+        let (status, body) = result.unwrap_or_default();
         let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if status == 409 {
             if let Some(l) = v.get("lease").and_then(|l| serde_json::from_value::<Lease>(l.clone()).ok()) {
@@ -661,7 +691,7 @@ impl Meta {
             MetaPurpose::Append { through } => {
                 let reported = v.get("lastSeq").and_then(|s| s.as_u64()).map(LogIndex);
                 if let Some(p) = self.peers.get_mut(peer) {
-                    p.in_flight = false;
+                    p.in_flight = None;
                     if status == 200 {
                         p.acked_through = reported.unwrap_or(through);
                         // A peer behind what we sent catches up by itself (log?after=N).
@@ -675,7 +705,7 @@ impl Meta {
                 }
             }
             MetaPurpose::Submit { ids } => {
-                self.submit_in_flight = false;
+                self.submit_in_flight = None;
                 if status == 200 {
                     for id in ids {
                         if self.pending.remove(&id).is_some() {
@@ -689,7 +719,7 @@ impl Meta {
                 self.try_submit(now);
             }
             MetaPurpose::CatchUp => {
-                self.catch_up_in_flight = false;
+                self.catch_up_in_flight = None;
                 match status {
                     200 => {
                         let Ok(page) = serde_json::from_value::<LogPage>(v) else { return };
@@ -713,7 +743,7 @@ impl Meta {
                 }
             }
             MetaPurpose::Snapshot => {
-                self.catch_up_in_flight = false;
+                self.catch_up_in_flight = None;
                 if status != 200 {
                     return;
                 }

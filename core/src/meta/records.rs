@@ -303,15 +303,59 @@ impl Record {
         out
     }
 
+    /// Feed the same facts as [`Record::version_fingerprint`] to a hasher, without building a
+    /// string (the digest is updated on every applied entry).
+    pub fn hash_versions(&self, h: &mut impl sha2::Digest) {
+        h.update(self.kind().as_str().as_bytes());
+        h.update(b":");
+        match self {
+            Record::File(r) => h.update(r.path.as_bytes()),
+            Record::Volume(r) => h.update(r.id.as_str().as_bytes()),
+            Record::Policy(r) => h.update(r.folder.as_bytes()),
+            Record::Job(r) => h.update(r.id.as_str().as_bytes()),
+            Record::Setting(r) => h.update(r.key.as_bytes()),
+        }
+        let mut version = |v: &Version| {
+            h.update(b"|");
+            h.update(v.wall_ms.to_be_bytes());
+            h.update(v.counter.to_be_bytes());
+            h.update(v.node.as_str().as_bytes());
+        };
+        match self {
+            Record::File(r) => {
+                version(&r.version);
+                for l in &r.locations {
+                    version(&l.updated);
+                }
+            }
+            Record::Volume(r) => {
+                version(&r.version);
+                version(&r.usage_version);
+            }
+            Record::Policy(r) => version(&r.version),
+            Record::Job(r) => {
+                version(&r.version);
+                if let Some(c) = &r.cancelled {
+                    version(c);
+                }
+            }
+            Record::Setting(r) => version(&r.version),
+        }
+        if let Record::File(f) = self {
+            for l in &f.locations {
+                h.update(b"|");
+                h.update(l.volume_id.as_str().as_bytes());
+            }
+        }
+    }
+
     /// Merge `other` (same kind and key) into `self`, register by register. Returns whether
     /// `self` changed. Records of another kind or key are left alone (returns false).
     pub fn merge(&mut self, other: &Record) -> bool {
         match (self, other) {
             (Record::File(a), Record::File(b)) if a.path == b.path => merge_file(a, b),
             (Record::Volume(a), Record::Volume(b)) if a.id == b.id => merge_volume(a, b),
-            (Record::Policy(a), Record::Policy(b)) if a.folder == b.folder => {
-                lww(a, b, |r| &r.version)
-            }
+            (Record::Policy(a), Record::Policy(b)) if a.folder == b.folder => lww(a, b, |r| &r.version),
             (Record::Job(a), Record::Job(b)) if a.id == b.id => merge_job(a, b),
             (Record::Setting(a), Record::Setting(b)) if a.key == b.key => lww(a, b, |r| &r.version),
             _ => false,

@@ -25,7 +25,9 @@ pub struct MetaState {
 }
 
 fn record_hash(r: &Record) -> [u8; 32] {
-    Sha256::digest(r.version_fingerprint().as_bytes()).into()
+    let mut h = Sha256::new();
+    r.hash_versions(&mut h);
+    h.finalize().into()
 }
 
 fn xor_into(acc: &mut [u8; 32], h: &[u8; 32]) {
@@ -63,13 +65,16 @@ impl MetaState {
     /// Merge one record in. Returns the stored result when anything changed (to persist).
     pub fn apply(&mut self, incoming: &Record) -> Option<&Record> {
         let key = (incoming.kind(), incoming.key());
-        if let Some(tomb) = self.purged.get(&key) {
-            if incoming.main_version() <= tomb {
-                return None;
+        if !self.purged.is_empty() {
+            if let Some(tomb) = self.purged.get(&key) {
+                if incoming.main_version() <= tomb {
+                    return None;
+                }
             }
         }
-        match self.records.get_mut(&key) {
-            Some(existing) => {
+        match self.records.entry(key) {
+            std::collections::btree_map::Entry::Occupied(slot) => {
+                let existing = slot.into_mut();
                 let before = record_hash(existing);
                 if !existing.merge(incoming) {
                     return None;
@@ -77,17 +82,17 @@ impl MetaState {
                 let after = record_hash(existing);
                 xor_into(&mut self.digest, &before);
                 xor_into(&mut self.digest, &after);
+                Some(existing)
             }
-            None => {
+            std::collections::btree_map::Entry::Vacant(slot) => {
                 let mut record = incoming.clone();
                 if let Record::File(f) = &mut record {
                     f.canonicalize_locations();
                 }
                 xor_into(&mut self.digest, &record_hash(&record));
-                self.records.insert(key.clone(), record);
+                Some(slot.insert(record))
             }
         }
-        self.records.get(&key)
     }
 
     /// Drop tombstones older than the TTL at wall time `now`; returns the purged keys.

@@ -110,7 +110,11 @@ impl Node {
     pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Value, ApiError> {
         self.in_cluster()?;
         if key.is_empty() || key.len() > SETTING_KEY_MAX || key.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(ApiError::new(400, "bad_key", "a setting key is 1 to 256 characters without spaces or control characters"));
+            return Err(ApiError::new(
+                400,
+                "bad_key",
+                "a setting key is 1 to 256 characters without spaces or control characters",
+            ));
         }
         if let Some(v) = &value {
             if serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX) > SETTING_VALUE_MAX_BYTES {
@@ -118,7 +122,12 @@ impl Node {
             }
         }
         let removed = value.is_none();
-        let setting = Setting { key: key.to_string(), value: value.unwrap_or(Value::Null), removed, version: self.hlc.next(wall) };
+        let setting = Setting {
+            key: key.to_string(),
+            value: value.unwrap_or(Value::Null),
+            removed,
+            version: self.hlc.next(wall),
+        };
         self.submit_record(wall, Record::Setting(setting.clone()));
         Ok(serde_json::to_value(setting).expect("serialise"))
     }
@@ -131,8 +140,8 @@ impl Node {
     /// Set the copy count of a folder (0 removes the policy, so the parent's applies).
     pub fn policy_set(&mut self, wall: Millis, folder: &str, replicas: u32) -> Result<Value, ApiError> {
         self.in_cluster()?;
-        let folder = crate::meta::namespace::normalize(folder)
-            .map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        let folder =
+            crate::meta::namespace::normalize(folder).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
         if replicas > POLICY_REPLICAS_MAX {
             return Err(ApiError::new(400, "bad_replicas", format!("at most {POLICY_REPLICAS_MAX} copies")));
         }
@@ -194,7 +203,9 @@ impl Node {
             None => {
                 let children = namespace::list(state, &p).map(|l| l.len()).unwrap_or(0);
                 if p == "/" || children > 0 {
-                    Ok(json!({ "path": p, "isDir": true, "children": children, "policy": namespace::policy_for(state, &p) }))
+                    Ok(
+                        json!({ "path": p, "isDir": true, "children": children, "policy": namespace::policy_for(state, &p) }),
+                    )
                 } else {
                     Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}")))
                 }

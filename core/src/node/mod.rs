@@ -21,11 +21,11 @@ use crate::acn::{self, AcnError, Incoming, SignedHeaders, Verifier};
 use crate::hlc::Hlc;
 use crate::ids::{is_uuid, ClusterId, NodeId, TokenId};
 use crate::membership::{Membership, MembershipConfig, MergeOutcome, NodeState, Trust};
+use crate::meta::log::MetaPersist;
+use crate::meta::machine::{Meta, MetaConfig, MetaOutput, MetaPurpose, MetaRestored};
 use crate::records::{AdminState, Capabilities, ClusterInfo, Health, NodeRecord, OwnerFields};
 use crate::rng::SeededRng;
 use crate::time::Millis;
-use crate::meta::log::MetaPersist;
-use crate::meta::machine::{Meta, MetaConfig, MetaOutput, MetaPurpose, MetaRestored};
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
 mod meta;

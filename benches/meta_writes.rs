@@ -1,0 +1,193 @@
+//! 10,000 small writes from one client into a 3-node cluster on loopback, side by side with
+//! etcd (3 members on loopback) doing the same puts (issue: "shoal at least 3x etcd's rate").
+//!
+//! Both are driven by the same HTTP client, one request at a time: shoal through
+//! `PUT /v1/settings/{key}` on one node, etcd through its JSON gateway `POST /v3/kv/put` on one
+//! member. Reported: writes/s as acknowledged to the client, and the time until all three
+//! nodes hold every write. etcd is skipped with a message when its binary is not installed
+//! (`apt-get install etcd-server`). `cargo bench --bench meta_writes` (env WRITES).
+
+use base64::Engine;
+use serde_json::{json, Value};
+use shoal_shell::client::HttpClient;
+use shoal_shell::env::TokioEnv;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Vec<Child>);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn call(c: &HttpClient<TokioEnv>, url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let auth = format!("Bearer {token}");
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
+    match c.request(url, method, path, &[("authorization", &auth)], body, 30_000).await {
+        Ok(r) => (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null)),
+        Err(e) => (0, json!({ "error": e.to_string() })),
+    }
+}
+
+async fn wait_until(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+async fn shoal(root: &Path, writes: usize) -> (f64, Duration) {
+    let bin = env!("CARGO_BIN_EXE_shoal");
+    let mut kids = Kill(Vec::new());
+    let mut urls = Vec::new();
+    let mut tokens = Vec::new();
+    for i in 0..3 {
+        let dir = root.join(format!("shoal-{i}"));
+        let p = port();
+        kids.0.push(
+            Command::new(bin)
+                .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
+                .env("SHOAL_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start shoal"),
+        );
+        urls.push(format!("http://127.0.0.1:{p}"));
+        let tf = dir.join("admin.token");
+        wait_until(Duration::from_secs(10), async || tf.exists()).await.expect("node starts");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokens.push(std::fs::read_to_string(&tf).unwrap().trim().to_string());
+    }
+    let c = HttpClient::new(TokioEnv::default());
+    assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", json!({"name": "bench"})).await.0, 200);
+    for i in 1..3 {
+        let t = call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", Value::Null).await.1["token"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (s, v) = call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", json!({ "token": t })).await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let led = wait_until(Duration::from_secs(120), async || {
+        let mut ok = true;
+        for i in 0..3 {
+            let v = call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", Value::Null).await.1;
+            ok &= v["leader"].is_string();
+        }
+        ok
+    })
+    .await;
+    assert!(led.is_some(), "no leader");
+    let start = Instant::now();
+    for k in 0..writes {
+        let (s, v) =
+            call(&c, &urls[0], &tokens[0], "PUT", &format!("/v1/settings/bench.k{k}"), json!({"value": k})).await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let took = start.elapsed();
+    let all = wait_until(Duration::from_secs(120), async || {
+        let mut ok = true;
+        for i in 0..3 {
+            let v = call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", Value::Null).await.1;
+            ok &= v["records"].as_u64().unwrap_or(0) >= writes as u64 && v["pending"].as_u64() == Some(0);
+        }
+        ok
+    })
+    .await
+    .expect("all three hold the writes");
+    (writes as f64 / took.as_secs_f64(), took + all)
+}
+
+async fn etcd(root: &Path, writes: usize) -> Option<(f64, Duration)> {
+    let bin = ["etcd", "/usr/bin/etcd"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())?;
+    let mut kids = Kill(Vec::new());
+    let peers: Vec<u16> = (0..3).map(|_| port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| port()).collect();
+    let initial: Vec<String> = (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i])).collect();
+    for i in 0..3 {
+        kids.0.push(
+            Command::new(bin)
+                .args(["--name", &format!("m{i}"), "--data-dir", root.join(format!("etcd-{i}")).to_str().unwrap()])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "shoal-bench", "--log-level", "error"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?,
+        );
+    }
+    let c = HttpClient::new(TokioEnv::default());
+    let urls: Vec<String> = clients.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let healthy = wait_until(Duration::from_secs(60), async || {
+        let mut ok = true;
+        for u in &urls {
+            ok &= c.request(u, "GET", "/health", &[], Vec::new(), 2_000).await.is_ok_and(|r| r.status == 200);
+        }
+        ok
+    })
+    .await;
+    healthy?;
+    let start = Instant::now();
+    for k in 0..writes {
+        let body = json!({"key": b64(&format!("bench.k{k}")), "value": b64(&k.to_string())});
+        let r = c.request(&urls[0], "POST", "/v3/kv/put", &[], serde_json::to_vec(&body).unwrap(), 30_000).await;
+        assert!(r.is_ok_and(|r| r.status == 200), "etcd put failed");
+    }
+    let took = start.elapsed();
+    let range = json!({"key": b64("bench.k"), "range_end": b64("bench.l"), "count_only": true, "serializable": true});
+    let all = wait_until(Duration::from_secs(120), async || {
+        let mut ok = true;
+        for u in &urls {
+            let r = c.request(u, "POST", "/v3/kv/range", &[], serde_json::to_vec(&range).unwrap(), 5_000).await;
+            let count = r
+                .ok()
+                .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
+                .and_then(|v| v["count"].as_str().and_then(|s| s.parse::<u64>().ok()))
+                .unwrap_or(0);
+            ok &= count >= writes as u64;
+        }
+        ok
+    })
+    .await?;
+    Some((writes as f64 / took.as_secs_f64(), took + all))
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let writes: usize = std::env::var("WRITES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let root = tempfile::tempdir().unwrap();
+        let (s_rate, s_all) = shoal(root.path(), writes).await;
+        println!("shoal: {writes} writes from one client: {s_rate:>8.0} writes/s; all 3 nodes hold them after {:.2} s", s_all.as_secs_f64());
+        match etcd(root.path(), writes).await {
+            Some((e_rate, e_all)) => {
+                println!("etcd : {writes} writes from one client: {e_rate:>8.0} writes/s; all 3 members hold them after {:.2} s", e_all.as_secs_f64());
+                println!("ratio: shoal / etcd = {:.1}x", s_rate / e_rate);
+            }
+            None => println!("etcd : skipped (no etcd binary on PATH; `apt-get install etcd-server` to compare)"),
+        }
+    });
+}
