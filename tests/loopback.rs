@@ -130,6 +130,21 @@ fn three_real_nodes_form_a_cluster_track_liveness_and_survive_restart() {
         wait_for(Duration::from_secs(10), || ids.iter().all(|id| n.state_of(id).as_deref() == Some("ONLINE")));
     }
 
+    // Metadata: a policy set on one node and a setting on another reach every node, under one
+    // leader, with identical record digests.
+    let policy = nodes[0].cli_json(&["policy", "set", "cluster:photos", "2"]);
+    assert_eq!(policy["folder"], "/photos");
+    let set = nodes[1].cli_json(&["settings", "set", "loop.answer", "42"]);
+    assert_eq!(set["value"], 42);
+    wait_for(Duration::from_secs(20), || {
+        let st: Vec<Value> = nodes.iter().map(|n| n.cli_json(&["meta", "status"])).collect();
+        st.iter().all(|s| s["leader"].is_string() && s["leader"] == st[0]["leader"] && s["digest"] == st[0]["digest"] && s["pending"] == 0)
+            && st[0]["records"] == 2
+    });
+    assert_eq!(nodes[2].cli_json(&["settings", "get", "loop.answer"])["value"], 42);
+    let (ok, _, err) = nodes[2].cli(&["settings", "get", "no.such"]);
+    assert!(!ok && err.contains("no setting"), "{err}");
+
     // Bad input: a wrong admin token, a malformed join token, an unsigned ACN request.
     let (ok, _, err) = nodes[0].cli(&["--token", "not-the-token", "nodes"]);
     assert!(!ok && err.contains("admin token is wrong"), "{err}");
@@ -158,6 +173,9 @@ fn three_real_nodes_form_a_cluster_track_liveness_and_survive_restart() {
     assert_eq!(status["id"], cluster_id.as_str());
     wait_for(Duration::from_secs(10), || nodes[0].state_of(&ids[1]).as_deref() == Some("ONLINE"));
     wait_for(Duration::from_secs(10), || nodes[1].state_of(&ids[0]).as_deref() == Some("ONLINE"));
+    // Its metadata came back from disk.
+    assert_eq!(nodes[1].cli_json(&["settings", "get", "loop.answer"])["value"], 42);
+    assert_eq!(nodes[1].cli_json(&["policy", "list"])["policies"][0]["replicas"], 2);
 
     // Probe over a signed ping.
     let probe = nodes[0].cli_json(&["node", "probe", &ids[1]]);
