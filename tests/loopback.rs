@@ -138,8 +138,12 @@ fn three_real_nodes_form_a_cluster_track_liveness_and_survive_restart() {
     assert_eq!(set["value"], 42);
     wait_for(Duration::from_secs(20), || {
         let st: Vec<Value> = nodes.iter().map(|n| n.cli_json(&["meta", "status"])).collect();
-        st.iter().all(|s| s["leader"].is_string() && s["leader"] == st[0]["leader"] && s["digest"] == st[0]["digest"] && s["pending"] == 0)
-            && st[0]["records"] == 2
+        st.iter().all(|s| {
+            s["leader"].is_string()
+                && s["leader"] == st[0]["leader"]
+                && s["digest"] == st[0]["digest"]
+                && s["pending"] == 0
+        }) && st[0]["records"] == 2
     });
     assert_eq!(nodes[2].cli_json(&["settings", "get", "loop.answer"])["value"], 42);
     let (ok, _, err) = nodes[2].cli(&["settings", "get", "no.such"]);

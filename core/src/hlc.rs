@@ -64,7 +64,7 @@ impl Hlc {
             self.counter = 0;
         } else if self.counter == u32::MAX {
             // Counter exhausted: move the logical wall forward by one ms instead of wrapping.
-            self.wall_ms += 1;
+            self.wall_ms = self.wall_ms.saturating_add(1);
             self.counter = 0;
         } else {
             self.counter += 1;

@@ -18,6 +18,7 @@ pub mod meta;
 pub mod node;
 pub mod records;
 pub mod rng;
+pub mod storage;
 pub mod time;
 pub mod token;
 

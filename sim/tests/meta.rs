@@ -166,3 +166,22 @@ fn a_two_node_cluster_fails_over() {
     h.bounce(leader);
     wait_meta_converged(&mut h, 60_000);
 }
+
+/// A leader that crashes right after acknowledging writes (inside the 50 ms write-behind window)
+/// and restarts at once: its followers hold writes it lost from disk. It must not act on its old
+/// lease with a shorter log; the cluster reconciles and every acknowledged write is kept.
+#[test]
+fn a_leader_restarted_inside_the_flush_window_does_not_diverge() {
+    let mut h = formed(SimConfig::new(206, 3));
+    let leader = leader_index(&h);
+    for k in 0..5 {
+        assert!(h.write_setting(leader, &format!("pre{k}"), json!(k)).unwrap());
+    }
+    h.run_checked(1_000).unwrap();
+    assert!(h.write_setting(leader, "tail", json!("acknowledged")).unwrap());
+    h.crash(leader);
+    h.bounce(leader);
+    h.run_checked(1_000).unwrap();
+    wait_one_leader(&mut h, 3 * LEASE);
+    wait_meta_converged(&mut h, 90_000);
+}

@@ -87,12 +87,15 @@ pub struct LeaseState {
     heard_at: Millis,
     /// No claim before this (one lease period after start, when there are peers).
     claim_not_before: Millis,
+    /// The highest term this node knows was used, lease or not (restored from disk, or a lease
+    /// of ours we no longer hold): a new claim goes above it.
+    min_term: Term,
 }
 
 impl LeaseState {
     pub fn new(me: NodeId, config: LeaseConfig, now: Millis) -> LeaseState {
         let claim_not_before = now.plus(config.lease_ms);
-        LeaseState { me, config, known: None, heard_at: Millis::ZERO, claim_not_before }
+        LeaseState { me, config, known: None, heard_at: Millis::ZERO, claim_not_before, min_term: Term(0) }
     }
 
     pub fn config(&self) -> &LeaseConfig {
@@ -109,7 +112,12 @@ impl LeaseState {
     }
 
     pub fn term(&self) -> Term {
-        self.known.as_ref().map(|l| l.term).unwrap_or_default()
+        self.known.as_ref().map(|l| l.term).unwrap_or_default().max(self.min_term)
+    }
+
+    /// Remember that `term` was used (e.g. the term of the log restored from disk).
+    pub fn note_term(&mut self, term: Term) {
+        self.min_term = self.min_term.max(term);
     }
 
     /// Monotonic time at which the known lease lapses if not renewed.
@@ -181,6 +189,12 @@ impl LeaseState {
     /// A peer refused our push and named a greater lease: adopt it.
     /// Returns true when this node stepped down.
     pub fn on_refused(&mut self, now: Millis, theirs: Lease) -> bool {
+        if theirs.holder == self.me && self.known.as_ref() != Some(&theirs) {
+            // A lease of ours from before a restart: we no longer hold its log, so we must not
+            // act on it. Claim above it instead.
+            self.min_term = self.min_term.max(theirs.term);
+            return false;
+        }
         match &self.known {
             Some(k) if theirs <= *k => false,
             known => {
@@ -197,6 +211,7 @@ impl LeaseState {
         self.known = None;
         self.heard_at = Millis::ZERO;
         self.claim_not_before = now;
+        self.min_term = Term(0);
     }
 
     /// Allow an immediate claim (a freshly created cluster has nobody to wait for).

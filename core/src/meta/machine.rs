@@ -218,6 +218,7 @@ impl Meta {
             self.state.apply(rec);
         }
         if let Some(m) = r.log_meta {
+            self.lease.note_term(m.term);
             self.last_seq = m.last_seq;
             self.compacted_through = m.compacted_through;
             self.log_lease = m.holder.map(|holder| Lease { holder, term: m.term });
@@ -438,7 +439,7 @@ impl Meta {
             let entry = self.peers.entry(p.clone()).or_insert_with(|| PeerAppend {
                 in_flight: None,
                 sent_through: LogIndex(last.0.saturating_sub(1)),
-                acked_through: LogIndex(0),
+                acked_through: LogIndex(last.0.saturating_sub(1)),
             });
             if entry.in_flight.is_some() || entry.sent_through >= self.last_seq {
                 continue;
@@ -563,8 +564,14 @@ impl Meta {
             self.request_snapshot(&lease.holder);
             return;
         }
+        let reconcile_due = now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms;
         if self.last_seq < leader_last {
             self.request_catch_up(&lease.holder);
+        } else if self.last_seq > leader_last && reconcile_due {
+            // We hold entries the leader does not (it restarted and lost its tail): the
+            // numbering diverged. Reconcile by snapshot, which also sends our extras back.
+            self.last_anti_entropy = now;
+            self.request_snapshot(&lease.holder);
         } else if self.last_seq == leader_last
             && self.pending.is_empty()
             && !digest.is_empty()
@@ -645,8 +652,9 @@ impl Meta {
                 json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}),
             );
         }
-        let entries: Vec<Entry> =
-            self.log.range(LogIndex(after + 1)..).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
+        // `after` comes from the peer: `after + 1` would overflow on u64::MAX.
+        let range = (std::ops::Bound::Excluded(LogIndex(after)), std::ops::Bound::Unbounded);
+        let entries: Vec<Entry> = self.log.range(range).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
         let page = LogPage {
             entries,
             last_seq: self.last_seq,

@@ -35,8 +35,6 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
 
 pub const ACN_PREFIX: &str = "/cluster/acn/";
-/// Bound on queued outputs; the shell drains after every call, so this is only a safety net.
-const OUTPUTS_MAX: usize = 100_000;
 
 /// What the node is told about itself by its operator and its host.
 #[derive(Clone, Debug, PartialEq)]
@@ -340,7 +338,12 @@ impl Node {
         }
         self.tokens = TokenBook::from_records(r.tokens);
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
-        self.meta.restore(r.meta, &mut self.hlc);
+        if self.cluster.is_some() {
+            self.meta.restore(r.meta, &mut self.hlc);
+        } else if !r.meta.records.is_empty() || !r.meta.pending.is_empty() || r.meta.log_meta.is_some() {
+            // Metadata left over from a cluster this node left just before a crash.
+            self.push_output(Output::Meta(MetaPersist::Clear));
+        }
         if self.cluster.is_some() {
             if self.members.get(&self.id).is_none_or(|r| r.removed) {
                 // Our own record is gone or removed: we are not a member any more.
@@ -473,10 +476,9 @@ impl Node {
     }
 
     fn push_output(&mut self, o: Output) {
-        debug_assert!(self.outputs.len() < OUTPUTS_MAX, "outputs not drained");
-        if self.outputs.len() < OUTPUTS_MAX {
-            self.outputs.push_back(o);
-        }
+        // Unbounded on purpose: the shell drains after every call, and dropping an output
+        // (a write, a send) would lose work. A snapshot can legitimately produce one per record.
+        self.outputs.push_back(o);
     }
 
     fn persist(&mut self, op: PersistOp) {
@@ -1004,6 +1006,7 @@ impl Node {
         self.start_timers(now);
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
         self.meta.allow_claim_now(now);
+        self.push_output(Output::Meta(MetaPersist::Clear));
         Ok(self.status(wall))
     }
 
@@ -1206,6 +1209,7 @@ impl Node {
         self.apply_merge(wall, out);
         self.start_timers(now);
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
+        self.push_output(Output::Meta(MetaPersist::Clear));
         Ok(self.status(wall))
     }
 

@@ -1,0 +1,8 @@
+//! Storage decisions (spec: cluster-runtime.md "Storage (ACS) and the cluster:/ drive",
+//! "Replication"; reference-facts.md "Placement", "Planner"). Pure: the shell moves the bytes.
+//!
+//! - [`placement`]: which volume takes a new copy, and the low-space guard;
+//! - [`planner`]: the replication planner run by the metadata leader.
+
+pub mod placement;
+pub mod planner;

@@ -1,0 +1,388 @@
+//! The replication planner (spec: "Replication"; reference-facts.md "Planner"). A pure
+//! function of the record state, the members' liveness, the tasks in flight and the per-file
+//! backoff; the metadata leader runs it every 60 s and on demand.
+//!
+//! Per file (directories and tombstones skipped), with `wanted` from the file's own count or
+//! the nearest folder policy:
+//! - copies on a volume that no longer exists, or on a node that left, are forgotten;
+//! - healthy copies on a node OFFLINE for 10 minutes are marked stale (never deleted);
+//! - copies on an evacuating volume or a DRAINING node are to be moved away;
+//! - a copy on a node that is only briefly UNKNOWN (or OFFLINE for less than 10 minutes) still
+//!   counts, so a short absence causes no extra copy (reference weakness 11);
+//! - fewer counted copies than wanted: one pull task, from a healthy copy on a usable node, to
+//!   a usable node holding no healthy copy — its stale copy's volume first (`repair`), else the
+//!   roomiest volume that fits (`replica`, or `evacuate` when the shortfall is an evacuation);
+//! - enough counted copies: copies to evacuate are dropped (`evacuate`); more copies on usable
+//!   nodes than wanted: the copy on the fullest non-primary volume is dropped (`drop`). A copy
+//!   is never dropped unless `wanted` others remain, so the last healthy copy is never deleted.
+//!
+//! Limits: one task per file, 4 tasks per node, 16 in flight in all. A file whose tasks failed
+//! waits 30 s, doubling per failure, and 1 h after 5 failures; that [`Backoff`] is data the
+//! caller keeps in replicated records, so it survives a change of leader (reference weakness 5).
+
+use crate::ids::{FileId, NodeId, VolumeId};
+use crate::membership::NodeState;
+use crate::meta::namespace;
+use crate::meta::records::{FileRecord, LocationState, Volume};
+use crate::meta::state::MetaState;
+use crate::storage::placement::{fits, node_usable};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannerConfig {
+    pub per_node_max: usize,
+    pub in_flight_max: usize,
+    pub stale_after_offline_ms: u64,
+    pub backoff_base_ms: u64,
+    pub backoff_failures_max: u32,
+    pub give_up_ms: u64,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            per_node_max: 4,
+            in_flight_max: 16,
+            stale_after_offline_ms: 10 * 60_000,
+            backoff_base_ms: 30_000,
+            backoff_failures_max: 5,
+            give_up_ms: 3_600_000,
+        }
+    }
+}
+
+/// What the planner needs to know about a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    pub state: NodeState,
+    /// How long it has been OFFLINE (0 when it is not).
+    pub offline_for_ms: u64,
+}
+
+/// A task some node is working on now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    pub file: FileId,
+    /// The node doing the work (the pull's target, the drop's holder).
+    pub node: NodeId,
+}
+
+/// A file's failure history, kept across passes and leaders.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backoff {
+    pub attempts: u32,
+    /// Unix ms before which the file gets no new task.
+    pub next_at_ms: u64,
+}
+
+impl Backoff {
+    /// The backoff after one more failure at `now_ms`: 30 s, 60 s, 120 s, 240 s, then 1 h.
+    pub fn after_failure(prev: Option<&Backoff>, now_ms: u64, cfg: &PlannerConfig) -> Backoff {
+        let attempts = prev.map_or(0, |b| b.attempts).saturating_add(1);
+        let delay = if attempts >= cfg.backoff_failures_max {
+            cfg.give_up_ms
+        } else {
+            cfg.backoff_base_ms.saturating_mul(1 << (attempts - 1).min(30))
+        };
+        Backoff { attempts, next_at_ms: now_ms.saturating_add(delay) }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    Replica,
+    Repair,
+    Evacuate,
+    Drop,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Action {
+    Pull { source_node: NodeId, source_volume: VolumeId, target_node: NodeId, target_volume: VolumeId },
+    Drop { node: NodeId, volume: VolumeId },
+}
+
+impl Action {
+    /// The node that carries the task out.
+    pub fn worker(&self) -> &NodeId {
+        match self {
+            Action::Pull { target_node, .. } => target_node,
+            Action::Drop { node, .. } => node,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub file: FileId,
+    pub path: String,
+    pub size: u64,
+    pub checksum: String,
+    pub action: Action,
+    pub reason: Reason,
+}
+
+/// A copy to re-label (stale) or forget (its volume or node is gone).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRef {
+    pub path: String,
+    pub volume: VolumeId,
+    pub node: NodeId,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStats {
+    pub files: u64,
+    pub healthy: u64,
+    pub under: u64,
+    pub over: u64,
+    pub evacuating: u64,
+    pub waiting_backoff: u64,
+    pub in_flight: u64,
+    /// Under-replicated with no node that can take a copy.
+    pub no_target: u64,
+    /// Under-replicated with no readable copy right now.
+    pub no_source: u64,
+    /// Left for a later pass by the task limits.
+    pub deferred: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub tasks: Vec<Task>,
+    pub mark_stale: Vec<CopyRef>,
+    pub forget: Vec<CopyRef>,
+    pub stats: PlanStats,
+}
+
+pub struct PlanInput<'a> {
+    pub now_ms: u64,
+    pub nodes: &'a BTreeMap<NodeId, NodeView>,
+    pub in_flight: &'a [InFlight],
+    pub backoff: &'a BTreeMap<FileId, Backoff>,
+}
+
+/// Task counts by worker, and the total, checked against the limits.
+struct Budget<'c> {
+    per_node: BTreeMap<NodeId, usize>,
+    total: usize,
+    cfg: &'c PlannerConfig,
+}
+
+impl Budget<'_> {
+    fn full(&self) -> bool {
+        self.total >= self.cfg.in_flight_max
+    }
+    fn node_has_room(&self, n: &NodeId) -> bool {
+        self.per_node.get(n).copied().unwrap_or(0) < self.cfg.per_node_max
+    }
+    fn take(&mut self, n: &NodeId) {
+        *self.per_node.entry(n.clone()).or_default() += 1;
+        self.total += 1;
+    }
+}
+
+pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Plan {
+    let volumes: BTreeMap<&VolumeId, &Volume> = state
+        .of_kind(crate::meta::records::RecordKind::Volume)
+        .filter_map(|r| match r {
+            crate::meta::records::Record::Volume(v) if !v.removed => Some((&v.id, v)),
+            _ => None,
+        })
+        .collect();
+    let usable = |n: &NodeId| input.nodes.get(n).is_some_and(|v| node_usable(v.state));
+    // Targets, roomiest first: writable volumes on usable nodes.
+    let mut targets: Vec<&Volume> =
+        volumes.values().copied().filter(|v| usable(&v.node_id) && crate::storage::placement::writable(v)).collect();
+    targets.sort_by(|a, b| b.free.cmp(&a.free).then_with(|| a.id.cmp(&b.id)));
+
+    let busy: BTreeSet<&FileId> = input.in_flight.iter().map(|t| &t.file).collect();
+    let mut budget = Budget { per_node: BTreeMap::new(), total: 0, cfg };
+    for t in input.in_flight {
+        budget.take(&t.node);
+    }
+    let mut out = Plan::default();
+    out.stats.in_flight = input.in_flight.len() as u64;
+    let mut policy_cache: Option<(String, u32)> = None;
+
+    for f in state.files() {
+        if f.removed || f.is_dir {
+            continue;
+        }
+        out.stats.files += 1;
+        let wanted = if f.replicas > 0 {
+            f.replicas
+        } else {
+            let parent = namespace::parent(&f.path).unwrap_or("/");
+            match &policy_cache {
+                Some((p, w)) if p == parent => *w,
+                _ => {
+                    let w = namespace::policy_for(state, &f.path);
+                    policy_cache = Some((parent.to_string(), w));
+                    w
+                }
+            }
+        } as usize;
+        let mut counted = 0usize; // healthy, not to be evacuated, not stale-by-absence
+        let mut on_usable: Vec<(&Volume, &NodeId)> = Vec::new(); // counted copies on usable nodes
+        let mut evac: Vec<(&Volume, &NodeId)> = Vec::new();
+        let mut sources: Vec<(&VolumeId, &NodeId)> = Vec::new();
+        let mut holders: BTreeSet<&NodeId> = BTreeSet::new();
+        let mut stale_here: Vec<&Volume> = Vec::new();
+        for l in &f.locations {
+            let (Some(vol), Some(node)) = (volumes.get(&l.volume_id), input.nodes.get(&l.node_id)) else {
+                out.forget.push(CopyRef { path: f.path.clone(), volume: l.volume_id.clone(), node: l.node_id.clone() });
+                continue;
+            };
+            if l.state.is_healthy() {
+                if node.state == NodeState::Offline && node.offline_for_ms >= cfg.stale_after_offline_ms {
+                    out.mark_stale.push(CopyRef {
+                        path: f.path.clone(),
+                        volume: l.volume_id.clone(),
+                        node: l.node_id.clone(),
+                    });
+                    continue;
+                }
+                holders.insert(&l.node_id);
+                // DRAINING nodes take no new copies but still serve reads.
+                if node_usable(node.state) || node.state == NodeState::Draining {
+                    sources.push((&l.volume_id, &l.node_id));
+                }
+                if vol.evacuating || node.state == NodeState::Draining {
+                    evac.push((vol, &l.node_id));
+                } else {
+                    counted += 1;
+                    if node_usable(node.state) {
+                        on_usable.push((vol, &l.node_id));
+                    }
+                }
+            } else if l.state == LocationState::Stale {
+                stale_here.push(vol);
+            }
+        }
+        if !evac.is_empty() {
+            out.stats.evacuating += 1;
+        }
+        if counted < wanted {
+            out.stats.under += 1;
+            if busy.contains(&f.id) {
+                continue;
+            }
+            if input.backoff.get(&f.id).is_some_and(|b| b.next_at_ms > input.now_ms) {
+                out.stats.waiting_backoff += 1;
+                continue;
+            }
+            if budget.full() {
+                out.stats.deferred += 1;
+                continue;
+            }
+            let Some((src_vol, src_node)) = sources.first().copied() else {
+                out.stats.no_source += 1;
+                continue;
+            };
+            let repair = stale_here.iter().copied().find(|v| {
+                usable(&v.node_id)
+                    && !holders.contains(&v.node_id)
+                    && budget.node_has_room(&v.node_id)
+                    && fits(v, f.size)
+            });
+            let (target, reason) = match repair {
+                Some(v) => (Some(v), Reason::Repair),
+                None => {
+                    let t = targets
+                        .iter()
+                        .copied()
+                        .find(|v| !holders.contains(&v.node_id) && budget.node_has_room(&v.node_id) && fits(v, f.size));
+                    let reason = if !evac.is_empty() && counted + evac.len() >= wanted {
+                        Reason::Evacuate
+                    } else {
+                        Reason::Replica
+                    };
+                    (t, reason)
+                }
+            };
+            let Some(target) = target else {
+                out.stats.no_target += 1;
+                continue;
+            };
+            budget.take(&target.node_id);
+            out.tasks.push(Task {
+                file: f.id.clone(),
+                path: f.path.clone(),
+                size: f.size,
+                checksum: f.checksum.clone(),
+                action: Action::Pull {
+                    source_node: src_node.clone(),
+                    source_volume: src_vol.clone(),
+                    target_node: target.node_id.clone(),
+                    target_volume: target.id.clone(),
+                },
+                reason,
+            });
+            continue;
+        }
+        out.stats.healthy += 1;
+        if busy.contains(&f.id) {
+            continue;
+        }
+        // Enough copies elsewhere: empty evacuating volumes and draining nodes.
+        if let Some((vol, node)) = evac.iter().copied().find(|(_, n)| usable(n) || is_draining(input, n)) {
+            if budget.node_has_room(node) && !budget.full() {
+                budget.take(node);
+                out.tasks.push(drop_task(f, node, vol, Reason::Evacuate));
+            } else {
+                out.stats.deferred += 1;
+            }
+            continue;
+        }
+        if on_usable.len() > wanted {
+            out.stats.over += 1;
+            let primary = f.primary.as_ref();
+            let fullest = on_usable
+                .iter()
+                .copied()
+                .filter(|(v, _)| Some(&v.id) != primary)
+                .min_by(|(a, _), (b, _)| free_frac(a).total_cmp(&free_frac(b)).then_with(|| a.id.cmp(&b.id)));
+            if let Some((vol, node)) = fullest {
+                if budget.node_has_room(node) && !budget.full() {
+                    budget.take(node);
+                    out.tasks.push(drop_task(f, node, vol, Reason::Drop));
+                } else {
+                    out.stats.deferred += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_draining(input: &PlanInput<'_>, n: &NodeId) -> bool {
+    input.nodes.get(n).is_some_and(|v| v.state == NodeState::Draining)
+}
+
+fn free_frac(v: &Volume) -> f64 {
+    if v.capacity == 0 {
+        0.0
+    } else {
+        v.free as f64 / v.capacity as f64
+    }
+}
+
+fn drop_task(f: &FileRecord, node: &NodeId, vol: &Volume, reason: Reason) -> Task {
+    Task {
+        file: f.id.clone(),
+        path: f.path.clone(),
+        size: f.size,
+        checksum: f.checksum.clone(),
+        action: Action::Drop { node: node.clone(), volume: vol.id.clone() },
+        reason,
+    }
+}

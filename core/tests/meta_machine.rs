@@ -1,0 +1,971 @@
+//! The metadata store's state machine (`Meta`) driven by hand: two or three nodes wired into a
+//! tiny network in which every `meta/*` request is delivered to the target's `answer_*` and the
+//! reply is fed back through `on_response`, exactly as the node shell does it.
+//!
+//! Spec: cluster-runtime.md "Metadata store (ACMS)" (leader lease, replicated log, catch-up,
+//! snapshots); reference-facts.md "Lease" (`POST meta/lease {lease,lastSeq}`, 409 with own
+//! lease) and "Log entry" (`seq = lastSeq + 1`, `meta/append`, `meta_pending` and `meta/submit`
+//! with 409 if not leader and a retry, `meta/log?after=N` pages with 410 if compacted,
+//! `meta/snapshot`, compaction every N appends keeping M).
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use shoal_core::hlc::Hlc;
+use shoal_core::meta::lease::{Candidate, Lease};
+use shoal_core::meta::log::MetaPersist;
+use shoal_core::meta::machine::{Meta, MetaConfig, MetaOutput, MetaPurpose, MetaReply, MetaRestored};
+use shoal_core::meta::records::{Record, RecordKind, Setting};
+use shoal_core::{LogIndex, Millis, NodeId, Term};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Wall clock at monotonic zero (November 2023).
+const WALL0: u64 = 1_700_000_000_000;
+/// Monotonic time at which every scenario starts.
+const START: u64 = 100_000;
+const LEASE: &str = "/cluster/acn/meta/lease";
+const APPEND: &str = "/cluster/acn/meta/append";
+const SUBMIT: &str = "/cluster/acn/meta/submit";
+const LOG: &str = "/cluster/acn/meta/log";
+const SNAPSHOT: &str = "/cluster/acn/meta/snapshot";
+
+fn id(s: &str) -> NodeId {
+    NodeId::new(s)
+}
+
+// ---- a tiny network ----
+
+struct Node {
+    meta: Meta,
+    hlc: Hlc,
+    joined: u64,
+    /// The members this node sees, with their eligibility.
+    view: Vec<(NodeId, bool)>,
+    persisted: Vec<MetaPersist>,
+}
+
+#[derive(Clone, Debug)]
+struct Msg {
+    from: NodeId,
+    to: NodeId,
+    method: &'static str,
+    target: String,
+    body: Vec<u8>,
+    purpose: MetaPurpose,
+}
+
+/// One delivered request and its answer (status 0: the link was cut).
+#[derive(Clone, Debug)]
+struct Delivery {
+    at: Millis,
+    from: NodeId,
+    #[allow(dead_code)] // shown in failure messages
+    to: NodeId,
+    target: String,
+    request: Vec<u8>,
+    status: u16,
+    reply: Value,
+}
+
+struct Net {
+    config: MetaConfig,
+    now: Millis,
+    nodes: BTreeMap<NodeId, Node>,
+    queue: VecDeque<Msg>,
+    cut: BTreeSet<(NodeId, NodeId)>,
+    trace: Vec<Delivery>,
+}
+
+impl Net {
+    fn new(names: &[&str], config: MetaConfig) -> Net {
+        let mut net = Net {
+            config,
+            now: Millis(START),
+            nodes: BTreeMap::new(),
+            queue: VecDeque::new(),
+            cut: BTreeSet::new(),
+            trace: Vec::new(),
+        };
+        for n in names {
+            net.add(n);
+        }
+        let all: Vec<(&str, bool)> = names.iter().map(|n| (*n, true)).collect();
+        net.set_view_all(&all);
+        net
+    }
+
+    /// A fresh node (joined after every node already there); it sees everyone as eligible.
+    fn add(&mut self, name: &str) {
+        let joined = self.nodes.len() as u64 + 1;
+        let node = Node {
+            meta: Meta::new(id(name), self.config.clone(), self.now),
+            hlc: Hlc::new(id(name)),
+            joined,
+            view: Vec::new(),
+            persisted: Vec::new(),
+        };
+        self.nodes.insert(id(name), node);
+        let view: Vec<(NodeId, bool)> = self.nodes.keys().map(|k| (k.clone(), true)).collect();
+        self.nodes.get_mut(&id(name)).unwrap().view = view;
+    }
+
+    fn node(&self, n: &str) -> &Node {
+        &self.nodes[&id(n)]
+    }
+
+    fn node_mut(&mut self, n: &str) -> &mut Node {
+        self.nodes.get_mut(&id(n)).expect("known node")
+    }
+
+    fn meta(&self, n: &str) -> &Meta {
+        &self.node(n).meta
+    }
+
+    fn wall(&self) -> Millis {
+        Millis(WALL0 + self.now.0)
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now = self.now.plus(ms);
+    }
+
+    fn set_view(&mut self, n: &str, view: &[(&str, bool)]) {
+        self.node_mut(n).view = view.iter().map(|(m, e)| (id(m), *e)).collect();
+    }
+
+    fn set_view_all(&mut self, view: &[(&str, bool)]) {
+        let names: Vec<NodeId> = self.nodes.keys().cloned().collect();
+        for n in names {
+            self.set_view(n.as_str(), view);
+        }
+    }
+
+    fn link(a: &NodeId, b: &NodeId) -> (NodeId, NodeId) {
+        if a < b {
+            (a.clone(), b.clone())
+        } else {
+            (b.clone(), a.clone())
+        }
+    }
+
+    fn cut(&mut self, a: &str, b: &str) {
+        self.cut.insert(Net::link(&id(a), &id(b)));
+    }
+
+    fn heal(&mut self, a: &str, b: &str) {
+        self.cut.remove(&Net::link(&id(a), &id(b)));
+    }
+
+    fn candidates(&self, n: &str) -> Vec<Candidate> {
+        self.node(n)
+            .view
+            .iter()
+            .map(|(m, eligible)| Candidate { id: m.clone(), joined: self.nodes[m].joined, eligible: *eligible })
+            .collect()
+    }
+
+    fn tick(&mut self, n: &str) {
+        let members = self.candidates(n);
+        let (now, wall) = (self.now, self.wall());
+        self.node_mut(n).meta.handle_timeout(now, wall, members);
+        self.collect(&id(n));
+    }
+
+    fn tick_all(&mut self) {
+        let names: Vec<NodeId> = self.nodes.keys().cloned().collect();
+        for n in names {
+            self.tick(n.as_str());
+        }
+    }
+
+    /// Drain a node's outputs: sends join the network queue, writes are remembered.
+    fn collect(&mut self, n: &NodeId) {
+        let node = self.nodes.get_mut(n).expect("known node");
+        while let Some(o) = node.meta.poll_output() {
+            match o {
+                MetaOutput::Persist(p) => node.persisted.push(p),
+                MetaOutput::Send { to, method, target, body, purpose } => {
+                    self.queue.push_back(Msg { from: n.clone(), to, method, target, body, purpose })
+                }
+            }
+        }
+    }
+
+    fn setting(&mut self, n: &str, key: &str, value: Value) -> Record {
+        let wall = self.wall();
+        let version = self.node_mut(n).hlc.next(wall);
+        Record::Setting(Setting { key: key.into(), value, removed: false, version })
+    }
+
+    fn tombstone(&mut self, n: &str, key: &str) -> Record {
+        let wall = self.wall();
+        let version = self.node_mut(n).hlc.next(wall);
+        Record::Setting(Setting { key: key.into(), value: Value::Null, removed: true, version })
+    }
+
+    fn submit(&mut self, n: &str, rec: Record) {
+        let now = self.now;
+        self.node_mut(n).meta.submit(now, rec);
+        self.collect(&id(n));
+    }
+
+    /// The target answers a request (its own outputs join the queue).
+    fn answer(&mut self, m: &Msg) -> MetaReply {
+        let now = self.now;
+        let path = m.target.strip_prefix("/cluster/acn/").expect("an ACN target");
+        let (endpoint, query) = path.split_once('?').unwrap_or((path, ""));
+        let node = self.nodes.get_mut(&m.to).expect("known target");
+        let r = match endpoint {
+            "meta/lease" => node.meta.answer_lease(now, &m.from, &m.body),
+            "meta/append" => node.meta.answer_append(now, &m.from, &m.body, &mut node.hlc),
+            "meta/submit" => node.meta.answer_submit(now, &m.from, &m.body, &mut node.hlc),
+            "meta/log" => node.meta.answer_log(query),
+            "meta/snapshot" => node.meta.answer_snapshot(),
+            other => panic!("unexpected endpoint {other}"),
+        };
+        let expected_method = if matches!(endpoint, "meta/log" | "meta/snapshot") { "GET" } else { "POST" };
+        assert_eq!(m.method, expected_method, "{}", m.target);
+        self.collect(&m.to.clone());
+        r
+    }
+
+    /// The sender reads the answer to its request.
+    fn respond(&mut self, m: &Msg, result: Result<(u16, Vec<u8>), String>) {
+        let now = self.now;
+        let node = self.nodes.get_mut(&m.from).expect("known sender");
+        node.meta.on_response(now, &m.to, m.purpose.clone(), result, &mut node.hlc);
+        self.collect(&m.from.clone());
+    }
+
+    fn deliver(&mut self, m: Msg) {
+        let (status, reply) = if self.cut.contains(&Net::link(&m.from, &m.to)) {
+            self.respond(&m, Err("unreachable".into()));
+            (0, Value::Null)
+        } else {
+            let r = self.answer(&m);
+            self.respond(&m, Ok((r.status, serde_json::to_vec(&r.body).unwrap())));
+            (r.status, r.body)
+        };
+        self.trace.push(Delivery {
+            at: self.now,
+            from: m.from,
+            to: m.to,
+            target: m.target,
+            request: m.body,
+            status,
+            reply,
+        });
+    }
+
+    /// Deliver until nothing is in flight.
+    fn run(&mut self) {
+        for _ in 0..100_000 {
+            let Some(m) = self.queue.pop_front() else { return };
+            self.deliver(m);
+        }
+        panic!("the network never went quiet");
+    }
+
+    /// `n` rounds of: time passes by `step_ms`, every node ticks, the network settles.
+    fn rounds(&mut self, n: usize, step_ms: u64) {
+        for _ in 0..n {
+            self.advance(step_ms);
+            self.tick_all();
+            self.run();
+        }
+    }
+
+    /// Take the one queued request matching `pred` out of the queue.
+    fn take(&mut self, pred: impl Fn(&Msg) -> bool) -> Msg {
+        let hits: Vec<usize> = self.queue.iter().enumerate().filter(|(_, m)| pred(m)).map(|(i, _)| i).collect();
+        assert_eq!(hits.len(), 1, "exactly one matching request expected in {:#?}", self.queue);
+        self.queue.remove(hits[0]).unwrap()
+    }
+
+    fn queued(&self, pred: impl Fn(&Msg) -> bool) -> usize {
+        self.queue.iter().filter(|m| pred(m)).count()
+    }
+
+    fn trace_from(&self, mark: usize, from: &str, target_prefix: &str) -> Vec<Delivery> {
+        self.trace[mark..]
+            .iter()
+            .filter(|d| d.from == id(from) && d.target.starts_with(target_prefix))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A cluster whose first node claimed the lease; every follower took its first snapshot.
+fn cluster(names: &[&str], config: MetaConfig) -> Net {
+    let mut net = Net::new(names, config);
+    let now = net.now;
+    net.node_mut(names[0]).meta.allow_claim_now(now);
+    net.tick_all();
+    net.run();
+    let lease = Lease { holder: id(names[0]), term: Term(1) };
+    assert!(net.meta(names[0]).is_leader(net.now), "{} claims the lease", names[0]);
+    for n in &names[1..] {
+        assert_eq!(net.meta(n).known_lease(), Some(&lease), "{n} follows");
+        assert_eq!(net.meta(n).leader(net.now), Some(&lease));
+        assert_eq!(net.meta(n).snapshots_adopted(), 1, "{n} starts from the leader's snapshot");
+    }
+    net
+}
+
+fn small() -> MetaConfig {
+    MetaConfig { compact_every: 10, keep_entries: 20, page_max: 5, ..MetaConfig::default() }
+}
+
+fn setting_of(meta: &Meta, key: &str) -> Option<Setting> {
+    match meta.state().get(RecordKind::Setting, key) {
+        Some(Record::Setting(s)) => Some(s.clone()),
+        Some(other) => panic!("not a setting: {other:?}"),
+        None => None,
+    }
+}
+
+fn seqs(page: &Value) -> Vec<u64> {
+    page["entries"].as_array().expect("entries").iter().map(|e| e["seq"].as_u64().expect("seq")).collect()
+}
+
+fn after_of(target: &str) -> u64 {
+    target.split_once("after=").expect("after=").1.parse().expect("a number")
+}
+
+// ---- 1: a follower's submit ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Submit(kind, record)
+/// applies locally at once, then the leader assigns a sequence number and pushes the entry to
+/// online peers (meta/append). Followers submit through the leader (meta/submit) or queue in
+/// meta_pending"; reference-facts.md "Log entry": "leader seq=lastSeq+1, fan out meta/append".
+#[test]
+fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_pushed_and_dequeued_on_ack() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    // Some history first, so the follower's change does not get sequence number 1 by luck.
+    for i in 0..3 {
+        let r = net.setting("a", &format!("warm{i}"), json!(i));
+        net.submit("a", r);
+    }
+    net.run();
+    let before = net.meta("a").last_seq();
+    assert_eq!(before, LogIndex(3));
+    assert_eq!(net.meta("c").last_seq(), before);
+    net.node_mut("b").persisted.clear();
+
+    let rec = net.setting("b", "colour", json!("blue"));
+    net.submit("b", rec.clone());
+
+    // Applied locally at once and queued (persisted) as pending.
+    assert_eq!(net.meta("b").state().get(RecordKind::Setting, "colour"), Some(&rec));
+    assert_eq!(net.meta("b").pending_len(), 1);
+    assert!(net.node("b").persisted.iter().any(|p| matches!(p, MetaPersist::PutPending(q) if q.record == rec)));
+    // Sent to the leader, and only to the leader.
+    let m = net.take(|m| m.target == SUBMIT);
+    assert_eq!((m.from.as_str(), m.to.as_str(), m.method), ("b", "a", "POST"));
+    assert!(matches!(&m.purpose, MetaPurpose::Submit { ids } if ids.len() == 1));
+    assert!(net.queue.is_empty(), "nothing else is sent: {:?}", net.queue);
+    assert_eq!(setting_of(net.meta("a"), "colour"), None);
+
+    // The leader appends it with the next sequence number, origin b.
+    let reply = net.answer(&m);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(net.meta("a").last_seq(), LogIndex(before.0 + 1));
+    assert_eq!(net.meta("a").state().get(RecordKind::Setting, "colour"), Some(&rec));
+    let page = net.meta("a").answer_log(&format!("after={}", before.0)).body;
+    assert_eq!(seqs(&page), vec![before.0 + 1]);
+    assert_eq!(page["entries"][0]["origin"], json!("b"));
+    assert_eq!(page["entries"][0]["kind"], json!("setting"));
+    assert_eq!(page["entries"][0]["payload"]["key"], json!("colour"));
+
+    // Still pending until the follower reads the leader's acknowledgement.
+    assert_eq!(net.meta("b").pending_len(), 1);
+    net.respond(&m, Ok((reply.status, serde_json::to_vec(&reply.body).unwrap())));
+    assert_eq!(net.meta("b").pending_len(), 0);
+    assert!(net.node("b").persisted.iter().any(|p| matches!(p, MetaPersist::DeletePending(_))));
+
+    // The leader pushes the entry to the other follower (and to b).
+    let to_c = net.take(|m| m.target == APPEND && m.to == id("c"));
+    let body: Value = serde_json::from_slice(&to_c.body).unwrap();
+    assert_eq!(seqs(&body), vec![before.0 + 1]);
+    assert_eq!(setting_of(net.meta("c"), "colour"), None);
+    net.deliver(to_c);
+    net.run();
+    for n in ["a", "b", "c"] {
+        assert_eq!(net.meta(n).state().get(RecordKind::Setting, "colour"), Some(&rec), "{n}");
+        assert_eq!(net.meta(n).last_seq(), LogIndex(before.0 + 1), "{n}");
+        assert_eq!(net.meta(n).pending_len(), 0, "{n}");
+    }
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("c").state().digest(), net.meta("a").state().digest());
+}
+
+// ---- 2: no leader, then a leader; a 409 from a node that is not the leader ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Followers submit through
+/// the leader (meta/submit) or queue in meta_pending until one is reachable"; reference-facts.md
+/// "Log entry": "follower queues meta_pending, POST meta/submit (409 if not leader) retried 15 s"
+/// (here `submit_retry_ms`, set to 7 s so the test sees the configured value is used).
+#[test]
+fn a_submit_without_a_reachable_leader_stays_pending_and_drains_when_a_leader_appears_and_a_409_retries_later() {
+    let retry = 7_000;
+    let mut net = Net::new(&["a", "b"], MetaConfig { submit_retry_ms: retry, ..MetaConfig::default() });
+    net.tick_all();
+    net.run();
+    assert_eq!(net.meta("b").leader(net.now), None, "nobody claims inside the start grace");
+
+    let rec = net.setting("b", "early", json!(1));
+    net.submit("b", rec.clone());
+    assert_eq!(setting_of(net.meta("b"), "early").map(|s| s.value), Some(json!(1)));
+    assert_eq!(net.meta("b").pending_len(), 1);
+    assert!(net.queue.is_empty(), "no leader, nothing to send to: {:?}", net.queue);
+    for _ in 0..4 {
+        net.advance(5_000);
+        net.tick("b");
+        assert!(net.queue.is_empty());
+    }
+    assert_eq!(net.meta("b").pending_len(), 1);
+
+    // A leader appears: the pending change drains to it.
+    let now = net.now;
+    net.node_mut("a").meta.allow_claim_now(now);
+    net.tick("a");
+    net.run();
+    assert!(net.meta("a").is_leader(net.now));
+    assert_eq!(net.meta("b").pending_len(), 0);
+    assert_eq!(net.meta("a").state().get(RecordKind::Setting, "early"), Some(&rec));
+    assert_eq!(net.meta("a").last_seq(), LogIndex(1));
+    let submits = net.trace_from(0, "b", SUBMIT);
+    assert_eq!(submits.len(), 1);
+    assert_eq!(submits[0].status, 200);
+
+    // The node b believes to be the leader is not (an admin put it in maintenance): 409.
+    net.set_view("a", &[("a", false), ("b", true)]);
+    net.tick("a");
+    assert!(!net.meta("a").is_leader(net.now));
+    assert!(net.meta("b").leader(net.now).is_some(), "b still believes in a's lease");
+    let mark = net.trace.len();
+    let rec2 = net.setting("b", "late", json!(2));
+    net.submit("b", rec2.clone());
+    net.run();
+    let refused = net.trace_from(mark, "b", SUBMIT);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].status, 409);
+    assert_eq!(refused[0].reply["error"]["code"], json!("not_leader"));
+    assert_eq!(net.meta("b").pending_len(), 1, "re-queued");
+    assert_eq!(setting_of(net.meta("a"), "late"), None);
+
+    // a is back; b retries only once submit_retry_ms has passed.
+    net.set_view("a", &[("a", true), ("b", true)]);
+    net.tick("a");
+    net.run();
+    assert!(net.meta("a").is_leader(net.now));
+    let refused_at = net.now;
+    net.now = refused_at.plus(retry - 1);
+    net.tick("b");
+    assert_eq!(net.queued(|m| m.target == SUBMIT), 0, "no retry before submit_retry_ms");
+    net.now = refused_at.plus(retry);
+    net.tick("b");
+    assert_eq!(net.queued(|m| m.target == SUBMIT), 1, "retry at submit_retry_ms");
+    net.run();
+    assert_eq!(net.meta("b").pending_len(), 0);
+    assert_eq!(net.meta("a").state().get(RecordKind::Setting, "late"), Some(&rec2));
+    assert_eq!(net.meta("a").last_seq(), LogIndex(2));
+}
+
+// ---- 3: catch-up pages ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Gaps are filled by
+/// meta/log?after=N"; reference-facts.md "Log entry": "Catch-up GET meta/log?after=N <=500
+/// entries {entries,lastSeq,term}" (here `page_max: 5`).
+#[test]
+fn catch_up_reads_pages_of_at_most_page_max_entries_until_the_follower_holds_the_leaders_last_seq() {
+    let mut net = cluster(&["a", "b"], small());
+    for i in 0..2 {
+        let r = net.setting("a", &format!("early{i}"), json!(i));
+        net.submit("a", r);
+    }
+    net.run();
+    let s = net.meta("b").last_seq().0;
+    assert_eq!(s, 2);
+
+    // b drops out of a's member list; 23 changes are made meanwhile.
+    net.set_view("a", &[("a", true)]);
+    net.cut("a", "b");
+    net.tick("a");
+    for i in 0..23 {
+        let r = net.setting("a", &format!("k{i:02}"), json!(i));
+        net.submit("a", r);
+    }
+    net.run();
+    assert_eq!(net.meta("a").last_seq(), LogIndex(s + 23));
+    assert_eq!(net.meta("b").last_seq(), LogIndex(s));
+
+    // One page: at most page_max entries, starting right after N.
+    let page = net.meta("a").answer_log(&format!("after={s}"));
+    assert_eq!(page.status, 200);
+    assert_eq!(seqs(&page.body), (s + 1..=s + 5).collect::<Vec<_>>());
+    assert_eq!(page.body["lastSeq"], json!(s + 23));
+    assert_eq!(page.body["term"], json!(1));
+    let tail = net.meta("a").answer_log(&format!("after={}", s + 20));
+    assert_eq!(seqs(&tail.body), vec![s + 21, s + 22, s + 23]);
+    assert_eq!(seqs(&net.meta("a").answer_log(&format!("after={}", s + 23)).body), Vec::<u64>::new());
+
+    // b is back: it reads page after page until it holds the leader's last sequence number.
+    let mark = net.trace.len();
+    let adopted = net.meta("b").snapshots_adopted();
+    net.set_view("a", &[("a", true), ("b", true)]);
+    net.heal("a", "b");
+    net.rounds(1, 5_000);
+    let reads = net.trace_from(mark, "b", LOG);
+    let afters: Vec<u64> = reads.iter().map(|d| after_of(&d.target)).collect();
+    assert_eq!(afters, vec![s, s + 5, s + 10, s + 15, s + 20]);
+    for d in &reads {
+        let after = after_of(&d.target);
+        assert_eq!(d.status, 200);
+        assert_eq!(seqs(&d.reply), (after + 1..=(after + 5).min(s + 23)).collect::<Vec<_>>());
+    }
+    assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted, "pages, not a snapshot");
+    assert!(net.trace_from(mark, "b", SNAPSHOT).is_empty());
+}
+
+// ---- 4: a compacted range falls back to a snapshot ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "a compacted range or a
+/// new term triggers a full meta/snapshot"; reference-facts.md "Log entry": "410 if compacted;
+/// snapshot GET meta/snapshot {files,volumes,policies,jobs,settings,lastSeq,term}".
+#[test]
+fn a_catch_up_below_the_compaction_point_is_answered_410_and_the_follower_adopts_a_snapshot() {
+    let mut net = cluster(&["a", "b"], small());
+    net.set_view("a", &[("a", true)]);
+    net.cut("a", "b");
+    net.tick("a");
+    for i in 0..45 {
+        let r = net.setting("a", &format!("k{i:02}"), json!(i));
+        net.submit("a", r);
+    }
+    net.run();
+    assert_eq!(net.meta("a").last_seq(), LogIndex(45));
+    assert_eq!(net.meta("b").last_seq(), LogIndex(0));
+    // Compacted through 20 (at the 40th append, keeping 20).
+    assert_eq!(net.meta("a").answer_log("after=0").status, 410);
+    assert_eq!(net.meta("a").answer_log("after=19").status, 410);
+    assert_eq!(net.meta("a").answer_log("after=19").body["compactedThrough"], json!(20));
+    assert_eq!(seqs(&net.meta("a").answer_log("after=20").body), vec![21, 22, 23, 24, 25]);
+
+    let mark = net.trace.len();
+    let adopted = net.meta("b").snapshots_adopted();
+    net.set_view("a", &[("a", true), ("b", true)]);
+    net.heal("a", "b");
+    net.rounds(1, 5_000);
+    let reads = net.trace_from(mark, "b", LOG);
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!((after_of(&reads[0].target), reads[0].status), (0, 410));
+    let snaps = net.trace_from(mark, "b", SNAPSHOT);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0].status, 200);
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted + 1);
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("b").state().len(), 45);
+    assert_eq!(net.meta("b").last_seq(), LogIndex(45));
+
+    // And it follows the log again from there.
+    let r = net.setting("a", "after-snapshot", json!(true));
+    net.submit("a", r);
+    net.run();
+    assert_eq!(net.meta("b").last_seq(), LogIndex(46));
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted + 1);
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+}
+
+// ---- 5: compaction ----
+
+/// Spec: reference-facts.md "Log entry": "compaction every 1000 appends keep 10000" (here every
+/// 10 appends, keeping 20); cluster-runtime.md "Metadata store (ACMS)" → Persistence ("Reading
+/// the log back (meta/log, compaction) flushes first": compaction reaches the disk copy).
+#[test]
+fn every_compact_every_appends_the_log_keeps_only_keep_entries_and_deletes_the_rest_on_disk() {
+    let config = small();
+    let (every, keep) = (config.compact_every, config.keep_entries);
+    let mut net = cluster(&["a", "b"], config);
+    let mut deletions = Vec::new();
+    for i in 1..=45u64 {
+        net.node_mut("a").persisted.clear();
+        let r = net.setting("a", &format!("k{i:02}"), json!(i));
+        net.submit("a", r);
+        net.run();
+        let deleted: Vec<LogIndex> = net
+            .node("a")
+            .persisted
+            .iter()
+            .filter_map(|p| match p {
+                MetaPersist::DeleteEntriesThrough(s) => Some(*s),
+                _ => None,
+            })
+            .collect();
+        if i % every == 0 && i > keep {
+            assert_eq!(deleted, vec![LogIndex(i - keep)], "append {i}");
+            assert_eq!(net.meta("a").log_len() as u64, keep, "append {i}");
+            deletions.push(i);
+        } else {
+            assert!(deleted.is_empty(), "append {i}: {deleted:?}");
+        }
+        assert!(net.meta("a").log_len() as u64 <= keep + every - 1, "append {i}: {}", net.meta("a").log_len());
+        assert!(net.meta("b").log_len() as u64 <= keep + every - 1, "follower, append {i}");
+        assert_eq!(net.meta("b").last_seq(), LogIndex(i));
+    }
+    assert_eq!(deletions, vec![30, 40]);
+    assert_eq!(net.meta("a").log_len(), 25);
+    assert_eq!(net.meta("a").answer_log("after=19").status, 410);
+    assert_eq!(seqs(&net.meta("a").answer_log("after=20").body)[0], 21);
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+}
+
+// ---- 6: tombstones in a snapshot ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" (records "merge last-writer-wins on every
+/// node"; a snapshot is the full state); reference-facts.md "Log entry": "snapshot GET
+/// meta/snapshot {files,volumes,policies,jobs,settings,lastSeq,term}"; machine.rs: the snapshot
+/// "carries tombstones".
+#[test]
+fn a_snapshot_carries_tombstones_so_a_removed_setting_reaches_a_fresh_follower_as_removed() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let live = net.setting("a", "gone", json!("soon"));
+    net.submit("a", live);
+    let tomb = net.tombstone("a", "gone");
+    net.submit("a", tomb.clone());
+    // A later change, so the newest entry (the one an append would carry) is not the tombstone.
+    let other = net.setting("a", "other", json!(1));
+    net.submit("a", other);
+    net.run();
+    let snap = net.meta("a").answer_snapshot();
+    assert_eq!(snap.status, 200);
+    let settings = snap.body["settings"].as_array().unwrap();
+    let carried = settings.iter().find(|s| s["key"] == json!("gone")).expect("the tombstone is in the snapshot");
+    assert_eq!(carried["removed"], json!(true));
+
+    net.advance(1_000);
+    net.add("c");
+    net.set_view_all(&[("a", true), ("b", true), ("c", true)]);
+    net.rounds(1, 5_000);
+    assert_eq!(net.meta("c").snapshots_adopted(), 1);
+    let got = setting_of(net.meta("c"), "gone").expect("the removed setting is present, as a tombstone");
+    assert!(got.removed, "not live: {got:?}");
+    assert_eq!(Record::Setting(got), tomb);
+    assert_eq!(net.meta("c").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("c").last_seq(), net.meta("a").last_seq());
+}
+
+// ---- 7: the follower sends back what the snapshot lacks ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)": records "merge last-writer-wins on every node,
+/// so the store converges without a master"; machine.rs: "After a snapshot the follower sends
+/// back whatever it holds that the snapshot lacks, so changes acknowledged on the losing side of
+/// a partition are not lost"; reference-facts.md "Lease": "No quorum".
+#[test]
+fn after_a_snapshot_the_follower_sends_back_records_the_leader_lacks() {
+    let mut net = Net::new(&["a", "b"], MetaConfig::default());
+    // A partition: each side sees only itself and claims a lease of term 1.
+    net.cut("a", "b");
+    net.set_view("a", &[("a", true), ("b", false)]);
+    net.set_view("b", &[("a", false), ("b", true)]);
+    let now = net.now;
+    net.node_mut("a").meta.allow_claim_now(now);
+    net.node_mut("b").meta.allow_claim_now(now);
+    net.tick_all();
+    net.run();
+    assert!(net.meta("a").is_leader(net.now));
+    assert!(net.meta("b").is_leader(net.now));
+    let only_a = net.setting("a", "only-on-a", json!("a"));
+    net.submit("a", only_a.clone());
+    let only_b = net.setting("b", "only-on-b", json!("b"));
+    net.submit("b", only_b.clone());
+    net.run();
+    assert_eq!(net.meta("a").pending_len(), 0, "a appended it as leader: nothing pending");
+    assert_eq!(setting_of(net.meta("b"), "only-on-a"), None);
+
+    // Heal: (1, b) > (1, a), so b keeps the lease and a takes b's snapshot.
+    net.heal("a", "b");
+    net.set_view_all(&[("a", true), ("b", true)]);
+    let mark = net.trace.len();
+    net.rounds(4, 5_000);
+    assert!(net.meta("b").is_leader(net.now));
+    assert!(!net.meta("a").is_leader(net.now));
+    assert!(net.meta("a").snapshots_adopted() >= 1);
+    let snap_at = net.trace[mark..]
+        .iter()
+        .position(|d| d.from == id("a") && d.target == SNAPSHOT && d.status == 200)
+        .expect("a took b's snapshot");
+    let sent_back = net.trace[mark + snap_at..].iter().any(|d| {
+        d.from == id("a")
+            && d.target == SUBMIT
+            && d.status == 200
+            && String::from_utf8_lossy(&d.request).contains("only-on-a")
+    });
+    assert!(sent_back, "a submits its own record to b after the snapshot");
+    assert_eq!(net.meta("b").state().get(RecordKind::Setting, "only-on-a"), Some(&only_a));
+    assert_eq!(net.meta("a").state().get(RecordKind::Setting, "only-on-b"), Some(&only_b));
+    assert_eq!(net.meta("a").pending_len(), 0);
+    assert_eq!(net.meta("a").state().digest(), net.meta("b").state().digest());
+    assert_eq!(net.meta("a").last_seq(), net.meta("b").last_seq());
+}
+
+// ---- 8: an append from a lesser lease ----
+
+/// Spec: reference-facts.md "Lease": "accept higher term ... else 409 with own lease (pusher
+/// adopts if higher)"; cluster-runtime.md "Metadata store (ACMS)" → Leader lease: "every member
+/// accepts a lease with a higher term".
+#[test]
+fn an_append_under_a_lesser_lease_is_refused_with_409_naming_the_known_lease_and_the_old_leader_steps_down() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    // c, cut off from a, sees neither a nor b as eligible and claims term 2; b hears of it.
+    net.cut("a", "c");
+    net.set_view("c", &[("a", false), ("b", false), ("c", true)]);
+    let now = net.now;
+    net.node_mut("c").meta.allow_claim_now(now);
+    net.tick("c");
+    net.run();
+    let higher = Lease { holder: id("c"), term: Term(2) };
+    assert_eq!(net.meta("b").known_lease(), Some(&higher));
+    assert!(net.meta("a").is_leader(net.now), "a has not heard of it");
+
+    let rec = net.setting("a", "stale-leader-write", json!(1));
+    net.submit("a", rec);
+    let m = net.take(|m| m.target == APPEND && m.to == id("b"));
+    let reply = net.answer(&m);
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(reply.body["lease"], serde_json::to_value(&higher).unwrap());
+    assert_eq!(net.meta("b").known_lease(), Some(&higher), "b keeps the greater lease");
+    assert!(net.meta("a").is_leader(net.now));
+    net.respond(&m, Ok((reply.status, serde_json::to_vec(&reply.body).unwrap())));
+    assert!(!net.meta("a").is_leader(net.now), "a steps down on reading the 409");
+    assert_eq!(net.meta("a").known_lease(), Some(&higher));
+}
+
+// ---- 9: anti-entropy ----
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)": records "converge without a master";
+/// machine.rs: "Every lease push carries the leader's last sequence number and state digest; a
+/// follower that is caught up, has nothing pending and still differs exchanges snapshots
+/// (anti-entropy)", at most once per `anti_entropy_every_ms`.
+#[test]
+fn a_caught_up_follower_whose_digest_differs_requests_a_snapshot_on_a_lease_push_at_most_once_per_interval() {
+    let every = 60_000;
+    let mut net = cluster(&["a", "b"], MetaConfig { anti_entropy_every_ms: every, ..MetaConfig::default() });
+    let r = net.setting("a", "logged", json!(1));
+    net.submit("a", r);
+    net.run();
+    assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
+
+    // The leader holds a record its log never carried (read back from its disk copy).
+    let restore = |net: &mut Net, key: &str| {
+        let rec = net.setting("a", key, json!(key));
+        let node = net.node_mut("a");
+        node.meta.restore(MetaRestored { records: vec![rec], ..MetaRestored::default() }, &mut node.hlc);
+    };
+    restore(&mut net, "unlogged-1");
+    assert_ne!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("b").pending_len(), 0);
+
+    // The next lease push: b is caught up, has nothing pending, and differs → snapshot.
+    let mark = net.trace.len();
+    let adopted = net.meta("b").snapshots_adopted();
+    let mut pushed_at = None;
+    for _ in 0..4 {
+        net.rounds(1, 5_000);
+        if let Some(p) = net.trace_from(mark, "a", LEASE).first() {
+            pushed_at = Some(p.at);
+            break;
+        }
+    }
+    let first = pushed_at.expect("a renews its lease within 10 s");
+    let snaps = net.trace_from(mark, "b", SNAPSHOT);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0].at, first, "requested on that very push");
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted + 1);
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert!(setting_of(net.meta("b"), "unlogged-1").is_some());
+
+    // Differ again: pushes inside the interval do not ask; the first push after it does.
+    restore(&mut net, "unlogged-2");
+    let mark = net.trace.len();
+    while net.now.since(first) < every + 10_000 {
+        net.rounds(1, 5_000);
+    }
+    let pushes = net.trace_from(mark, "a", LEASE);
+    let snaps = net.trace_from(mark, "b", SNAPSHOT);
+    let inside: Vec<Millis> = pushes.iter().map(|p| p.at).filter(|t| t.since(first) < every).collect();
+    assert!(inside.len() >= 4, "several pushes inside the interval: {inside:?}");
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let due = pushes.iter().map(|p| p.at).find(|t| t.since(first) >= every).expect("a push after the interval");
+    assert_eq!(snaps[0].at, due, "the first push once anti_entropy_every_ms has passed");
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted + 2);
+}
+
+// ---- 10: malformed bodies ----
+
+/// What must not move when a request is refused as malformed.
+fn fingerprint(meta: &Meta) -> (String, LogIndex, Option<Lease>, usize, usize) {
+    (meta.state().digest(), meta.last_seq(), meta.known_lease().cloned(), meta.pending_len(), meta.log_len())
+}
+
+/// A leader `a` with one entry, a follower `b`, and a valid body of each kind (from real traffic).
+fn malformed_fixture() -> (Net, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let r = net.setting("b", "k", json!(1));
+    net.submit("b", r);
+    let submit = net.queue.iter().find(|m| m.target == SUBMIT).unwrap().body.clone();
+    net.run();
+    let r = net.setting("a", "k2", json!(2));
+    net.submit("a", r);
+    let append = net.queue.iter().find(|m| m.target == APPEND).unwrap().body.clone();
+    net.run();
+    net.advance(10_000);
+    net.tick("a");
+    let lease = net.queue.iter().find(|m| m.target == LEASE).unwrap().body.clone();
+    net.run();
+    (net, lease, append, submit)
+}
+
+/// Feed `body` to every body-taking answer as `a` → `b` (lease, append) and `b` → `a` (submit at
+/// the leader); returns the statuses. Nothing may change and nothing may be sent.
+fn feed(net: &mut Net, body: &[u8]) -> [u16; 3] {
+    let now = net.now;
+    let (fa, fb) = (fingerprint(net.meta("a")), fingerprint(net.meta("b")));
+    let lease = net.node_mut("b").meta.answer_lease(now, &id("a"), body).status;
+    let node = net.node_mut("b");
+    let append = node.meta.answer_append(now, &id("a"), body, &mut node.hlc).status;
+    let node = net.node_mut("a");
+    let submit = node.meta.answer_submit(now, &id("b"), body, &mut node.hlc).status;
+    assert_eq!(fingerprint(net.meta("a")), fa);
+    assert_eq!(fingerprint(net.meta("b")), fb);
+    net.collect(&id("a"));
+    net.collect(&id("b"));
+    assert!(net.queue.is_empty(), "a refused request sends nothing: {:?}", net.queue);
+    [lease, append, submit]
+}
+
+/// Spec: cluster-runtime.md "Metadata store (ACMS)" (meta/lease, meta/append, meta/submit,
+/// meta/log, meta/snapshot are answered to peers); machine.rs: malformed bodies are answered
+/// 400 `bad_body`; a handler never panics on what a peer sends.
+#[test]
+fn malformed_bodies_and_queries_to_every_answer_are_refused_with_400_and_change_nothing() {
+    let (mut net, lease, append, submit) = malformed_fixture();
+    let a_lease = json!({"holder": "a", "term": 1});
+    let all = [400, 400, 400];
+    // A well-formed lease body with a malformed append part is still a good lease push.
+    let not_append = [200, 400, 400];
+    let cases: Vec<(Vec<u8>, [u16; 3])> = vec![
+        (b"".to_vec(), all),
+        (b"not json".to_vec(), all),
+        (b"\xff\xfe\x00".to_vec(), all),
+        (b"null".to_vec(), all),
+        (b"[]".to_vec(), all),
+        (b"{}".to_vec(), all),
+        (b"42".to_vec(), all),
+        (b"\"lease\"".to_vec(), all),
+        (json!({"lease": null}).to_string().into_bytes(), all),
+        (json!({"lease": {"holder": "a"}}).to_string().into_bytes(), all),
+        (json!({"lease": {"holder": "a", "term": -1}}).to_string().into_bytes(), all),
+        (json!({"lease": {"holder": "a", "term": "1"}}).to_string().into_bytes(), all),
+        (json!({"lease": {"holder": 7, "term": 1}}).to_string().into_bytes(), all),
+        (json!({"lease": a_lease, "entries": [], "lastSeq": "one"}).to_string().into_bytes(), all),
+        (json!({"lease": a_lease, "entries": "x", "lastSeq": 1}).to_string().into_bytes(), not_append),
+        (json!({"lease": a_lease, "entries": [{"seq": 1}], "lastSeq": 1}).to_string().into_bytes(), not_append),
+        (json!({"lease": a_lease, "lastSeq": 1}).to_string().into_bytes(), not_append),
+        (json!({"records": 5}).to_string().into_bytes(), all),
+        (json!({"records": [{"kind": "nope", "payload": {}}]}).to_string().into_bytes(), all),
+        (json!({"records": [{"kind": "setting", "payload": {"key": 1}}]}).to_string().into_bytes(), all),
+        (lease[..lease.len() - 1].to_vec(), all),
+        (append[..append.len() / 2].to_vec(), all),
+        (submit[..submit.len() - 1].to_vec(), all),
+    ];
+    for (body, expected) in &cases {
+        let statuses = feed(&mut net, body);
+        assert_eq!(&statuses, expected, "{}", String::from_utf8_lossy(body));
+    }
+    // Well-formed, but pushed by a node that does not hold the lease it carries.
+    let now = net.now;
+    let forged = net.node_mut("b").meta.answer_lease(now, &id("c"), &lease);
+    assert_eq!(forged.status, 400);
+    let node = net.node_mut("b");
+    assert_eq!(node.meta.answer_append(now, &id("c"), &append, &mut node.hlc).status, 400);
+    // Bodies carry an error code.
+    let r = net.node_mut("b").meta.answer_lease(now, &id("a"), b"{");
+    assert_eq!(r.body["error"]["code"], json!("bad_body"));
+
+    // meta/log: a malformed `after` is a 400; no query, or any number, is a page or a 410.
+    for q in ["after=", "after=abc", "after=-1", "after=1.5", "after=0x10", "after=99999999999999999999"] {
+        assert_eq!(net.meta("a").answer_log(q).status, 400, "{q}");
+    }
+    let queries =
+        [("", 0), ("x=1", 0), ("after=0", 0), ("x=y&after=1", 1), ("after=18446744073709551614", u64::MAX - 1)];
+    for (q, after) in queries.into_iter().chain([("after=18446744073709551615", u64::MAX)]) {
+        let r = net.meta("a").answer_log(q);
+        assert_eq!(r.status, 200, "{q}");
+        assert!(seqs(&r.body).iter().all(|s| *s > after), "{q}: {}", r.body);
+    }
+    assert!(seqs(&net.meta("a").answer_log("after=18446744073709551615").body).is_empty());
+    // meta/snapshot takes no body and always answers.
+    assert_eq!(net.meta("a").answer_snapshot().status, 200);
+    assert_eq!(net.meta("b").answer_snapshot().status, 200);
+}
+
+fn purposes() -> Vec<MetaPurpose> {
+    vec![
+        MetaPurpose::LeasePush,
+        MetaPurpose::Append { through: LogIndex(1) },
+        MetaPurpose::Submit { ids: vec![1] },
+        MetaPurpose::CatchUp,
+        MetaPurpose::Snapshot,
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Spec: as above; random bytes, and every strict prefix of a real body (never valid JSON),
+    /// are refused with 400 by meta/lease, meta/append and meta/submit, and change nothing.
+    #[test]
+    fn random_or_truncated_bodies_are_refused_with_400(
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        cut in any::<usize>(),
+    ) {
+        let (mut net, lease, append, submit) = malformed_fixture();
+        prop_assert_eq!(feed(&mut net, &bytes), [400, 400, 400]);
+        for body in [&lease, &append, &submit] {
+            let prefix = &body[..cut % body.len()];
+            prop_assert_eq!(feed(&mut net, prefix), [400, 400, 400]);
+        }
+    }
+
+    /// meta/log never panics on a query, and answers a page, a 410 or a 400.
+    #[test]
+    fn any_log_query_is_answered_without_panicking(q in "\\PC{0,24}", n in any::<u64>()) {
+        let (net, _, _, _) = malformed_fixture();
+        let r = net.meta("a").answer_log(&q);
+        prop_assert!(matches!(r.status, 200 | 400 | 410), "{} {}", q, r.status);
+        let r = net.meta("a").answer_log(&format!("after={n}"));
+        prop_assert_eq!(r.status, 200);
+    }
+
+    /// The requester side: any answer, garbage included, to any request is read without panicking.
+    #[test]
+    fn any_answer_to_any_request_is_read_without_panicking(
+        bytes in proptest::collection::vec(any::<u8>(), 0..200),
+        status in prop::sample::select(vec![0u16, 200, 400, 409, 410, 500]),
+    ) {
+        let (mut net, _, _, _) = malformed_fixture();
+        let now = net.now;
+        for p in purposes() {
+            for n in ["a", "b"] {
+                let node = net.node_mut(n);
+                node.meta.on_response(now, &id("a"), p.clone(), Ok((status, bytes.clone())), &mut node.hlc);
+                node.meta.on_response(now, &id("b"), p.clone(), Err("reset".into()), &mut node.hlc);
+            }
+        }
+        net.collect(&id("a"));
+        net.collect(&id("b"));
+    }
+}

@@ -1,0 +1,296 @@
+//! The replication planner (spec: cluster-runtime.md "Replication"; reference-facts.md
+//! "Planner", weaknesses 5 and 11).
+
+use shoal_core::hlc::Version;
+use shoal_core::membership::NodeState;
+use shoal_core::meta::records::{FileRecord, Location, LocationState, Policy, Record, Volume};
+use shoal_core::meta::state::MetaState;
+use shoal_core::storage::planner::{plan, Action, Backoff, InFlight, NodeView, Plan, PlanInput, PlannerConfig, Reason};
+use shoal_core::{FileId, NodeId, VolumeId};
+use std::collections::BTreeMap;
+
+const G: u64 = 1 << 30;
+
+fn v(n: u64) -> Version {
+    Version { wall_ms: n, counter: 0, node: NodeId::new("x") }
+}
+
+struct World {
+    state: MetaState,
+    nodes: BTreeMap<NodeId, NodeView>,
+    in_flight: Vec<InFlight>,
+    backoff: BTreeMap<FileId, Backoff>,
+}
+
+impl World {
+    /// `n` nodes `n0..`, each with one volume `v0..` of 1 TiB with `free` bytes free.
+    fn new(n: usize, free: u64) -> World {
+        let mut state = MetaState::new();
+        let mut nodes = BTreeMap::new();
+        for i in 0..n {
+            nodes.insert(NodeId::new(format!("n{i}")), NodeView { state: NodeState::Online, offline_for_ms: 0 });
+            state.apply(&Record::Volume(volume(i, free)));
+        }
+        World { state, nodes, in_flight: Vec::new(), backoff: BTreeMap::new() }
+    }
+
+    fn policy(&mut self, folder: &str, replicas: u32) {
+        self.state.apply(&Record::Policy(Policy { folder: folder.into(), replicas, removed: false, version: v(1) }));
+    }
+
+    fn file(&mut self, path: &str, copies: &[(usize, LocationState)]) {
+        let locations = copies
+            .iter()
+            .map(|(i, st)| Location {
+                volume_id: VolumeId::new(format!("v{i}")),
+                node_id: NodeId::new(format!("n{i}")),
+                state: *st,
+                checksum: "c".into(),
+                updated: v(2),
+            })
+            .collect();
+        let f = FileRecord {
+            id: FileId::new(format!("id-{path}")),
+            path: path.into(),
+            is_dir: false,
+            size: G,
+            mod_time: 0,
+            checksum: "c".into(),
+            owner: String::new(),
+            primary: Some(VolumeId::new(format!("v{}", copies.first().map_or(0, |c| c.0)))),
+            locations,
+            replicas: 0,
+            removed: false,
+            version: v(2),
+        };
+        self.state.apply(&Record::File(f));
+    }
+
+    fn set_node(&mut self, i: usize, state: NodeState, offline_for_ms: u64) {
+        self.nodes.insert(NodeId::new(format!("n{i}")), NodeView { state, offline_for_ms });
+    }
+
+    fn set_volume(&mut self, i: usize, f: impl FnOnce(&mut Volume)) {
+        let mut vol = volume(i, 0);
+        if let Some(Record::Volume(cur)) =
+            self.state.get(shoal_core::meta::records::RecordKind::Volume, &format!("v{i}"))
+        {
+            vol = cur.clone();
+        }
+        f(&mut vol);
+        vol.version = Version { wall_ms: vol.version.wall_ms + 1, ..vol.version.clone() };
+        vol.usage_version = Version { wall_ms: vol.usage_version.wall_ms + 1, ..vol.usage_version.clone() };
+        self.state.apply(&Record::Volume(vol));
+    }
+
+    fn plan(&self) -> Plan {
+        let input =
+            PlanInput { now_ms: 1_000_000, nodes: &self.nodes, in_flight: &self.in_flight, backoff: &self.backoff };
+        plan(&self.state, &input, &PlannerConfig::default())
+    }
+}
+
+fn volume(i: usize, free: u64) -> Volume {
+    Volume {
+        id: VolumeId::new(format!("v{i}")),
+        node_id: NodeId::new(format!("n{i}")),
+        name: String::new(),
+        fsh_uuid: String::new(),
+        subpath: String::new(),
+        read_only: false,
+        evacuating: false,
+        removed: false,
+        version: v(1),
+        capacity: 1 << 40,
+        free,
+        low_space: false,
+        usage_version: v(1),
+    }
+}
+
+use LocationState::{Committed, Stale, Verified};
+
+fn pull_target(p: &Plan) -> Vec<(String, Reason)> {
+    p.tasks
+        .iter()
+        .filter_map(|t| match &t.action {
+            Action::Pull { target_node, .. } => Some((target_node.to_string(), t.reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn drops(p: &Plan) -> Vec<(String, Reason)> {
+    p.tasks
+        .iter()
+        .filter_map(|t| match &t.action {
+            Action::Drop { volume, .. } => Some((volume.to_string(), t.reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Under-replicated files get one pull task to the roomiest node without a copy.
+#[test]
+fn an_under_replicated_file_gets_one_pull_to_the_roomiest_other_node() {
+    let mut w = World::new(3, 100 * G);
+    w.set_volume(2, |v| v.free = 500 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed)]);
+    let p = w.plan();
+    assert_eq!(pull_target(&p), vec![("n2".to_string(), Reason::Replica)]);
+    assert_eq!(p.stats.under, 1);
+}
+
+/// A stale copy is repaired in place.
+#[test]
+fn a_stale_copy_is_repaired_in_place() {
+    let mut w = World::new(3, 100 * G);
+    w.set_volume(2, |v| v.free = 500 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Verified), (1, Stale)]);
+    assert_eq!(pull_target(&w.plan()), vec![("n1".to_string(), Reason::Repair)]);
+}
+
+/// Weakness 11: a node briefly UNKNOWN (or OFFLINE for less than 10 minutes) causes no extra copy;
+/// after 10 minutes OFFLINE its copies turn stale (never deleted) and are replaced.
+#[test]
+fn a_briefly_absent_node_causes_no_extra_copy_but_ten_minutes_offline_turns_stale() {
+    let mut w = World::new(3, 100 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed), (1, Committed)]);
+    w.set_node(1, NodeState::Unknown, 0);
+    assert!(w.plan().tasks.is_empty());
+    w.set_node(1, NodeState::Offline, 9 * 60_000);
+    assert!(w.plan().tasks.is_empty());
+    w.set_node(1, NodeState::Offline, 10 * 60_000);
+    let p = w.plan();
+    assert_eq!(p.mark_stale.len(), 1);
+    assert_eq!(p.mark_stale[0].node.as_str(), "n1");
+    assert_eq!(pull_target(&p), vec![("n2".to_string(), Reason::Replica)]);
+    assert!(drops(&p).is_empty(), "a stale copy is never deleted by the planner");
+}
+
+/// Over-replicated files drop the copy on the fullest non-primary volume.
+#[test]
+fn an_over_replicated_file_drops_the_copy_on_the_fullest_non_primary_volume() {
+    let mut w = World::new(4, 100 * G);
+    w.set_volume(0, |v| v.free = G); // fullest, but primary
+    w.set_volume(2, |v| v.free = 10 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed), (1, Committed), (2, Committed)]);
+    assert_eq!(drops(&w.plan()), vec![("v2".to_string(), Reason::Drop)]);
+    // With a copy on an UNKNOWN node, only usable copies count toward dropping.
+    w.set_node(1, NodeState::Unknown, 0);
+    assert!(drops(&w.plan()).is_empty());
+}
+
+/// Evacuation: first a copy elsewhere, then the evacuating copy is dropped; a DRAINING node too.
+#[test]
+fn evacuating_volumes_and_draining_nodes_are_emptied_copy_first() {
+    let mut w = World::new(3, 100 * G);
+    w.policy("/", 1);
+    w.set_volume(0, |v| v.evacuating = true);
+    w.file("/a", &[(0, Committed)]);
+    assert_eq!(pull_target(&w.plan()).len(), 1);
+    assert_eq!(w.plan().tasks[0].reason, Reason::Evacuate);
+    w.file("/a", &[(0, Committed), (2, Committed)]);
+    assert_eq!(drops(&w.plan()), vec![("v0".to_string(), Reason::Evacuate)]);
+
+    let mut d = World::new(3, 100 * G);
+    d.policy("/", 1);
+    d.set_node(1, NodeState::Draining, 0);
+    d.file("/b", &[(1, Committed)]);
+    let p = d.plan();
+    assert_eq!(p.tasks.len(), 1);
+    assert!(
+        matches!(&p.tasks[0].action, Action::Pull { source_node, .. } if source_node.as_str() == "n1"),
+        "a draining node still serves reads"
+    );
+}
+
+/// A copy is never deleted while it is the only healthy one.
+#[test]
+fn the_only_healthy_copy_is_never_dropped_even_when_evacuating_with_no_target() {
+    let mut w = World::new(1, 100 * G);
+    w.policy("/", 1);
+    w.set_volume(0, |v| v.evacuating = true);
+    w.file("/a", &[(0, Committed)]);
+    let p = w.plan();
+    assert!(p.tasks.is_empty());
+    assert_eq!(p.stats.no_target, 1);
+}
+
+/// A full volume takes no new copy; copies on removed volumes are forgotten.
+#[test]
+fn a_full_volume_takes_nothing_and_gone_volumes_are_forgotten() {
+    let mut w = World::new(3, 100 * G);
+    w.set_volume(1, |v| v.free = G); // less than size + 10 % + 64 MiB
+    w.set_volume(2, |v| v.removed = true);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed), (2, Committed)]);
+    let p = w.plan();
+    assert_eq!(p.forget.len(), 1);
+    assert!(p.tasks.is_empty());
+    assert_eq!(p.stats.no_target, 1);
+}
+
+/// Limits: 4 tasks per node, 16 in flight in all, one task per file.
+#[test]
+fn tasks_are_limited_per_node_and_in_total() {
+    let mut w = World::new(2, 10_000 * G);
+    w.policy("/", 2);
+    for i in 0..10 {
+        w.file(&format!("/f{i}"), &[(0, Committed)]);
+    }
+    assert_eq!(w.plan().tasks.len(), 4, "only n1 can take copies: 4 per node");
+    let mut w = World::new(10, 10_000 * G);
+    w.policy("/", 2);
+    for i in 0..40 {
+        w.file(&format!("/f{i:02}"), &[(0, Committed)]);
+    }
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 16);
+    assert_eq!(p.stats.deferred, 24);
+    w.in_flight = vec![InFlight { file: FileId::new("id-/f00"), node: NodeId::new("n1") }];
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 15);
+    assert!(p.tasks.iter().all(|t| t.path != "/f00"));
+}
+
+/// Weakness 5: backoff escalates 30 s, 60 s, 120 s, 240 s, then 1 h, and a file waiting on it
+/// gets no task.
+#[test]
+fn backoff_really_escalates_and_holds_the_file_back() {
+    let cfg = PlannerConfig::default();
+    let mut b: Option<Backoff> = None;
+    let mut delays = Vec::new();
+    for _ in 0..6 {
+        let next = Backoff::after_failure(b.as_ref(), 0, &cfg);
+        delays.push(next.next_at_ms);
+        b = Some(next);
+    }
+    assert_eq!(delays, vec![30_000, 60_000, 120_000, 240_000, 3_600_000, 3_600_000]);
+    let mut w = World::new(2, 100 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed)]);
+    w.backoff.insert(FileId::new("id-/a"), Backoff { attempts: 2, next_at_ms: 2_000_000 });
+    let p = w.plan();
+    assert!(p.tasks.is_empty());
+    assert_eq!(p.stats.waiting_backoff, 1);
+    w.backoff.insert(FileId::new("id-/a"), Backoff { attempts: 2, next_at_ms: 999_999 });
+    assert_eq!(w.plan().tasks.len(), 1);
+}
+
+/// The nearest folder policy decides; a file's own count overrides it.
+#[test]
+fn the_nearest_folder_policy_decides_the_copy_count() {
+    let mut w = World::new(4, 100 * G);
+    w.policy("/", 1);
+    w.policy("/photos", 3);
+    w.file("/photos/x.jpg", &[(0, Committed)]);
+    w.file("/docs/y.txt", &[(0, Committed)]);
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 1);
+    assert_eq!(p.tasks[0].path, "/photos/x.jpg");
+}
