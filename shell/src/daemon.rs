@@ -95,16 +95,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<E: Env> Shared<E> {
     /// Run `f` on the node at the current time, then carry out what it asked for.
     pub fn with_node<R>(self: &Arc<Self>, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
+        let mono = self.env.monotonic();
         let now = self.env.now();
-        let r = f(&mut lock(&self.node), now);
+        let r = {
+            let mut node = lock(&self.node);
+            node.observe_monotonic(mono);
+            f(&mut node, now)
+        };
         self.pump();
         r
     }
 
     /// Read the node without producing outputs.
     pub fn read_node<R>(&self, f: impl FnOnce(&Node, Millis) -> R) -> R {
+        let mono = self.env.monotonic();
         let now = self.env.now();
-        f(&lock(&self.node), now)
+        let mut node = lock(&self.node);
+        node.observe_monotonic(mono);
+        f(&node, now)
     }
 
     /// Drain the node's outputs and carry them out.
@@ -276,6 +284,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     };
     let config = NodeConfig { membership: opts.membership.clone(), meta: opts.meta.clone() };
     let mut node = Node::new(ident.id.clone(), ident.key.clone(), env.seed(), config, me);
+    node.observe_monotonic(env.monotonic());
     if !opts.disable_cluster {
         node.restore(now, restored);
     }
@@ -327,6 +336,7 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
         let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
         let deadline = {
             let mut node = lock(&shared.node);
+            node.observe_monotonic(shared.env.monotonic());
             if let Some(h) = health {
                 node.handle(now, Input::Health(h));
                 next_health = now.plus(node.config().membership.heartbeat_interval_ms);

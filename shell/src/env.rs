@@ -24,9 +24,12 @@ pub trait Net: Clone + Send + Sync + 'static {
     fn bind(&self, host_port: String) -> impl Future<Output = io::Result<Self::Listener>> + Send;
 }
 
-/// The node's wall clock. The core is handed `now` from here and nowhere else.
+/// The node's clocks. The core is handed time from here and nowhere else.
 pub trait Clock: Clone + Send + Sync + 'static {
+    /// Wall clock, unix ms (signatures, versions, tokens).
     fn now(&self) -> Millis;
+    /// A monotonic clock with any origin (liveness, leases, timers); never steps.
+    fn monotonic(&self) -> Millis;
 }
 
 /// What the host offers and how it is doing, plus the seed of the node's RNG.
@@ -66,6 +69,12 @@ impl Clock for TokioEnv {
     fn now(&self) -> Millis {
         let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Millis(d.as_millis() as u64)
+    }
+
+    fn monotonic(&self) -> Millis {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let origin = ORIGIN.get_or_init(std::time::Instant::now);
+        Millis(origin.elapsed().as_millis() as u64)
     }
 }
 

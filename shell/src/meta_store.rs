@@ -306,7 +306,7 @@ fn encode_row(b: &Buffer) -> Result<Vec<u8>, MetaStoreError> {
     Ok(out)
 }
 
-fn put_len(out: &mut Vec<u8>, at: usize, len: usize, what: impl FnOnce() -> String) -> Result<(), MetaStoreError> {
+fn put_len(out: &mut [u8], at: usize, len: usize, what: impl FnOnce() -> String) -> Result<(), MetaStoreError> {
     let len = u32::try_from(len).map_err(|_| MetaStoreError::Encode(what(), format!("{len} bytes is too long")))?;
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
@@ -1451,5 +1451,438 @@ mod tests {
         flusher.await.unwrap();
         assert_eq!(meta.buffered(), 0);
         assert_eq!(keys(&meta.load().unwrap().records), vec!["a", "b", "c"]);
+    }
+
+    /// What the tables would hold if every op were applied one by one, in order, with no
+    /// buffer and no journal.
+    #[derive(Default)]
+    struct Model {
+        records: BTreeMap<String, Record>,
+        entries: BTreeMap<u64, Entry>,
+        pending: BTreeMap<u64, Pending>,
+        log_meta: Option<LogMeta>,
+    }
+
+    impl Model {
+        fn apply(&mut self, op: &MetaPersist) {
+            match op {
+                MetaPersist::PutRecord(r) => {
+                    self.records.insert(record_row_key(r.kind(), &r.key()), r.clone());
+                }
+                MetaPersist::DeleteRecord((kind, key)) => {
+                    self.records.remove(&record_row_key(*kind, key));
+                }
+                MetaPersist::PutEntry(e) => {
+                    self.entries.insert(e.seq.0, e.clone());
+                }
+                MetaPersist::DeleteEntriesThrough(n) => self.entries.retain(|seq, _| *seq > n.0),
+                MetaPersist::PutPending(p) => {
+                    self.pending.insert(p.id, p.clone());
+                }
+                MetaPersist::DeletePending(id) => {
+                    self.pending.remove(id);
+                }
+                MetaPersist::PutLogMeta(m) => self.log_meta = Some(m.clone()),
+                MetaPersist::Clear => *self = Model::default(),
+            }
+        }
+
+        fn loaded(&self) -> MetaLoaded {
+            MetaLoaded {
+                records: self.records.values().cloned().collect(),
+                entries: self.entries.values().cloned().collect(),
+                pending: self.pending.values().cloned().collect(),
+                log_meta: self.log_meta.clone(),
+            }
+        }
+
+        fn entries_after(&self, after: u64, limit: usize) -> Vec<Entry> {
+            self.entries.range((Bound::Excluded(after), Bound::Unbounded)).take(limit).map(|(_, e)| e.clone()).collect()
+        }
+    }
+
+    /// A deterministic mix of every op but `Clear`: puts and deletes over few keys (so batches
+    /// and journal rows overwrite each other), entries mostly appended but some rewritten below
+    /// a compaction, compactions, pending submits, log meta.
+    struct Ops {
+        state: u64,
+        next_seq: u64,
+    }
+
+    impl Ops {
+        fn new(seed: u64) -> Ops {
+            Ops { state: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, next_seq: 1 }
+        }
+
+        fn rand(&mut self, below: u64) -> u64 {
+            // xorshift64*
+            self.state ^= self.state >> 12;
+            self.state ^= self.state << 25;
+            self.state ^= self.state >> 27;
+            self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) % below
+        }
+
+        fn batch(&mut self, n: usize) -> Vec<MetaPersist> {
+            (0..n).map(|_| self.op()).collect()
+        }
+
+        fn op(&mut self) -> MetaPersist {
+            let value = self.rand(1000);
+            match self.rand(20) {
+                0..=6 => put(&format!("k{:02}", self.rand(40)), value),
+                7..=8 => del(&format!("k{:02}", self.rand(40))),
+                9..=12 => {
+                    self.next_seq += 1;
+                    MetaPersist::PutEntry(entry(self.next_seq))
+                }
+                13 => MetaPersist::PutEntry(entry(1 + self.rand(self.next_seq))),
+                14 => MetaPersist::DeleteEntriesThrough(LogIndex(self.rand(self.next_seq + 1))),
+                15..=16 => MetaPersist::PutPending(pending(self.rand(15))),
+                17 => MetaPersist::DeletePending(self.rand(15)),
+                _ => MetaPersist::PutLogMeta(log_meta(value)),
+            }
+        }
+    }
+
+    fn table_len<K: redb::Key + 'static>(meta: &MetaStore, def: TableDefinition<K, &[u8]>) -> u64 {
+        meta.db.begin_read().unwrap().open_table(def).unwrap().len().unwrap()
+    }
+
+    fn journal_rows_on_disk(meta: &MetaStore) -> u64 {
+        table_len(meta, JOURNAL)
+    }
+
+    /// Every way of reading back agrees with the model.
+    fn assert_reads(meta: &MetaStore, model: &Model) {
+        let want = model.loaded();
+        assert_eq!(meta.load().unwrap(), want);
+        let last = model.entries.keys().next_back().copied().unwrap_or(0);
+        for after in [0, 1, last / 3, last / 2, last.saturating_sub(2), last, u64::MAX] {
+            for limit in [1, 3, 1000] {
+                assert_eq!(
+                    meta.entries_after(after, limit).unwrap(),
+                    model.entries_after(after, limit),
+                    "{after} {limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_journal_row_round_trips_the_batch() {
+        let b = buffer(vec![
+            MetaPersist::DeleteEntriesThrough(LogIndex(3)),
+            put("a", 1),
+            del("b"),
+            MetaPersist::PutEntry(entry(4)),
+            MetaPersist::PutPending(pending(1)),
+            MetaPersist::DeletePending(2),
+            MetaPersist::PutLogMeta(log_meta(4)),
+        ]);
+        let bytes = encode_row(&b).unwrap();
+        assert_eq!(row_ops(9, &bytes).unwrap(), 7);
+        let mut o = Overlay::default();
+        assert_eq!(replay_row(&mut o, 9, &bytes).unwrap(), 7);
+        assert!(!o.clear);
+        assert_eq!(o.delete_entries_through, Some(3));
+        let json = |r: &Option<Raw>| r.map(|r| (r.row, r.bytes.to_vec()));
+        assert_eq!(json(&o.records["setting/a"]), Some((9, serde_json::to_vec(&setting("a", 1)).unwrap())));
+        assert_eq!(json(&o.records["setting/b"]), None);
+        assert_eq!(o.entries[&4].bytes, serde_json::to_vec(&entry(4)).unwrap().as_slice());
+        assert_eq!(json(&o.pending[&1]), Some((9, serde_json::to_vec(&pending(1)).unwrap())));
+        assert_eq!(json(&o.pending[&2]), None);
+        assert_eq!(o.log_meta.unwrap().bytes, serde_json::to_vec(&log_meta(4)).unwrap().as_slice());
+
+        // A `Clear` in a later row drops everything replayed before it.
+        let clear = encode_row(&buffer(vec![MetaPersist::Clear, put("z", 1)])).unwrap();
+        assert_eq!(replay_row(&mut o, 10, &clear).unwrap(), 2);
+        assert!(o.clear);
+        assert_eq!(o.len(), 2);
+        assert_eq!(o.records["setting/z"].unwrap().row, 10);
+    }
+
+    #[test]
+    fn load_is_the_tables_with_the_journal_replayed_on_top() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        let mut model = Model::default();
+        let mut ops = Ops::new(1);
+        for round in 0..12 {
+            let batch = ops.batch(60);
+            batch.iter().for_each(|op| model.apply(op));
+            meta.queue(batch);
+            meta.flush().unwrap();
+            if round == 5 {
+                // Half of it in the tables, the rest only in the journal.
+                assert!(meta.fold().unwrap() > 0);
+            }
+        }
+        assert_eq!(journal_rows_on_disk(&meta), 6, "flushes after the fold are still journal rows");
+        assert!(table_len(&meta, RECORDS) > 0 && table_len(&meta, LOG) > 0);
+        assert_eq!(meta.journal_ops(), {
+            let txn = meta.db.begin_read().unwrap();
+            let journal = txn.open_table(JOURNAL).unwrap();
+            let rows = journal_rows(&journal).unwrap();
+            replay(&rows).unwrap().1
+        });
+        let commits = meta.commits();
+        assert_reads(&meta, &model);
+        assert_eq!(meta.commits(), commits, "reading commits nothing");
+        assert_eq!(journal_rows_on_disk(&meta), 6, "reading does not fold");
+
+        // Unflushed ops are flushed by the readers and read back too.
+        let batch = ops.batch(30);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        assert_reads(&meta, &model);
+        assert_eq!(meta.buffered(), 0);
+    }
+
+    #[test]
+    fn fold_is_idempotent_and_matches_applying_every_op_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        let mut model = Model::default();
+        let mut ops = Ops::new(2);
+        for round in 0..6 {
+            let mut journal_ops = 0;
+            for _ in 0..4 {
+                let batch = ops.batch(50);
+                batch.iter().for_each(|op| model.apply(op));
+                meta.queue(batch);
+                journal_ops += meta.flush().unwrap();
+            }
+            assert_eq!(meta.journal_ops(), journal_ops);
+            let before = meta.load().unwrap();
+            assert_eq!(before, model.loaded(), "round {round}");
+            assert_eq!(meta.fold().unwrap(), journal_ops);
+            assert_eq!(meta.journal_ops(), 0);
+            assert_eq!(journal_rows_on_disk(&meta), 0);
+            assert_eq!(meta.load().unwrap(), before, "round {round}");
+            assert_eq!(meta.fold().unwrap(), 0, "nothing left to fold");
+            assert_reads(&meta, &model);
+        }
+        // The tables alone hold it all.
+        assert_eq!(table_len(&meta, RECORDS), model.records.len() as u64);
+        assert_eq!(table_len(&meta, LOG), model.entries.len() as u64);
+        assert_eq!(table_len(&meta, PENDING), model.pending.len() as u64);
+    }
+
+    #[test]
+    fn a_crash_between_flush_and_fold_or_during_a_fold_keeps_everything_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let mut model = Model::default();
+        let mut ops = Ops::new(3);
+        let journal_ops;
+        {
+            let (_store, meta) = open(&path);
+            for i in 0..8 {
+                let batch = ops.batch(40);
+                batch.iter().for_each(|op| model.apply(op));
+                meta.queue(batch);
+                meta.flush().unwrap();
+                if i == 3 {
+                    meta.fold().unwrap();
+                }
+            }
+            journal_ops = meta.journal_ops();
+            assert!(journal_ops > 0);
+            // Dropped without close: the journal is not folded.
+        }
+        let (_store, meta) = open(&path);
+        assert_eq!(meta.journal_ops(), journal_ops, "counted again at open");
+        assert_eq!(journal_rows_on_disk(&meta), 4);
+        assert_reads(&meta, &model);
+
+        // A fold that dies before its commit leaves the journal and the tables as they were.
+        *lock(&meta.before_commit) = Some(Box::new(|_: &MetaStore| Err(MetaStoreError::Db("power cut".into()))));
+        assert!(meta.fold().unwrap_err().to_string().contains("power cut"));
+        *lock(&meta.before_commit) = None;
+        assert_eq!(journal_rows_on_disk(&meta), 4);
+        assert_eq!(meta.journal_ops(), journal_ops);
+        assert_reads(&meta, &model);
+
+        // New rows go after the old ones, and close folds them all.
+        let batch = ops.batch(40);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 5);
+        assert_reads(&meta, &model);
+        meta.close().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 0);
+        drop(meta);
+        drop(_store);
+        let (_store, meta) = open(&path);
+        assert_eq!(meta.journal_ops(), 0);
+        assert_reads(&meta, &model);
+    }
+
+    #[test]
+    fn clear_wipes_the_journal_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let mut ops = Ops::new(4);
+        {
+            let (store, meta) = open(&path);
+            store.apply(&[PersistOp::PutPurged(NodeId::new("gone"))]).unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            meta.fold().unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            assert_eq!(journal_rows_on_disk(&meta), 2);
+
+            meta.queue(vec![put("before", 1), MetaPersist::Clear, put("after", 2), MetaPersist::PutEntry(entry(7))]);
+            assert_eq!(meta.flush().unwrap(), 3);
+            assert_eq!(journal_rows_on_disk(&meta), 1, "the rows before the Clear are gone");
+            assert_eq!(meta.journal_ops(), 3);
+            assert_eq!(table_len(&meta, RECORDS) + table_len(&meta, LOG) + table_len(&meta, PENDING), 0);
+            let loaded = meta.load().unwrap();
+            assert_eq!(loaded.records, vec![setting("after", 2)]);
+            assert_eq!(loaded.entries, vec![entry(7)]);
+            assert!(loaded.pending.is_empty() && loaded.log_meta.is_none());
+            assert_eq!(meta.entries_after(0, 10).unwrap(), vec![entry(7)]);
+        }
+        let (store, meta) = open(&path);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["after".to_string()]);
+        meta.fold().unwrap();
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["after".to_string()]);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+
+        // A `Clear` met while replaying the journal (written by hand here, after older rows
+        // that were not wiped) hides the tables and the rows before it, and folds the same way.
+        let mut model = Model::default();
+        let batch = ops.batch(80);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        let cleared = vec![MetaPersist::Clear, put("x", 1), MetaPersist::PutEntry(entry(3))];
+        cleared.iter().for_each(|op| model.apply(op));
+        let row = encode_row(&buffer(cleared)).unwrap();
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().insert(1000, row.as_slice()).unwrap();
+        txn.commit().unwrap();
+        let tail = vec![put("y", 2), MetaPersist::PutEntry(entry(5))];
+        tail.iter().for_each(|op| model.apply(op));
+        let row = encode_row(&buffer(tail)).unwrap();
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().insert(1001, row.as_slice()).unwrap();
+        txn.commit().unwrap();
+        assert_reads(&meta, &model);
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["x".to_string(), "y".to_string()]);
+        meta.fold().unwrap();
+        assert_reads(&meta, &model);
+        assert_eq!(table_len(&meta, RECORDS), 2);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+    }
+
+    #[test]
+    fn a_corrupt_journal_row_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let (_store, meta) = open(&path);
+        let mut model = Model::default();
+        let batch = Ops::new(5).batch(50);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        let set_row = |bytes: &[u8]| {
+            let txn = meta.db.begin_write().unwrap();
+            txn.open_table(JOURNAL).unwrap().insert(7, bytes).unwrap();
+            txn.commit().unwrap();
+        };
+        let good = encode_row(&buffer(vec![put("x", 1), MetaPersist::PutEntry(entry(2))])).unwrap();
+        let mut wrong_count = good.clone();
+        wrong_count[1] = 3;
+        let mut unknown_op = good[..9].to_vec();
+        unknown_op.push(0xee);
+        let mut bad_key = good[..9].to_vec();
+        bad_key.extend_from_slice(&[OP_DELETE_RECORD, 2, 0, 0, 0, 0xff, 0xfe]);
+        let framing: [(&[u8], &str); 6] = [
+            (b"", "truncated"),
+            (&[9, 0, 0, 0, 0, 0, 0, 0, 0], "unknown row format 9"),
+            (&good[..good.len() - 3], "truncated"),
+            (&wrong_count, "its header says 3"),
+            (&unknown_op, "unknown op 238 (at byte 9)"),
+            (&bad_key, "not UTF-8"),
+        ];
+        for (bytes, why) in framing {
+            set_row(bytes);
+            for err in [meta.load().unwrap_err(), meta.fold().unwrap_err(), meta.entries_after(0, 10).unwrap_err()] {
+                let msg = err.to_string();
+                assert!(matches!(&err, MetaStoreError::Corrupt(row, _) if row == "journal row 7"), "{msg}");
+                assert!(msg.contains(why), "{msg} should say {why}");
+            }
+            if bytes.len() < 9 || bytes[0] != ROW_FORMAT {
+                let err = MetaStore::open(meta.db.clone(), true).err().expect("a bad header fails open");
+                assert!(err.to_string().contains("journal row 7"), "{err}");
+            }
+        }
+
+        // Well framed, but a value is not what its op says.
+        let mut b = buffer(vec![]);
+        b.records.insert("setting/x".into(), Some(setting("y", 1)));
+        set_row(&encode_row(&b).unwrap());
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("record setting/x in journal row 7") && err.contains("setting/y"), "{err}");
+        let mut b = buffer(vec![]);
+        b.entries.insert(3, entry(4));
+        set_row(&encode_row(&b).unwrap());
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("log entry 3 in journal row 7"), "{err}");
+        assert!(meta.entries_after(0, 100).unwrap_err().to_string().contains("log entry 3 in journal row 7"));
+        let mut bad_json = good[..9].to_vec();
+        bad_json.push(OP_PUT_LOG_META);
+        bad_json.extend_from_slice(&[5, 0, 0, 0]);
+        bad_json.extend_from_slice(b"{nope");
+        bad_json[1] = 1;
+        bad_json[2..9].fill(0);
+        set_row(&bad_json);
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("log meta in journal row 7"), "{err}");
+
+        // Nothing was folded by the failed folds; without the bad row all is there.
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().remove(7).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 1);
+        assert_reads(&meta, &model);
+    }
+
+    #[tokio::test]
+    async fn the_flusher_folds_once_the_journal_is_over_the_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, mut meta) = open(&dir.path().join("cluster.redb"));
+        meta.fold_at = 5;
+        let meta = Arc::new(meta);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let flusher = spawn_flusher(meta.clone(), Duration::from_millis(10), stop_rx);
+
+        meta.queue(vec![put("a", 1), put("b", 1)]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while meta.commits() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no flush within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(meta.journal_ops(), 2, "under the threshold: not folded");
+        assert_eq!(journal_rows_on_disk(&meta), 1);
+
+        meta.queue((0..10).map(|i| put(&format!("c{i}"), i)).collect());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while journal_rows_on_disk(&meta) != 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no fold within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(meta.journal_ops(), 0);
+        assert_eq!(table_len(&meta, RECORDS), 12);
+        stop_tx.send(true).unwrap();
+        flusher.await.unwrap();
+        assert_eq!(meta.load().unwrap().records.len(), 12);
     }
 }

@@ -41,12 +41,23 @@ pub fn node_clock(fault: ClockFault, elapsed_ms: u64) -> Millis {
     Millis((SIM_EPOCH_MS as i64 + drifted + fault.offset_ms).max(0) as u64)
 }
 
+impl SimEnv {
+    fn elapsed_ms(&self) -> u64 {
+        turmoil::sim_elapsed().map(|d| d.as_millis() as u64).unwrap_or_else(|| self.sim_ms.load(Ordering::SeqCst))
+    }
+}
+
 impl Clock for SimEnv {
     fn now(&self) -> Millis {
-        let elapsed =
-            turmoil::sim_elapsed().map(|d| d.as_millis() as u64).unwrap_or_else(|| self.sim_ms.load(Ordering::SeqCst));
         let fault = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
-        node_clock(fault, elapsed)
+        node_clock(fault, self.elapsed_ms())
+    }
+
+    /// Drifts with the node's clock, but offsets and steps do not touch it.
+    fn monotonic(&self) -> Millis {
+        let fault = *self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = self.elapsed_ms() as i64;
+        Millis((elapsed + elapsed * fault.drift_ppm / 1_000_000).max(0) as u64)
     }
 }
 

@@ -24,7 +24,13 @@ pub struct MetaState {
     purged: BTreeMap<RecordKey, Version>,
 }
 
+/// A record's share of the digest. Tombstones have none: two nodes that agree on every live
+/// record agree, whether or not they still hold (or have purged) the same tombstones, so purge
+/// timing differences between nodes never look like divergence.
 fn record_hash(r: &Record) -> [u8; 32] {
+    if r.is_removed() {
+        return [0u8; 32];
+    }
     let mut h = Sha256::new();
     r.hash_versions(&mut h);
     h.finalize().into()
@@ -49,7 +55,8 @@ impl MetaState {
         self.records.is_empty()
     }
 
-    /// Hex digest of every record's register versions; equal digests mean equal record sets.
+    /// Hex digest of every live record's register versions; equal digests mean equal live
+    /// record sets.
     pub fn digest(&self) -> String {
         hex::encode(self.digest)
     }

@@ -222,15 +222,33 @@ struct InFlight {
     purpose: Purpose,
 }
 
-/// A monotonic clock derived from the wall clock: advances with it, never goes back.
+/// The node's monotonic clock. When the shell feeds a real monotonic reading
+/// ([`Node::observe_monotonic`]) it advances by exactly that, so wall-clock steps either way
+/// change nothing; without one it follows the wall clock forward and ignores steps back.
 #[derive(Clone, Copy, Debug, Default)]
 struct MonoClock {
     last_wall: Option<Millis>,
     mono: Millis,
+    /// The last external monotonic reading, once the shell provides them.
+    external: Option<Millis>,
 }
 
 impl MonoClock {
+    fn observe_external(&mut self, ext: Millis) {
+        if let Some(prev) = self.external {
+            self.mono = self.mono.plus(ext.since(prev));
+        }
+        self.external = Some(ext);
+    }
+
     fn advance(&mut self, wall: Millis) -> Millis {
+        if self.external.is_some() {
+            if self.last_wall.is_none() {
+                self.mono = wall; // the origin: any non-zero instant will do
+            }
+            self.last_wall = Some(wall);
+            return self.mono;
+        }
         match self.last_wall {
             None => self.mono = wall,
             Some(prev) => self.mono = self.mono.plus(wall.since(prev)),
@@ -240,6 +258,9 @@ impl MonoClock {
     }
 
     fn peek(&self, wall: Millis) -> Millis {
+        if self.external.is_some() && self.last_wall.is_some() {
+            return self.mono;
+        }
         match self.last_wall {
             None => wall,
             Some(prev) => self.mono.plus(wall.since(prev)),
@@ -408,6 +429,13 @@ impl Node {
     }
 
     // ---- the state machine face ----
+
+    /// Feed a reading of the host's monotonic clock (any origin). Call it before the other
+    /// inputs; from the first reading on, liveness, leases and timers follow it instead of the
+    /// wall clock, so a wall-clock step cannot age or refresh anything.
+    pub fn observe_monotonic(&mut self, m: Millis) {
+        self.clock.observe_external(m);
+    }
 
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
