@@ -163,7 +163,7 @@ impl LeaseState {
         if candidate.id != self.me {
             return None;
         }
-        let lease = Lease { holder: self.me.clone(), term: Term(self.term().0 + 1) };
+        let lease = Lease { holder: self.me.clone(), term: Term(self.term().0.saturating_add(1)) };
         self.known = Some(lease.clone());
         self.heard_at = now;
         Some(LeaseAction::Push(lease))

@@ -229,7 +229,7 @@ impl Meta {
             }
         }
         for p in r.pending {
-            self.next_pending_id = self.next_pending_id.max(p.id + 1);
+            self.next_pending_id = self.next_pending_id.max(p.id.saturating_add(1));
             self.pending.insert(p.id, p.record);
         }
     }
@@ -409,7 +409,7 @@ impl Meta {
 
     fn append_as_leader(&mut self, record: Record, origin: NodeId) {
         let lease = self.lease.known().cloned().expect("leader has a lease");
-        self.last_seq = LogIndex(self.last_seq.0 + 1);
+        self.last_seq = LogIndex(self.last_seq.0.saturating_add(1));
         let entry = Entry { seq: self.last_seq, term: lease.term, version: record.max_version(), record, origin };
         self.persist(MetaPersist::PutEntry(entry.clone()));
         self.log.insert(entry.seq, entry);
@@ -424,7 +424,7 @@ impl Meta {
             let keep_from = self.last_seq.0.saturating_sub(self.config.keep_entries);
             if keep_from > self.compacted_through.0 {
                 self.compacted_through = LogIndex(keep_from);
-                self.log = self.log.split_off(&LogIndex(keep_from + 1));
+                self.log = self.log.split_off(&LogIndex(keep_from.saturating_add(1)));
                 self.persist(MetaPersist::DeleteEntriesThrough(self.compacted_through));
                 self.persist_log_meta();
             }
@@ -444,7 +444,7 @@ impl Meta {
             if entry.in_flight.is_some() || entry.sent_through >= self.last_seq {
                 continue;
             }
-            let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0) + 1);
+            let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0).saturating_add(1));
             let entries: Vec<Entry> =
                 self.log.range(from..).take(self.config.batch_max).map(|(_, e)| e.clone()).collect();
             let Some(through) = entries.last().map(|e| e.seq) else { continue };
@@ -524,7 +524,7 @@ impl Meta {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
             }
-            if e.seq.0 == self.last_seq.0 + 1 && contiguous {
+            if Some(e.seq.0) == self.last_seq.0.checked_add(1) && contiguous {
                 self.last_seq = e.seq;
                 self.persist(MetaPersist::PutEntry(e.clone()));
                 self.log.insert(e.seq, e);
