@@ -219,7 +219,7 @@ impl Net {
             "meta/append" => node.meta.answer_append(now, &m.from, &m.body, &mut node.hlc),
             "meta/submit" => node.meta.answer_submit(now, &m.from, &m.body, &mut node.hlc),
             "meta/log" => node.meta.answer_log(query),
-            "meta/snapshot" => node.meta.answer_snapshot(),
+            "meta/snapshot" => node.meta.answer_snapshot(query),
             other => panic!("unexpected endpoint {other}"),
         };
         let expected_method = if matches!(endpoint, "meta/log" | "meta/snapshot") { "GET" } else { "POST" };
@@ -638,7 +638,7 @@ fn a_snapshot_carries_tombstones_so_a_removed_setting_reaches_a_fresh_follower_a
     let other = net.setting("a", "other", json!(1));
     net.submit("a", other);
     net.run();
-    let snap = net.meta("a").answer_snapshot();
+    let snap = net.meta("a").answer_snapshot("");
     assert_eq!(snap.status, 200);
     let settings = snap.body["settings"].as_array().unwrap();
     let carried = settings.iter().find(|s| s["key"] == json!("gone")).expect("the tombstone is in the snapshot");
@@ -910,8 +910,8 @@ fn malformed_bodies_and_queries_to_every_answer_are_refused_with_400_and_change_
     }
     assert!(seqs(&net.meta("a").answer_log("after=18446744073709551615").body).is_empty());
     // meta/snapshot takes no body and always answers.
-    assert_eq!(net.meta("a").answer_snapshot().status, 200);
-    assert_eq!(net.meta("b").answer_snapshot().status, 200);
+    assert_eq!(net.meta("a").answer_snapshot("").status, 200);
+    assert_eq!(net.meta("b").answer_snapshot("").status, 200);
 }
 
 fn purposes() -> Vec<MetaPurpose> {
@@ -920,7 +920,7 @@ fn purposes() -> Vec<MetaPurpose> {
         MetaPurpose::Append { through: LogIndex(1) },
         MetaPurpose::Submit { ids: vec![1] },
         MetaPurpose::CatchUp,
-        MetaPurpose::Snapshot,
+        MetaPurpose::Snapshot { after: None },
     ]
 }
 

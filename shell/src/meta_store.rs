@@ -724,9 +724,11 @@ impl MetaStore {
         if !self.durable {
             txn.set_durability(Durability::None);
         }
+        let t0 = std::time::Instant::now();
         let folded = {
             let journal = txn.open_table(JOURNAL)?;
             let rows = journal_rows(&journal)?;
+            let t1 = std::time::Instant::now();
             if rows.is_empty() {
                 drop(rows);
                 drop(journal);
@@ -735,16 +737,22 @@ impl MetaStore {
                 return Ok(0);
             }
             let (overlay, ops) = replay(&rows)?;
+            let t2 = std::time::Instant::now();
             apply(&txn, &overlay)?;
+            let t3 = std::time::Instant::now();
+            eprintln!("rows {:?} replay {:?} apply {:?}", t1 - t0, t2 - t1, t3 - t2);
             ops
         };
+        let t4 = std::time::Instant::now();
         txn.delete_table(JOURNAL)?;
         txn.open_table(JOURNAL)?;
+        let t5 = std::time::Instant::now();
         #[cfg(test)]
         if let Some(hook) = lock(&self.before_commit).as_ref() {
             hook(self)?;
         }
         txn.commit()?;
+        eprintln!("delete journal {:?} commit {:?}", t5 - t4, t5.elapsed());
         self.journal_ops.store(0, Ordering::Relaxed);
         Ok(folded)
     }

@@ -81,6 +81,7 @@ fn a_node_isolated_past_compaction_catches_up_through_a_snapshot() {
     let mut cfg = SimConfig::new(202, 3);
     cfg.meta.compact_every = 10;
     cfg.meta.keep_entries = 20;
+    cfg.meta.snapshot_page_max = 7; // the snapshot arrives in pages
     let mut h = formed(cfg);
     let leader = leader_index(&h);
     let isolated = (leader + 1) % 3;

@@ -21,7 +21,7 @@ use crate::hlc::Hlc;
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::meta::lease::{Candidate, Lease, LeaseAction, LeaseConfig, LeaseState, PushVerdict};
 use crate::meta::log::{Entry, LogMeta, MetaPersist, Pending};
-use crate::meta::records::{Record, RecordSet};
+use crate::meta::records::{Record, RecordKey, RecordKind, RecordSet};
 use crate::meta::state::MetaState;
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
@@ -37,6 +37,8 @@ pub struct MetaConfig {
     pub submit_retry_ms: u64,
     pub request_timeout_ms: u64,
     pub anti_entropy_every_ms: u64,
+    /// Records per snapshot page (a snapshot of a big namespace is read in pages).
+    pub snapshot_page_max: usize,
     pub purge_every_ms: u64,
     /// Most records sent in one submit or append.
     pub batch_max: usize,
@@ -52,6 +54,7 @@ impl Default for MetaConfig {
             submit_retry_ms: 15_000,
             request_timeout_ms: 20_000,
             anti_entropy_every_ms: 30_000,
+            snapshot_page_max: 2_000,
             purge_every_ms: 60_000,
             batch_max: 500,
         }
@@ -62,10 +65,17 @@ impl Default for MetaConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetaPurpose {
     LeasePush,
-    Append { through: LogIndex },
-    Submit { ids: Vec<u64> },
+    Append {
+        through: LogIndex,
+    },
+    Submit {
+        ids: Vec<u64>,
+    },
     CatchUp,
-    Snapshot,
+    /// One page of a snapshot, after the cursor (hex of `kind\nkey`), from the start with `None`.
+    Snapshot {
+        after: Option<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -123,6 +133,8 @@ struct LogPage {
     holder: Option<NodeId>,
 }
 
+/// One page of a snapshot: `{files, volumes, policies, jobs, settings, lastSeq, term, holder,
+/// next}`; `next` is the cursor of the following page, absent on the last.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Snapshot {
@@ -132,6 +144,29 @@ struct Snapshot {
     term: Term,
     #[serde(default)]
     holder: Option<NodeId>,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// A snapshot being read page by page: the log position it stands for (from its first page).
+#[derive(Clone, Debug)]
+struct SnapshotProgress {
+    from: NodeId,
+    last_seq: LogIndex,
+    term: Term,
+    holder: Option<NodeId>,
+}
+
+fn encode_cursor(k: &RecordKey) -> String {
+    hex::encode(format!("{}\n{}", k.0.as_str(), k.1))
+}
+
+fn decode_cursor(c: &str) -> Option<RecordKey> {
+    let bytes = hex::decode(c).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (kind, key) = text.split_once('\n')?;
+    let kind: RecordKind = serde_json::from_value(Value::String(kind.to_string())).ok()?;
+    Some((kind, key.to_string()))
 }
 
 #[derive(Clone, Debug, Default)]
@@ -177,6 +212,7 @@ pub struct Meta {
     last_anti_entropy: Millis,
     purge_due: Millis,
     snapshots_adopted: u64,
+    snapshot_progress: Option<SnapshotProgress>,
     /// The latest monotonic time this machine was handed.
     now: Millis,
     outputs: VecDeque<MetaOutput>,
@@ -205,6 +241,7 @@ impl Meta {
             last_anti_entropy: Millis::ZERO,
             purge_due: now,
             snapshots_adopted: 0,
+            snapshot_progress: None,
             now,
             outputs: VecDeque::new(),
         }
@@ -496,7 +533,16 @@ impl Meta {
             return;
         }
         self.catch_up_in_flight = Some(self.now);
-        self.send(leader, "GET", "/cluster/acn/meta/snapshot".into(), Vec::new(), MetaPurpose::Snapshot);
+        self.snapshot_progress = None;
+        self.send_snapshot_request(leader, None);
+    }
+
+    fn send_snapshot_request(&mut self, from: &NodeId, after: Option<String>) {
+        let target = match &after {
+            Some(c) => format!("/cluster/acn/meta/snapshot?after={c}"),
+            None => "/cluster/acn/meta/snapshot".to_string(),
+        };
+        self.send(from, "GET", target, Vec::new(), MetaPurpose::Snapshot { after });
     }
 
     /// Apply records that came from elsewhere; persist what changed.
@@ -665,12 +711,37 @@ impl Meta {
     }
 
     /// `GET meta/snapshot`: every record, tombstones included.
-    pub fn answer_snapshot(&self) -> MetaReply {
+    /// `GET meta/snapshot[?after=CURSOR]`: one page of every record, tombstones included, in
+    /// key order. Read page by page, it stands for the log position of its first page: changes
+    /// made while the pages are read arrive again through the log after that position, and
+    /// records merge, so a page that is newer than the first one does no harm.
+    pub fn answer_snapshot(&self, query: &str) -> MetaReply {
+        let after = match query.split('&').find_map(|kv| kv.strip_prefix("after=")) {
+            Some(c) => match decode_cursor(c) {
+                Some(k) => Some(k),
+                None => return bad("after must be a snapshot cursor"),
+            },
+            None => None,
+        };
+        let mut records = RecordSet::default();
+        let mut last_key = None;
+        let mut taken = 0;
+        let mut more = false;
+        for (k, r) in self.state.records_after(after.as_ref()) {
+            if taken == self.config.snapshot_page_max.max(1) {
+                more = true;
+                break;
+            }
+            records.push(r.clone());
+            last_key = Some(k.clone());
+            taken += 1;
+        }
         let snap = Snapshot {
-            records: self.state.snapshot(),
+            records,
             last_seq: self.last_seq,
             term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+            next: if more { last_key.as_ref().map(encode_cursor) } else { None },
         };
         reply(200, serde_json::to_value(snap).expect("serialise"))
     }
@@ -750,29 +821,63 @@ impl Meta {
                     _ => {}
                 }
             }
-            MetaPurpose::Snapshot => {
-                self.catch_up_in_flight = None;
-                if status != 200 {
+            MetaPurpose::Snapshot { after } => {
+                let page = (status == 200).then(|| serde_json::from_value::<Snapshot>(v).ok()).flatten();
+                let Some(page) = page else {
+                    self.catch_up_in_flight = None;
+                    self.snapshot_progress = None;
                     return;
+                };
+                let first = after.is_none();
+                if first {
+                    self.snapshot_progress = Some(SnapshotProgress {
+                        from: peer.clone(),
+                        last_seq: page.last_seq,
+                        term: page.term,
+                        holder: page.holder.clone(),
+                    });
                 }
-                let Ok(snap) = serde_json::from_value::<Snapshot>(v) else { return };
-                self.adopt_snapshot(now, peer, snap, hlc);
+                let Some(progress) = self.snapshot_progress.clone().filter(|p| &p.from == peer) else {
+                    self.catch_up_in_flight = None;
+                    return;
+                };
+                let lower = after.as_deref().and_then(decode_cursor);
+                let next = page.next.clone();
+                let upper = next.as_deref().and_then(decode_cursor);
+                self.take_snapshot_page(page.records, lower.as_ref(), upper.as_ref(), hlc);
+                match next {
+                    Some(c) if upper.is_some() => {
+                        self.catch_up_in_flight = Some(now);
+                        self.send_snapshot_request(peer, Some(c));
+                    }
+                    _ => {
+                        self.catch_up_in_flight = None;
+                        self.snapshot_progress = None;
+                        self.finish_snapshot(now, progress);
+                    }
+                }
             }
         }
     }
 
-    fn adopt_snapshot(&mut self, now: Millis, from: &NodeId, snap: Snapshot, hlc: &mut Hlc) {
-        self.snapshots_adopted += 1;
-        let theirs: BTreeMap<(crate::meta::records::RecordKind, String), Record> =
-            snap.records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
+    /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
+    /// back to the leader whatever we hold in that range that the page does not (or holds older).
+    fn take_snapshot_page(
+        &mut self,
+        records: RecordSet,
+        lower: Option<&RecordKey>,
+        upper: Option<&RecordKey>,
+        hlc: &mut Hlc,
+    ) {
+        let theirs: BTreeMap<RecordKey, Record> = records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
         self.apply_remote(theirs.values().cloned(), hlc);
-        // Whatever we hold that the snapshot does not (or holds older) goes back to the leader.
+        let queued: BTreeSet<RecordKey> = self.pending.values().map(|r| (r.kind(), r.key())).collect();
         let mut send_back = Vec::new();
-        let queued: BTreeSet<(crate::meta::records::RecordKind, String)> =
-            self.pending.values().map(|r| (r.kind(), r.key())).collect();
-        for r in self.state.records() {
-            let key = (r.kind(), r.key());
-            if theirs.get(&key) != Some(r) && !queued.contains(&key) {
+        for (key, r) in self.state.records_after(lower) {
+            if upper.is_some_and(|u| key > u) {
+                break;
+            }
+            if theirs.get(key) != Some(r) && !queued.contains(key) {
                 send_back.push(r.clone());
             }
         }
@@ -782,11 +887,16 @@ impl Meta {
             self.pending.insert(id, r.clone());
             self.persist(MetaPersist::PutPending(Pending { id, record: r }));
         }
+    }
+
+    /// The last page is in: follow the leader's numbering from the snapshot's position.
+    fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress) {
+        self.snapshots_adopted += 1;
         self.log.clear();
         self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
-        self.last_seq = snap.last_seq;
-        self.compacted_through = snap.last_seq;
-        self.log_lease = Some(Lease { holder: snap.holder.unwrap_or_else(|| from.clone()), term: snap.term });
+        self.last_seq = p.last_seq;
+        self.compacted_through = p.last_seq;
+        self.log_lease = Some(Lease { holder: p.holder.unwrap_or(p.from), term: p.term });
         self.persist_log_meta();
         self.submit_due = now;
         self.try_submit(now);
@@ -804,5 +914,56 @@ impl Meta {
     pub fn allow_claim_now(&mut self, now: Millis) {
         self.lease.allow_claim_now(now);
         self.tick_due = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hlc::Version;
+    use crate::meta::records::Setting;
+
+    fn meta_with(n: usize, page: usize) -> Meta {
+        let mut m =
+            Meta::new(NodeId::new("a"), MetaConfig { snapshot_page_max: page, ..MetaConfig::default() }, Millis(0));
+        for i in 0..n {
+            let v = Version { wall_ms: 1 + i as u64, counter: 0, node: NodeId::new("a") };
+            m.state.apply(&Record::Setting(Setting {
+                key: format!("k{i:03}"),
+                value: json!(i),
+                removed: false,
+                version: v,
+            }));
+        }
+        m
+    }
+
+    #[test]
+    fn a_snapshot_is_read_in_pages_that_cover_every_record_once() {
+        let m = meta_with(23, 5);
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..10 {
+            let q = after.as_ref().map(|c| format!("after={c}")).unwrap_or_default();
+            let r = m.answer_snapshot(&q);
+            assert_eq!(r.status, 200);
+            let page: Snapshot = serde_json::from_value(r.body).unwrap();
+            assert!(page.records.settings.len() <= 5);
+            seen.extend(page.records.settings.into_iter().map(|s| s.key));
+            match page.next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        let want: Vec<String> = (0..23).map(|i| format!("k{i:03}")).collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn a_malformed_snapshot_cursor_is_a_400() {
+        let m = meta_with(3, 5);
+        assert_eq!(m.answer_snapshot("after=zz").status, 400);
+        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("nokind"))).status, 400);
+        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("bogus\nk"))).status, 400);
     }
 }

@@ -129,6 +129,19 @@ impl MetaState {
         gone
     }
 
+    /// Records (tombstones included) in key order after `after` (from the start with `None`).
+    pub fn records_after<'a>(
+        &'a self,
+        after: Option<&RecordKey>,
+    ) -> impl Iterator<Item = (&'a RecordKey, &'a Record)> + 'a {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(k) => Bound::Excluded(k.clone()),
+            None => Bound::Unbounded,
+        };
+        self.records.range((lower, Bound::Unbounded))
+    }
+
     /// Every record, tombstones included, as a snapshot carries them.
     pub fn snapshot(&self) -> RecordSet {
         let mut set = RecordSet::default();

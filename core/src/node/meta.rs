@@ -66,7 +66,7 @@ impl Node {
             "meta/append" => self.meta.answer_append(now, sender, body, &mut self.hlc),
             "meta/submit" => self.meta.answer_submit(now, sender, body, &mut self.hlc),
             "meta/log" => self.meta.answer_log(query),
-            _ => self.meta.answer_snapshot(),
+            _ => self.meta.answer_snapshot(query),
         };
         self.drain_meta(wall, now);
         Reply { status: r.status, body: r.body }
