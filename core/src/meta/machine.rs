@@ -725,16 +725,14 @@ impl Meta {
         };
         let mut records = RecordSet::default();
         let mut last_key = None;
-        let mut taken = 0;
         let mut more = false;
-        for (k, r) in self.state.records_after(after.as_ref()) {
+        for (taken, (k, r)) in self.state.records_after(after.as_ref()).enumerate() {
             if taken == self.config.snapshot_page_max.max(1) {
                 more = true;
                 break;
             }
             records.push(r.clone());
             last_key = Some(k.clone());
-            taken += 1;
         }
         let snap = Snapshot {
             records,
