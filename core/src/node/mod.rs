@@ -682,7 +682,13 @@ impl Node {
             self.on_refused(wall, now, &body);
             return;
         }
-        if status != 200 || f.purpose != Purpose::Heartbeat {
+        if status != 200 {
+            return;
+        }
+        if f.purpose != Purpose::Heartbeat {
+            // Any answered request is a round trip and a sign of life.
+            self.members.record_rtt(&f.peer, now.since(f.sent) as f64);
+            self.members.saw_at(&f.peer, now, now);
             return;
         }
         let Ok(reply) = serde_json::from_slice::<MembersBody>(&body) else { return };
