@@ -360,14 +360,21 @@ impl Membership {
         self.peers().map(|r| (r.id.clone(), self.latency_ms(&r.id))).collect()
     }
 
-    /// The computed state of `id` at `now` (reference-facts "Liveness").
+    /// The computed state of `id` at `now` (reference-facts "Liveness"): an admin state
+    /// overrides, even for this node; otherwise [`Membership::liveness`].
     pub fn state(&self, id: &NodeId, now: Millis) -> NodeState {
-        let Some(r) = self.records.get(id) else { return NodeState::Unknown };
-        match r.admin_state {
-            AdminState::Maintenance => return NodeState::Maintenance,
-            AdminState::Draining => return NodeState::Draining,
-            AdminState::Active => {}
+        match self.records.get(id).map(|r| r.admin_state) {
+            Some(AdminState::Maintenance) => NodeState::Maintenance,
+            Some(AdminState::Draining) => NodeState::Draining,
+            _ => self.liveness(id, now),
         }
+    }
+
+    /// Liveness alone, ignoring any admin state: this node is ONLINE; a peer never heard from is
+    /// UNKNOWN; heard within the online window ONLINE (DEGRADED when its health says so), then
+    /// UNKNOWN, then OFFLINE.
+    pub fn liveness(&self, id: &NodeId, now: Millis) -> NodeState {
+        let Some(r) = self.records.get(id) else { return NodeState::Unknown };
         if id == &self.me {
             return NodeState::Online;
         }

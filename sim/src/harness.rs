@@ -331,7 +331,19 @@ impl Harness {
             .map(|(i, _)| *i)
             .collect();
         if leaders.len() != 1 {
-            return Err(format!("{} nodes act as leader: {leaders:?}", leaders.len()));
+            let views: Vec<String> = snaps
+                .iter()
+                .map(|(i, s)| {
+                    let admin: Vec<String> = s
+                        .admin
+                        .iter()
+                        .filter(|(_, a)| **a != AdminState::Active)
+                        .map(|(id, a)| format!("{}={a:?}", &id.as_str()[..8]))
+                        .collect();
+                    format!("n{i}({}) follows {:?}, admin {admin:?}", &s.id.as_str()[..8], s.leader)
+                })
+                .collect();
+            return Err(format!("{} nodes act as leader: {leaders:?}; {}", leaders.len(), views.join("; ")));
         }
         let lease = snaps.iter().find(|(i, _)| *i == leaders[0]).and_then(|(_, s)| s.leader.clone()).expect("leader");
         for (i, s) in &snaps {

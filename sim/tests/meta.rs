@@ -186,3 +186,10 @@ fn a_leader_restarted_inside_the_flush_window_does_not_diverge() {
     wait_one_leader(&mut h, 3 * LEASE);
     wait_meta_converged(&mut h, 90_000);
 }
+
+/// Regression (seed 332): an admin put every remaining node in maintenance or draining; with no
+/// ONLINE member the lease falls back to members that are up, so pending writes still drain.
+#[test]
+fn seed_332_every_node_in_an_admin_state_still_gets_a_leader() {
+    shoal_sim::run_seed(332).unwrap();
+}

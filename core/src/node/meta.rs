@@ -24,20 +24,32 @@ impl Node {
         &self.meta
     }
 
-    /// Every live member with whether it may hold the lease (ONLINE or DEGRADED).
+    /// Every live member with whether it may hold the lease: ONLINE or DEGRADED. When no member
+    /// is (an admin put every node in maintenance or draining), members that are up regardless
+    /// of their admin state may hold it, so submits never wait for a leader that cannot exist.
     pub(super) fn lease_candidates(&self, now: Millis) -> Vec<Candidate> {
-        self.members
-            .records()
-            .filter(|r| !r.removed)
-            .map(|r| {
-                let eligible = if r.id == self.id {
-                    r.admin_state == AdminState::Active
-                } else {
-                    matches!(self.members.state(&r.id, now), NodeState::Online | NodeState::Degraded)
-                };
-                Candidate { id: r.id.clone(), joined: r.joined, eligible }
-            })
-            .collect()
+        let pick = |relaxed: bool| -> Vec<Candidate> {
+            self.members
+                .records()
+                .filter(|r| !r.removed)
+                .map(|r| {
+                    let eligible = if r.id == self.id {
+                        relaxed || r.admin_state == AdminState::Active
+                    } else {
+                        let st =
+                            if relaxed { self.members.liveness(&r.id, now) } else { self.members.state(&r.id, now) };
+                        matches!(st, NodeState::Online | NodeState::Degraded)
+                    };
+                    Candidate { id: r.id.clone(), joined: r.joined, eligible }
+                })
+                .collect()
+        };
+        let strict = pick(false);
+        if strict.iter().any(|c| c.eligible) {
+            strict
+        } else {
+            pick(true)
+        }
     }
 
     /// Turn what the metadata store asked for into node outputs (signed requests, writes).
