@@ -4,19 +4,29 @@
 //!
 //! Run: `cargo bench -p shoal-shell --bench meta_persist -- --warm-up-time 1 --measurement-time 5`.
 //!
-//! - `put_settings_200k_{ordered,random}`: 200,000 distinct small settings, 10,000 per flush, into
-//!   a fresh file; target >= 200,000 records/s. `ordered`: keys arrive in key order, so a batch
-//!   lands in a few leaves of the tree. `random`: keys spread over the key space, so a batch lands
-//!   all over it; redb copies every leaf a transaction touches, so the cost of a flush grows with
-//!   the table and not only with the batch.
+//! Workloads, each into a fresh file:
+//! - `put_settings_200k_{ordered,random}`: 200,000 distinct small settings, 10,000 per flush;
+//!   target >= 200,000 records/s. `ordered`: keys arrive in key order, so a batch lands in a few
+//!   leaves of the tree. `random`: keys spread over the key space, so a batch lands all over it;
+//!   redb copies every leaf a transaction touches, so writing a batch into the table costs with
+//!   the table and not only with the batch (which is why flushes go to a journal).
 //! - `coalesce_1k_keys`: 200,000 puts to the same 1,000 keys, 10,000 per flush: each flush writes
-//!   1,000 rows.
+//!   1,000 ops.
 //! - `put_changes_200k_{ordered,random}`: 200,000 changes as the log produces them (the record, its
 //!   log entry and the log meta: 3 ops each), 10,000 changes per flush; throughput in changes.
 //!
-//! The ops are built before the timer starts; the time covers `queue` plus `flush`.
+//! Each workload is measured three ways (throughput always in records or changes of the
+//! workload):
+//! - `…/flush`: `queue` plus `flush` of every batch, nothing else: the rate at which 50 ms batches
+//!   reach the disk (each flush appends one journal row; no fold).
+//! - `…/flush_and_fold`: the same plus the folds the flusher does (a fold after a flush once the
+//!   journal holds more than 100,000 ops) and the final one of `close`: the sustained rate.
+//! - `…/fold`: only the time of those folds (the flushes run untimed): what folding costs, i.e.
+//!   how long the flushes due during a fold wait.
+//!
+//! The ops are built before the timer starts.
 
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput};
 use shoal_core::hlc::Version;
 use shoal_core::ids::{LogIndex, NodeId, Term};
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist};
@@ -27,6 +37,8 @@ use std::time::{Duration, Instant};
 
 const TOTAL: usize = 200_000;
 const PER_FLUSH: usize = 10_000;
+/// The flusher folds once the journal holds more ops than this (`FOLD_AT` in `meta_store.rs`).
+const FOLD_AT: usize = 100_000;
 const NODE: &str = "5f0c6a2e-8d1b-4c3a-9e7f-1a2b3c4d5e6f";
 
 fn setting(key: String, i: u64) -> Record {
@@ -56,15 +68,46 @@ fn fresh_store() -> (tempfile::TempDir, MetaStore) {
     (dir, store)
 }
 
-/// Queue and flush `batches` into a fresh durable file; returns the time it took.
-fn run(batches: Batches) -> Duration {
+/// What a run measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    /// `queue` + `flush` of every batch, no fold.
+    Flush,
+    /// Flushes plus the flusher's folds and the final one.
+    FlushAndFold,
+    /// Only the folds of `FlushAndFold`.
+    Fold,
+}
+
+/// Queue and flush `batches` into a fresh durable file, folding like the flusher unless
+/// `Measure::Flush`; returns the time measured.
+fn run(batches: Batches, measure: Measure) -> Duration {
     let (_dir, store) = fresh_store();
+    let fold = measure != Measure::Flush;
+    let mut journal = 0;
+    let mut folding = Duration::ZERO;
+    let mut timed_fold = |store: &MetaStore| {
+        let start = Instant::now();
+        store.fold().expect("fold");
+        folding += start.elapsed();
+    };
     let start = Instant::now();
     for batch in batches {
         store.queue(batch);
-        store.flush().expect("flush");
+        journal += store.flush().expect("flush");
+        if fold && journal > FOLD_AT {
+            timed_fold(&store);
+            journal = 0;
+        }
     }
-    start.elapsed()
+    if fold {
+        timed_fold(&store);
+    }
+    let total = start.elapsed();
+    match measure {
+        Measure::Flush | Measure::FlushAndFold => total,
+        Measure::Fold => folding,
+    }
 }
 
 type Batches = Vec<Vec<MetaPersist>>;
@@ -112,9 +155,13 @@ fn bench(c: &mut Criterion) {
         ("put_changes_200k_random", || batches(|i| change(spread_key(i), i))),
     ];
     for (name, make) in cases {
-        g.bench_function(name, |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| run(make())).sum());
-        });
+        for (what, measure) in
+            [("flush", Measure::Flush), ("flush_and_fold", Measure::FlushAndFold), ("fold", Measure::Fold)]
+        {
+            g.bench_function(BenchmarkId::new(name, what), |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| run(make(), measure)).sum());
+            });
+        }
     }
     g.finish();
 }

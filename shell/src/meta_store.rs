@@ -13,20 +13,58 @@
 //! - A batch whose transaction fails goes back into the buffer *under* whatever was queued
 //!   meanwhile (newer ops on the same keys win) and is written again by the next flush.
 //!
+//! # Journal, then fold
+//!
+//! redb is copy-on-write: a transaction that touches a leaf of a B-tree writes a new copy of it.
+//! Writing a batch of keys spread over a large table straight into it would copy most of the
+//! table's leaves at every flush, so a flush would cost O(table), not O(batch). Instead:
+//!
+//! - A flush appends the coalesced batch as **one row** of `meta_journal` (a compact
+//!   length-prefixed encoding of its ops, whose values are the very JSON the tables hold), in one
+//!   transaction: O(batch) whatever the size of the tables.
+//! - A **fold** ([`MetaStore::fold`]) replays every journal row in order on top of each other
+//!   (coalesced exactly like the buffer: a later op on a key wins, a range delete drops earlier
+//!   entries, a `Clear` drops everything before it), applies the result to the tables and deletes
+//!   the folded rows, all in one transaction. It copies each touched leaf once for everything
+//!   folded instead of once per flush. The flusher folds once the journal holds more than
+//!   100,000 ops; [`MetaStore::close`] folds what is left.
+//! - Readers see the tables with the journal replayed on top: [`MetaStore::load`] and
+//!   [`MetaStore::entries_after`] merge both in one read transaction (so they do not write, and
+//!   a table row the journal replaces is never decoded, exactly as if it had been folded).
+//! - Crash safety: a flush and a fold are one transaction each, so a crash leaves either the
+//!   journal rows or their folded result, never half of a fold; the journal is replayed at the
+//!   next [`MetaStore::load`] and folded by the next fold.
+//! - A batch with a `Clear` wipes the metadata tables and the journal in its own transaction
+//!   before appending itself (the rest of the batch), so nothing of the left cluster lingers.
+//!
+//! Trade-off: a fold holds redb's write lock for its whole transaction (a fold of 100,000 ops
+//! spread over a table of a few hundred thousand rows takes a few hundred ms with its fsync,
+//! growing with the table), so the flushes due meanwhile wait: the ops queued stay in the buffer
+//! (a crash then loses a few more ticks of writes than the usual 50 ms) and go out in the first
+//! flush after the fold, coalesced. A larger threshold means fewer, longer folds (less copying
+//! per op) and a longer journal to replay in `load` and `entries_after`; 100,000 ops keeps the
+//! journal a few tens of MB. Every op is written twice (journal row, then table): for keys that
+//! arrive in key order (which touch few leaves anyway) the sustained rate stays about what
+//! writing straight into the tables gave; the gain is for keys spread over a large table
+//! (`shell/benches/meta_persist.rs` measures flushes, folds, and both together).
+//!
 //! Tables, in the same file as the membership tables of [`crate::store`]:
 //! - `meta_records`: `"kind/key"` → JSON of the [`Record`];
 //! - `meta_log`: sequence number → JSON of the [`Entry`];
 //! - `meta_pending`: submit id → JSON of the [`Pending`] submit;
-//! - `meta_log_meta`: `"log"` → JSON of the [`LogMeta`].
+//! - `meta_log_meta`: `"log"` → JSON of the [`LogMeta`];
+//! - `meta_journal`: journal row number (increasing) → one flushed batch, see [`encode_row`].
 //!
-//! [`MetaPersist::Clear`] wipes these four tables and nothing else.
+//! [`MetaPersist::Clear`] wipes these five tables and nothing else.
 
-use redb::{Database, Durability, ReadableTable, TableDefinition};
+use redb::{AccessGuard, Database, Durability, ReadableTable, TableDefinition};
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist, Pending};
 use shoal_core::meta::records::{Record, RecordKind};
+use std::cmp::Ordering as KeyOrder;
 use std::collections::BTreeMap;
+use std::iter::Peekable;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -37,6 +75,10 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_log");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_pending");
 const LOG_META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_log_meta");
 const LOG_META_KEY: &str = "log";
+const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_journal");
+
+/// The flusher folds the journal once it holds more than this many ops.
+const FOLD_AT: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaStoreError {
@@ -73,21 +115,48 @@ pub fn record_row_key(kind: RecordKind, key: &str) -> String {
     out
 }
 
-/// Queued writes, coalesced per key. Applied at a flush in this order: `clear`, the range delete
-/// of the log, then every put and delete (each key holds only its last op, so their order does
-/// not matter).
-#[derive(Debug, Default)]
-struct Buffer {
-    /// Wipe the metadata tables first (everything queued before the `Clear` is gone).
+/// Writes coalesced per key: the buffer (decoded values, [`Buffer`]) and the journal replayed
+/// ([`Overlay`], the encoded values as the journal rows hold them). Applied in this order:
+/// `clear`, the range delete of the log, then every put and delete (each key holds only its last
+/// op, so their order does not matter).
+#[derive(Debug)]
+struct Batch<R, E, P, M> {
+    /// Wipe the metadata tables first (everything before the `Clear` is gone).
     clear: bool,
     /// `"kind/key"` → the record to put, or `None` to delete it.
-    records: BTreeMap<String, Option<Record>>,
+    records: BTreeMap<String, Option<R>>,
     /// Delete every entry with `seq <=` this.
     delete_entries_through: Option<u64>,
-    entries: BTreeMap<u64, Entry>,
+    entries: BTreeMap<u64, E>,
     /// id → the submit to put, or `None` to delete it.
-    pending: BTreeMap<u64, Option<Pending>>,
-    log_meta: Option<LogMeta>,
+    pending: BTreeMap<u64, Option<P>>,
+    log_meta: Option<M>,
+}
+
+/// Queued writes.
+type Buffer = Batch<Record, Entry, Pending, LogMeta>;
+
+/// The journal replayed: each value is the JSON a table row would hold, and the journal row it
+/// came from (to name it in errors).
+type Overlay<'a> = Batch<Raw<'a>, Raw<'a>, Raw<'a>, Raw<'a>>;
+
+#[derive(Clone, Copy, Debug)]
+struct Raw<'a> {
+    row: u64,
+    bytes: &'a [u8],
+}
+
+impl<R, E, P, M> Default for Batch<R, E, P, M> {
+    fn default() -> Self {
+        Batch {
+            clear: false,
+            records: BTreeMap::new(),
+            delete_entries_through: None,
+            entries: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            log_meta: None,
+        }
+    }
 }
 
 impl Buffer {
@@ -110,8 +179,15 @@ impl Buffer {
                 self.pending.insert(id, None);
             }
             MetaPersist::PutLogMeta(m) => self.log_meta = Some(m),
-            MetaPersist::Clear => *self = Buffer { clear: true, ..Buffer::default() },
+            MetaPersist::Clear => self.wipe(),
         }
+    }
+}
+
+impl<R, E, P, M> Batch<R, E, P, M> {
+    /// A `Clear`: drop everything before it.
+    fn wipe(&mut self) {
+        *self = Batch { clear: true, ..Batch::default() }
     }
 
     fn delete_entries_through(&mut self, n: u64) {
@@ -124,7 +200,7 @@ impl Buffer {
 
     /// Put `later` (queued after everything in `self`) on top of `self`: its ops replace ours on
     /// the same keys, its range delete drops our entries, its `Clear` drops everything of ours.
-    fn absorb(&mut self, later: Buffer) {
+    fn absorb(&mut self, later: Self) {
         if later.clear || self.is_empty() {
             *self = later;
             return;
@@ -155,6 +231,323 @@ impl Buffer {
     }
 }
 
+/// Version byte at the start of every journal row.
+const ROW_FORMAT: u8 = 1;
+const OP_CLEAR: u8 = 1;
+const OP_DELETE_ENTRIES_THROUGH: u8 = 2;
+const OP_PUT_RECORD: u8 = 3;
+const OP_DELETE_RECORD: u8 = 4;
+const OP_PUT_ENTRY: u8 = 5;
+const OP_PUT_PENDING: u8 = 6;
+const OP_DELETE_PENDING: u8 = 7;
+const OP_PUT_LOG_META: u8 = 8;
+
+/// One journal row: a coalesced batch in the order it is applied (`Clear`, the range delete,
+/// records, entries, pending submits, log meta), so replaying its ops one by one gives the
+/// batch's effect.
+///
+/// `[ROW_FORMAT: u8][op count: u64 LE]` then per op a tag byte and its fields: u64 little-endian;
+/// a key or a value as `[len: u32 LE][bytes]`, a value being the JSON its table row holds.
+///
+/// | op | fields |
+/// |---|---|
+/// | `OP_CLEAR` | — |
+/// | `OP_DELETE_ENTRIES_THROUGH` | seq |
+/// | `OP_PUT_RECORD` | `"kind/key"`, JSON of the record |
+/// | `OP_DELETE_RECORD` | `"kind/key"` |
+/// | `OP_PUT_ENTRY` | seq, JSON of the entry |
+/// | `OP_PUT_PENDING` | id, JSON of the submit |
+/// | `OP_DELETE_PENDING` | id |
+/// | `OP_PUT_LOG_META` | JSON of the log meta |
+fn encode_row(b: &Buffer) -> Result<Vec<u8>, MetaStoreError> {
+    let mut out = Vec::with_capacity(16 + b.len() * 192);
+    out.push(ROW_FORMAT);
+    out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+    if b.clear {
+        out.push(OP_CLEAR);
+    }
+    if let Some(n) = b.delete_entries_through {
+        out.push(OP_DELETE_ENTRIES_THROUGH);
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    for (key, op) in &b.records {
+        let what = || format!("record {key}");
+        match op {
+            Some(r) => {
+                out.push(OP_PUT_RECORD);
+                put_bytes(&mut out, key.as_bytes(), what)?;
+                put_json(&mut out, r, what)?;
+            }
+            None => {
+                out.push(OP_DELETE_RECORD);
+                put_bytes(&mut out, key.as_bytes(), what)?;
+            }
+        }
+    }
+    for (seq, e) in &b.entries {
+        out.push(OP_PUT_ENTRY);
+        out.extend_from_slice(&seq.to_le_bytes());
+        put_json(&mut out, e, || format!("log entry {seq}"))?;
+    }
+    for (id, op) in &b.pending {
+        match op {
+            Some(p) => {
+                out.push(OP_PUT_PENDING);
+                out.extend_from_slice(&id.to_le_bytes());
+                put_json(&mut out, p, || format!("pending submit {id}"))?;
+            }
+            None => {
+                out.push(OP_DELETE_PENDING);
+                out.extend_from_slice(&id.to_le_bytes());
+            }
+        }
+    }
+    if let Some(m) = &b.log_meta {
+        out.push(OP_PUT_LOG_META);
+        put_json(&mut out, m, || "log meta".to_string())?;
+    }
+    Ok(out)
+}
+
+fn put_len(out: &mut [u8], at: usize, len: usize, what: impl FnOnce() -> String) -> Result<(), MetaStoreError> {
+    let len = u32::try_from(len).map_err(|_| MetaStoreError::Encode(what(), format!("{len} bytes is too long")))?;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8], what: impl FnOnce() -> String) -> Result<(), MetaStoreError> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    put_len(out, at, bytes.len(), what)?;
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// The JSON of `value`, length-prefixed, serialised straight into the row.
+fn put_json<T: serde::Serialize>(
+    out: &mut Vec<u8>,
+    value: &T,
+    what: impl Fn() -> String,
+) -> Result<(), MetaStoreError> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    serde_json::to_writer(&mut *out, value).map_err(|e| MetaStoreError::Encode(what(), e.to_string()))?;
+    let len = out.len() - at - 4;
+    put_len(out, at, len, what)
+}
+
+/// Reads the fields of one journal row; every error names the row.
+struct RowReader<'a> {
+    row: u64,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> RowReader<'a> {
+    fn corrupt(&self, why: String) -> MetaStoreError {
+        MetaStoreError::Corrupt(format!("journal row {}", self.row), format!("{why} (at byte {})", self.at))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], MetaStoreError> {
+        let left = self.bytes.len() - self.at;
+        if left < n {
+            return Err(self.corrupt(format!("truncated: {n} bytes expected, {left} left")));
+        }
+        let out = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, MetaStoreError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u64(&mut self) -> Result<u64, MetaStoreError> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], MetaStoreError> {
+        let b = self.take(4)?;
+        let len = u32::from_le_bytes(b.try_into().unwrap_or([0; 4]));
+        self.take(len as usize)
+    }
+
+    fn raw(&mut self) -> Result<Raw<'a>, MetaStoreError> {
+        Ok(Raw { row: self.row, bytes: self.bytes()? })
+    }
+
+    fn key(&mut self) -> Result<String, MetaStoreError> {
+        let b = self.bytes()?;
+        match std::str::from_utf8(b) {
+            Ok(s) => Ok(s.to_string()),
+            Err(e) => Err(self.corrupt(format!("record key is not UTF-8: {e}"))),
+        }
+    }
+
+    /// The row's header: its format and op count.
+    fn header(&mut self) -> Result<u64, MetaStoreError> {
+        let format = self.u8()?;
+        if format != ROW_FORMAT {
+            return Err(self.corrupt(format!("unknown row format {format}")));
+        }
+        self.u64()
+    }
+}
+
+/// The op count in the header of a journal row.
+fn row_ops(row: u64, bytes: &[u8]) -> Result<usize, MetaStoreError> {
+    let mut r = RowReader { row, bytes, at: 0 };
+    let count = r.header()?;
+    usize::try_from(count).map_err(|_| r.corrupt(format!("op count {count} is too large")))
+}
+
+/// Replay journal row `row` on top of `overlay`; returns its op count.
+fn replay_row<'a>(overlay: &mut Overlay<'a>, row: u64, bytes: &'a [u8]) -> Result<usize, MetaStoreError> {
+    let mut r = RowReader { row, bytes, at: 0 };
+    let count = r.header()?;
+    let mut ops = 0u64;
+    while r.at < bytes.len() {
+        match r.u8()? {
+            OP_CLEAR => overlay.wipe(),
+            OP_DELETE_ENTRIES_THROUGH => {
+                let n = r.u64()?;
+                overlay.delete_entries_through(n);
+            }
+            OP_PUT_RECORD => {
+                let key = r.key()?;
+                let value = r.raw()?;
+                overlay.records.insert(key, Some(value));
+            }
+            OP_DELETE_RECORD => {
+                let key = r.key()?;
+                overlay.records.insert(key, None);
+            }
+            OP_PUT_ENTRY => {
+                let seq = r.u64()?;
+                let value = r.raw()?;
+                overlay.entries.insert(seq, value);
+            }
+            OP_PUT_PENDING => {
+                let id = r.u64()?;
+                let value = r.raw()?;
+                overlay.pending.insert(id, Some(value));
+            }
+            OP_DELETE_PENDING => {
+                let id = r.u64()?;
+                overlay.pending.insert(id, None);
+            }
+            OP_PUT_LOG_META => overlay.log_meta = Some(r.raw()?),
+            tag => {
+                r.at -= 1;
+                return Err(r.corrupt(format!("unknown op {tag}")));
+            }
+        }
+        ops += 1;
+    }
+    if ops != count {
+        return Err(r.corrupt(format!("holds {ops} ops, its header says {count}")));
+    }
+    // ops == count, which fits a usize (the row holds at least one byte per op).
+    Ok(ops as usize)
+}
+
+/// The rows of the journal, in order (the guards keep their bytes readable).
+type JournalRows<'t> = Vec<(u64, AccessGuard<'t, &'static [u8]>)>;
+
+fn journal_rows<T: ReadableTable<u64, &'static [u8]>>(journal: &T) -> Result<JournalRows<'_>, MetaStoreError> {
+    let mut out = Vec::new();
+    for row in journal.iter()? {
+        let (k, v) = row?;
+        out.push((k.value(), v));
+    }
+    Ok(out)
+}
+
+/// Every journal row replayed in order; and the number of ops they hold.
+fn replay<'a>(rows: &'a JournalRows<'_>) -> Result<(Overlay<'a>, usize), MetaStoreError> {
+    let mut overlay = Overlay::default();
+    let mut ops = 0usize;
+    for (row, bytes) in rows {
+        ops = ops.saturating_add(replay_row(&mut overlay, *row, bytes.value())?);
+    }
+    Ok((overlay, ops))
+}
+
+/// A value read for [`MetaStore::load`] or [`MetaStore::entries_after`]: a table row, or the op of
+/// a journal row that replaces it.
+enum Src<'g, 'j> {
+    Table(AccessGuard<'g, &'static [u8]>),
+    Journal(Raw<'j>),
+}
+
+impl Src<'_, '_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Src::Table(g) => g.value(),
+            Src::Journal(raw) => raw.bytes,
+        }
+    }
+
+    /// `what` (e.g. "record setting/x"), and the journal row it came from.
+    fn name(&self, what: String) -> String {
+        match self {
+            Src::Table(_) => what,
+            Src::Journal(raw) => format!("{what} in journal row {}", raw.row),
+        }
+    }
+}
+
+/// The rows of a table and the journal's ops on the same keys, both in key order, merged into
+/// what the table would hold after a fold: a journal op replaces the table row with its key
+/// (which is skipped unread), a `None` op yields nothing.
+struct Merged<T: Iterator, J: Iterator> {
+    table: Peekable<T>,
+    journal: Peekable<J>,
+}
+
+fn merged<'g, 'j, K, T, J>(table: T, journal: J) -> Merged<T, J>
+where
+    T: Iterator<Item = Result<(K, AccessGuard<'g, &'static [u8]>), MetaStoreError>>,
+    J: Iterator<Item = (K, Option<Raw<'j>>)>,
+{
+    Merged { table: table.peekable(), journal: journal.peekable() }
+}
+
+impl<'g, 'j, K: Ord, T, J> Iterator for Merged<T, J>
+where
+    T: Iterator<Item = Result<(K, AccessGuard<'g, &'static [u8]>), MetaStoreError>>,
+    J: Iterator<Item = (K, Option<Raw<'j>>)>,
+{
+    type Item = Result<(K, Src<'g, 'j>), MetaStoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let from_table = match (self.table.peek(), self.journal.peek()) {
+                (None, None) => return None,
+                (Some(Err(_)), _) | (Some(Ok(_)), None) => true,
+                (None, Some(_)) => false,
+                (Some(Ok((tk, _))), Some((jk, _))) => match tk.cmp(jk) {
+                    KeyOrder::Less => true,
+                    KeyOrder::Equal => {
+                        // Replaced by the journal.
+                        self.table.next();
+                        false
+                    }
+                    KeyOrder::Greater => false,
+                },
+            };
+            if from_table {
+                return self.table.next().map(|r| r.map(|(k, g)| (k, Src::Table(g))));
+            }
+            if let Some((k, Some(raw))) = self.journal.next() {
+                return Some(Ok((k, Src::Journal(raw))));
+            }
+            // A delete: the table row (if any) is gone.
+        }
+    }
+}
+
 #[cfg(test)]
 type CommitHook = Box<dyn Fn(&MetaStore) -> Result<(), MetaStoreError> + Send + Sync>;
 
@@ -163,10 +556,16 @@ pub struct MetaStore {
     db: Arc<Database>,
     durable: bool,
     buffer: Mutex<Buffer>,
-    /// Held for a whole flush, so batches commit in the order they were swapped out.
-    flushing: Mutex<()>,
+    /// Held for a whole flush or fold, so batches commit in the order they were swapped out;
+    /// holds the number of the next journal row.
+    flushing: Mutex<u64>,
     commits: AtomicU64,
-    /// Runs inside the write transaction just before its commit (tests: fail or interleave).
+    /// Ops in the journal rows (as counted by their headers).
+    journal_ops: AtomicUsize,
+    /// The flusher folds once the journal holds more ops than this.
+    fold_at: usize,
+    /// Runs inside the write transaction of a flush or a fold just before its commit (tests: fail
+    /// or interleave).
     #[cfg(test)]
     before_commit: Mutex<Option<CommitHook>>,
 }
@@ -180,24 +579,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl MetaStore {
     /// Use the metadata tables of `db` (creating them if needed), e.g. the database of
     /// [`crate::store::Store::database`]. `durable: false` skips fsync (simulation only).
+    /// Reads the header of every journal row (a corrupt one is an error naming it).
     pub fn open(db: Arc<Database>, durable: bool) -> Result<MetaStore, MetaStoreError> {
         let mut txn = db.begin_write()?;
         if !durable {
             txn.set_durability(Durability::None);
         }
-        {
+        let (next_row, journal_ops) = {
             txn.open_table(RECORDS)?;
             txn.open_table(LOG)?;
             txn.open_table(PENDING)?;
             txn.open_table(LOG_META)?;
-        }
+            let journal = txn.open_table(JOURNAL)?;
+            let mut ops = 0usize;
+            let mut last = 0;
+            for row in journal.iter()? {
+                let (k, v) = row?;
+                last = k.value();
+                ops = ops.saturating_add(row_ops(last, v.value())?);
+            }
+            (last.saturating_add(1), ops)
+        };
         txn.commit()?;
         Ok(MetaStore {
             db,
             durable,
             buffer: Mutex::new(Buffer::default()),
-            flushing: Mutex::new(()),
+            flushing: Mutex::new(next_row),
             commits: AtomicU64::new(0),
+            journal_ops: AtomicUsize::new(journal_ops),
+            fold_at: FOLD_AT,
             #[cfg(test)]
             before_commit: Mutex::new(None),
         })
@@ -229,19 +640,32 @@ impl MetaStore {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Write the whole buffer in one transaction; returns the number of coalesced ops written.
-    /// If the transaction fails the ops go back into the buffer (under any newer ops queued
-    /// meanwhile) and the error is returned; the next flush tries again.
+    /// Ops flushed into the journal and not folded yet.
+    fn journal_ops(&self) -> usize {
+        self.journal_ops.load(Ordering::Relaxed)
+    }
+
+    /// Write the whole buffer in one transaction (one journal row); returns the number of
+    /// coalesced ops written. Never folds. If the transaction fails the ops go back into the
+    /// buffer (under any newer ops queued meanwhile) and the error is returned; the next flush
+    /// tries again.
     pub fn flush(&self) -> Result<usize, MetaStoreError> {
-        let _order = lock(&self.flushing);
+        let mut next_row = lock(&self.flushing);
         let batch = std::mem::take(&mut *lock(&self.buffer));
         if batch.is_empty() {
             return Ok(0);
         }
         let n = batch.len();
-        match self.write(&batch) {
+        match self.append(&batch, *next_row) {
             Ok(()) => {
+                *next_row += 1;
                 self.commits.fetch_add(1, Ordering::Relaxed);
+                if batch.clear {
+                    // The journal was wiped: this row is all of it.
+                    self.journal_ops.store(n, Ordering::Relaxed);
+                } else {
+                    self.journal_ops.fetch_add(n, Ordering::Relaxed);
+                }
                 Ok(n)
             }
             Err(e) => {
@@ -254,12 +678,20 @@ impl MetaStore {
         }
     }
 
-    /// Flush what is left (call on shutdown).
+    /// Flush what is left and fold the journal (call on shutdown); returns the number of ops
+    /// flushed.
     pub fn close(&self) -> Result<usize, MetaStoreError> {
-        self.flush()
+        let n = self.flush()?;
+        self.fold()?;
+        Ok(n)
     }
 
-    fn write(&self, b: &Buffer) -> Result<(), MetaStoreError> {
+    /// Append `b` as journal row `row` (after wiping the metadata tables and the journal if it
+    /// holds a `Clear`), in one transaction.
+    fn append(&self, b: &Buffer, row: u64) -> Result<(), MetaStoreError> {
+        // Encoded before the transaction: the write lock of the database is held for the
+        // insert and the commit only.
+        let bytes = encode_row(b)?;
         let mut txn = self.db.begin_write()?;
         if !self.durable {
             txn.set_durability(Durability::None);
@@ -269,51 +701,14 @@ impl MetaStore {
             txn.delete_table(LOG)?;
             txn.delete_table(PENDING)?;
             txn.delete_table(LOG_META)?;
+            txn.delete_table(JOURNAL)?;
+            // They must exist for the readers.
+            txn.open_table(RECORDS)?;
+            txn.open_table(LOG)?;
+            txn.open_table(PENDING)?;
+            txn.open_table(LOG_META)?;
         }
-        {
-            let mut scratch = Vec::with_capacity(256);
-            let mut records = txn.open_table(RECORDS)?;
-            for (key, op) in &b.records {
-                match op {
-                    Some(r) => {
-                        encode(&mut scratch, r, || format!("record {key}"))?;
-                        records.insert(key.as_str(), scratch.as_slice())?;
-                    }
-                    None => {
-                        records.remove(key.as_str())?;
-                    }
-                }
-            }
-            drop(records);
-            let mut log = txn.open_table(LOG)?;
-            if let Some(n) = b.delete_entries_through {
-                log.retain_in(..=n, |_, _| false)?;
-            }
-            for (seq, e) in &b.entries {
-                encode(&mut scratch, e, || format!("log entry {seq}"))?;
-                log.insert(*seq, scratch.as_slice())?;
-            }
-            drop(log);
-            let mut pending = txn.open_table(PENDING)?;
-            for (id, op) in &b.pending {
-                match op {
-                    Some(p) => {
-                        encode(&mut scratch, p, || format!("pending submit {id}"))?;
-                        pending.insert(*id, scratch.as_slice())?;
-                    }
-                    None => {
-                        pending.remove(*id)?;
-                    }
-                }
-            }
-            drop(pending);
-            // Opened even when there is nothing to put: a `Clear` deleted it, and it must exist.
-            let mut log_meta = txn.open_table(LOG_META)?;
-            if let Some(m) = &b.log_meta {
-                encode(&mut scratch, m, || "log meta".to_string())?;
-                log_meta.insert(LOG_META_KEY, scratch.as_slice())?;
-            }
-        }
+        txn.open_table(JOURNAL)?.insert(row, bytes.as_slice())?;
         #[cfg(test)]
         if let Some(hook) = lock(&self.before_commit).as_ref() {
             hook(self)?;
@@ -322,87 +717,207 @@ impl MetaStore {
         Ok(())
     }
 
-    /// Everything on disk (flushes first). Meant for startup; a corrupt row is an error naming it.
+    /// Move every journal row into the tables in one transaction: the rows replayed in order
+    /// (coalesced per key like the buffer), applied, and deleted. Returns the number of journal
+    /// ops folded (0 if the journal was empty). Does not flush the buffer first. Idempotent: what
+    /// [`MetaStore::load`] returns is the same before and after.
+    pub fn fold(&self) -> Result<usize, MetaStoreError> {
+        let _order = lock(&self.flushing);
+        let mut txn = self.db.begin_write()?;
+        if !self.durable {
+            txn.set_durability(Durability::None);
+        }
+        let folded = {
+            let journal = txn.open_table(JOURNAL)?;
+            let rows = journal_rows(&journal)?;
+            if rows.is_empty() {
+                drop(rows);
+                drop(journal);
+                txn.abort()?;
+                self.journal_ops.store(0, Ordering::Relaxed);
+                return Ok(0);
+            }
+            let (overlay, ops) = replay(&rows)?;
+            apply(&txn, &overlay)?;
+            ops
+        };
+        txn.delete_table(JOURNAL)?;
+        txn.open_table(JOURNAL)?;
+        #[cfg(test)]
+        if let Some(hook) = lock(&self.before_commit).as_ref() {
+            hook(self)?;
+        }
+        txn.commit()?;
+        self.journal_ops.store(0, Ordering::Relaxed);
+        Ok(folded)
+    }
+
+    /// Everything on disk: the tables with the journal replayed on top (flushes first; does not
+    /// write otherwise). Meant for startup; a corrupt row is an error naming it.
     pub fn load(&self) -> Result<MetaLoaded, MetaStoreError> {
         self.flush()?;
         let txn = self.db.begin_read()?;
+        let journal = txn.open_table(JOURNAL)?;
+        let rows = journal_rows(&journal)?;
+        let (o, _) = replay(&rows)?;
+        // After a `Clear` in the journal, nothing of the tables counts.
+        let keep = if o.clear { 0 } else { usize::MAX };
         let mut out = MetaLoaded::default();
-        for row in txn.open_table(RECORDS)?.iter()? {
+
+        let records = txn.open_table(RECORDS)?;
+        let table = records.iter()?.take(keep).map(|row| {
             let (k, v) = row?;
-            let key = k.value();
-            let what = || format!("record {key}");
-            let r: Record = decode(v.value(), what)?;
-            let actual = record_row_key(r.kind(), &r.key());
-            if actual != key {
-                return Err(MetaStoreError::Corrupt(what(), format!("holds the record {actual}")));
-            }
-            out.records.push(r);
+            Ok::<_, MetaStoreError>((k.value().to_string(), v))
+        });
+        for row in merged(table, o.records.iter().map(|(k, op)| (k.clone(), *op))) {
+            let (key, src) = row?;
+            out.records.push(decode_record(&key, &src)?);
         }
-        for row in txn.open_table(LOG)?.iter()? {
+
+        let log = txn.open_table(LOG)?;
+        let first = o.delete_entries_through.map_or(Bound::Unbounded, Bound::Excluded);
+        let table = log.range::<u64>((first, Bound::Unbounded))?.take(keep).map(|row| {
             let (k, v) = row?;
-            out.entries.push(decode_entry(k.value(), v.value())?);
+            Ok::<_, MetaStoreError>((k.value(), v))
+        });
+        for row in merged(table, o.entries.iter().map(|(k, raw)| (*k, Some(*raw)))) {
+            let (seq, src) = row?;
+            out.entries.push(decode_entry(seq, &src)?);
         }
-        for row in txn.open_table(PENDING)?.iter()? {
+
+        let pending = txn.open_table(PENDING)?;
+        let table = pending.iter()?.take(keep).map(|row| {
             let (k, v) = row?;
-            let id = k.value();
-            let what = || format!("pending submit {id}");
-            let p: Pending = decode(v.value(), what)?;
-            if p.id != id {
-                return Err(MetaStoreError::Corrupt(what(), format!("holds the submit {}", p.id)));
-            }
-            out.pending.push(p);
+            Ok::<_, MetaStoreError>((k.value(), v))
+        });
+        for row in merged(table, o.pending.iter().map(|(k, op)| (*k, *op))) {
+            let (id, src) = row?;
+            out.pending.push(decode_pending(id, &src)?);
         }
-        if let Some(v) = txn.open_table(LOG_META)?.get(LOG_META_KEY)? {
-            out.log_meta = Some(decode(v.value(), || "log meta".to_string())?);
+
+        let src = match o.log_meta {
+            Some(raw) => Some(Src::Journal(raw)),
+            None if o.clear => None,
+            None => txn.open_table(LOG_META)?.get(LOG_META_KEY)?.map(Src::Table),
+        };
+        if let Some(src) = src {
+            out.log_meta = Some(decode(src.bytes(), || src.name("log meta".to_string()))?);
         }
         Ok(out)
     }
 
-    /// Up to `limit` log entries with `seq > after`, in order, read from disk (flushes first).
-    /// For catch-up of a range no longer in memory.
+    /// Up to `limit` log entries with `seq > after`, in order, read from disk (flushes first;
+    /// the journal replayed on top of the log). For catch-up of a range no longer in memory.
     pub fn entries_after(&self, after: u64, limit: usize) -> Result<Vec<Entry>, MetaStoreError> {
         self.flush()?;
-        let txn = self.db.begin_read()?;
-        let log = txn.open_table(LOG)?;
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
         }
-        for row in log.range((Bound::Excluded(after), Bound::Unbounded))? {
+        let txn = self.db.begin_read()?;
+        let journal = txn.open_table(JOURNAL)?;
+        let rows = journal_rows(&journal)?;
+        let (o, _) = replay(&rows)?;
+        let keep = if o.clear { 0 } else { usize::MAX };
+        let log = txn.open_table(LOG)?;
+        let first = Bound::Excluded(o.delete_entries_through.map_or(after, |n| n.max(after)));
+        let table = log.range::<u64>((first, Bound::Unbounded))?.take(keep).map(|row| {
             let (k, v) = row?;
-            out.push(decode_entry(k.value(), v.value())?);
-            if out.len() >= limit {
-                break;
-            }
+            Ok::<_, MetaStoreError>((k.value(), v))
+        });
+        let journal = o.entries.range((Bound::Excluded(after), Bound::Unbounded)).map(|(k, raw)| (*k, Some(*raw)));
+        for row in merged(table, journal).take(limit) {
+            let (seq, src) = row?;
+            out.push(decode_entry(seq, &src)?);
         }
         Ok(out)
     }
 }
 
-fn encode<T: serde::Serialize>(
-    scratch: &mut Vec<u8>,
-    value: &T,
-    what: impl FnOnce() -> String,
-) -> Result<(), MetaStoreError> {
-    scratch.clear();
-    serde_json::to_writer(&mut *scratch, value).map_err(|e| MetaStoreError::Encode(what(), e.to_string()))
+/// Apply the replayed journal to the tables (inside the fold's transaction).
+fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreError> {
+    if o.clear {
+        txn.delete_table(RECORDS)?;
+        txn.delete_table(LOG)?;
+        txn.delete_table(PENDING)?;
+        txn.delete_table(LOG_META)?;
+    }
+    let mut records = txn.open_table(RECORDS)?;
+    for (key, op) in &o.records {
+        match op {
+            Some(raw) => {
+                records.insert(key.as_str(), raw.bytes)?;
+            }
+            None => {
+                records.remove(key.as_str())?;
+            }
+        }
+    }
+    drop(records);
+    let mut log = txn.open_table(LOG)?;
+    if let Some(n) = o.delete_entries_through {
+        log.retain_in(..=n, |_, _| false)?;
+    }
+    for (seq, raw) in &o.entries {
+        log.insert(*seq, raw.bytes)?;
+    }
+    drop(log);
+    let mut pending = txn.open_table(PENDING)?;
+    for (id, op) in &o.pending {
+        match op {
+            Some(raw) => {
+                pending.insert(*id, raw.bytes)?;
+            }
+            None => {
+                pending.remove(*id)?;
+            }
+        }
+    }
+    drop(pending);
+    // Opened even when there is nothing to put: a `Clear` deleted it, and it must exist.
+    let mut log_meta = txn.open_table(LOG_META)?;
+    if let Some(raw) = o.log_meta {
+        log_meta.insert(LOG_META_KEY, raw.bytes)?;
+    }
+    Ok(())
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T, MetaStoreError> {
     serde_json::from_slice(bytes).map_err(|e| MetaStoreError::Corrupt(what(), e.to_string()))
 }
 
-fn decode_entry(seq: u64, bytes: &[u8]) -> Result<Entry, MetaStoreError> {
-    let what = || format!("log entry {seq}");
-    let e: Entry = decode(bytes, what)?;
+fn decode_record(key: &str, src: &Src<'_, '_>) -> Result<Record, MetaStoreError> {
+    let what = || src.name(format!("record {key}"));
+    let r: Record = decode(src.bytes(), what)?;
+    let actual = record_row_key(r.kind(), &r.key());
+    if actual != key {
+        return Err(MetaStoreError::Corrupt(what(), format!("holds the record {actual}")));
+    }
+    Ok(r)
+}
+
+fn decode_entry(seq: u64, src: &Src<'_, '_>) -> Result<Entry, MetaStoreError> {
+    let what = || src.name(format!("log entry {seq}"));
+    let e: Entry = decode(src.bytes(), what)?;
     if e.seq.0 != seq {
         return Err(MetaStoreError::Corrupt(what(), format!("holds the entry {}", e.seq)));
     }
     Ok(e)
 }
 
+fn decode_pending(id: u64, src: &Src<'_, '_>) -> Result<Pending, MetaStoreError> {
+    let what = || src.name(format!("pending submit {id}"));
+    let p: Pending = decode(src.bytes(), what)?;
+    if p.id != id {
+        return Err(MetaStoreError::Corrupt(what(), format!("holds the submit {}", p.id)));
+    }
+    Ok(p)
+}
+
 /// Flush `store` every `every` (50 ms in a node) until `stop` turns true (or its sender is
-/// dropped), then flush a last time. A failed flush is logged and retried at the next tick.
+/// dropped), then flush a last time. After a flush, folds the journal once it holds more than
+/// 100,000 ops (see the module doc). A failed flush or fold is logged and retried at the next
+/// tick.
 ///
 /// A durable store commits on the blocking pool (its fsync must not hold up a runtime worker); a
 /// non-durable one (simulation) commits inline, so a simulated run stays on the simulated clock.
@@ -411,13 +926,16 @@ pub fn spawn_flusher(store: Arc<MetaStore>, every: Duration, mut stop: watch::Re
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await; // the first tick is immediate
-        let mut failures = 0u64;
+        let mut failures = Failures::default();
         loop {
             if *stop.borrow_and_update() {
                 break;
             }
             tokio::select! {
-                _ = tick.tick() => flush_logged(&store, &mut failures).await,
+                _ = tick.tick() => {
+                    flush_logged(&store, &mut failures).await;
+                    fold_logged(&store, &mut failures).await;
+                }
                 changed = stop.changed() => {
                     if changed.is_err() {
                         break;
@@ -425,37 +943,69 @@ pub fn spawn_flusher(store: Arc<MetaStore>, every: Duration, mut stop: watch::Re
                 }
             }
         }
-        if let Err(e) = flush_on(&store).await {
+        if let Err(e) = run_on(&store, MetaStore::flush).await {
             tracing::error!(error = %e, buffered = store.buffered(), "final metadata flush failed; queued writes lost");
         }
+        fold_logged(&store, &mut failures).await;
     })
 }
 
-async fn flush_on(store: &Arc<MetaStore>) -> Result<usize, MetaStoreError> {
+#[derive(Default)]
+struct Failures {
+    flush: u64,
+    fold: u64,
+}
+
+/// `f` (a flush or a fold) on the blocking pool if the store is durable, else inline.
+async fn run_on(
+    store: &Arc<MetaStore>,
+    f: fn(&MetaStore) -> Result<usize, MetaStoreError>,
+) -> Result<usize, MetaStoreError> {
     if store.durable() {
         let s = store.clone();
-        match tokio::task::spawn_blocking(move || s.flush()).await {
+        match tokio::task::spawn_blocking(move || f(&s)).await {
             Ok(r) => r,
             Err(e) => Err(MetaStoreError::Db(format!("flush task: {e}"))),
         }
     } else {
-        store.flush()
+        f(store)
     }
 }
 
-async fn flush_logged(store: &Arc<MetaStore>, failures: &mut u64) {
-    match flush_on(store).await {
+async fn flush_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
+    match run_on(store, MetaStore::flush).await {
         Ok(_) => {
-            if *failures > 0 {
-                tracing::info!(failures = *failures, "metadata flush works again");
-                *failures = 0;
+            if failures.flush > 0 {
+                tracing::info!(failures = failures.flush, "metadata flush works again");
+                failures.flush = 0;
             }
         }
         Err(e) => {
-            *failures += 1;
+            failures.flush += 1;
             // Every tick retries; the log gets the first failure and then one in a hundred.
-            if *failures % 100 == 1 {
-                tracing::error!(error = %e, failures = *failures, buffered = store.buffered(), "metadata flush failed; retrying");
+            if failures.flush % 100 == 1 {
+                tracing::error!(error = %e, failures = failures.flush, buffered = store.buffered(), "metadata flush failed; retrying");
+            }
+        }
+    }
+}
+
+/// Fold if the journal holds more than `fold_at` ops.
+async fn fold_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
+    if store.journal_ops() <= store.fold_at {
+        return;
+    }
+    match run_on(store, MetaStore::fold).await {
+        Ok(_) => {
+            if failures.fold > 0 {
+                tracing::info!(failures = failures.fold, "metadata journal fold works again");
+                failures.fold = 0;
+            }
+        }
+        Err(e) => {
+            failures.fold += 1;
+            if failures.fold % 100 == 1 {
+                tracing::error!(error = %e, failures = failures.fold, journal_ops = store.journal_ops(), "metadata journal fold failed; retrying");
             }
         }
     }
@@ -904,5 +1454,438 @@ mod tests {
         flusher.await.unwrap();
         assert_eq!(meta.buffered(), 0);
         assert_eq!(keys(&meta.load().unwrap().records), vec!["a", "b", "c"]);
+    }
+
+    /// What the tables would hold if every op were applied one by one, in order, with no
+    /// buffer and no journal.
+    #[derive(Default)]
+    struct Model {
+        records: BTreeMap<String, Record>,
+        entries: BTreeMap<u64, Entry>,
+        pending: BTreeMap<u64, Pending>,
+        log_meta: Option<LogMeta>,
+    }
+
+    impl Model {
+        fn apply(&mut self, op: &MetaPersist) {
+            match op {
+                MetaPersist::PutRecord(r) => {
+                    self.records.insert(record_row_key(r.kind(), &r.key()), r.clone());
+                }
+                MetaPersist::DeleteRecord((kind, key)) => {
+                    self.records.remove(&record_row_key(*kind, key));
+                }
+                MetaPersist::PutEntry(e) => {
+                    self.entries.insert(e.seq.0, e.clone());
+                }
+                MetaPersist::DeleteEntriesThrough(n) => self.entries.retain(|seq, _| *seq > n.0),
+                MetaPersist::PutPending(p) => {
+                    self.pending.insert(p.id, p.clone());
+                }
+                MetaPersist::DeletePending(id) => {
+                    self.pending.remove(id);
+                }
+                MetaPersist::PutLogMeta(m) => self.log_meta = Some(m.clone()),
+                MetaPersist::Clear => *self = Model::default(),
+            }
+        }
+
+        fn loaded(&self) -> MetaLoaded {
+            MetaLoaded {
+                records: self.records.values().cloned().collect(),
+                entries: self.entries.values().cloned().collect(),
+                pending: self.pending.values().cloned().collect(),
+                log_meta: self.log_meta.clone(),
+            }
+        }
+
+        fn entries_after(&self, after: u64, limit: usize) -> Vec<Entry> {
+            self.entries.range((Bound::Excluded(after), Bound::Unbounded)).take(limit).map(|(_, e)| e.clone()).collect()
+        }
+    }
+
+    /// A deterministic mix of every op but `Clear`: puts and deletes over few keys (so batches
+    /// and journal rows overwrite each other), entries mostly appended but some rewritten below
+    /// a compaction, compactions, pending submits, log meta.
+    struct Ops {
+        state: u64,
+        next_seq: u64,
+    }
+
+    impl Ops {
+        fn new(seed: u64) -> Ops {
+            Ops { state: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, next_seq: 1 }
+        }
+
+        fn rand(&mut self, below: u64) -> u64 {
+            // xorshift64*
+            self.state ^= self.state >> 12;
+            self.state ^= self.state << 25;
+            self.state ^= self.state >> 27;
+            self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) % below
+        }
+
+        fn batch(&mut self, n: usize) -> Vec<MetaPersist> {
+            (0..n).map(|_| self.op()).collect()
+        }
+
+        fn op(&mut self) -> MetaPersist {
+            let value = self.rand(1000);
+            match self.rand(20) {
+                0..=6 => put(&format!("k{:02}", self.rand(40)), value),
+                7..=8 => del(&format!("k{:02}", self.rand(40))),
+                9..=12 => {
+                    self.next_seq += 1;
+                    MetaPersist::PutEntry(entry(self.next_seq))
+                }
+                13 => MetaPersist::PutEntry(entry(1 + self.rand(self.next_seq))),
+                14 => MetaPersist::DeleteEntriesThrough(LogIndex(self.rand(self.next_seq + 1))),
+                15..=16 => MetaPersist::PutPending(pending(self.rand(15))),
+                17 => MetaPersist::DeletePending(self.rand(15)),
+                _ => MetaPersist::PutLogMeta(log_meta(value)),
+            }
+        }
+    }
+
+    fn table_len<K: redb::Key + 'static>(meta: &MetaStore, def: TableDefinition<K, &[u8]>) -> u64 {
+        meta.db.begin_read().unwrap().open_table(def).unwrap().len().unwrap()
+    }
+
+    fn journal_rows_on_disk(meta: &MetaStore) -> u64 {
+        table_len(meta, JOURNAL)
+    }
+
+    /// Every way of reading back agrees with the model.
+    fn assert_reads(meta: &MetaStore, model: &Model) {
+        let want = model.loaded();
+        assert_eq!(meta.load().unwrap(), want);
+        let last = model.entries.keys().next_back().copied().unwrap_or(0);
+        for after in [0, 1, last / 3, last / 2, last.saturating_sub(2), last, u64::MAX] {
+            for limit in [1, 3, 1000] {
+                assert_eq!(
+                    meta.entries_after(after, limit).unwrap(),
+                    model.entries_after(after, limit),
+                    "{after} {limit}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_journal_row_round_trips_the_batch() {
+        let b = buffer(vec![
+            MetaPersist::DeleteEntriesThrough(LogIndex(3)),
+            put("a", 1),
+            del("b"),
+            MetaPersist::PutEntry(entry(4)),
+            MetaPersist::PutPending(pending(1)),
+            MetaPersist::DeletePending(2),
+            MetaPersist::PutLogMeta(log_meta(4)),
+        ]);
+        let bytes = encode_row(&b).unwrap();
+        assert_eq!(row_ops(9, &bytes).unwrap(), 7);
+        let mut o = Overlay::default();
+        assert_eq!(replay_row(&mut o, 9, &bytes).unwrap(), 7);
+        assert!(!o.clear);
+        assert_eq!(o.delete_entries_through, Some(3));
+        let json = |r: &Option<Raw>| r.map(|r| (r.row, r.bytes.to_vec()));
+        assert_eq!(json(&o.records["setting/a"]), Some((9, serde_json::to_vec(&setting("a", 1)).unwrap())));
+        assert_eq!(json(&o.records["setting/b"]), None);
+        assert_eq!(o.entries[&4].bytes, serde_json::to_vec(&entry(4)).unwrap().as_slice());
+        assert_eq!(json(&o.pending[&1]), Some((9, serde_json::to_vec(&pending(1)).unwrap())));
+        assert_eq!(json(&o.pending[&2]), None);
+        assert_eq!(o.log_meta.unwrap().bytes, serde_json::to_vec(&log_meta(4)).unwrap().as_slice());
+
+        // A `Clear` in a later row drops everything replayed before it.
+        let clear = encode_row(&buffer(vec![MetaPersist::Clear, put("z", 1)])).unwrap();
+        assert_eq!(replay_row(&mut o, 10, &clear).unwrap(), 2);
+        assert!(o.clear);
+        assert_eq!(o.len(), 2);
+        assert_eq!(o.records["setting/z"].unwrap().row, 10);
+    }
+
+    #[test]
+    fn load_is_the_tables_with_the_journal_replayed_on_top() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        let mut model = Model::default();
+        let mut ops = Ops::new(1);
+        for round in 0..12 {
+            let batch = ops.batch(60);
+            batch.iter().for_each(|op| model.apply(op));
+            meta.queue(batch);
+            meta.flush().unwrap();
+            if round == 5 {
+                // Half of it in the tables, the rest only in the journal.
+                assert!(meta.fold().unwrap() > 0);
+            }
+        }
+        assert_eq!(journal_rows_on_disk(&meta), 6, "flushes after the fold are still journal rows");
+        assert!(table_len(&meta, RECORDS) > 0 && table_len(&meta, LOG) > 0);
+        assert_eq!(meta.journal_ops(), {
+            let txn = meta.db.begin_read().unwrap();
+            let journal = txn.open_table(JOURNAL).unwrap();
+            let rows = journal_rows(&journal).unwrap();
+            replay(&rows).unwrap().1
+        });
+        let commits = meta.commits();
+        assert_reads(&meta, &model);
+        assert_eq!(meta.commits(), commits, "reading commits nothing");
+        assert_eq!(journal_rows_on_disk(&meta), 6, "reading does not fold");
+
+        // Unflushed ops are flushed by the readers and read back too.
+        let batch = ops.batch(30);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        assert_reads(&meta, &model);
+        assert_eq!(meta.buffered(), 0);
+    }
+
+    #[test]
+    fn fold_is_idempotent_and_matches_applying_every_op_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        let mut model = Model::default();
+        let mut ops = Ops::new(2);
+        for round in 0..6 {
+            let mut journal_ops = 0;
+            for _ in 0..4 {
+                let batch = ops.batch(50);
+                batch.iter().for_each(|op| model.apply(op));
+                meta.queue(batch);
+                journal_ops += meta.flush().unwrap();
+            }
+            assert_eq!(meta.journal_ops(), journal_ops);
+            let before = meta.load().unwrap();
+            assert_eq!(before, model.loaded(), "round {round}");
+            assert_eq!(meta.fold().unwrap(), journal_ops);
+            assert_eq!(meta.journal_ops(), 0);
+            assert_eq!(journal_rows_on_disk(&meta), 0);
+            assert_eq!(meta.load().unwrap(), before, "round {round}");
+            assert_eq!(meta.fold().unwrap(), 0, "nothing left to fold");
+            assert_reads(&meta, &model);
+        }
+        // The tables alone hold it all.
+        assert_eq!(table_len(&meta, RECORDS), model.records.len() as u64);
+        assert_eq!(table_len(&meta, LOG), model.entries.len() as u64);
+        assert_eq!(table_len(&meta, PENDING), model.pending.len() as u64);
+    }
+
+    #[test]
+    fn a_crash_between_flush_and_fold_or_during_a_fold_keeps_everything_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let mut model = Model::default();
+        let mut ops = Ops::new(3);
+        let journal_ops;
+        {
+            let (_store, meta) = open(&path);
+            for i in 0..8 {
+                let batch = ops.batch(40);
+                batch.iter().for_each(|op| model.apply(op));
+                meta.queue(batch);
+                meta.flush().unwrap();
+                if i == 3 {
+                    meta.fold().unwrap();
+                }
+            }
+            journal_ops = meta.journal_ops();
+            assert!(journal_ops > 0);
+            // Dropped without close: the journal is not folded.
+        }
+        let (_store, meta) = open(&path);
+        assert_eq!(meta.journal_ops(), journal_ops, "counted again at open");
+        assert_eq!(journal_rows_on_disk(&meta), 4);
+        assert_reads(&meta, &model);
+
+        // A fold that dies before its commit leaves the journal and the tables as they were.
+        *lock(&meta.before_commit) = Some(Box::new(|_: &MetaStore| Err(MetaStoreError::Db("power cut".into()))));
+        assert!(meta.fold().unwrap_err().to_string().contains("power cut"));
+        *lock(&meta.before_commit) = None;
+        assert_eq!(journal_rows_on_disk(&meta), 4);
+        assert_eq!(meta.journal_ops(), journal_ops);
+        assert_reads(&meta, &model);
+
+        // New rows go after the old ones, and close folds them all.
+        let batch = ops.batch(40);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 5);
+        assert_reads(&meta, &model);
+        meta.close().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 0);
+        drop(meta);
+        drop(_store);
+        let (_store, meta) = open(&path);
+        assert_eq!(meta.journal_ops(), 0);
+        assert_reads(&meta, &model);
+    }
+
+    #[test]
+    fn clear_wipes_the_journal_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let mut ops = Ops::new(4);
+        {
+            let (store, meta) = open(&path);
+            store.apply(&[PersistOp::PutPurged(NodeId::new("gone"))]).unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            meta.fold().unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            meta.queue(ops.batch(50));
+            meta.flush().unwrap();
+            assert_eq!(journal_rows_on_disk(&meta), 2);
+
+            meta.queue(vec![put("before", 1), MetaPersist::Clear, put("after", 2), MetaPersist::PutEntry(entry(7))]);
+            assert_eq!(meta.flush().unwrap(), 3);
+            assert_eq!(journal_rows_on_disk(&meta), 1, "the rows before the Clear are gone");
+            assert_eq!(meta.journal_ops(), 3);
+            assert_eq!(table_len(&meta, RECORDS) + table_len(&meta, LOG) + table_len(&meta, PENDING), 0);
+            let loaded = meta.load().unwrap();
+            assert_eq!(loaded.records, vec![setting("after", 2)]);
+            assert_eq!(loaded.entries, vec![entry(7)]);
+            assert!(loaded.pending.is_empty() && loaded.log_meta.is_none());
+            assert_eq!(meta.entries_after(0, 10).unwrap(), vec![entry(7)]);
+        }
+        let (store, meta) = open(&path);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["after".to_string()]);
+        meta.fold().unwrap();
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["after".to_string()]);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+
+        // A `Clear` met while replaying the journal (written by hand here, after older rows
+        // that were not wiped) hides the tables and the rows before it, and folds the same way.
+        let mut model = Model::default();
+        let batch = ops.batch(80);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        let cleared = vec![MetaPersist::Clear, put("x", 1), MetaPersist::PutEntry(entry(3))];
+        cleared.iter().for_each(|op| model.apply(op));
+        let row = encode_row(&buffer(cleared)).unwrap();
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().insert(1000, row.as_slice()).unwrap();
+        txn.commit().unwrap();
+        let tail = vec![put("y", 2), MetaPersist::PutEntry(entry(5))];
+        tail.iter().for_each(|op| model.apply(op));
+        let row = encode_row(&buffer(tail)).unwrap();
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().insert(1001, row.as_slice()).unwrap();
+        txn.commit().unwrap();
+        assert_reads(&meta, &model);
+        assert_eq!(keys(&meta.load().unwrap().records), vec!["x".to_string(), "y".to_string()]);
+        meta.fold().unwrap();
+        assert_reads(&meta, &model);
+        assert_eq!(table_len(&meta, RECORDS), 2);
+        assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
+    }
+
+    #[test]
+    fn a_corrupt_journal_row_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let (_store, meta) = open(&path);
+        let mut model = Model::default();
+        let batch = Ops::new(5).batch(50);
+        batch.iter().for_each(|op| model.apply(op));
+        meta.queue(batch);
+        meta.flush().unwrap();
+        let set_row = |bytes: &[u8]| {
+            let txn = meta.db.begin_write().unwrap();
+            txn.open_table(JOURNAL).unwrap().insert(7, bytes).unwrap();
+            txn.commit().unwrap();
+        };
+        let good = encode_row(&buffer(vec![put("x", 1), MetaPersist::PutEntry(entry(2))])).unwrap();
+        let mut wrong_count = good.clone();
+        wrong_count[1] = 3;
+        let mut unknown_op = good[..9].to_vec();
+        unknown_op.push(0xee);
+        let mut bad_key = good[..9].to_vec();
+        bad_key.extend_from_slice(&[OP_DELETE_RECORD, 2, 0, 0, 0, 0xff, 0xfe]);
+        let framing: [(&[u8], &str); 6] = [
+            (b"", "truncated"),
+            (&[9, 0, 0, 0, 0, 0, 0, 0, 0], "unknown row format 9"),
+            (&good[..good.len() - 3], "truncated"),
+            (&wrong_count, "its header says 3"),
+            (&unknown_op, "unknown op 238 (at byte 9)"),
+            (&bad_key, "not UTF-8"),
+        ];
+        for (bytes, why) in framing {
+            set_row(bytes);
+            for err in [meta.load().unwrap_err(), meta.fold().unwrap_err(), meta.entries_after(0, 10).unwrap_err()] {
+                let msg = err.to_string();
+                assert!(matches!(&err, MetaStoreError::Corrupt(row, _) if row == "journal row 7"), "{msg}");
+                assert!(msg.contains(why), "{msg} should say {why}");
+            }
+            if bytes.len() < 9 || bytes[0] != ROW_FORMAT {
+                let err = MetaStore::open(meta.db.clone(), true).err().expect("a bad header fails open");
+                assert!(err.to_string().contains("journal row 7"), "{err}");
+            }
+        }
+
+        // Well framed, but a value is not what its op says.
+        let mut b = buffer(vec![]);
+        b.records.insert("setting/x".into(), Some(setting("y", 1)));
+        set_row(&encode_row(&b).unwrap());
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("record setting/x in journal row 7") && err.contains("setting/y"), "{err}");
+        let mut b = buffer(vec![]);
+        b.entries.insert(3, entry(4));
+        set_row(&encode_row(&b).unwrap());
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("log entry 3 in journal row 7"), "{err}");
+        assert!(meta.entries_after(0, 100).unwrap_err().to_string().contains("log entry 3 in journal row 7"));
+        let mut bad_json = good[..9].to_vec();
+        bad_json.push(OP_PUT_LOG_META);
+        bad_json.extend_from_slice(&[5, 0, 0, 0]);
+        bad_json.extend_from_slice(b"{nope");
+        bad_json[1] = 1;
+        bad_json[2..9].fill(0);
+        set_row(&bad_json);
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("log meta in journal row 7"), "{err}");
+
+        // Nothing was folded by the failed folds; without the bad row all is there.
+        let txn = meta.db.begin_write().unwrap();
+        txn.open_table(JOURNAL).unwrap().remove(7).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(journal_rows_on_disk(&meta), 1);
+        assert_reads(&meta, &model);
+    }
+
+    #[tokio::test]
+    async fn the_flusher_folds_once_the_journal_is_over_the_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, mut meta) = open(&dir.path().join("cluster.redb"));
+        meta.fold_at = 5;
+        let meta = Arc::new(meta);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let flusher = spawn_flusher(meta.clone(), Duration::from_millis(10), stop_rx);
+
+        meta.queue(vec![put("a", 1), put("b", 1)]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while meta.commits() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no flush within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(meta.journal_ops(), 2, "under the threshold: not folded");
+        assert_eq!(journal_rows_on_disk(&meta), 1);
+
+        meta.queue((0..10).map(|i| put(&format!("c{i}"), i)).collect());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while journal_rows_on_disk(&meta) != 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no fold within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(meta.journal_ops(), 0);
+        assert_eq!(table_len(&meta, RECORDS), 12);
+        stop_tx.send(true).unwrap();
+        flusher.await.unwrap();
+        assert_eq!(meta.load().unwrap().records.len(), 12);
     }
 }
