@@ -699,3 +699,128 @@ fn purged_keys_beyond_the_bound_are_forgotten_oldest_first() {
     assert!(s.apply(&older(2)).is_none());
     assert!(s.apply(&older(count - 1)).is_none());
 }
+
+/// Purged keys survive a restart: a purge says to persist each key with its tombstone's
+/// version (`MetaPersist::PutPurged`, next to the `DeleteRecord`), and a `Meta` restored with
+/// those markers refuses an older copy of the record (from its own disk, or submitted by a
+/// stale peer), while a newer re-create is still taken.
+#[test]
+fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a_restart() {
+    use shoal_core::hlc::Hlc;
+    use shoal_core::meta::lease::Candidate;
+    use shoal_core::meta::log::MetaPersist;
+    use shoal_core::meta::machine::{Meta, MetaConfig, MetaOutput, MetaRestored};
+
+    let me = node(0);
+    let removed_at = ver(1_000, 0, 1);
+    let pairs = live_and_tombstone_of_every_kind(ver(0, 0, 0), removed_at.clone());
+    let members = || vec![Candidate { id: node(0), joined: 1, eligible: true }];
+    let persisted = |m: &mut Meta| {
+        let mut out = Vec::new();
+        while let Some(o) = m.poll_output() {
+            if let MetaOutput::Persist(p) = o {
+                out.push(p);
+            }
+        }
+        out
+    };
+
+    // Before the restart: the tombstones are purged 8 days on.
+    let mut hlc = Hlc::new(me.clone());
+    let mut before = Meta::new(me.clone(), MetaConfig::default(), Millis(0));
+    let records: Vec<Record> = pairs.iter().flat_map(|(l, t)| [l.clone(), t.clone()]).collect();
+    before.restore(MetaRestored { records, ..MetaRestored::default() }, &mut hlc);
+    persisted(&mut before);
+    before.handle_timeout(Millis(1), Millis(removed_at.wall_ms + 8 * DAY_MS), members());
+    let ops = persisted(&mut before);
+    let mut markers = Vec::new();
+    for (live, _) in &pairs {
+        let key = (live.kind(), live.key());
+        assert!(ops.contains(&MetaPersist::DeleteRecord(key.clone())), "{ops:?}");
+        assert!(ops.contains(&MetaPersist::PutPurged(key.clone(), removed_at.clone())), "{ops:?}");
+        markers.push((key, removed_at.clone()));
+    }
+    assert!(!ops.iter().any(|p| matches!(p, MetaPersist::DeletePurged(_))), "nothing forgotten under the bound");
+    let mut remembered: Vec<_> = before.state().purged().map(|(k, v)| (k.clone(), v.clone())).collect();
+    remembered.sort();
+    let mut sorted = markers.clone();
+    sorted.sort();
+    assert_eq!(remembered, sorted);
+
+    // After the restart: the markers come back before the records; an older copy left on disk
+    // (a crash between the purge and its flush, say) is refused.
+    let mut hlc = Hlc::new(me.clone());
+    let mut after = Meta::new(me.clone(), MetaConfig::default(), Millis(0));
+    let stale: Vec<Record> = pairs.iter().map(|(l, _)| l.clone()).collect();
+    after
+        .restore(MetaRestored { records: stale.clone(), purged: markers.clone(), ..MetaRestored::default() }, &mut hlc);
+    assert!(after.state().is_empty(), "older copies on disk are refused");
+    assert!(persisted(&mut after).is_empty(), "nothing to forget: no write at restore");
+
+    // A stale peer submits its old copies to the (restarted) leader: refused, nothing persisted
+    // or logged. A newer re-create is taken.
+    after.allow_claim_now(Millis(0));
+    after.handle_timeout(Millis(0), Millis(removed_at.wall_ms + 9 * DAY_MS), members());
+    assert!(after.is_leader(Millis(0)), "a lone member takes the lease");
+    persisted(&mut after);
+    let last_seq = after.last_seq();
+    let body = serde_json::to_vec(&json!({ "records": stale })).unwrap();
+    let reply = after.answer_submit(Millis(1), &node(1), &body, &mut hlc);
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert!(after.state().is_empty(), "the stale copies are refused");
+    assert_eq!(after.last_seq(), last_seq, "nothing appended");
+    assert!(!persisted(&mut after).iter().any(|p| matches!(p, MetaPersist::PutRecord(_))));
+    for (live, _) in &pairs {
+        assert!(after.state().get(live.kind(), &live.key()).is_none());
+    }
+    let (recreated, _) = live_and_tombstone_of_every_kind(ver(9 * DAY_MS, 0, 2), ver(10 * DAY_MS, 0, 2))
+        .into_iter()
+        .next()
+        .expect("every kind is there");
+    let body = serde_json::to_vec(&json!({ "records": [recreated.clone()] })).unwrap();
+    assert_eq!(after.answer_submit(Millis(2), &node(1), &body, &mut hlc).status, 200);
+    assert!(after.state().get(recreated.kind(), &recreated.key()).is_some_and(|r| !r.is_removed()));
+
+    // Without the markers (the bug), the same restart would have brought the records back.
+    let mut hlc = Hlc::new(me.clone());
+    let mut amnesiac = Meta::new(me, MetaConfig::default(), Millis(0));
+    amnesiac.restore(MetaRestored { records: stale, ..MetaRestored::default() }, &mut hlc);
+    assert_eq!(amnesiac.state().len(), pairs.len());
+}
+
+/// `MetaState::restore_purged` puts purged keys back (newest version per key wins) and keeps
+/// the bound, naming the keys it forgot; `purge` names the keys the bound forgets, and a clear
+/// forgets every purged key.
+#[test]
+fn restored_purged_keys_refuse_older_copies_and_keep_the_bound() {
+    use shoal_core::meta::state::PURGED_MAX;
+    let removed_at = ver(1_000, 0, 1);
+    for (live, tombstone) in live_and_tombstone_of_every_kind(ver(0, 0, 0), removed_at.clone()) {
+        let key = (live.kind(), live.key());
+        let mut s = MetaState::new();
+        let older = ver(500, 0, 0);
+        assert!(s.restore_purged([(key.clone(), older), (key.clone(), removed_at.clone())]).is_empty());
+        assert_eq!(s.purged().collect::<Vec<_>>(), vec![(&key, &removed_at)]);
+        assert!(s.apply(&live).is_none(), "{:?}", live.kind());
+        assert!(s.apply(&tombstone).is_none(), "{:?}", live.kind());
+        assert!(s.is_empty());
+        s.clear();
+        assert_eq!(s.purged().count(), 0);
+        assert!(s.apply(&live).is_some(), "cleared: forgotten");
+    }
+
+    // Over the bound: the oldest are forgotten and named.
+    let setting_key = |i: usize| (shoal_core::meta::records::RecordKind::Setting, format!("k{i:06}"));
+    let mut s = MetaState::new();
+    let forgotten = s.restore_purged((0..PURGED_MAX + 2).map(|i| (setting_key(i), ver(i as u64 + 1, 0, 0))));
+    assert_eq!(forgotten, vec![setting_key(0), setting_key(1)]);
+    assert_eq!(s.purged().count(), PURGED_MAX);
+
+    // A purge over the bound names what it forgot, which may be what it just purged.
+    let tomb = Record::Setting(Setting { key: "old".into(), value: json!(0), removed: true, version: ver(0, 0, 0) });
+    s.apply(&tomb);
+    let purge = s.purge(Millis(T0 + 8 * DAY_MS));
+    assert_eq!(purge.purged, vec![((shoal_core::meta::records::RecordKind::Setting, "old".to_string()), ver(0, 0, 0))]);
+    assert_eq!(purge.forgotten, vec![(shoal_core::meta::records::RecordKind::Setting, "old".to_string())]);
+    assert_eq!(s.purged().count(), PURGED_MAX);
+}

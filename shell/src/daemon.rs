@@ -40,6 +40,9 @@ pub struct ServeOptions {
     pub disable_cluster: bool,
     /// fsync every commit (off only in simulation, where the process never really dies).
     pub durable: bool,
+    /// Run blocking disk work on tokio's blocking pool (off in simulation, where real threads
+    /// would break determinism).
+    pub offload_io: bool,
     pub membership: MembershipConfig,
     pub meta: MetaConfig,
 }
@@ -53,6 +56,7 @@ impl ServeOptions {
             name: None,
             disable_cluster: false,
             durable: true,
+            offload_io: true,
             membership: MembershipConfig::default(),
             meta: MetaConfig::default(),
         }
@@ -248,8 +252,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         entries: meta_loaded.entries,
         pending: meta_loaded.pending,
         log_meta: meta_loaded.log_meta,
+        purged: meta_loaded.purged,
     };
-    let meta_store = Arc::new(meta_store);
+    let meta_store = Arc::new(meta_store.with_offload(opts.offload_io));
 
     let listener = env.bind(opts.listen.clone()).await.map_err(|e| StartError::Listen(opts.listen.clone(), e))?;
     let local_addr = match axum::serve::Listener::local_addr(&listener) {

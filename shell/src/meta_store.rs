@@ -53,13 +53,16 @@
 //! - `meta_log`: sequence number → JSON of the [`Entry`];
 //! - `meta_pending`: submit id → JSON of the [`Pending`] submit;
 //! - `meta_log_meta`: `"log"` → JSON of the [`LogMeta`];
+//! - `meta_purged`: `"kind/key"` of a purged tombstone → JSON of its [`Version`] (so an older copy
+//!   of the record is still refused after a restart);
 //! - `meta_journal`: journal row number (increasing) → one flushed batch, see [`encode_row`].
 //!
-//! [`MetaPersist::Clear`] wipes these five tables and nothing else.
+//! [`MetaPersist::Clear`] wipes these six tables and nothing else.
 
 use redb::{AccessGuard, Database, Durability, ReadableTable, TableDefinition};
+use shoal_core::hlc::Version;
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist, Pending};
-use shoal_core::meta::records::{Record, RecordKind};
+use shoal_core::meta::records::{Record, RecordKey, RecordKind};
 use std::cmp::Ordering as KeyOrder;
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -75,6 +78,7 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_log");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_pending");
 const LOG_META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_log_meta");
 const LOG_META_KEY: &str = "log";
+const PURGED: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_purged");
 const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_journal");
 
 /// The flusher folds the journal once it holds more than this many ops.
@@ -104,9 +108,11 @@ pub struct MetaLoaded {
     /// In id order.
     pub pending: Vec<Pending>,
     pub log_meta: Option<LogMeta>,
+    /// Purged keys with their tombstones' versions, in row key order.
+    pub purged: Vec<(RecordKey, Version)>,
 }
 
-/// The row key of a record: `"kind/key"`.
+/// The row key of a record (or of a purged key): `"kind/key"`.
 pub fn record_row_key(kind: RecordKind, key: &str) -> String {
     let mut out = String::with_capacity(kind.as_str().len() + 1 + key.len());
     out.push_str(kind.as_str());
@@ -115,12 +121,21 @@ pub fn record_row_key(kind: RecordKind, key: &str) -> String {
     out
 }
 
+/// The record key a row key names (`None` for an unknown kind or no `/`).
+fn parse_row_key(row_key: &str) -> Option<RecordKey> {
+    let (kind, key) = row_key.split_once('/')?;
+    let kind = [RecordKind::File, RecordKind::Volume, RecordKind::Policy, RecordKind::Job, RecordKind::Setting]
+        .into_iter()
+        .find(|k| k.as_str() == kind)?;
+    Some((kind, key.to_string()))
+}
+
 /// Writes coalesced per key: the buffer (decoded values, [`Buffer`]) and the journal replayed
 /// ([`Overlay`], the encoded values as the journal rows hold them). Applied in this order:
 /// `clear`, the range delete of the log, then every put and delete (each key holds only its last
 /// op, so their order does not matter).
 #[derive(Debug)]
-struct Batch<R, E, P, M> {
+struct Batch<R, E, P, M, V> {
     /// Wipe the metadata tables first (everything before the `Clear` is gone).
     clear: bool,
     /// `"kind/key"` → the record to put, or `None` to delete it.
@@ -131,14 +146,16 @@ struct Batch<R, E, P, M> {
     /// id → the submit to put, or `None` to delete it.
     pending: BTreeMap<u64, Option<P>>,
     log_meta: Option<M>,
+    /// `"kind/key"` → the purged tombstone's version to remember, or `None` to forget it.
+    purged: BTreeMap<String, Option<V>>,
 }
 
 /// Queued writes.
-type Buffer = Batch<Record, Entry, Pending, LogMeta>;
+type Buffer = Batch<Record, Entry, Pending, LogMeta, Version>;
 
 /// The journal replayed: each value is the JSON a table row would hold, and the journal row it
 /// came from (to name it in errors).
-type Overlay<'a> = Batch<Raw<'a>, Raw<'a>, Raw<'a>, Raw<'a>>;
+type Overlay<'a> = Batch<Raw<'a>, Raw<'a>, Raw<'a>, Raw<'a>, Raw<'a>>;
 
 #[derive(Clone, Copy, Debug)]
 struct Raw<'a> {
@@ -146,7 +163,7 @@ struct Raw<'a> {
     bytes: &'a [u8],
 }
 
-impl<R, E, P, M> Default for Batch<R, E, P, M> {
+impl<R, E, P, M, V> Default for Batch<R, E, P, M, V> {
     fn default() -> Self {
         Batch {
             clear: false,
@@ -155,6 +172,7 @@ impl<R, E, P, M> Default for Batch<R, E, P, M> {
             entries: BTreeMap::new(),
             pending: BTreeMap::new(),
             log_meta: None,
+            purged: BTreeMap::new(),
         }
     }
 }
@@ -179,12 +197,18 @@ impl Buffer {
                 self.pending.insert(id, None);
             }
             MetaPersist::PutLogMeta(m) => self.log_meta = Some(m),
+            MetaPersist::PutPurged((kind, key), v) => {
+                self.purged.insert(record_row_key(kind, &key), Some(v));
+            }
+            MetaPersist::DeletePurged((kind, key)) => {
+                self.purged.insert(record_row_key(kind, &key), None);
+            }
             MetaPersist::Clear => self.wipe(),
         }
     }
 }
 
-impl<R, E, P, M> Batch<R, E, P, M> {
+impl<R, E, P, M, V> Batch<R, E, P, M, V> {
     /// A `Clear`: drop everything before it.
     fn wipe(&mut self) {
         *self = Batch { clear: true, ..Batch::default() }
@@ -214,6 +238,7 @@ impl<R, E, P, M> Batch<R, E, P, M> {
         if later.log_meta.is_some() {
             self.log_meta = later.log_meta;
         }
+        self.purged.extend(later.purged);
     }
 
     /// Coalesced ops held (a `Clear` and a range delete count one each).
@@ -224,6 +249,7 @@ impl<R, E, P, M> Batch<R, E, P, M> {
             + self.entries.len()
             + self.pending.len()
             + usize::from(self.log_meta.is_some())
+            + self.purged.len()
     }
 
     fn is_empty(&self) -> bool {
@@ -241,10 +267,13 @@ const OP_PUT_ENTRY: u8 = 5;
 const OP_PUT_PENDING: u8 = 6;
 const OP_DELETE_PENDING: u8 = 7;
 const OP_PUT_LOG_META: u8 = 8;
+const OP_PUT_PURGED: u8 = 9;
+const OP_DELETE_PURGED: u8 = 10;
 
 /// One journal row: a coalesced batch in the order it is applied (`Clear`, the range delete,
-/// records, entries, pending submits, log meta), so replaying its ops one by one gives the
-/// batch's effect.
+/// records, entries, pending submits, log meta, purged keys), so replaying its ops one by one
+/// gives the batch's effect. Rows written before purged keys were persisted hold none of their
+/// ops and decode as they did.
 ///
 /// `[ROW_FORMAT: u8][op count: u64 LE]` then per op a tag byte and its fields: u64 little-endian;
 /// a key or a value as `[len: u32 LE][bytes]`, a value being the JSON its table row holds.
@@ -259,6 +288,8 @@ const OP_PUT_LOG_META: u8 = 8;
 /// | `OP_PUT_PENDING` | id, JSON of the submit |
 /// | `OP_DELETE_PENDING` | id |
 /// | `OP_PUT_LOG_META` | JSON of the log meta |
+/// | `OP_PUT_PURGED` | `"kind/key"`, JSON of the tombstone's version |
+/// | `OP_DELETE_PURGED` | `"kind/key"` |
 fn encode_row(b: &Buffer) -> Result<Vec<u8>, MetaStoreError> {
     let mut out = Vec::with_capacity(16 + b.len() * 192);
     out.push(ROW_FORMAT);
@@ -305,6 +336,20 @@ fn encode_row(b: &Buffer) -> Result<Vec<u8>, MetaStoreError> {
     if let Some(m) = &b.log_meta {
         out.push(OP_PUT_LOG_META);
         put_json(&mut out, m, || "log meta".to_string())?;
+    }
+    for (key, op) in &b.purged {
+        let what = || format!("purged key {key}");
+        match op {
+            Some(v) => {
+                out.push(OP_PUT_PURGED);
+                put_bytes(&mut out, key.as_bytes(), what)?;
+                put_json(&mut out, v, what)?;
+            }
+            None => {
+                out.push(OP_DELETE_PURGED);
+                put_bytes(&mut out, key.as_bytes(), what)?;
+            }
+        }
     }
     Ok(out)
 }
@@ -381,7 +426,7 @@ impl<'a> RowReader<'a> {
         let b = self.bytes()?;
         match std::str::from_utf8(b) {
             Ok(s) => Ok(s.to_string()),
-            Err(e) => Err(self.corrupt(format!("record key is not UTF-8: {e}"))),
+            Err(e) => Err(self.corrupt(format!("key is not UTF-8: {e}"))),
         }
     }
 
@@ -438,6 +483,15 @@ fn replay_row<'a>(overlay: &mut Overlay<'a>, row: u64, bytes: &'a [u8]) -> Resul
                 overlay.pending.insert(id, None);
             }
             OP_PUT_LOG_META => overlay.log_meta = Some(r.raw()?),
+            OP_PUT_PURGED => {
+                let key = r.key()?;
+                let value = r.raw()?;
+                overlay.purged.insert(key, Some(value));
+            }
+            OP_DELETE_PURGED => {
+                let key = r.key()?;
+                overlay.purged.insert(key, None);
+            }
             tag => {
                 r.at -= 1;
                 return Err(r.corrupt(format!("unknown op {tag}")));
@@ -555,6 +609,8 @@ type CommitHook = Box<dyn Fn(&MetaStore) -> Result<(), MetaStoreError> + Send + 
 pub struct MetaStore {
     db: Arc<Database>,
     durable: bool,
+    /// Flush and fold on the blocking pool (see [`MetaStore::with_offload`]).
+    offload: bool,
     buffer: Mutex<Buffer>,
     /// Held for a whole flush or fold, so batches commit in the order they were swapped out;
     /// holds the number of the next journal row.
@@ -590,6 +646,7 @@ impl MetaStore {
             txn.open_table(LOG)?;
             txn.open_table(PENDING)?;
             txn.open_table(LOG_META)?;
+            txn.open_table(PURGED)?;
             let journal = txn.open_table(JOURNAL)?;
             let mut ops = 0usize;
             let mut last = 0;
@@ -604,6 +661,7 @@ impl MetaStore {
         Ok(MetaStore {
             db,
             durable,
+            offload: durable,
             buffer: Mutex::new(Buffer::default()),
             flushing: Mutex::new(next_row),
             commits: AtomicU64::new(0),
@@ -617,6 +675,14 @@ impl MetaStore {
     /// Whether commits fsync (set at [`MetaStore::open`]).
     pub fn durable(&self) -> bool {
         self.durable
+    }
+
+    /// Whether the flusher runs flushes and folds on tokio's blocking pool (the default for a
+    /// durable store). The simulator turns it off: real threads would finish at times the
+    /// simulation does not control, and a seed would no longer replay.
+    pub fn with_offload(mut self, offload: bool) -> MetaStore {
+        self.offload = offload;
+        self
     }
 
     /// Add writes to the buffer, coalesced per key. Never touches the disk.
@@ -701,12 +767,14 @@ impl MetaStore {
             txn.delete_table(LOG)?;
             txn.delete_table(PENDING)?;
             txn.delete_table(LOG_META)?;
+            txn.delete_table(PURGED)?;
             txn.delete_table(JOURNAL)?;
             // They must exist for the readers.
             txn.open_table(RECORDS)?;
             txn.open_table(LOG)?;
             txn.open_table(PENDING)?;
             txn.open_table(LOG_META)?;
+            txn.open_table(PURGED)?;
         }
         txn.open_table(JOURNAL)?.insert(row, bytes.as_slice())?;
         #[cfg(test)]
@@ -803,6 +871,16 @@ impl MetaStore {
         if let Some(src) = src {
             out.log_meta = Some(decode(src.bytes(), || src.name("log meta".to_string()))?);
         }
+
+        let purged = txn.open_table(PURGED)?;
+        let table = purged.iter()?.take(keep).map(|row| {
+            let (k, v) = row?;
+            Ok::<_, MetaStoreError>((k.value().to_string(), v))
+        });
+        for row in merged(table, o.purged.iter().map(|(k, op)| (k.clone(), *op))) {
+            let (key, src) = row?;
+            out.purged.push(decode_purged(&key, &src)?);
+        }
         Ok(out)
     }
 
@@ -841,6 +919,7 @@ fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreE
         txn.delete_table(LOG)?;
         txn.delete_table(PENDING)?;
         txn.delete_table(LOG_META)?;
+        txn.delete_table(PURGED)?;
     }
     let mut records = txn.open_table(RECORDS)?;
     for (key, op) in &o.records {
@@ -879,6 +958,19 @@ fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreE
     if let Some(raw) = o.log_meta {
         log_meta.insert(LOG_META_KEY, raw.bytes)?;
     }
+    drop(log_meta);
+    // Opened even when there is nothing to do, like the log meta.
+    let mut purged = txn.open_table(PURGED)?;
+    for (key, op) in &o.purged {
+        match op {
+            Some(raw) => {
+                purged.insert(key.as_str(), raw.bytes)?;
+            }
+            None => {
+                purged.remove(key.as_str())?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -903,6 +995,15 @@ fn decode_entry(seq: u64, src: &Src<'_, '_>) -> Result<Entry, MetaStoreError> {
         return Err(MetaStoreError::Corrupt(what(), format!("holds the entry {}", e.seq)));
     }
     Ok(e)
+}
+
+fn decode_purged(key: &str, src: &Src<'_, '_>) -> Result<(RecordKey, Version), MetaStoreError> {
+    let what = || src.name(format!("purged key {key}"));
+    let Some(record_key) = parse_row_key(key) else {
+        return Err(MetaStoreError::Corrupt(what(), "not a \"kind/key\" row key".to_string()));
+    };
+    let v: Version = decode(src.bytes(), what)?;
+    Ok((record_key, v))
 }
 
 fn decode_pending(id: u64, src: &Src<'_, '_>) -> Result<Pending, MetaStoreError> {
@@ -961,7 +1062,7 @@ async fn run_on(
     store: &Arc<MetaStore>,
     f: fn(&MetaStore) -> Result<usize, MetaStoreError>,
 ) -> Result<usize, MetaStoreError> {
-    if store.durable() {
+    if store.offload {
         let s = store.clone();
         match tokio::task::spawn_blocking(move || f(&s)).await {
             Ok(r) => r,
@@ -1052,6 +1153,22 @@ mod tests {
         MetaPersist::DeleteRecord((RecordKind::Setting, key.to_string()))
     }
 
+    fn tomb_version(wall: u64) -> Version {
+        Version { wall_ms: 1_600_000_000_000 + wall, counter: 1, node: NodeId::new("n2") }
+    }
+
+    fn put_purged(kind: RecordKind, key: &str, wall: u64) -> MetaPersist {
+        MetaPersist::PutPurged((kind, key.to_string()), tomb_version(wall))
+    }
+
+    fn del_purged(kind: RecordKind, key: &str) -> MetaPersist {
+        MetaPersist::DeletePurged((kind, key.to_string()))
+    }
+
+    fn marker(kind: RecordKind, key: &str, wall: u64) -> (RecordKey, Version) {
+        ((kind, key.to_string()), tomb_version(wall))
+    }
+
     fn buffer(ops: Vec<MetaPersist>) -> Buffer {
         let mut b = Buffer::default();
         for op in ops {
@@ -1091,6 +1208,84 @@ mod tests {
         assert_eq!(b.pending[&1], None);
         assert_eq!(b.log_meta, Some(log_meta(2)));
         assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn a_later_op_on_a_purged_key_wins() {
+        let b = buffer(vec![
+            put_purged(RecordKind::Setting, "a", 1),
+            del_purged(RecordKind::Setting, "a"),
+            del_purged(RecordKind::Setting, "b"),
+            put_purged(RecordKind::Setting, "b", 2),
+            put_purged(RecordKind::File, "/c", 3),
+            put_purged(RecordKind::File, "/c", 4),
+            // A record with the same key is another row.
+            put("b", 5),
+        ]);
+        assert_eq!(b.purged.len(), 3);
+        assert_eq!(b.purged["setting/a"], None);
+        assert_eq!(b.purged["setting/b"], Some(tomb_version(2)));
+        assert_eq!(b.purged["file//c"], Some(tomb_version(4)));
+        assert_eq!(b.len(), 4);
+
+        // Retried under newer ops, the newer ones win.
+        let mut failed = buffer(vec![put_purged(RecordKind::Setting, "a", 1), put_purged(RecordKind::Setting, "b", 1)]);
+        failed.absorb(buffer(vec![del_purged(RecordKind::Setting, "a")]));
+        assert_eq!(failed.purged["setting/a"], None);
+        assert_eq!(failed.purged["setting/b"], Some(tomb_version(1)));
+    }
+
+    #[test]
+    fn purged_keys_round_trip_through_flush_fold_and_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        let want = vec![
+            marker(RecordKind::File, "/photos/a.jpg", 1),
+            marker(RecordKind::Setting, "gone/with/slashes", 2),
+            marker(RecordKind::Volume, "v1", 3),
+        ];
+        {
+            let (_store, meta) = open(&path);
+            meta.queue(vec![
+                put_purged(RecordKind::Setting, "gone/with/slashes", 2),
+                put_purged(RecordKind::File, "/photos/a.jpg", 1),
+                put_purged(RecordKind::Job, "forgotten", 9),
+                put("live", 1),
+            ]);
+            assert_eq!(meta.flush().unwrap(), 4);
+            meta.queue(vec![put_purged(RecordKind::Volume, "v1", 3), del_purged(RecordKind::Job, "forgotten")]);
+            meta.flush().unwrap();
+            // Through flush: only in the journal.
+            assert_eq!(table_len(&meta, PURGED), 0);
+            assert_eq!(meta.load().unwrap().purged, want);
+            // Dropped without close: a crash between the flushes and the fold.
+        }
+        {
+            let (_store, meta) = open(&path);
+            assert_eq!(journal_rows_on_disk(&meta), 2);
+            let loaded = meta.load().unwrap();
+            assert_eq!(loaded.purged, want, "the journal is replayed after the crash");
+            assert_eq!(keys(&loaded.records), vec!["live".to_string()]);
+
+            // Through fold: in the table, the journal empty.
+            assert_eq!(meta.fold().unwrap(), 6);
+            assert_eq!(journal_rows_on_disk(&meta), 0);
+            assert_eq!(table_len(&meta, PURGED), 3);
+            assert_eq!(meta.load().unwrap().purged, want);
+
+            // A journal op on a folded key replaces its table row (and a delete hides it).
+            meta.queue(vec![put_purged(RecordKind::Volume, "v1", 7), del_purged(RecordKind::File, "/photos/a.jpg")]);
+            meta.flush().unwrap();
+            let want2 = vec![marker(RecordKind::Setting, "gone/with/slashes", 2), marker(RecordKind::Volume, "v1", 7)];
+            assert_eq!(meta.load().unwrap().purged, want2);
+            meta.close().unwrap();
+            assert_eq!(table_len(&meta, PURGED), 2);
+        }
+        let (_store, meta) = open(&path);
+        assert_eq!(
+            meta.load().unwrap().purged,
+            vec![marker(RecordKind::Setting, "gone/with/slashes", 2), marker(RecordKind::Volume, "v1", 7)]
+        );
     }
 
     #[test]
@@ -1233,18 +1428,32 @@ mod tests {
                 MetaPersist::PutEntry(entry(1)),
                 MetaPersist::PutPending(pending(1)),
                 MetaPersist::PutLogMeta(log_meta(1)),
+                put_purged(RecordKind::Setting, "purged", 1),
             ]);
             meta.flush().unwrap();
-            meta.queue(vec![put("queued-before-clear", 1), MetaPersist::Clear, put("after", 2)]);
+            meta.fold().unwrap();
+            meta.queue(vec![put_purged(RecordKind::Setting, "journal-only", 2)]);
+            meta.flush().unwrap();
+            meta.queue(vec![
+                put("queued-before-clear", 1),
+                put_purged(RecordKind::Setting, "queued-before-clear", 3),
+                MetaPersist::Clear,
+                put("after", 2),
+            ]);
             meta.flush().unwrap();
             let loaded = meta.load().unwrap();
             assert_eq!(loaded.records, vec![setting("after", 2)]);
             assert!(loaded.entries.is_empty() && loaded.pending.is_empty() && loaded.log_meta.is_none());
+            assert!(loaded.purged.is_empty(), "Clear forgets the purged keys too");
+            assert_eq!(table_len(&meta, PURGED), 0);
         }
         // Reopened: membership is still there, the metadata still cleared.
         let (store, meta) = open(&path);
         assert_eq!(store.load().unwrap().purged, vec![NodeId::new("gone")]);
         assert_eq!(keys(&meta.load().unwrap().records), vec!["after".to_string()]);
+        assert!(meta.load().unwrap().purged.is_empty());
+        meta.fold().unwrap();
+        assert!(meta.load().unwrap().purged.is_empty());
     }
 
     #[test]
@@ -1414,6 +1623,28 @@ mod tests {
             t.open_table(LOG_META).unwrap().insert(LOG_META_KEY, b"7".as_slice()).unwrap();
         });
         assert!(meta.load().unwrap_err().to_string().contains("log meta"));
+
+        // Purged keys: a value that is not a version, and a row key that names no record kind.
+        write(&|t| {
+            t.open_table(LOG_META).unwrap().remove(LOG_META_KEY).unwrap();
+            t.open_table(PURGED).unwrap().insert("setting/x", b"{\"wallMs\": \"soon\"}".as_slice()).unwrap();
+        });
+        let err = meta.load().unwrap_err();
+        assert!(matches!(&err, MetaStoreError::Corrupt(row, _) if row == "purged key setting/x"), "{err}");
+        let version = serde_json::to_vec(&tomb_version(1)).unwrap();
+        write(&|t| {
+            let mut purged = t.open_table(PURGED).unwrap();
+            purged.remove("setting/x").unwrap();
+            purged.insert("gadget/x", version.as_slice()).unwrap();
+        });
+        let err = meta.load().unwrap_err();
+        assert!(matches!(&err, MetaStoreError::Corrupt(row, _) if row == "purged key gadget/x"), "{err}");
+        write(&|t| {
+            let mut purged = t.open_table(PURGED).unwrap();
+            purged.remove("gadget/x").unwrap();
+            purged.insert("setting/x", version.as_slice()).unwrap();
+        });
+        assert_eq!(meta.load().unwrap().purged, vec![marker(RecordKind::Setting, "x", 1)]);
     }
 
     #[tokio::test]
@@ -1464,6 +1695,7 @@ mod tests {
         entries: BTreeMap<u64, Entry>,
         pending: BTreeMap<u64, Pending>,
         log_meta: Option<LogMeta>,
+        purged: BTreeMap<String, (RecordKey, Version)>,
     }
 
     impl Model {
@@ -1486,6 +1718,12 @@ mod tests {
                     self.pending.remove(id);
                 }
                 MetaPersist::PutLogMeta(m) => self.log_meta = Some(m.clone()),
+                MetaPersist::PutPurged(k, v) => {
+                    self.purged.insert(record_row_key(k.0, &k.1), (k.clone(), v.clone()));
+                }
+                MetaPersist::DeletePurged(k) => {
+                    self.purged.remove(&record_row_key(k.0, &k.1));
+                }
                 MetaPersist::Clear => *self = Model::default(),
             }
         }
@@ -1496,6 +1734,7 @@ mod tests {
                 entries: self.entries.values().cloned().collect(),
                 pending: self.pending.values().cloned().collect(),
                 log_meta: self.log_meta.clone(),
+                purged: self.purged.values().cloned().collect(),
             }
         }
 
@@ -1506,7 +1745,8 @@ mod tests {
 
     /// A deterministic mix of every op but `Clear`: puts and deletes over few keys (so batches
     /// and journal rows overwrite each other), entries mostly appended but some rewritten below
-    /// a compaction, compactions, pending submits, log meta.
+    /// a compaction, compactions, pending submits, log meta, purged keys remembered and
+    /// forgotten.
     struct Ops {
         state: u64,
         next_seq: u64,
@@ -1531,7 +1771,7 @@ mod tests {
 
         fn op(&mut self) -> MetaPersist {
             let value = self.rand(1000);
-            match self.rand(20) {
+            match self.rand(23) {
                 0..=6 => put(&format!("k{:02}", self.rand(40)), value),
                 7..=8 => del(&format!("k{:02}", self.rand(40))),
                 9..=12 => {
@@ -1542,7 +1782,15 @@ mod tests {
                 14 => MetaPersist::DeleteEntriesThrough(LogIndex(self.rand(self.next_seq + 1))),
                 15..=16 => MetaPersist::PutPending(pending(self.rand(15))),
                 17 => MetaPersist::DeletePending(self.rand(15)),
-                _ => MetaPersist::PutLogMeta(log_meta(value)),
+                18..=19 => MetaPersist::PutLogMeta(log_meta(value)),
+                20..=21 => match self.rand(2) {
+                    0 => put_purged(RecordKind::Setting, &format!("k{:02}", self.rand(20)), value),
+                    _ => put_purged(RecordKind::File, &format!("/dir/f{:02}", self.rand(20)), value),
+                },
+                _ => match self.rand(2) {
+                    0 => del_purged(RecordKind::Setting, &format!("k{:02}", self.rand(20))),
+                    _ => del_purged(RecordKind::File, &format!("/dir/f{:02}", self.rand(20))),
+                },
             }
         }
     }
@@ -1581,11 +1829,13 @@ mod tests {
             MetaPersist::PutPending(pending(1)),
             MetaPersist::DeletePending(2),
             MetaPersist::PutLogMeta(log_meta(4)),
+            put_purged(RecordKind::File, "/a/b", 5),
+            del_purged(RecordKind::Setting, "c"),
         ]);
         let bytes = encode_row(&b).unwrap();
-        assert_eq!(row_ops(9, &bytes).unwrap(), 7);
+        assert_eq!(row_ops(9, &bytes).unwrap(), 9);
         let mut o = Overlay::default();
-        assert_eq!(replay_row(&mut o, 9, &bytes).unwrap(), 7);
+        assert_eq!(replay_row(&mut o, 9, &bytes).unwrap(), 9);
         assert!(!o.clear);
         assert_eq!(o.delete_entries_through, Some(3));
         let json = |r: &Option<Raw>| r.map(|r| (r.row, r.bytes.to_vec()));
@@ -1595,6 +1845,23 @@ mod tests {
         assert_eq!(json(&o.pending[&1]), Some((9, serde_json::to_vec(&pending(1)).unwrap())));
         assert_eq!(json(&o.pending[&2]), None);
         assert_eq!(o.log_meta.unwrap().bytes, serde_json::to_vec(&log_meta(4)).unwrap().as_slice());
+        assert_eq!(json(&o.purged["file//a/b"]), Some((9, serde_json::to_vec(&tomb_version(5)).unwrap())));
+        assert_eq!(json(&o.purged["setting/c"]), None);
+
+        // A row written before purged keys were persisted (hand-encoded: format 1, no purged
+        // ops) still replays.
+        let mut old = vec![ROW_FORMAT];
+        old.extend_from_slice(&2u64.to_le_bytes());
+        old.push(OP_DELETE_RECORD);
+        old.extend_from_slice(&9u32.to_le_bytes());
+        old.extend_from_slice(b"setting/a");
+        old.push(OP_DELETE_PENDING);
+        old.extend_from_slice(&1u64.to_le_bytes());
+        let mut o2 = Overlay::default();
+        assert_eq!(replay_row(&mut o2, 3, &old).unwrap(), 2);
+        assert_eq!(json(&o2.records["setting/a"]), None);
+        assert_eq!(json(&o2.pending[&1]), None);
+        assert!(o2.purged.is_empty());
 
         // A `Clear` in a later row drops everything replayed before it.
         let clear = encode_row(&buffer(vec![MetaPersist::Clear, put("z", 1)])).unwrap();
@@ -1669,6 +1936,8 @@ mod tests {
         assert_eq!(table_len(&meta, RECORDS), model.records.len() as u64);
         assert_eq!(table_len(&meta, LOG), model.entries.len() as u64);
         assert_eq!(table_len(&meta, PENDING), model.pending.len() as u64);
+        assert_eq!(table_len(&meta, PURGED), model.purged.len() as u64);
+        assert!(!model.purged.is_empty(), "the mix remembers purged keys");
     }
 
     #[test]
@@ -1743,11 +2012,17 @@ mod tests {
             assert_eq!(meta.flush().unwrap(), 3);
             assert_eq!(journal_rows_on_disk(&meta), 1, "the rows before the Clear are gone");
             assert_eq!(meta.journal_ops(), 3);
-            assert_eq!(table_len(&meta, RECORDS) + table_len(&meta, LOG) + table_len(&meta, PENDING), 0);
+            assert_eq!(
+                table_len(&meta, RECORDS)
+                    + table_len(&meta, LOG)
+                    + table_len(&meta, PENDING)
+                    + table_len(&meta, PURGED),
+                0
+            );
             let loaded = meta.load().unwrap();
             assert_eq!(loaded.records, vec![setting("after", 2)]);
             assert_eq!(loaded.entries, vec![entry(7)]);
-            assert!(loaded.pending.is_empty() && loaded.log_meta.is_none());
+            assert!(loaded.pending.is_empty() && loaded.log_meta.is_none() && loaded.purged.is_empty());
             assert_eq!(meta.entries_after(0, 10).unwrap(), vec![entry(7)]);
         }
         let (store, meta) = open(&path);
@@ -1848,6 +2123,23 @@ mod tests {
         set_row(&bad_json);
         let err = meta.load().unwrap_err().to_string();
         assert!(err.contains("log meta in journal row 7"), "{err}");
+        let mut b = buffer(vec![]);
+        b.purged.insert("setting/x".into(), Some(tomb_version(1)));
+        let mut bad_marker = encode_row(&b).unwrap();
+        let at = bad_marker.len() - 1;
+        bad_marker[at] = b'!'; // the closing brace of the version's JSON
+        set_row(&bad_marker);
+        let err = meta.load().unwrap_err();
+        assert!(
+            matches!(&err, MetaStoreError::Corrupt(row, _) if row == "purged key setting/x in journal row 7"),
+            "{err}"
+        );
+        // A row key that names no record kind.
+        let mut b = buffer(vec![]);
+        b.purged.insert("nokind".into(), Some(tomb_version(1)));
+        set_row(&encode_row(&b).unwrap());
+        let err = meta.load().unwrap_err().to_string();
+        assert!(err.contains("purged key nokind in journal row 7"), "{err}");
 
         // Nothing was folded by the failed folds; without the bad row all is there.
         let txn = meta.db.begin_write().unwrap();

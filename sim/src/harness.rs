@@ -136,6 +136,7 @@ impl Harness {
                     opts.advertise = Some(format!("http://{host}:{PORT}"));
                     opts.name = Some(host);
                     opts.durable = true;
+                    opts.offload_io = false;
                     opts.membership = membership;
                     opts.meta = meta;
                     let d = daemon::start(env, opts).await.map_err(|e| e.to_string())?;

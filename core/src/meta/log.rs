@@ -50,12 +50,18 @@ pub struct Pending {
 pub enum MetaPersist {
     PutRecord(Record),
     DeleteRecord(RecordKey),
+    /// A tombstone was purged: remember its key with the tombstone's version, so an older copy
+    /// arriving later (even after a restart) is refused.
+    PutPurged(RecordKey, Version),
+    /// A purged key beyond the bound of remembered ones is forgotten.
+    DeletePurged(RecordKey),
     PutEntry(Entry),
     /// Compaction: drop every entry with `seq <= ` this.
     DeleteEntriesThrough(LogIndex),
     PutPending(Pending),
     DeletePending(u64),
     PutLogMeta(LogMeta),
-    /// The node left its cluster: wipe the metadata tables (and nothing else).
+    /// The node left its cluster: wipe the metadata tables, purged keys included (and nothing
+    /// else).
     Clear,
 }

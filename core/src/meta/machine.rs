@@ -15,9 +15,11 @@
 //! - Every lease push carries the leader's last sequence number and state digest; a follower
 //!   that is caught up, has nothing pending and still differs exchanges snapshots (anti-entropy).
 //! - Compaction every 1,000 appends keeps the newest 10,000 entries. Tombstones are purged after
-//!   7 days on every node.
+//!   7 days on every node; each purged key is persisted with its tombstone's version
+//!   ([`MetaPersist::PutPurged`]) and put back by [`Meta::restore`], so an older copy from a
+//!   stale peer is refused after a restart too.
 
-use crate::hlc::Hlc;
+use crate::hlc::{Hlc, Version};
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::meta::lease::{Candidate, Lease, LeaseAction, LeaseConfig, LeaseState, PushVerdict};
 use crate::meta::log::{Entry, LogMeta, MetaPersist, Pending};
@@ -186,6 +188,8 @@ pub struct MetaRestored {
     pub entries: Vec<Entry>,
     pub pending: Vec<Pending>,
     pub log_meta: Option<LogMeta>,
+    /// Purged keys with their tombstones' versions ([`MetaPersist::PutPurged`]).
+    pub purged: Vec<(RecordKey, Version)>,
 }
 
 pub struct Meta {
@@ -248,6 +252,14 @@ impl Meta {
     }
 
     pub fn restore(&mut self, r: MetaRestored, hlc: &mut Hlc) {
+        // Before the records: an older copy of a purged record (e.g. one a crash left on disk
+        // next to its marker) must be refused, as it would be from a peer.
+        for (_, v) in &r.purged {
+            hlc.observe(v);
+        }
+        for key in self.state.restore_purged(r.purged) {
+            self.persist(MetaPersist::DeletePurged(key));
+        }
         for rec in &r.records {
             for v in rec.versions() {
                 hlc.observe(v);
@@ -372,8 +384,14 @@ impl Meta {
         }
         if now >= self.purge_due {
             self.purge_due = now.plus(self.config.purge_every_ms);
-            for key in self.state.purge_tombstones(wall) {
-                self.persist(MetaPersist::DeleteRecord(key));
+            let purge = self.state.purge(wall);
+            for (key, version) in purge.purged {
+                self.persist(MetaPersist::DeleteRecord(key.clone()));
+                self.persist(MetaPersist::PutPurged(key, version));
+            }
+            // After the puts: a key purged and forgotten in the same call ends up deleted.
+            for key in purge.forgotten {
+                self.persist(MetaPersist::DeletePurged(key));
             }
         }
         self.try_submit(now);

@@ -17,6 +17,16 @@ pub const TOMBSTONE_TTL_MS: u64 = 7 * DAY_MS;
 /// Most purged keys remembered; the oldest are forgotten first.
 pub const PURGED_MAX: usize = 100_000;
 
+/// What one [`MetaState::purge`] changed among the purged keys.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Purge {
+    /// The tombstones purged, by key, with their versions (remembered from now on).
+    pub purged: Vec<(RecordKey, Version)>,
+    /// Remembered keys forgotten to stay within [`PURGED_MAX`] (oldest tombstones first; may
+    /// include keys purged in this very call).
+    pub forgotten: Vec<RecordKey>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct MetaState {
     records: RecordMap,
@@ -104,29 +114,73 @@ impl MetaState {
 
     /// Drop tombstones older than the TTL at wall time `now`; returns the purged keys.
     pub fn purge_tombstones(&mut self, now: Millis) -> Vec<RecordKey> {
+        self.purge(now).purged.into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// Drop tombstones older than the TTL at wall time `now`; returns what changed among the
+    /// purged keys, for the shell to persist (see [`Purge`]).
+    pub fn purge(&mut self, now: Millis) -> Purge {
         let gone: Vec<RecordKey> = self
             .records
             .iter()
             .filter(|(_, r)| r.is_removed() && now.since(Millis(r.main_version().wall_ms)) > TOMBSTONE_TTL_MS)
             .map(|(k, _)| k.clone())
             .collect();
-        for k in &gone {
-            if let Some(r) = self.records.remove(k) {
+        let mut purged = Vec::with_capacity(gone.len());
+        for k in gone {
+            if let Some(r) = self.records.remove(&k) {
                 xor_into(&mut self.digest, &record_hash(&r));
-                self.purged.insert(k.clone(), r.main_version().clone());
+                let v = r.main_version().clone();
+                self.remember_purged(k.clone(), v.clone());
+                purged.push((k, v));
             }
         }
+        let forgotten = self.forget_beyond_bound();
+        Purge { purged, forgotten }
+    }
+
+    /// Put back purged keys read from disk (before any record is applied, so an older copy of a
+    /// purged record is refused). A key given twice keeps its newest version. Returns the keys
+    /// forgotten to stay within [`PURGED_MAX`] (to delete from disk).
+    pub fn restore_purged(&mut self, markers: impl IntoIterator<Item = (RecordKey, Version)>) -> Vec<RecordKey> {
+        for (k, v) in markers {
+            self.remember_purged(k, v);
+        }
+        self.forget_beyond_bound()
+    }
+
+    /// The purged keys remembered, with their tombstones' versions, in key order.
+    pub fn purged(&self) -> impl Iterator<Item = (&RecordKey, &Version)> {
+        self.purged.iter()
+    }
+
+    fn remember_purged(&mut self, k: RecordKey, v: Version) {
+        match self.purged.entry(k) {
+            std::collections::btree_map::Entry::Occupied(mut slot) => {
+                if *slot.get() < v {
+                    slot.insert(v);
+                }
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(v);
+            }
+        }
+    }
+
+    /// Forget the oldest purged keys beyond [`PURGED_MAX`]; returns them.
+    fn forget_beyond_bound(&mut self) -> Vec<RecordKey> {
         let excess = self.purged.len().saturating_sub(PURGED_MAX);
-        if excess > 0 {
-            // One sort, not a scan per forgotten key: a mass delete purges many keys at once.
-            let mut by_age: Vec<(Version, RecordKey)> =
-                self.purged.iter().map(|(k, v)| (v.clone(), k.clone())).collect();
-            by_age.sort();
-            for (_, k) in by_age.into_iter().take(excess) {
-                self.purged.remove(&k);
-            }
+        if excess == 0 {
+            return Vec::new();
         }
-        gone
+        // One sort, not a scan per forgotten key: a mass delete purges many keys at once.
+        let mut by_age: Vec<(&Version, &RecordKey)> = self.purged.iter().map(|(k, v)| (v, k)).collect();
+        by_age.sort();
+        let forgotten: Vec<RecordKey> = by_age.into_iter().take(excess).map(|(_, k)| k.clone()).collect();
+        for k in &forgotten {
+            self.purged.remove(k);
+        }
+        forgotten
     }
 
     /// Records (tombstones included) in key order after `after` (from the start with `None`).

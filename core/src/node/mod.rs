@@ -361,7 +361,11 @@ impl Node {
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
         if self.cluster.is_some() {
             self.meta.restore(r.meta, &mut self.hlc);
-        } else if !r.meta.records.is_empty() || !r.meta.pending.is_empty() || r.meta.log_meta.is_some() {
+        } else if !r.meta.records.is_empty()
+            || !r.meta.pending.is_empty()
+            || r.meta.log_meta.is_some()
+            || !r.meta.purged.is_empty()
+        {
             // Metadata left over from a cluster this node left just before a crash.
             self.push_output(Output::Meta(MetaPersist::Clear));
         }
