@@ -8,7 +8,7 @@ bin=target/release/shoal
 runs=${1:-5}
 for i in $(seq "$runs"); do
   start=$(date +%s%N)
-  out=$(SHOAL_LOG=warn "$bin" demo --nodes 3 --base-port $((7600 + i * 10)) --exit-when-ready 2>/dev/null | head -1)
+  out=$(SHOAL_LOG=warn "$bin" demo --nodes 3 --base-port $((7600 + i * 10)) --exit-when-ready 2>/dev/null | sed -n 1p)
   end=$(date +%s%N)
   echo "run $i: ${out#shoal demo: } (process wall time $(( (end - start) / 1000000 )) ms)"
 done
