@@ -294,3 +294,34 @@ fn the_nearest_folder_policy_decides_the_copy_count() {
     assert_eq!(p.tasks.len(), 1);
     assert_eq!(p.tasks[0].path, "/photos/x.jpg");
 }
+
+/// The low-space guard through a node: a volume below 5 % free goes low-space (read-only for
+/// placement), recovers above 7 %, and an admin's read-only is untouched by it.
+#[test]
+fn the_low_space_guard_flips_a_volume_and_leaves_an_admins_read_only_alone() {
+    use shoal_core::membership::MembershipConfig;
+    use shoal_core::node::{Node, NodeConfig, SelfInfo};
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+    let me = SelfInfo {
+        name: "n".into(),
+        advertise_url: "http://127.0.0.1:1".into(),
+        software_version: "t".into(),
+        capabilities: Default::default(),
+    };
+    let cfg = NodeConfig { membership: MembershipConfig::default(), meta: Default::default() };
+    let mut node = Node::new(NodeId::new("11111111-1111-4111-8111-111111111111"), key, 1, cfg, me);
+    let t0 = shoal_core::Millis(1_800_000_000_000);
+    node.create_cluster(t0, "c").unwrap();
+    let v = node.volume_add(t0, "/srv/a", "", 1000, 500).unwrap();
+    let id = VolumeId::new(v["id"].as_str().unwrap());
+    let low = |n: &Node| n.volume_list()["volumes"][0]["lowSpace"].as_bool().unwrap();
+    node.volume_usage(shoal_core::Millis(t0.0 + 1), &id, 1000, 40);
+    assert!(low(&node), "below 5 % free");
+    node.volume_usage(shoal_core::Millis(t0.0 + 2), &id, 1000, 60);
+    assert!(low(&node), "between 5 and 7 % it stays low");
+    node.volume_usage(shoal_core::Millis(t0.0 + 3), &id, 1000, 80);
+    assert!(!low(&node), "above 7 % it recovers");
+    node.volume_set_read_only(shoal_core::Millis(t0.0 + 4), id.as_str(), true).unwrap();
+    node.volume_usage(shoal_core::Millis(t0.0 + 5), &id, 1000, 900);
+    assert_eq!(node.volume_list()["volumes"][0]["readOnly"], true);
+}

@@ -87,6 +87,32 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: SettingsCmd,
     },
+    /// Folders this node contributes to the cluster drive.
+    Volume {
+        #[command(subcommand)]
+        cmd: VolumeCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeCmd {
+    /// Contribute a folder of the node's machine (created if missing).
+    Add {
+        path: String,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    List,
+    /// Retire a volume (refused while it holds the only copy of a file).
+    Remove {
+        id: String,
+    },
+    /// An admin's read-only switch.
+    Readonly {
+        id: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -396,6 +422,59 @@ impl Api {
             Cmd::Settings { cmd: SettingsCmd::Rm { key } } => {
                 (self.call("DELETE", &format!("/settings/{}", path_escape(&key)), None).await?, |v| {
                     format!("removed {}", s(&v["key"]))
+                })
+            }
+            Cmd::Volume { cmd: VolumeCmd::Add { path, name } } => {
+                let abs = std::path::Path::new(&path);
+                let abs = if abs.is_absolute() {
+                    abs.to_path_buf()
+                } else {
+                    std::env::current_dir().map_err(|e| CliError(format!("current dir: {e}")))?.join(abs)
+                };
+                let body = json!({"path": abs.to_string_lossy(), "name": name});
+                (self.call("POST", "/volumes", Some(body)).await?, |v| {
+                    format!(
+                        "volume {} at {} ({} free of {})",
+                        s(&v["id"]),
+                        s(&v["subpath"]),
+                        s(&v["free"]),
+                        s(&v["capacity"])
+                    )
+                })
+            }
+            Cmd::Volume { cmd: VolumeCmd::List } => (self.call("GET", "/volumes", None).await?, |v| {
+                let mut out = format!(
+                    "{:<38} {:<38} {:>14} {:>14}  {:<10} {}",
+                    "ID", "NODE", "FREE", "CAPACITY", "FLAGS", "FOLDER"
+                );
+                for x in v["volumes"].as_array().into_iter().flatten() {
+                    let mut flags = Vec::new();
+                    for (k, f) in [("readOnly", "ro"), ("lowSpace", "low"), ("evacuating", "evac")] {
+                        if x[k] == json!(true) {
+                            flags.push(f);
+                        }
+                    }
+                    out.push_str(&format!(
+                        "\n{:<38} {:<38} {:>14} {:>14}  {:<10} {}",
+                        s(&x["id"]),
+                        s(&x["nodeId"]),
+                        s(&x["free"]),
+                        s(&x["capacity"]),
+                        flags.join(","),
+                        s(&x["subpath"])
+                    ));
+                }
+                out
+            }),
+            Cmd::Volume { cmd: VolumeCmd::Remove { id } } => {
+                (self.call("DELETE", &format!("/volumes/{}", path_seg(&id)?), None).await?, |v| {
+                    format!("removed volume {}", s(&v["removed"]))
+                })
+            }
+            Cmd::Volume { cmd: VolumeCmd::Readonly { id, state } } => {
+                let path = format!("/volumes/{}/readonly", path_seg(&id)?);
+                (self.call("POST", &path, Some(json!({"readOnly": state == "on"}))).await?, |v| {
+                    format!("volume {} read-only: {}", s(&v["id"]), s(&v["readOnly"]))
                 })
             }
             Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),

@@ -26,6 +26,9 @@ use tokio::task::JoinHandle;
 /// How often metadata writes are committed (write-behind batches).
 const META_FLUSH_MS: u64 = 50;
 
+/// How often this node measures its volumes.
+const VOLUME_USAGE_EVERY_MS: u64 = 60_000;
+
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
 
@@ -336,8 +339,28 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
 async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
     let mut next_health = Millis::ZERO;
+    let mut next_usage = Millis::ZERO;
     loop {
         let now = shared.env.now();
+        if now >= next_usage {
+            // Measure this node's volumes (outside the node lock), then report.
+            next_usage = now.plus(VOLUME_USAGE_EVERY_MS);
+            let local = shared.read_node(|n, _| n.local_volumes());
+            let measured: Vec<_> = local
+                .into_iter()
+                .map(|(id, folder)| {
+                    let (free, total) = shared.env.disk_usage(std::path::Path::new(&folder));
+                    (id, total, free)
+                })
+                .collect();
+            if !measured.is_empty() {
+                shared.with_node(|n, now| {
+                    for (id, total, free) in &measured {
+                        n.volume_usage(now, id, *total, *free);
+                    }
+                });
+            }
+        }
         let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
         let deadline = {
             let mut node = lock(&shared.node);

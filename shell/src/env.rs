@@ -36,6 +36,8 @@ pub trait Clock: Clone + Send + Sync + 'static {
 pub trait Probe: Clone + Send + Sync + 'static {
     fn capabilities(&self, data_dir: &Path, now: Millis) -> Capabilities;
     fn health(&self, data_dir: &Path, now: Millis) -> Health;
+    /// Free and total bytes of the filesystem holding `path`.
+    fn disk_usage(&self, path: &Path) -> (u64, u64);
     /// A fresh random seed (OS randomness in production, derived from the run seed in simulation).
     fn seed(&self) -> u64;
 }
@@ -87,6 +89,10 @@ impl Probe for TokioEnv {
         let mut guard = self.sys.lock().unwrap_or_else(|p| p.into_inner());
         let sys = guard.get_or_insert_with(sysinfo::System::new);
         crate::probe::sample_health(sys, data_dir, now)
+    }
+
+    fn disk_usage(&self, path: &Path) -> (u64, u64) {
+        crate::probe::disk_of(path)
     }
 
     fn seed(&self) -> u64 {

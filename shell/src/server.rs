@@ -51,6 +51,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/meta/stat", get(meta_stat::<E>))
         .route("/policies", get(policy_list::<E>).post(policy_set::<E>))
         .route("/settings", get(settings_list::<E>))
+        .route("/volumes", get(volume_list::<E>).post(volume_add::<E>))
+        .route("/volumes/{id}", axum::routing::delete(volume_remove::<E>))
+        .route("/volumes/{id}/readonly", post(volume_readonly::<E>))
         .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -473,4 +476,48 @@ async fn setting_delete<E: Env>(State(s): S<E>, Path(key): Path<String>) -> Resp
     api_result(
         s.read_node(|n, _| n.setting_get(&key)).and_then(|_| s.with_node(|n, now| n.setting_set(now, &key, None))),
     )
+}
+
+// ---- volumes ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VolumeAddBody {
+    path: String,
+    #[serde(default)]
+    name: String,
+}
+
+async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
+    api_result((|| {
+        cluster_enabled(&s)?;
+        let b: VolumeAddBody = parse_body(&body)?;
+        if s.read_node(|n, _| n.cluster().is_none()) {
+            return Err(ApiError::new(409, "not_in_cluster", "this node is not in a cluster"));
+        }
+        let folder = crate::volumes::prepare_folder(&s.data_dir, &b.path)?;
+        let (free, total) = s.env.disk_usage(std::path::Path::new(&folder));
+        s.with_node(|n, now| n.volume_add(now, &folder, &b.name, total, free))
+    })())
+}
+
+async fn volume_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.volume_list())))
+}
+
+async fn volume_remove<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(s.with_node(|n, now| n.volume_remove(now, &id)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReadOnlyBody {
+    read_only: bool,
+}
+
+async fn volume_readonly<E: Env>(State(s): S<E>, Path(id): Path<String>, body: Body) -> Response {
+    api_result((|| {
+        let b: ReadOnlyBody = parse_body(&body)?;
+        s.with_node(|n, now| n.volume_set_read_only(now, &id, b.read_only))
+    })())
 }

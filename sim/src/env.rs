@@ -86,6 +86,10 @@ impl Probe for SimEnv {
         }
     }
 
+    fn disk_usage(&self, _path: &Path) -> (u64, u64) {
+        (50 << 30, 100 << 30)
+    }
+
     fn seed(&self) -> u64 {
         self.seeds.lock().unwrap_or_else(|p| p.into_inner()).next_u64()
     }

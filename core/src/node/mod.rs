@@ -29,10 +29,13 @@ use crate::time::Millis;
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
 mod meta;
+mod volumes;
+
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
+pub use volumes::AUTO_READ_ONLY_KEY;
 
 pub const ACN_PREFIX: &str = "/cluster/acn/";
 
@@ -297,6 +300,8 @@ pub struct Node {
     health: Option<Health>,
     clock: MonoClock,
     meta: Meta,
+    /// When and at what free space each local volume's usage was last reported.
+    volume_reported: BTreeMap<crate::ids::VolumeId, (Millis, u64)>,
 }
 
 /// What the shell read back from disk.
@@ -338,6 +343,7 @@ impl Node {
             health: None,
             clock: MonoClock::default(),
             meta: Meta::new(id_for_meta, meta_config, Millis::ZERO),
+            volume_reported: BTreeMap::new(),
         }
     }
 

@@ -1,0 +1,169 @@
+//! The node's side of volumes (spec: "Storage (ACS) and the cluster:/ drive" → Volumes,
+//! "Nearly full volumes"): contributing a folder, listing, read-only, removal (refused while
+//! it holds the only healthy copy of a file), and the usage its node reports with the
+//! low-space guard. The shell checks the folder on disk and measures it; records and rules are
+//! here. Volume records are replicated like any other metadata record.
+
+use super::{ApiError, Node};
+use crate::ids::VolumeId;
+use crate::meta::records::{Record, RecordKind, Volume};
+use crate::storage::placement::low_space_next;
+use crate::time::Millis;
+use serde_json::{json, Value};
+
+/// The cluster-wide switch of the low-space guard (a setting; default on).
+pub const AUTO_READ_ONLY_KEY: &str = "storage.autoReadOnly";
+/// Report usage when free space moved by more than this fraction of capacity...
+const USAGE_REPORT_STEP: f64 = 0.01;
+/// ...or at least this often.
+const USAGE_REPORT_EVERY_MS: u64 = 10 * 60_000;
+
+impl Node {
+    fn volumes(&self) -> impl Iterator<Item = &Volume> {
+        self.meta.state().of_kind(RecordKind::Volume).filter_map(|r| match r {
+            Record::Volume(v) if !v.removed => Some(v),
+            _ => None,
+        })
+    }
+
+    fn volume(&self, id: &str) -> Result<Volume, ApiError> {
+        self.volumes()
+            .find(|v| v.id.as_str() == id)
+            .cloned()
+            .ok_or_else(|| ApiError::new(404, "unknown_volume", format!("no volume {id}")))
+    }
+
+    /// Whether the low-space guard is on cluster-wide.
+    pub fn auto_read_only(&self) -> bool {
+        match self.meta.state().get(RecordKind::Setting, AUTO_READ_ONLY_KEY) {
+            Some(Record::Setting(s)) if !s.removed => s.value.as_bool().unwrap_or(true),
+            _ => true,
+        }
+    }
+
+    /// This node's own volumes: (id, folder).
+    pub fn local_volumes(&self) -> Vec<(VolumeId, String)> {
+        self.volumes().filter(|v| v.node_id == self.id).map(|v| (v.id.clone(), v.subpath.clone())).collect()
+    }
+
+    /// Contribute `folder` (already checked and canonical) of this node as a volume.
+    pub fn volume_add(
+        &mut self,
+        wall: Millis,
+        folder: &str,
+        name: &str,
+        capacity: u64,
+        free: u64,
+    ) -> Result<Value, ApiError> {
+        if self.cluster.is_none() {
+            return Err(ApiError::not_in_cluster());
+        }
+        if let Some(v) = self.volumes().find(|v| v.node_id == self.id && v.subpath == folder) {
+            return Err(ApiError::new(409, "volume_exists", format!("{folder} is already volume {}", v.id)));
+        }
+        if name.len() > 128 {
+            return Err(ApiError::new(400, "bad_name", "a volume name is at most 128 bytes"));
+        }
+        let version = self.hlc.next(wall);
+        let low_space = low_space_next(false, free, capacity, self.auto_read_only());
+        let v = Volume {
+            id: VolumeId::new(self.rng.uuid_v4()),
+            node_id: self.id.clone(),
+            name: if name.is_empty() { format!("local:{folder}") } else { name.to_string() },
+            fsh_uuid: "local".into(),
+            subpath: folder.to_string(),
+            read_only: false,
+            evacuating: false,
+            removed: false,
+            version: version.clone(),
+            capacity,
+            free,
+            low_space,
+            usage_version: version,
+        };
+        self.volume_reported.insert(v.id.clone(), (wall, free));
+        self.submit_meta_record(wall, Record::Volume(v.clone()))?;
+        Ok(json!(v))
+    }
+
+    /// Every volume of the cluster, each with whether it is on this node.
+    pub fn volume_list(&self) -> Value {
+        let list: Vec<Value> = self
+            .volumes()
+            .map(|v| {
+                let mut j = json!(v);
+                j["local"] = json!(v.node_id == self.id);
+                j["path"] = json!(format!("{}:{}", v.node_id, v.id));
+                j
+            })
+            .collect();
+        json!({ "volumes": list, "autoReadOnly": self.auto_read_only() })
+    }
+
+    /// An admin's read-only switch; the low-space guard never touches it.
+    pub fn volume_set_read_only(&mut self, wall: Millis, id: &str, read_only: bool) -> Result<Value, ApiError> {
+        let mut v = self.volume(id)?;
+        v.read_only = read_only;
+        v.version = self.hlc.next(wall);
+        self.submit_meta_record(wall, Record::Volume(v.clone()))?;
+        Ok(json!(v))
+    }
+
+    /// Files (live) whose only healthy copy is on volume `id`.
+    pub fn files_only_on(&self, id: &VolumeId) -> Vec<String> {
+        self.meta
+            .state()
+            .files()
+            .filter(|f| !f.removed && !f.is_dir)
+            .filter(|f| {
+                let mut healthy = f.healthy_locations();
+                matches!((healthy.next(), healthy.next()), (Some(l), None) if &l.volume_id == id)
+            })
+            .map(|f| f.path.clone())
+            .collect()
+    }
+
+    /// Retire a volume; refused while it holds the only healthy copy of any file.
+    pub fn volume_remove(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+        let mut v = self.volume(id)?;
+        let only = self.files_only_on(&v.id);
+        if !only.is_empty() {
+            let sample: Vec<&String> = only.iter().take(3).collect();
+            return Err(ApiError::new(
+                409,
+                "volume_holds_only_copy",
+                format!(
+                    "volume {id} holds the only copy of {} file(s), e.g. {sample:?}; evacuate it first",
+                    only.len()
+                ),
+            ));
+        }
+        v.removed = true;
+        v.version = self.hlc.next(wall);
+        self.submit_meta_record(wall, Record::Volume(v.clone()))?;
+        self.volume_reported.remove(&v.id);
+        Ok(json!({ "removed": v.id }))
+    }
+
+    /// The shell measured one of this node's volumes: update its usage register and the
+    /// low-space flag (5 % in, 7 % out) when something worth telling changed.
+    pub fn volume_usage(&mut self, wall: Millis, id: &VolumeId, capacity: u64, free: u64) {
+        let Ok(mut v) = self.volume(id.as_str()) else { return };
+        if v.node_id != self.id {
+            return;
+        }
+        let low_space = low_space_next(v.low_space, free, capacity, self.auto_read_only());
+        let (last_at, last_free) = self.volume_reported.get(id).copied().unwrap_or((Millis::ZERO, 0));
+        let moved = capacity > 0 && (free.abs_diff(last_free) as f64 / capacity as f64) > USAGE_REPORT_STEP;
+        let due = wall.since(last_at) >= USAGE_REPORT_EVERY_MS;
+        if low_space == v.low_space && capacity == v.capacity && !moved && !due {
+            return;
+        }
+        v.capacity = capacity;
+        v.free = free;
+        v.low_space = low_space;
+        v.usage_version = self.hlc.next(wall);
+        self.volume_reported.insert(id.clone(), (wall, free));
+        let _ = self.submit_meta_record(wall, Record::Volume(v));
+    }
+}

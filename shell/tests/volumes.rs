@@ -1,0 +1,114 @@
+//! Volumes through the admin API of a real node in process (spec: "Storage (ACS) and the
+//! cluster:/ drive" → Volumes, "Nearly full volumes"; issue 4 "Volumes and transfer").
+
+use serde_json::{json, Value};
+use shoal_core::meta::records::{FileRecord, Location, LocationState, Record};
+use shoal_core::{FileId, NodeId, VolumeId};
+use shoal_shell::client::HttpClient;
+use shoal_shell::daemon::{self, Daemon, ServeOptions};
+use shoal_shell::env::TokioEnv;
+
+async fn call(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
+    let r = client.request(&d.url(), method, path, &[("authorization", &auth)], body, 5_000).await.unwrap();
+    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn volumes_are_added_listed_switched_read_only_and_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let d =
+        daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("data"), "127.0.0.1:0")).await.unwrap();
+    let folder = root.path().join("disk1").join("shoal");
+
+    // Not in a cluster yet.
+    let (s, _) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!(s, 409);
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+
+    // Bad paths: relative, a file, the data dir itself.
+    let file = root.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    for bad in [
+        "relative/dir".to_string(),
+        file.to_string_lossy().into_owned(),
+        root.path().join("data").to_string_lossy().into_owned(),
+    ] {
+        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad })).await;
+        assert_eq!(s, 400, "{bad}: {v}");
+        assert!(v["error"]["message"].is_string());
+    }
+
+    // Add (the folder is created), with capacity and free space from the filesystem.
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "name": "disk1"})).await;
+    assert_eq!(s, 200, "{v}");
+    assert!(folder.is_dir());
+    let id = v["id"].as_str().unwrap().to_string();
+    assert!(v["capacity"].as_u64().unwrap() > 0);
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_exists")));
+
+    let (_, list) = call(&d, "GET", "/v1/volumes", Value::Null).await;
+    let vols = list["volumes"].as_array().unwrap();
+    assert_eq!(vols.len(), 1);
+    assert_eq!(vols[0]["local"], true);
+    assert_eq!(vols[0]["name"], "disk1");
+
+    // Read-only switch.
+    let (s, v) = call(&d, "POST", &format!("/v1/volumes/{id}/readonly"), json!({"readOnly": true})).await;
+    assert_eq!((s, v["readOnly"].as_bool()), (200, Some(true)));
+
+    // Removal is refused while the volume holds the only healthy copy of a file.
+    let node = d.shared().read_node(|n, _| n.id().clone());
+    d.shared()
+        .with_node(|n, now| {
+            let version = n.next_version(now);
+            let f = FileRecord {
+                id: FileId::new("f1"),
+                path: "/only/here.txt".into(),
+                is_dir: false,
+                size: 3,
+                mod_time: 0,
+                checksum: "abc".into(),
+                owner: String::new(),
+                primary: Some(VolumeId::new(id.clone())),
+                locations: vec![Location {
+                    volume_id: VolumeId::new(id.clone()),
+                    node_id: NodeId::new(node.to_string()),
+                    state: LocationState::Verified,
+                    checksum: "abc".into(),
+                    updated: version.clone(),
+                }],
+                replicas: 0,
+                removed: false,
+                version,
+            };
+            n.submit_meta_record(now, Record::File(f))
+        })
+        .unwrap();
+    let (s, v) = call(&d, "DELETE", &format!("/v1/volumes/{id}"), Value::Null).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_holds_only_copy")), "{v}");
+
+    // Once the file is gone, the volume can go.
+    d.shared()
+        .with_node(|n, now| {
+            let Some(Record::File(mut f)) =
+                n.meta().state().get(shoal_core::meta::records::RecordKind::File, "/only/here.txt").cloned()
+            else {
+                panic!("file record")
+            };
+            f.removed = true;
+            f.version = n.next_version(now);
+            n.submit_meta_record(now, Record::File(f))
+        })
+        .unwrap();
+    let (s, v) = call(&d, "DELETE", &format!("/v1/volumes/{id}"), Value::Null).await;
+    assert_eq!(s, 200, "{v}");
+    let (_, list) = call(&d, "GET", "/v1/volumes", Value::Null).await;
+    assert_eq!(list["volumes"].as_array().unwrap().len(), 0);
+    let (s, _) = call(&d, "DELETE", &format!("/v1/volumes/{id}"), Value::Null).await;
+    assert_eq!(s, 404);
+    d.shutdown().await;
+}
