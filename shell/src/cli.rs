@@ -92,6 +92,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: VolumeCmd,
     },
+    /// Replication of the cluster drive.
+    Repl {
+        #[command(subcommand)]
+        cmd: ReplCmd,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,6 +118,22 @@ pub enum VolumeCmd {
         #[arg(value_parser = ["on", "off"])]
         state: String,
     },
+    /// Move every copy off a volume (or cancel, or show progress).
+    Evacuate {
+        id: String,
+        #[arg(long, conflicts_with = "status")]
+        cancel: bool,
+        #[arg(long)]
+        status: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReplCmd {
+    /// Replication health: files, healthy, under/over-replicated, waiting.
+    Status,
+    /// The plan the leader would carry out now, with the reason for each task.
+    Plan,
 }
 
 #[derive(Subcommand, Debug)]
@@ -477,6 +498,70 @@ impl Api {
                     format!("volume {} read-only: {}", s(&v["id"]), s(&v["readOnly"]))
                 })
             }
+            Cmd::Volume { cmd: VolumeCmd::Evacuate { id, cancel, status } } => {
+                let path = format!("/volumes/{}/evacuate", path_seg(&id)?);
+                let v = if status {
+                    self.call("GET", &path, None).await?
+                } else {
+                    self.call("POST", &path, Some(json!({ "cancel": cancel }))).await?
+                };
+                (v, |v| {
+                    format!(
+                        "volume {}: evacuating {}, {} copies left ({} only copies){}",
+                        s(&v["volume"]),
+                        s(&v["evacuating"]),
+                        s(&v["copiesLeft"]),
+                        s(&v["onlyCopiesLeft"]),
+                        if v["done"] == json!(true) { ", done" } else { "" }
+                    )
+                })
+            }
+            Cmd::Repl { cmd: ReplCmd::Status } => (self.call("GET", "/repl/status", None).await?, |v| {
+                let st = &v["stats"];
+                format!(
+                    "leader {}\nfiles {}  healthy {}  under {}  over {}  evacuating {}  waiting {}  no target {}  no source {}",
+                    s(&v["leader"]),
+                    s(&st["files"]),
+                    s(&st["healthy"]),
+                    s(&st["under"]),
+                    s(&st["over"]),
+                    s(&st["evacuating"]),
+                    s(&st["waitingBackoff"]),
+                    s(&st["noTarget"]),
+                    s(&st["noSource"])
+                )
+            }),
+            Cmd::Repl { cmd: ReplCmd::Plan } => (self.call("GET", "/repl/plan", None).await?, |v| {
+                let mut out = String::new();
+                for t in v["plan"]["tasks"].as_array().into_iter().flatten() {
+                    let a = &t["action"];
+                    let what = if a["kind"] == "pull" {
+                        format!(
+                            "pull {}:{} -> {}:{}",
+                            s(&a["sourceNode"]),
+                            s(&a["sourceVolume"]),
+                            s(&a["targetNode"]),
+                            s(&a["targetVolume"])
+                        )
+                    } else {
+                        format!("drop {}:{}", s(&a["node"]), s(&a["volume"]))
+                    };
+                    out.push_str(&format!("{:<9} {}  cluster:{}\n", s(&t["reason"]), what, s(&t["path"])));
+                }
+                for c in v["plan"]["markStale"].as_array().into_iter().flatten() {
+                    out.push_str(&format!(
+                        "stale     {}:{}  cluster:{}\n",
+                        s(&c["node"]),
+                        s(&c["volume"]),
+                        s(&c["path"])
+                    ));
+                }
+                if out.is_empty() {
+                    "nothing to do".to_string()
+                } else {
+                    out.trim_end().to_string()
+                }
+            }),
             Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),
         };
         if self.json {

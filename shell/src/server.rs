@@ -54,6 +54,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/volumes", get(volume_list::<E>).post(volume_add::<E>))
         .route("/volumes/{id}", axum::routing::delete(volume_remove::<E>))
         .route("/volumes/{id}/readonly", post(volume_readonly::<E>))
+        .route("/volumes/{id}/evacuate", get(volume_evacuate_status::<E>).post(volume_evacuate::<E>))
+        .route("/repl/plan", get(repl_plan::<E>))
+        .route("/repl/status", get(repl_status::<E>))
         .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -520,4 +523,35 @@ async fn volume_readonly<E: Env>(State(s): S<E>, Path(id): Path<String>, body: B
         let b: ReadOnlyBody = parse_body(&body)?;
         s.with_node(|n, now| n.volume_set_read_only(now, &id, b.read_only))
     })())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct EvacuateBody {
+    #[serde(default)]
+    cancel: bool,
+}
+
+async fn volume_evacuate<E: Env>(State(s): S<E>, Path(id): Path<String>, body: Body) -> Response {
+    api_result((|| {
+        let b: EvacuateBody = parse_body(&body)?;
+        s.with_node(|n, now| n.volume_evacuate(now, &id, !b.cancel))
+    })())
+}
+
+async fn volume_evacuate_status<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(s.read_node(|n, _| n.volume_evacuation_status(&id)))
+}
+
+// ---- replication ----
+
+async fn repl_plan<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, now| n.replication_plan(now))))
+}
+
+async fn repl_status<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, now| {
+        let p = n.replication_plan(now);
+        json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0) })
+    })))
 }

@@ -91,6 +91,21 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
     let (s, v) = call(&d, "DELETE", &format!("/v1/volumes/{id}"), Value::Null).await;
     assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_holds_only_copy")), "{v}");
 
+    // Evacuation: flagged, progress reported; with one node there is nowhere to move the copy,
+    // so the planner says so and never drops it.
+    let (s, v) = call(&d, "POST", &format!("/v1/volumes/{id}/evacuate"), json!({})).await;
+    assert_eq!((s, v["evacuating"].as_bool(), v["copiesLeft"].as_u64()), (200, Some(true), Some(1)), "{v}");
+    let (_, v) = call(&d, "GET", &format!("/v1/volumes/{id}/evacuate"), Value::Null).await;
+    assert_eq!((v["onlyCopiesLeft"].as_u64(), v["done"].as_bool()), (Some(1), Some(false)));
+    let (s, v) = call(&d, "GET", "/v1/repl/plan", Value::Null).await;
+    assert_eq!(s, 200);
+    assert_eq!(v["plan"]["tasks"].as_array().map(|t| t.len()), Some(0), "{v}");
+    assert_eq!(v["plan"]["stats"]["noTarget"], 1);
+    let (_, v) = call(&d, "GET", "/v1/repl/status", Value::Null).await;
+    assert_eq!(v["stats"]["under"], 1);
+    let (s, v) = call(&d, "POST", &format!("/v1/volumes/{id}/evacuate"), json!({"cancel": true})).await;
+    assert_eq!((s, v["evacuating"].as_bool()), (200, Some(false)));
+
     // Once the file is gone, the volume can go.
     d.shared()
         .with_node(|n, now| {

@@ -167,3 +167,71 @@ impl Node {
         let _ = self.submit_meta_record(wall, Record::Volume(v));
     }
 }
+
+impl Node {
+    /// Start or cancel evacuating a volume: while evacuating it takes no new copies and the
+    /// planner moves its copies elsewhere, then drops them.
+    pub fn volume_evacuate(&mut self, wall: Millis, id: &str, on: bool) -> Result<Value, ApiError> {
+        let mut v = self.volume(id)?;
+        v.evacuating = on;
+        v.version = self.hlc.next(wall);
+        self.submit_meta_record(wall, Record::Volume(v.clone()))?;
+        Ok(self.volume_evacuation_status(id).unwrap_or_else(|_| json!(v)))
+    }
+
+    /// How far an evacuation has come: copies still on the volume, and files for which it
+    /// still holds the only healthy copy.
+    pub fn volume_evacuation_status(&self, id: &str) -> Result<Value, ApiError> {
+        let v = self.volume(id)?;
+        let copies = self
+            .meta
+            .state()
+            .files()
+            .filter(|f| !f.removed && f.locations.iter().any(|l| l.volume_id == v.id && l.state.is_healthy()))
+            .count();
+        let only = self.files_only_on(&v.id).len();
+        Ok(json!({
+            "volume": v.id,
+            "evacuating": v.evacuating,
+            "copiesLeft": copies,
+            "onlyCopiesLeft": only,
+            "done": v.evacuating && copies == 0,
+        }))
+    }
+
+    /// What each member looks like to the replication planner.
+    pub fn planner_nodes(
+        &self,
+        wall: Millis,
+    ) -> std::collections::BTreeMap<crate::NodeId, crate::storage::planner::NodeView> {
+        let now = self.clock.peek(wall);
+        let unknown_within = self.config.membership.unknown_within_ms;
+        self.members
+            .records()
+            .filter(|r| !r.removed)
+            .map(|r| {
+                let state = self.members.state(&r.id, now);
+                let silent = now.since(self.members.last_seen(&r.id));
+                let offline_for_ms = if state == crate::membership::NodeState::Offline
+                    && self.members.last_seen(&r.id) != Millis::ZERO
+                {
+                    silent.saturating_sub(unknown_within)
+                } else {
+                    0
+                };
+                (r.id.clone(), crate::storage::planner::NodeView { state, offline_for_ms })
+            })
+            .collect()
+    }
+
+    /// The replication plan as the leader would make it now (nothing is carried out yet).
+    pub fn replication_plan(&self, wall: Millis) -> Value {
+        use crate::storage::planner::{plan, PlanInput, PlannerConfig};
+        let nodes = self.planner_nodes(wall);
+        let backoff = std::collections::BTreeMap::new();
+        let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &[], backoff: &backoff };
+        let p = plan(self.meta.state(), &input, &PlannerConfig::default());
+        let leader = self.meta.leader(self.clock.peek(wall)).map(|l| l.holder.clone());
+        json!({ "leader": leader, "plan": p })
+    }
+}

@@ -100,7 +100,7 @@ pub enum Reason {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "kind")]
 pub enum Action {
     Pull { source_node: NodeId, source_volume: VolumeId, target_node: NodeId, target_volume: VolumeId },
     Drop { node: NodeId, volume: VolumeId },
