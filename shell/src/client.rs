@@ -33,7 +33,15 @@ pub enum ClientError {
 #[derive(Debug, Clone)]
 pub struct Response {
     pub status: u16,
+    pub headers: hyper::HeaderMap,
     pub body: Bytes,
+}
+
+impl Response {
+    /// A header as text, if present and valid.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
 }
 
 /// `http://host:port/base` split into the `host:port` to dial and the path prefix.
@@ -146,13 +154,14 @@ impl<N: Net> HttpClient<N> {
             req.body(Full::new(Bytes::from(body))).map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let resp = sender.send_request(req).await.map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
         let body = Limited::new(resp.into_body(), RESPONSE_MAX_BYTES)
             .collect()
             .await
             .map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?
             .to_bytes();
         self.give_back(authority, sender);
-        Ok(Response { status, body })
+        Ok(Response { status, headers, body })
     }
 }
 

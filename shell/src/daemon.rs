@@ -92,6 +92,10 @@ pub struct Shared<E: Env> {
     pub disable_cluster: bool,
     pub listen: String,
     pub started: Millis,
+    /// Upload sessions of the chunked transfer protocol.
+    pub store_service: crate::store_service::StoreService,
+    /// Blocking disk work goes to tokio's blocking pool (not in simulation).
+    pub offload_io: bool,
     shutdown: watch::Sender<bool>,
 }
 
@@ -184,6 +188,18 @@ impl<E: Env> Shared<E> {
     /// Ask the node to stop; [`Daemon::wait`] returns once it has.
     pub fn request_shutdown(&self) {
         let _ = self.shutdown.send(true);
+    }
+
+    /// Run blocking work (file I/O) on the blocking pool, or inline in simulation.
+    pub async fn blocking<R: Send + 'static>(self: &Arc<Self>, f: impl FnOnce() -> R + Send + 'static) -> R {
+        if self.offload_io {
+            match tokio::task::spawn_blocking(f).await {
+                Ok(r) => r,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        } else {
+            f()
+        }
     }
 
     pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
@@ -313,6 +329,8 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         disable_cluster: opts.disable_cluster,
         listen: local_addr.clone(),
         started: now,
+        store_service: Default::default(),
+        offload_io: opts.offload_io,
         shutdown,
     });
     shared.pump();

@@ -17,5 +17,6 @@ pub mod meta_store;
 pub mod probe;
 pub mod server;
 pub mod store;
+pub mod store_service;
 pub mod transport;
 pub mod volumes;

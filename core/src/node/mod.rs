@@ -816,28 +816,10 @@ impl Node {
             "join" => return self.answer_join(wall, now, body),
             _ => {}
         }
-        let incoming = Incoming { headers, method, target, body };
-        let members = &self.members;
-        let cluster = self.cluster.as_ref().map(|c| &c.id);
-        let verified = self.verifier.verify_with_offset(
-            wall,
-            &incoming,
-            cluster,
-            |id| members.clock_offset_ms(id),
-            |id| members.member_key(id),
-        );
-        let sender = match verified {
+        let sender = match self.verify_signed(wall, now, method, target, headers, body) {
             Ok(s) => s,
-            Err(AcnError::UnknownNode) => return self.unknown_sender_reply(headers),
-            Err(AcnError::ClockSkew) => {
-                // Our time rides along so the sender can learn our clock's offset.
-                let mut r = err_reply(AcnError::ClockSkew);
-                r.body["timeMs"] = json!(wall.0);
-                return r;
-            }
-            Err(e) => return err_reply(e),
+            Err(r) => return r,
         };
-        self.members.saw_at(&sender, now, now);
         match endpoint {
             "ping" => Reply::ok(json!({"pong": true, "node": sender, "time": wall.as_secs()})),
             "heartbeat" => self.answer_heartbeat(wall, now, &sender, body),
@@ -852,6 +834,56 @@ impl Node {
             }
             _ => Reply::error(404, "not_found", "no such ACN endpoint"),
         }
+    }
+
+    /// Check a signed request from a member (the ACN rules, with the sender's clock offset) and
+    /// note that we heard from it. The error is the reply to send.
+    fn verify_signed(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+        body: &[u8],
+    ) -> Result<NodeId, Reply> {
+        let incoming = Incoming { headers, method, target, body };
+        let members = &self.members;
+        let cluster = self.cluster.as_ref().map(|c| &c.id);
+        let verified = self.verifier.verify_with_offset(
+            wall,
+            &incoming,
+            cluster,
+            |id| members.clock_offset_ms(id),
+            |id| members.member_key(id),
+        );
+        let sender = match verified {
+            Ok(s) => s,
+            Err(AcnError::UnknownNode) => return Err(self.unknown_sender_reply(headers)),
+            Err(AcnError::ClockSkew) => {
+                // Our time rides along so the sender can learn our clock's offset.
+                let mut r = err_reply(AcnError::ClockSkew);
+                r.body["timeMs"] = json!(wall.0);
+                return Err(r);
+            }
+            Err(e) => return Err(err_reply(e)),
+        };
+        self.members.saw_at(&sender, now, now);
+        Ok(sender)
+    }
+
+    /// Verify a signed request the shell answers itself (the byte-moving `store/*`
+    /// endpoints): the same checks as every ACN request. Returns the sender.
+    pub fn verify_acn(
+        &mut self,
+        wall: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+        body: &[u8],
+    ) -> Result<NodeId, Reply> {
+        let now = self.clock.advance(wall);
+        self.verify_signed(wall, now, method, target, headers, body)
     }
 
     /// 401 for a sender we do not count as a member. When we hold its removal, it rides along

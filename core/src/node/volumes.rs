@@ -235,3 +235,10 @@ impl Node {
         json!({ "leader": leader, "plan": p })
     }
 }
+
+impl Node {
+    /// A volume of this node (not removed), for the byte-moving endpoints.
+    pub fn local_volume(&self, id: &str) -> Option<Volume> {
+        self.volumes().find(|v| v.id.as_str() == id && v.node_id == self.id).cloned()
+    }
+}

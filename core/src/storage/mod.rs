@@ -6,3 +6,4 @@
 
 pub mod placement;
 pub mod planner;
+pub mod transfer;

@@ -1,0 +1,238 @@
+//! The rules of the chunked transfer protocol (reference-facts.md "Chunked store/*"; spec
+//! "Chunked transfer"): 4 MiB chunks with a SHA-256 each and one for the whole file, resumable
+//! upload sessions that expire after 30 minutes idle, reads of 1 byte to 8 MiB, and the paths a
+//! copy may have inside its volume. The shell moves the bytes; these decide.
+
+use crate::ids::{FileId, VolumeId};
+use crate::meta::namespace::{normalize, PathError};
+use crate::time::{Millis, MINUTE_MS};
+use std::collections::BTreeSet;
+
+pub const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+pub const READ_MAX_BYTES: u64 = 8 * 1024 * 1024;
+pub const SESSION_IDLE_MS: u64 = 30 * MINUTE_MS;
+/// Part files are `<path>.part-<session>`; no copy may be named like one.
+pub const PART_MARK: &str = ".part-";
+/// Largest file the protocol accepts (1 TiB).
+pub const FILE_MAX_BYTES: u64 = 1 << 40;
+
+/// Number of chunks of a file of `size` bytes (an empty file has one empty chunk).
+pub fn chunk_count(size: u64) -> u64 {
+    size.div_ceil(CHUNK_BYTES).max(1)
+}
+
+/// Bytes chunk `index` must carry.
+pub fn chunk_len(size: u64, index: u64) -> Option<u64> {
+    let n = chunk_count(size);
+    if index >= n {
+        return None;
+    }
+    Some(if index + 1 == n { size - index * CHUNK_BYTES } else { CHUNK_BYTES })
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    #[error("{0}")]
+    Path(#[from] PathError),
+    #[error("the path must name a file, not the root")]
+    Root,
+    #[error("names containing {PART_MARK:?} are reserved for uploads in progress")]
+    ReservedName,
+    #[error("file size must be at most 1 TiB")]
+    TooLarge,
+    #[error("checksum must be 64 hex characters (SHA-256)")]
+    BadChecksum,
+    #[error("chunk {0} is out of range")]
+    ChunkOutOfRange(u64),
+    #[error("chunk {index} must be {want} bytes, got {got}")]
+    ChunkLength { index: u64, want: u64, got: u64 },
+    #[error("chunk {0} does not match its SHA-256")]
+    ChunkChecksum(u64),
+    #[error("upload is incomplete: {0} chunk(s) missing")]
+    Incomplete(u64),
+    #[error("read length must be 1 byte to 8 MiB")]
+    ReadLength,
+}
+
+impl TransferError {
+    pub fn http_status(&self) -> u16 {
+        match self {
+            TransferError::Incomplete(_) => 409,
+            _ => 400,
+        }
+    }
+}
+
+/// The segments of a copy's path inside its volume: the namespace path normalised, never the
+/// root, never a reserved part-file name. Joined under the volume folder they cannot escape it.
+pub fn copy_segments(path: &str) -> Result<Vec<String>, TransferError> {
+    let p = normalize(path)?;
+    if p == "/" {
+        return Err(TransferError::Root);
+    }
+    let segs: Vec<String> = p.trim_start_matches('/').split('/').map(str::to_string).collect();
+    if segs.iter().any(|s| s.contains(PART_MARK)) {
+        return Err(TransferError::ReservedName);
+    }
+    Ok(segs)
+}
+
+pub fn check_checksum(c: &str) -> Result<(), TransferError> {
+    if c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(TransferError::BadChecksum)
+    }
+}
+
+pub fn check_read(length: u64) -> Result<(), TransferError> {
+    if (1..=READ_MAX_BYTES).contains(&length) {
+        Ok(())
+    } else {
+        Err(TransferError::ReadLength)
+    }
+}
+
+/// One resumable upload into a volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UploadSession {
+    pub id: String,
+    pub volume: VolumeId,
+    pub path: String,
+    pub size: u64,
+    pub checksum: String,
+    pub file_id: FileId,
+    pub have: BTreeSet<u64>,
+    pub touched: Millis,
+}
+
+impl UploadSession {
+    pub fn new(
+        id: String,
+        volume: VolumeId,
+        path: String,
+        size: u64,
+        checksum: String,
+        file_id: FileId,
+        now: Millis,
+    ) -> Result<UploadSession, TransferError> {
+        if size > FILE_MAX_BYTES {
+            return Err(TransferError::TooLarge);
+        }
+        check_checksum(&checksum)?;
+        copy_segments(&path)?;
+        Ok(UploadSession {
+            id,
+            volume,
+            path,
+            size,
+            checksum: checksum.to_ascii_lowercase(),
+            file_id,
+            have: BTreeSet::new(),
+            touched: now,
+        })
+    }
+
+    /// The same upload again (same volume, path, size and checksum): resume it.
+    pub fn resumes(&self, volume: &VolumeId, path: &str, size: u64, checksum: &str) -> bool {
+        &self.volume == volume && self.path == path && self.size == size && self.checksum.eq_ignore_ascii_case(checksum)
+    }
+
+    pub fn expired(&self, now: Millis) -> bool {
+        now.since(self.touched) > SESSION_IDLE_MS
+    }
+
+    /// Check a chunk before it is written: index, length, and its SHA-256 against the one
+    /// the sender claimed (`claimed`) and the one the receiver computed (`actual`).
+    pub fn check_chunk(&self, index: u64, len: u64, claimed: &str, actual: &str) -> Result<u64, TransferError> {
+        let want = chunk_len(self.size, index).ok_or(TransferError::ChunkOutOfRange(index))?;
+        if len != want {
+            return Err(TransferError::ChunkLength { index, want, got: len });
+        }
+        if !claimed.eq_ignore_ascii_case(actual) {
+            return Err(TransferError::ChunkChecksum(index));
+        }
+        Ok(index * CHUNK_BYTES)
+    }
+
+    pub fn mark(&mut self, index: u64, now: Millis) {
+        self.have.insert(index);
+        self.touched = now;
+    }
+
+    pub fn missing(&self) -> u64 {
+        chunk_count(self.size) - self.have.len() as u64
+    }
+
+    pub fn part_name(&self) -> String {
+        format!("{PART_MARK}{}", self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+    const C: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn files_split_into_4_mib_chunks() {
+        assert_eq!(chunk_count(0), 1);
+        assert_eq!(chunk_count(4 * MIB), 1);
+        assert_eq!(chunk_count(9 * MIB), 3);
+        assert_eq!(chunk_len(9 * MIB, 2), Some(MIB));
+        assert_eq!(chunk_len(9 * MIB, 3), None);
+        assert_eq!(chunk_len(0, 0), Some(0));
+    }
+
+    #[test]
+    fn copy_paths_cannot_escape_or_shadow_part_files() {
+        assert_eq!(copy_segments("cluster:a\\b/../c").unwrap(), vec!["a", "c"]);
+        assert_eq!(copy_segments("/../../etc/passwd").unwrap(), vec!["etc", "passwd"]);
+        assert_eq!(copy_segments("/"), Err(TransferError::Root));
+        assert_eq!(copy_segments("/x/y.part-abc"), Err(TransferError::ReservedName));
+        assert!(copy_segments("/a\0b").is_err());
+    }
+
+    #[test]
+    fn chunks_are_checked_and_sessions_resume_and_expire() {
+        let mut s = UploadSession::new(
+            "s1".into(),
+            VolumeId::new("v"),
+            "/a".into(),
+            9 * MIB,
+            C.into(),
+            FileId::new("f"),
+            Millis(0),
+        )
+        .unwrap();
+        assert_eq!(s.check_chunk(1, 4 * MIB, C, C), Ok(4 * MIB));
+        assert_eq!(
+            s.check_chunk(2, 4 * MIB, C, C),
+            Err(TransferError::ChunkLength { index: 2, want: MIB, got: 4 * MIB })
+        );
+        assert_eq!(s.check_chunk(3, MIB, C, C), Err(TransferError::ChunkOutOfRange(3)));
+        assert_eq!(s.check_chunk(0, 4 * MIB, C, &C.replace('e', "f")), Err(TransferError::ChunkChecksum(0)));
+        s.mark(0, Millis(10));
+        assert_eq!(s.missing(), 2);
+        assert!(s.resumes(&VolumeId::new("v"), "/a", 9 * MIB, &C.to_uppercase()));
+        assert!(!s.resumes(&VolumeId::new("v"), "/a", 9 * MIB + 1, C));
+        assert!(!s.expired(Millis(10 + SESSION_IDLE_MS)));
+        assert!(s.expired(Millis(11 + SESSION_IDLE_MS)));
+        assert_eq!(
+            UploadSession::new(
+                "s".into(),
+                VolumeId::new("v"),
+                "/a".into(),
+                1,
+                "xyz".into(),
+                FileId::new("f"),
+                Millis(0)
+            ),
+            Err(TransferError::BadChecksum)
+        );
+        assert_eq!(check_read(0), Err(TransferError::ReadLength));
+        assert_eq!(check_read(8 * MIB + 1), Err(TransferError::ReadLength));
+    }
+}

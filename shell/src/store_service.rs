@@ -1,0 +1,416 @@
+//! The byte-moving half of the chunked transfer protocol (spec: "Chunked transfer";
+//! reference-facts.md "Chunked store/*"): `store/begin`, `chunk`, `commit`, `abort`, `read`,
+//! `stat` and `checksum` under `/cluster/acn/`, answered by the shell after the core has
+//! verified the request's signature (only members reach them). Rules (chunk sizes, sessions,
+//! paths) come from `shoal_core::storage::transfer`.
+//!
+//! Uploads write `<path>.part-<session>` inside the volume, fsync it, check the whole-file
+//! SHA-256 and only then rename it into place; a session is resumable (same volume, path, size
+//! and checksum) and expires after 30 minutes idle. A path can never leave its volume: it is
+//! normalised, and every directory it passes through is resolved and checked to lie inside
+//! the volume's folder (no `..`, no symlink escape).
+//!
+//! Not built yet: `list`, `mkdir`, `delete`, `rename` and `place`, which need the leader's task
+//! or a user's request behind them.
+
+use crate::daemon::Shared;
+use crate::env::Env;
+use crate::server::error_response;
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use shoal_core::node::ApiError;
+use shoal_core::storage::placement::{fits, writable};
+use shoal_core::storage::transfer::{self, TransferError, UploadSession};
+use shoal_core::{FileId, NodeId, VolumeId};
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub const CHUNK_SHA_HEADER: &str = "x-aroz-chunk-sha256";
+pub const FILE_SIZE_HEADER: &str = "x-aroz-file-size";
+/// Most upload sessions open at once on a node.
+const SESSIONS_MAX: usize = 256;
+
+#[derive(Default)]
+pub struct StoreService {
+    sessions: Mutex<BTreeMap<String, (NodeId, UploadSession)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn transfer_error(e: TransferError) -> Response {
+    error_response(e.http_status(), "bad_transfer", e.to_string())
+}
+
+fn io_error(what: &str, e: std::io::Error) -> Response {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return error_response(507, "insufficient_storage", format!("{what}: {e}"));
+    }
+    error_response(500, "io", format!("{what}: {e}"))
+}
+
+/// `a=1&b=x%2Fy` into a map, percent-decoded.
+pub fn parse_query(q: &str) -> BTreeMap<String, String> {
+    fn decode(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'%' if i + 2 < b.len() => {
+                    let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                    match hex {
+                        Some(v) => {
+                            out.push(v);
+                            i += 3;
+                        }
+                        None => {
+                            out.push(b'%');
+                            i += 1;
+                        }
+                    }
+                }
+                b'+' => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                c => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    q.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// The on-disk path of `path` inside volume folder `root`, creating its parent directories
+/// when `create` and checking that every resolved directory stays inside `root`.
+pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, ApiError> {
+    let segs =
+        transfer::copy_segments(path).map_err(|e| ApiError::new(e.http_status(), "bad_transfer", e.to_string()))?;
+    let io = |what: &str, e: std::io::Error| ApiError::new(500, "io", format!("{what}: {e}"));
+    let root = std::fs::canonicalize(root).map_err(|e| io("volume folder", e))?;
+    let mut dir = root.clone();
+    for s in &segs[..segs.len() - 1] {
+        dir.push(s);
+    }
+    if create {
+        std::fs::create_dir_all(&dir).map_err(|e| io("create folders", e))?;
+    }
+    if dir.exists() {
+        let real = std::fs::canonicalize(&dir).map_err(|e| io("resolve folders", e))?;
+        if !real.starts_with(&root) {
+            return Err(ApiError::new(400, "path_escapes_volume", "the path leaves its volume (a symlink?)"));
+        }
+    }
+    let file = dir.join(segs.last().expect("copy_segments never returns an empty path"));
+    if let Ok(md) = std::fs::symlink_metadata(&file) {
+        if md.file_type().is_symlink() {
+            return Err(ApiError::new(400, "path_escapes_volume", "the copy is a symlink"));
+        }
+    }
+    Ok(file)
+}
+
+fn api_error(e: ApiError) -> Response {
+    error_response(e.status, e.code, e.message)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BeginBody {
+    volume_id: VolumeId,
+    path: String,
+    size: u64,
+    checksum: String,
+    #[serde(default)]
+    file_id: FileId,
+}
+
+fn sha_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// Answer one `store/*` request from verified member `sender`.
+pub async fn handle<E: Env>(
+    s: &Arc<Shared<E>>,
+    op: &str,
+    method: &str,
+    query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    sender: NodeId,
+) -> Response {
+    let q = parse_query(query);
+    let want = match op {
+        "begin" | "chunk" | "commit" | "abort" => "POST",
+        "read" | "stat" | "checksum" => "GET",
+        _ => return error_response(404, "not_found", format!("no such store endpoint: {op}")),
+    };
+    if !method.eq_ignore_ascii_case(want) {
+        return error_response(405, "method_not_allowed", format!("store/{op} takes {want}"));
+    }
+    let s2 = s.clone();
+    let headers = headers.clone();
+    let op = op.to_string();
+    s.blocking(move || answer(&s2, &op, &q, &headers, &body, &sender)).await
+}
+
+fn session_id<E: Env>(s: &Shared<E>) -> String {
+    format!("{:016x}", s.env.seed())
+}
+
+fn answer<E: Env>(
+    s: &Arc<Shared<E>>,
+    op: &str,
+    q: &BTreeMap<String, String>,
+    headers: &HeaderMap,
+    body: &[u8],
+    sender: &NodeId,
+) -> Response {
+    let svc = &s.store_service;
+    let now = shoal_core::Millis(s.env.monotonic().0);
+    match op {
+        "begin" => {
+            let b: BeginBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error_response(400, "bad_body", format!("begin body: {e}")),
+            };
+            let Some(vol) = s.read_node(|n, _| n.local_volume(b.volume_id.as_str())) else {
+                return error_response(404, "unknown_volume", format!("volume {} is not on this node", b.volume_id));
+            };
+            if !writable(&vol) {
+                return error_response(
+                    409,
+                    "volume_read_only",
+                    "the volume takes no new copies (read-only, low on space or evacuating)",
+                );
+            }
+            let path = match shoal_core::meta::namespace::normalize(&b.path) {
+                Ok(p) => p,
+                Err(e) => return error_response(400, "bad_path", e.to_string()),
+            };
+            let mut sessions = lock(&svc.sessions);
+            let expired: Vec<String> =
+                sessions.iter().filter(|(_, (_, x))| x.expired(now)).map(|(k, _)| k.clone()).collect();
+            for k in expired {
+                if let Some((_, x)) = sessions.remove(&k) {
+                    if let Ok(p) = confined_path(Path::new(&vol.subpath), &x.path, false) {
+                        let _ = std::fs::remove_file(part_of(&p, &x));
+                    }
+                }
+            }
+            if let Some((_, x)) =
+                sessions.values_mut().find(|(o, x)| o == sender && x.resumes(&b.volume_id, &path, b.size, &b.checksum))
+            {
+                x.touched = now;
+                return axum::Json(json!({"sessionId": x.id, "have": x.have})).into_response();
+            }
+            if !fits(&vol, b.size) {
+                return error_response(507, "insufficient_storage", "the volume has no room for this file");
+            }
+            if sessions.len() >= SESSIONS_MAX {
+                return error_response(503, "busy", "too many uploads in progress; retry later");
+            }
+            let session = match UploadSession::new(session_id(s), b.volume_id, path, b.size, b.checksum, b.file_id, now)
+            {
+                Ok(x) => x,
+                Err(e) => return transfer_error(e),
+            };
+            let file = match confined_path(Path::new(&vol.subpath), &session.path, true) {
+                Ok(f) => f,
+                Err(e) => return api_error(e),
+            };
+            let part = part_of(&file, &session);
+            let created = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&part)
+                .and_then(|f| f.set_len(session.size));
+            if let Err(e) = created {
+                return io_error("create part file", e);
+            }
+            let reply = json!({"sessionId": session.id, "have": session.have});
+            sessions.insert(session.id.clone(), (sender.clone(), session));
+            axum::Json(reply).into_response()
+        }
+        "chunk" => {
+            let (Some(id), Some(index)) = (q.get("session"), q.get("index").and_then(|i| i.parse::<u64>().ok())) else {
+                return error_response(400, "bad_query", "chunk needs session= and index=");
+            };
+            let claimed = headers.get(CHUNK_SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let mut sessions = lock(&svc.sessions);
+            let Some((owner, sess)) = sessions.get_mut(id) else {
+                return error_response(404, "unknown_session", "no such upload session (expired?)");
+            };
+            if owner != sender {
+                return error_response(404, "unknown_session", "no such upload session");
+            }
+            let offset = match sess.check_chunk(index, body.len() as u64, claimed, &sha_hex(body)) {
+                Ok(o) => o,
+                Err(e) => return transfer_error(e),
+            };
+            let Some(vol) = s.read_node(|n, _| n.local_volume(sess.volume.as_str())) else {
+                return error_response(404, "unknown_volume", "the session's volume is gone");
+            };
+            let part = match confined_path(Path::new(&vol.subpath), &sess.path, false) {
+                Ok(f) => part_of(&f, sess),
+                Err(e) => return api_error(e),
+            };
+            let written = std::fs::OpenOptions::new().write(true).open(&part).and_then(|mut f| {
+                f.seek(SeekFrom::Start(offset))?;
+                f.write_all(body)
+            });
+            if let Err(e) = written {
+                return io_error("write chunk", e);
+            }
+            sess.mark(index, now);
+            axum::Json(json!({"ok": true, "missing": sess.missing()})).into_response()
+        }
+        "commit" | "abort" => {
+            let Some(id) = q.get("session") else { return error_response(400, "bad_query", "needs session=") };
+            let mut sessions = lock(&svc.sessions);
+            match sessions.get(id) {
+                Some((owner, _)) if owner == sender => {}
+                _ => return error_response(404, "unknown_session", "no such upload session"),
+            }
+            let (_, sess) = sessions.get(id).cloned().expect("checked");
+            let Some(vol) = s.read_node(|n, _| n.local_volume(sess.volume.as_str())) else {
+                sessions.remove(id);
+                return error_response(404, "unknown_volume", "the session's volume is gone");
+            };
+            let file = match confined_path(Path::new(&vol.subpath), &sess.path, true) {
+                Ok(f) => f,
+                Err(e) => return api_error(e),
+            };
+            let part = part_of(&file, &sess);
+            if op == "abort" {
+                sessions.remove(id);
+                let _ = std::fs::remove_file(&part);
+                return axum::Json(json!({"ok": true})).into_response();
+            }
+            if sess.missing() > 0 {
+                return transfer_error(TransferError::Incomplete(sess.missing()));
+            }
+            let sum = std::fs::File::open(&part).and_then(|mut f| {
+                f.sync_all()?;
+                file_sha(&mut f)
+            });
+            let sum = match sum {
+                Ok(x) => x,
+                Err(e) => return io_error("read part file", e),
+            };
+            sessions.remove(id);
+            if !sum.eq_ignore_ascii_case(&sess.checksum) {
+                let _ = std::fs::remove_file(&part);
+                return error_response(
+                    409,
+                    "checksum_mismatch",
+                    "the uploaded file does not match its SHA-256; upload it again",
+                );
+            }
+            if let Err(e) = std::fs::rename(&part, &file) {
+                return io_error("rename into place", e);
+            }
+            if let Some(dir) = file.parent() {
+                let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            }
+            axum::Json(
+                json!({"ok": true, "volumeId": sess.volume, "path": sess.path, "size": sess.size, "checksum": sum}),
+            )
+            .into_response()
+        }
+        _ => {
+            let (Some(volume), Some(path)) = (q.get("volume"), q.get("path")) else {
+                return error_response(400, "bad_query", "needs volume= and path=");
+            };
+            let Some(vol) = s.read_node(|n, _| n.local_volume(volume)) else {
+                return error_response(404, "unknown_volume", format!("volume {volume} is not on this node"));
+            };
+            let file = match confined_path(Path::new(&vol.subpath), path, false) {
+                Ok(f) => f,
+                Err(e) => return api_error(e),
+            };
+            match op {
+                "stat" => match std::fs::metadata(&file) {
+                    Ok(m) if m.is_file() => {
+                        let mod_ms = m
+                            .modified()
+                            .ok()
+                            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                            .map(|d| d.as_millis() as u64);
+                        axum::Json(json!({"exists": true, "size": m.len(), "modTime": mod_ms})).into_response()
+                    }
+                    _ => axum::Json(json!({"exists": false})).into_response(),
+                },
+                "checksum" => match std::fs::File::open(&file).and_then(|mut f| file_sha(&mut f)) {
+                    Ok(sum) => axum::Json(json!({"checksum": sum})).into_response(),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        error_response(404, "not_found", "no such copy")
+                    }
+                    Err(e) => io_error("checksum", e),
+                },
+                _ => {
+                    let offset = q.get("offset").and_then(|o| o.parse::<u64>().ok()).unwrap_or(0);
+                    let length = q.get("length").and_then(|o| o.parse::<u64>().ok()).unwrap_or(transfer::CHUNK_BYTES);
+                    if let Err(e) = transfer::check_read(length) {
+                        return transfer_error(e);
+                    }
+                    let read = std::fs::File::open(&file).and_then(|mut f| {
+                        let size = f.metadata()?.len();
+                        f.seek(SeekFrom::Start(offset.min(size)))?;
+                        let mut buf = Vec::with_capacity(length.min(size.saturating_sub(offset)) as usize);
+                        f.take(length).read_to_end(&mut buf)?;
+                        Ok((size, buf))
+                    });
+                    match read {
+                        Ok((size, buf)) => {
+                            let sha = sha_hex(&buf);
+                            ([(CHUNK_SHA_HEADER, sha), (FILE_SIZE_HEADER, size.to_string())], buf).into_response()
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            error_response(404, "not_found", "no such copy")
+                        }
+                        Err(e) => io_error("read", e),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
+    let mut name = file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(s.part_name());
+    file.with_file_name(name)
+}
+
+fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
+    f.seek(SeekFrom::Start(0))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}

@@ -1,0 +1,183 @@
+//! The chunked transfer protocol between two real nodes in process over loopback (spec:
+//! "Chunked transfer"; reference-facts.md "Chunked store/*"; issue 4 "Volumes and transfer").
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shoal_core::NodeId;
+use shoal_shell::client::HttpClient;
+use shoal_shell::daemon::{self, Daemon, ServeOptions};
+use shoal_shell::env::TokioEnv;
+use shoal_shell::store_service::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
+use shoal_shell::transport::Transport;
+
+const MIB: usize = 1024 * 1024;
+
+async fn api(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
+    let r = client.request(&d.url(), method, path, &[("authorization", &auth)], body, 5_000).await.unwrap();
+    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+}
+
+/// A signed request from `from` to node `to`; returns status, body and the store headers
+/// (chunk SHA-256, file size) when present.
+async fn signed(
+    from: &Daemon<TokioEnv>,
+    to: &NodeId,
+    method: &str,
+    target: &str,
+    body: Vec<u8>,
+    chunk_sha: Option<String>,
+) -> (u16, Vec<u8>, Option<String>, Option<String>) {
+    let mut p =
+        from.shared().with_node(|n, now| Transport::<TokioEnv>::prepare(n, now, to, method, target, body)).unwrap();
+    if let Some(sha) = chunk_sha {
+        p.headers.push((CHUNK_SHA_HEADER, sha));
+    }
+    let r = from.shared().transport.send(p, 10_000).await.unwrap();
+    let (sha, size) = (r.header(CHUNK_SHA_HEADER).map(str::to_string), r.header(FILE_SIZE_HEADER).map(str::to_string));
+    (r.status, r.body.to_vec(), sha, size)
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+fn json_of(b: &[u8]) -> Value {
+    serde_json::from_slice(b).unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("b"), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(api(&a, "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
+    let token = api(&a, "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
+    assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
+    let b_id = b.shared().read_node(|n, _| n.id().clone());
+    let folder = root.path().join("vol-b");
+    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!(s, 200, "{v}");
+    let vol = v["id"].as_str().unwrap().to_string();
+
+    let content: Vec<u8> = (0..9 * MIB + 123).map(|i| (i * 31 % 251) as u8).collect();
+    let begin = json!({"volumeId": vol, "path": "cluster:docs\\big.bin", "size": content.len(), "checksum": sha(&content), "fileId": "f1"});
+    let (s, body, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&begin).unwrap(), None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let session = json_of(&body)["sessionId"].as_str().unwrap().to_string();
+    let chunk = |i: usize| content[i * 4 * MIB..((i + 1) * 4 * MIB).min(content.len())].to_vec();
+
+    // A chunk whose SHA-256 does not match is refused; good chunks are taken.
+    let t0 = format!("/cluster/acn/store/chunk?session={session}&index=0");
+    let (s, ..) = signed(&a, &b_id, "POST", &t0, chunk(0), Some(sha(b"not it"))).await;
+    assert_eq!(s, 400);
+    for i in 0..2 {
+        let t = format!("/cluster/acn/store/chunk?session={session}&index={i}");
+        let (s, body, ..) = signed(&a, &b_id, "POST", &t, chunk(i), Some(sha(&chunk(i)))).await;
+        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    // The same begin resumes the session with the chunks it has.
+    let (s, body, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&begin).unwrap(), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(json_of(&body), json!({"sessionId": session, "have": [0, 1]}));
+    // Nothing is in place until the whole file is there and checks out.
+    let commit = format!("/cluster/acn/store/commit?session={session}");
+    let (s, ..) = signed(&a, &b_id, "POST", &commit, Vec::new(), None).await;
+    assert_eq!(s, 409);
+    let final_path = folder.join("docs").join("big.bin");
+    assert!(!final_path.exists());
+    let t2 = format!("/cluster/acn/store/chunk?session={session}&index=2");
+    assert_eq!(signed(&a, &b_id, "POST", &t2, chunk(2), Some(sha(&chunk(2)))).await.0, 200);
+    let (s, body, ..) = signed(&a, &b_id, "POST", &commit, Vec::new(), None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(std::fs::read(&final_path).unwrap(), content);
+    let leftovers: Vec<_> = std::fs::read_dir(folder.join("docs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".part-"))
+        .collect();
+    assert!(leftovers.is_empty(), "no part file is left behind");
+
+    // Reads of a range, stat and checksum.
+    let read = format!("/cluster/acn/store/read?volume={vol}&path=%2Fdocs%2Fbig.bin&offset={}&length={}", 4 * MIB, MIB);
+    let (s, body, chunk_sha, size) = signed(&a, &b_id, "GET", &read, Vec::new(), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(body, content[4 * MIB..5 * MIB]);
+    assert_eq!(chunk_sha, Some(sha(&body)), "each read carries its SHA-256");
+    assert_eq!(size, Some(content.len().to_string()));
+    let (s, body, ..) =
+        signed(&a, &b_id, "GET", &format!("/cluster/acn/store/stat?volume={vol}&path=/docs/big.bin"), Vec::new(), None)
+            .await;
+    assert_eq!((s, json_of(&body)["size"].as_u64()), (200, Some(content.len() as u64)));
+    let (s, body, ..) = signed(
+        &a,
+        &b_id,
+        "GET",
+        &format!("/cluster/acn/store/checksum?volume={vol}&path=/docs/big.bin"),
+        Vec::new(),
+        None,
+    )
+    .await;
+    assert_eq!((s, json_of(&body)["checksum"].as_str().map(str::to_string)), (200, Some(sha(&content))));
+
+    // A whole-file checksum that does not match: refused at commit, nothing lands.
+    let other =
+        json!({"volumeId": vol, "path": "/docs/wrong.bin", "size": 5, "checksum": sha(b"other"), "fileId": "f2"});
+    let (_, body, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&other).unwrap(), None).await;
+    let s2 = json_of(&body)["sessionId"].as_str().unwrap().to_string();
+    let tc = format!("/cluster/acn/store/chunk?session={s2}&index=0");
+    assert_eq!(signed(&a, &b_id, "POST", &tc, b"hello".to_vec(), Some(sha(b"hello"))).await.0, 200);
+    let (s, body, ..) =
+        signed(&a, &b_id, "POST", &format!("/cluster/acn/store/commit?session={s2}"), Vec::new(), None).await;
+    assert_eq!(
+        (s, json_of(&body)["error"]["code"].as_str().map(str::to_string)),
+        (409, Some("checksum_mismatch".into()))
+    );
+    assert!(!folder.join("docs").join("wrong.bin").exists());
+
+    // Paths never leave the volume: reserved part names, a symlink out, reads out of range.
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&outside, folder.join("link")).unwrap();
+    for (path, want) in [("/x.part-1234", 400), ("/link/evil.bin", 400), ("/", 400)] {
+        let bad = json!({"volumeId": vol, "path": path, "size": 1, "checksum": sha(b"x"), "fileId": "f3"});
+        let (s, body, ..) =
+            signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&bad).unwrap(), None).await;
+        assert_eq!(s, want, "{path}: {}", String::from_utf8_lossy(&body));
+    }
+    assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "nothing was written outside the volume");
+    let (s, ..) = signed(
+        &a,
+        &b_id,
+        "GET",
+        &format!("/cluster/acn/store/read?volume={vol}&path=/docs/big.bin&length=0"),
+        Vec::new(),
+        None,
+    )
+    .await;
+    assert_eq!(s, 400);
+    let (s, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/chunk?session=nope&index=0", b"x".to_vec(), Some(sha(b"x")))
+            .await;
+    assert_eq!(s, 404);
+    let unknown = json!({"volumeId": "no-such-volume", "path": "/a", "size": 1, "checksum": sha(b"x"), "fileId": "f4"});
+    let (s, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&unknown).unwrap(), None).await;
+    assert_eq!(s, 404);
+
+    // Only members reach the store: an unsigned request is refused.
+    let client = HttpClient::new(TokioEnv::default());
+    let r = client
+        .request(&b.url(), "POST", "/cluster/acn/store/begin", &[], serde_json::to_vec(&begin).unwrap(), 5_000)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    a.shutdown().await;
+    b.shutdown().await;
+}
