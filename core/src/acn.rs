@@ -303,16 +303,21 @@ impl Verifier {
         if h.node.is_empty() || h.signature.is_empty() || h.nonce.is_empty() || h.timestamp.is_empty() {
             return Err(AcnError::NotSigned);
         }
+        // 16 random bytes as hex (reference); anything else is not a nonce we would keep.
+        if !crate::ids::is_hex_of_len(&h.nonce, 16) || h.node.len() > 64 || h.signature.len() > 128 {
+            return Err(AcnError::NotSigned);
+        }
         match cluster {
             Some(c) if c.as_str() == h.cluster => {}
             _ => return Err(AcnError::WrongCluster),
         }
         let ts: i64 = h.timestamp.parse().map_err(|_| AcnError::ClockSkew)?;
         let ts_ms = ts.checked_mul(1000).ok_or(AcnError::ClockSkew)?;
+        let ts_ms = i128::from(ts_ms);
         let claimed = NodeId::new(h.node.clone());
         let offset = peer_offset_ms(&claimed).clamp(-PEER_OFFSET_MAX_MS, PEER_OFFSET_MAX_MS);
-        let expected_ms = now.0 as i64 + offset;
-        if (ts_ms - expected_ms).unsigned_abs() > CLOCK_SKEW_MAX_MS {
+        let expected_ms = i128::from(now.0) + i128::from(offset);
+        if (ts_ms - expected_ms).unsigned_abs() > u128::from(CLOCK_SKEW_MAX_MS) {
             return Err(AcnError::ClockSkew);
         }
         let node = claimed;
@@ -321,8 +326,9 @@ impl Verifier {
         if !verify_b64(&key, canon.as_bytes(), &h.signature) {
             return Err(AcnError::BadSignature);
         }
-        let last_acceptable = ts_ms + (CLOCK_SKEW_MAX_MS as i64) + PEER_OFFSET_MAX_MS;
-        self.nonces.spend_until(now, &h.node, &h.nonce, Millis(last_acceptable.max(0) as u64))?;
+        let last_acceptable = ts_ms + i128::from(CLOCK_SKEW_MAX_MS) + i128::from(PEER_OFFSET_MAX_MS);
+        let last_acceptable = last_acceptable.clamp(0, i128::from(u64::MAX)) as u64;
+        self.nonces.spend_until(now, &h.node, &h.nonce, Millis(last_acceptable))?;
         Ok(node)
     }
 }
@@ -492,6 +498,20 @@ mod tests {
             |_| Some(vk),
         );
         assert_eq!(r, Err(AcnError::ClockSkew));
+    }
+
+    #[test]
+    fn malformed_nonces_and_absurd_timestamps_are_refused_without_panicking() {
+        let mut f = fixture();
+        let mut h = f.sign("POST", "/x", b"", NOW);
+        h.nonce = "a".repeat(100_000);
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::NotSigned));
+        let mut h = f.sign("POST", "/x", b"", NOW);
+        h.timestamp = "-9223372036854775".into();
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::ClockSkew));
+        h.timestamp = i64::MAX.to_string();
+        assert_eq!(f.check(Some(&h), "POST", "/x", b""), Err(AcnError::ClockSkew));
+        assert_eq!(f.verifier.nonce_count(), 0);
     }
 
     #[test]

@@ -41,24 +41,43 @@ impl fmt::Display for Version {
 
 /// The clock state of one node. Monotonic: every `next` is greater than every version this
 /// node handed out or observed before.
+/// How far ahead of this node's physical clock a peer's version may be and still be taken:
+/// the largest peer clock offset allowed (10 min) plus the request window (5 min).
+pub const AHEAD_MAX_MS: u64 = 15 * 60_000;
+
 #[derive(Clone, Debug)]
 pub struct Hlc {
     node: NodeId,
     wall_ms: u64,
     counter: u32,
+    /// The latest physical (wall) time this node was handed; 0 until then.
+    physical_ms: u64,
 }
 
 impl Hlc {
     pub fn new(node: NodeId) -> Hlc {
-        Hlc { node, wall_ms: 0, counter: 0 }
+        Hlc { node, wall_ms: 0, counter: 0, physical_ms: 0 }
     }
 
     pub fn node(&self) -> &NodeId {
         &self.node
     }
 
+    /// Note the node's physical time (versions too far ahead of it are refused).
+    pub fn set_physical(&mut self, now: Millis) {
+        self.physical_ms = self.physical_ms.max(now.0);
+    }
+
+    /// Whether a peer's version is believable: not more than [`AHEAD_MAX_MS`] ahead of this
+    /// node's clock. A version from the far future would pin every clock and win every merge
+    /// for ever, so records carrying one are refused.
+    pub fn acceptable(&self, v: &Version) -> bool {
+        self.physical_ms == 0 || v.wall_ms <= self.physical_ms.saturating_add(AHEAD_MAX_MS)
+    }
+
     /// A new version for a local write at `now`.
     pub fn next(&mut self, now: Millis) -> Version {
+        self.set_physical(now);
         if now.0 > self.wall_ms {
             self.wall_ms = now.0;
             self.counter = 0;
@@ -72,8 +91,11 @@ impl Hlc {
         Version { wall_ms: self.wall_ms, counter: self.counter, node: self.node.clone() }
     }
 
-    /// Advance past a version seen from a peer.
+    /// Advance past a version seen from a peer (ignored when not [`Hlc::acceptable`]).
     pub fn observe(&mut self, v: &Version) {
+        if !self.acceptable(v) {
+            return;
+        }
         match v.wall_ms.cmp(&self.wall_ms) {
             Ordering::Greater => {
                 self.wall_ms = v.wall_ms;
@@ -92,6 +114,18 @@ mod tests {
 
     fn n(s: &str) -> NodeId {
         NodeId::new(s)
+    }
+
+    #[test]
+    fn a_version_from_the_far_future_is_not_believed() {
+        let mut clock = Hlc::new(n("me"));
+        clock.set_physical(Millis(1_000_000));
+        let poison = Version { wall_ms: u64::MAX, counter: u32::MAX, node: n("evil") };
+        assert!(!clock.acceptable(&poison));
+        clock.observe(&poison);
+        assert!(clock.next(Millis(1_000_001)).wall_ms < 2_000_000);
+        let ahead = Version { wall_ms: 1_000_000 + AHEAD_MAX_MS, counter: 0, node: n("fast") };
+        assert!(clock.acceptable(&ahead));
     }
 
     #[test]

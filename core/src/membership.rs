@@ -204,7 +204,7 @@ impl Membership {
         // authors. New records admitted by another new record are retried until nothing moves.
         let mut fresh: Vec<&NodeRecord> = Vec::new();
         for theirs in batch {
-            if self.purged.contains(&theirs.id) {
+            if self.purged.contains(&theirs.id) || !hlc.acceptable(&theirs.owner_version) {
                 continue;
             }
             hlc.observe(&theirs.owner_version);
@@ -253,6 +253,13 @@ impl Membership {
         // Pass 2: admin state, removal, health and lastSeen.
         for theirs in batch {
             if self.purged.contains(&theirs.id) || !self.records.contains_key(&theirs.id) {
+                continue;
+            }
+            let believable = |m: &Option<crate::records::Mark>| m.as_ref().is_none_or(|m| hlc.acceptable(&m.version));
+            let health_believable = theirs.health.as_ref().is_none_or(|h| {
+                hlc.acceptable(&crate::hlc::Version { wall_ms: h.timestamp, counter: 0, node: theirs.id.clone() })
+            });
+            if !believable(&theirs.admin) || !believable(&theirs.removal) || !health_believable {
                 continue;
             }
             if let Some(m) = &theirs.admin {

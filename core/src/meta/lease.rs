@@ -21,6 +21,9 @@ use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 
+/// The largest jump in term a pushed lease may make over the one this node knows.
+pub const TERM_JUMP_MAX: u64 = 1_000_000;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct LeaseConfig {
     pub lease_ms: u64,
@@ -171,6 +174,14 @@ impl LeaseState {
 
     /// A peer pushed `lease` (a claim, a renewal, or an append carrying it).
     pub fn on_push(&mut self, now: Millis, lease: Lease) -> PushVerdict {
+        if lease.term.0 > self.term().0.saturating_add(TERM_JUMP_MAX) {
+            // No real cluster makes a million claims at once: a term this far ahead would wedge
+            // the lease (nothing could ever go above it).
+            if let Some(k) = &self.known {
+                return PushVerdict::Refused(k.clone());
+            }
+            return PushVerdict::Refused(Lease { holder: self.me.clone(), term: self.term() });
+        }
         match &self.known {
             Some(k) if lease < *k => PushVerdict::Refused(k.clone()),
             Some(k) if lease == *k => {
@@ -189,6 +200,9 @@ impl LeaseState {
     /// A peer refused our push and named a greater lease: adopt it.
     /// Returns true when this node stepped down.
     pub fn on_refused(&mut self, now: Millis, theirs: Lease) -> bool {
+        if theirs.term.0 > self.term().0.saturating_add(TERM_JUMP_MAX) {
+            return false;
+        }
         if theirs.holder == self.me && self.known.as_ref() != Some(&theirs) {
             // A lease of ours from before a restart: we no longer hold its log, so we must not
             // act on it. Claim above it instead.

@@ -93,6 +93,11 @@ pub struct MetaReply {
     pub body: Value,
 }
 
+/// A record whose every version is within reach of this node's clock (see [`Hlc::acceptable`]).
+fn believable(r: &Record, hlc: &Hlc) -> bool {
+    r.versions().into_iter().all(|v| hlc.acceptable(v))
+}
+
 fn reply(status: u16, body: Value) -> MetaReply {
     MetaReply { status, body }
 }
@@ -566,6 +571,9 @@ impl Meta {
     /// Apply records that came from elsewhere; persist what changed.
     fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
         for r in records {
+            if !believable(&r, hlc) {
+                continue;
+            }
             for v in r.versions() {
                 hlc.observe(v);
             }
@@ -584,7 +592,8 @@ impl Meta {
             for v in e.record.versions() {
                 hlc.observe(v);
             }
-            if let Some(stored) = self.state.apply(&e.record) {
+            let stored = if believable(&e.record, hlc) { self.state.apply(&e.record) } else { None };
+            if let Some(stored) = stored {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
             }
@@ -692,6 +701,9 @@ impl Meta {
             return bad("too many records in one submit");
         }
         for r in b.records {
+            if !believable(&r, hlc) {
+                continue;
+            }
             for v in r.versions() {
                 hlc.observe(v);
             }

@@ -93,7 +93,7 @@ impl Node {
 
     /// Submit a locally made record.
     fn submit_record(&mut self, wall: Millis, record: Record) {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         self.meta.submit(now, record);
         self.drain_meta(wall, now);
     }

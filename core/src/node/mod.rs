@@ -349,7 +349,7 @@ impl Node {
 
     /// Bring back the state persisted before a restart. Heartbeats start at once.
     pub fn restore(&mut self, wall: Millis, r: Restored) {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         for rec in &r.records {
             self.hlc.observe(&rec.owner_version);
             for m in [&rec.admin, &rec.removal].into_iter().flatten() {
@@ -440,6 +440,12 @@ impl Node {
 
     // ---- the state machine face ----
 
+    /// Advance both clocks to wall time `wall`; returns monotonic now.
+    fn advance_clocks(&mut self, wall: Millis) -> Millis {
+        self.hlc.set_physical(wall);
+        self.clock.advance(wall)
+    }
+
     /// Feed a reading of the host's monotonic clock (any origin). Call it before the other
     /// inputs; from the first reading on, liveness, leases and timers follow it instead of the
     /// wall clock, so a wall-clock step cannot age or refresh anything.
@@ -459,7 +465,7 @@ impl Node {
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         if self.cluster.is_none() {
             return;
         }
@@ -479,7 +485,7 @@ impl Node {
     }
 
     pub fn handle(&mut self, wall: Millis, input: Input) {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         match input {
             Input::Response { token, result } => self.on_response(wall, now, token, result),
             Input::Health(mut h) => {
@@ -504,7 +510,7 @@ impl Node {
 
     /// Change how the node runs (intervals, thresholds). Takes effect from the next round.
     pub fn set_config(&mut self, wall: Millis, config: NodeConfig) {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         self.members.set_config(config.membership.clone());
         self.config = config;
         if self.cluster.is_some() {
@@ -796,7 +802,7 @@ impl Node {
         headers: Option<&SignedHeaders>,
         body: &[u8],
     ) -> Reply {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         let path = target.split('?').next().unwrap_or("");
         let Some(endpoint) = path.strip_prefix(ACN_PREFIX) else {
             return Reply::error(404, "not_found", "no such ACN endpoint");
@@ -882,7 +888,7 @@ impl Node {
         headers: Option<&SignedHeaders>,
         body: &[u8],
     ) -> Result<NodeId, Reply> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         self.verify_signed(wall, now, method, target, headers, body)
     }
 
@@ -1054,7 +1060,7 @@ impl Node {
     }
 
     pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         if let Some(c) = &self.cluster {
             return Err(ApiError::new(
                 409,
@@ -1117,7 +1123,7 @@ impl Node {
     }
 
     pub fn set_admin_state(&mut self, wall: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         let id = self.known_peer(id)?;
         let v = self.hlc.next(wall);
         let key = self.key.clone();
@@ -1130,7 +1136,7 @@ impl Node {
     }
 
     pub fn remove_node(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         let id = self.known_peer(id)?;
         if id == self.id {
             return Err(ApiError::new(400, "is_self", "a node cannot remove itself; use `shoal cluster leave`"));
@@ -1169,7 +1175,7 @@ impl Node {
     }
 
     pub fn leave(&mut self, wall: Millis) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         let cluster = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
         let v = self.hlc.next(wall);
         let key = self.key.clone();
@@ -1194,7 +1200,7 @@ impl Node {
         name: Option<&str>,
         advertise_url: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         if let Some(n) = name {
             let n = n.trim();
             if n.is_empty() || n.len() > 128 {
@@ -1233,7 +1239,7 @@ impl Node {
 
     /// Second half of joining: adopt the issuer's answer.
     pub fn finish_join(&mut self, wall: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
-        let now = self.clock.advance(wall);
+        let now = self.advance_clocks(wall);
         let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
         if self.cluster.is_some() {
             return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
