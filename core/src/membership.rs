@@ -305,6 +305,9 @@ impl Membership {
     }
 
     fn admissible(&self, r: &NodeRecord, trust: Trust) -> bool {
+        if !r.shape_ok() {
+            return false;
+        }
         let Some(key) = r.key() else { return false };
         if !r.owner_sig_valid(&key) || r.owner_version.node != r.id {
             return false;

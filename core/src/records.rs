@@ -213,6 +213,23 @@ impl NodeRecord {
         }
     }
 
+    /// Bounds on what a node may say about itself, so a member cannot make every node store
+    /// and resend megabytes: names and labels short, URLs well-formed, at most 256 features.
+    pub fn shape_ok(&self) -> bool {
+        let short = |s: &str, n: usize| s.len() <= n && !s.chars().any(|c| c.is_control());
+        let c = &self.capabilities;
+        short(&self.name, 128)
+            && (self.advertise_url.is_empty() || crate::token::valid_base_url(&self.advertise_url))
+            && short(&self.tunnel_via, 64)
+            && short(&self.version, 64)
+            && short(&c.os, 64)
+            && short(&c.arch, 64)
+            && short(&c.hostname, 256)
+            && c.features.len() <= 256
+            && c.features.keys().all(|k| short(k, 64))
+            && self.key().is_some()
+    }
+
     pub fn owner_fields(&self) -> OwnerFields {
         OwnerFields {
             id: self.id.clone(),
@@ -317,7 +334,7 @@ impl NodeRecord {
 
     /// Take `other`'s owner register when it is newer and signed by the pinned key.
     pub fn merge_owner(&mut self, other: &NodeRecord) -> bool {
-        if other.owner_version <= self.owner_version || other.public_key != self.public_key {
+        if other.owner_version <= self.owner_version || other.public_key != self.public_key || !other.shape_ok() {
             return false;
         }
         let Some(key) = self.key() else { return false };
@@ -377,5 +394,37 @@ impl NodeRecord {
         self.health = other.health.clone();
         self.health_sig = other.health_sig.clone();
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(name: &str, url: &str, features: usize) -> NodeRecord {
+        let key = SigningKey::from_bytes(&[5u8; 32]);
+        let fields = OwnerFields {
+            id: NodeId::new("n"),
+            name: name.into(),
+            public_key: crate::acn::public_key_b64(&key.verifying_key()),
+            advertise_url: url.into(),
+            tunnel_via: String::new(),
+            version: "1".into(),
+            capabilities: Capabilities {
+                features: (0..features).map(|i| (format!("f{i}"), true)).collect(),
+                ..Capabilities::default()
+            },
+            joined: 1,
+        };
+        NodeRecord::new_signed(fields, Version { wall_ms: 1, counter: 0, node: NodeId::new("n") }, &key)
+    }
+
+    #[test]
+    fn a_record_that_says_too_much_about_itself_is_refused() {
+        assert!(rec("home-1", "http://10.0.0.2:7300", 10).shape_ok());
+        assert!(!rec(&"x".repeat(129), "http://10.0.0.2:7300", 0).shape_ok());
+        assert!(!rec("n", "ftp://x", 0).shape_ok());
+        assert!(!rec("n", "http://x", 257).shape_ok());
+        assert!(!rec("bad\nname", "", 0).shape_ok());
     }
 }

@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
+/// Largest body of an unsigned ACN request (hello, join).
+const UNSIGNED_BODY_MAX_BYTES: usize = 64 * 1024;
 /// Largest admin API request body.
 const API_BODY_MAX_BYTES: usize = 1024 * 1024;
 const PEER_TIMEOUT_MS: u64 = 10_000;
@@ -155,9 +157,23 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
         return error_response(404, "not_found", "clustering is disabled on this node");
     }
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, BODY_MAX_BYTES).await {
+    // Unsigned endpoints (hello, join) get small bodies; signed ones are read in full (64 MiB)
+    // only once the headers say they come from a member of this cluster.
+    let unsigned = matches!(parts.uri.path(), "/cluster/acn/hello" | "/cluster/acn/join");
+    let limit = if unsigned {
+        UNSIGNED_BODY_MAX_BYTES
+    } else {
+        let early = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
+        if let Err(r) = s.read_node(|n, now| n.precheck_acn(now, early.as_ref())) {
+            return reply_response(r);
+        }
+        BODY_MAX_BYTES
+    };
+    let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => return error_response(413, "body_too_large", "ACN request bodies are limited to 64 MiB"),
+        Err(_) => {
+            return error_response(413, "body_too_large", format!("this request's body is limited to {limit} bytes"))
+        }
     };
     let headers = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
     let target = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());

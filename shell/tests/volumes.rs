@@ -49,6 +49,9 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
     assert!(v["capacity"].as_u64().unwrap() > 0);
     let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
     assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_exists")));
+    let nested = folder.join("inner");
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": nested.to_str().unwrap()})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_overlaps")));
 
     let (_, list) = call(&d, "GET", "/v1/volumes", Value::Null).await;
     let vols = list["volumes"].as_array().unwrap();

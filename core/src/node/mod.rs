@@ -865,7 +865,14 @@ impl Node {
         );
         let sender = match verified {
             Ok(s) => s,
-            Err(AcnError::UnknownNode) => return Err(self.unknown_sender_reply(headers)),
+            Err(AcnError::UnknownNode) => {
+                let proof = headers.map(|h| {
+                    let canon =
+                        acn::canonical_string(method, target, &h.cluster, &h.node, &h.timestamp, &h.nonce, body);
+                    (h, canon)
+                });
+                return Err(self.unknown_sender_reply(proof));
+            }
             Err(AcnError::ClockSkew) => {
                 // Our time rides along so the sender can learn our clock's offset.
                 let mut r = err_reply(AcnError::ClockSkew);
@@ -876,6 +883,21 @@ impl Node {
         };
         self.members.saw_at(&sender, now, now);
         Ok(sender)
+    }
+
+    /// The checks of a signed request that need no body (present, this cluster, a member),
+    /// so the shell can refuse a stranger before reading up to 64 MiB. The full verification
+    /// still runs on the whole request.
+    pub fn precheck_acn(&self, _wall: Millis, headers: Option<&SignedHeaders>) -> Result<(), Reply> {
+        let h = headers.ok_or_else(|| err_reply(AcnError::NotSigned))?;
+        match &self.cluster {
+            Some(c) if c.id.as_str() == h.cluster => {}
+            _ => return Err(err_reply(AcnError::WrongCluster)),
+        }
+        if self.members.get(&NodeId::new(h.node.clone())).is_none() {
+            return Err(err_reply(AcnError::UnknownNode));
+        }
+        Ok(())
     }
 
     /// Verify a signed request the shell answers itself (the byte-moving `store/*`
@@ -894,10 +916,15 @@ impl Node {
 
     /// 401 for a sender we do not count as a member. When we hold its removal, it rides along
     /// (signed by whoever removed it), so a node that missed its eviction learns of it and leaves.
-    fn unknown_sender_reply(&self, headers: Option<&SignedHeaders>) -> Reply {
+    fn unknown_sender_reply(&self, proof: Option<(&SignedHeaders, String)>) -> Reply {
         let mut r = err_reply(AcnError::UnknownNode);
-        if let Some(rec) = headers.and_then(|h| self.members.get(&NodeId::new(h.node.clone()))).filter(|r| r.removed) {
-            r.body["removed"] = serde_json::to_value(rec).expect("record serialises");
+        if let Some((h, canon)) = proof {
+            if let Some(rec) = self.members.get(&NodeId::new(h.node.clone())).filter(|r| r.removed) {
+                // Only the removed node itself (its key signed this request) is shown its removal.
+                if rec.key().is_some_and(|k| acn::verify_b64(&k, canon.as_bytes(), &h.signature)) {
+                    r.body["removed"] = serde_json::to_value(rec).expect("record serialises");
+                }
+            }
         }
         r
     }
@@ -1001,6 +1028,13 @@ impl Node {
         };
         if !is_uuid(r.id.as_str()) || r.owner_version.node != r.id || !r.owner_sig_valid(&key) {
             return Reply::error(400, "bad_record", "node record is not signed by its own key");
+        }
+        if !r.shape_ok() {
+            return Reply::error(
+                400,
+                "bad_record",
+                "node record fields are too long or malformed (name <= 128 bytes, http(s) URL, <= 256 features)",
+            );
         }
         if r.id == self.id {
             return Reply::error(409, "node_exists", "that is this node's own id");

@@ -41,9 +41,16 @@ impl Node {
         }
     }
 
+    /// Whether `v` is one of this node's volumes: it names this node, and its usage register
+    /// (only ever written by the volume's own node) was written here. Another member cannot
+    /// make this node measure, read or write a folder of its choosing by naming it.
+    fn is_own(&self, v: &Volume) -> bool {
+        v.node_id == self.id && v.usage_version.node == self.id
+    }
+
     /// This node's own volumes: (id, folder).
     pub fn local_volumes(&self) -> Vec<(VolumeId, String)> {
-        self.volumes().filter(|v| v.node_id == self.id).map(|v| (v.id.clone(), v.subpath.clone())).collect()
+        self.volumes().filter(|v| self.is_own(v)).map(|v| (v.id.clone(), v.subpath.clone())).collect()
     }
 
     /// Contribute `folder` (already checked and canonical) of this node as a volume.
@@ -60,6 +67,16 @@ impl Node {
         }
         if let Some(v) = self.volumes().find(|v| v.node_id == self.id && v.subpath == folder) {
             return Err(ApiError::new(409, "volume_exists", format!("{folder} is already volume {}", v.id)));
+        }
+        let within = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
+        if let Some(v) =
+            self.volumes().find(|v| v.node_id == self.id && (within(folder, &v.subpath) || within(&v.subpath, folder)))
+        {
+            return Err(ApiError::new(
+                409,
+                "volume_overlaps",
+                format!("{folder} overlaps volume {} at {}: two copies could land on one disk", v.id, v.subpath),
+            ));
         }
         if name.len() > 128 {
             return Err(ApiError::new(400, "bad_name", "a volume name is at most 128 bytes"));
@@ -149,7 +166,7 @@ impl Node {
     /// low-space flag (5 % in, 7 % out) when something worth telling changed.
     pub fn volume_usage(&mut self, wall: Millis, id: &VolumeId, capacity: u64, free: u64) {
         let Ok(mut v) = self.volume(id.as_str()) else { return };
-        if v.node_id != self.id {
+        if !self.is_own(&v) {
             return;
         }
         let low_space = low_space_next(v.low_space, free, capacity, self.auto_read_only());
@@ -239,6 +256,6 @@ impl Node {
 impl Node {
     /// A volume of this node (not removed), for the byte-moving endpoints.
     pub fn local_volume(&self, id: &str) -> Option<Volume> {
-        self.volumes().find(|v| v.id.as_str() == id && v.node_id == self.id).cloned()
+        self.volumes().find(|v| v.id.as_str() == id && self.is_own(v)).cloned()
     }
 }
