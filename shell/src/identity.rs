@@ -45,6 +45,19 @@ pub fn write_secret(path: &Path, contents: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// Warn when a secret file can be read by others (it should be 0600).
+fn warn_if_exposed(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = fs::metadata(path) {
+            if m.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(file = %path.display(), mode = format!("{:o}", m.permissions().mode() & 0o777), "secret file is readable by others; chmod 600 it");
+            }
+        }
+    }
+}
+
 fn read_trimmed(path: &Path) -> Result<Option<String>, IdentityError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s.trim().to_string())),
@@ -64,6 +77,7 @@ pub fn load_or_create(dir: &Path, rng: &mut SeededRng) -> Result<Identity, Ident
     let key_path = dir.join(KEY_FILE);
     let key = match read_trimmed(&key_path)? {
         Some(hex_seed) => {
+            warn_if_exposed(&key_path);
             let bytes = hex::decode(&hex_seed).map_err(|_| IdentityError::Malformed(key_path.clone(), "not hex"))?;
             let seed: [u8; 32] =
                 bytes.try_into().map_err(|_| IdentityError::Malformed(key_path.clone(), "not 32 bytes"))?;
@@ -87,7 +101,10 @@ pub fn load_or_create(dir: &Path, rng: &mut SeededRng) -> Result<Identity, Ident
     };
     let token_path = dir.join(TOKEN_FILE);
     let admin_token = match read_trimmed(&token_path)? {
-        Some(t) if t.len() >= 32 => t,
+        Some(t) if t.len() >= 32 => {
+            warn_if_exposed(&token_path);
+            t
+        }
         Some(_) => return Err(IdentityError::Malformed(token_path, "shorter than 32 characters")),
         None => {
             let t = rng.hex(32);

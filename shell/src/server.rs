@@ -69,7 +69,29 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>)))
         .nest("/v1", api)
         .fallback(api_not_found)
+        .layer(middleware::from_fn(json_errors))
         .with_state(shared)
+}
+
+/// Whatever answered a client error in plain text (an extractor's rejection, say), the client
+/// gets the JSON error shape every other error has.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return resp;
+    }
+    let text = match axum::body::to_bytes(resp.into_body(), 64 * 1024).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_string() } else { text };
+    error_response(status.as_u16(), "bad_request", message)
 }
 
 pub fn error_response(status: u16, code: &str, message: impl Into<String>) -> Response {
@@ -233,6 +255,14 @@ async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError>
 pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
     cluster_enabled(s)?;
     let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
+    if !plan.url.starts_with("http://") {
+        s.with_node(|n, _| n.abort_join());
+        return Err(ApiError::new(
+            400,
+            "bad_token",
+            "the token's issuer URL is https://, which this build does not speak yet",
+        ));
+    }
     let (base, target) = match plan.url.find("/cluster/acn/") {
         Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
         None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),

@@ -50,6 +50,9 @@ async fn the_admin_api_needs_the_token_and_answers_bad_input_with_json_4xx() {
         let (s, v) = call(&d, &token, method, path, body).await;
         assert_json_error(s, &v, want);
     }
+    // An id that is not valid UTF-8 once decoded: the path extractor's rejection is JSON too.
+    let (s, v) = call(&d, &token, "GET", "/v1/nodes/%FF", b"").await;
+    assert_json_error(s, &v, 400);
     let big = vec![b'a'; 2 * 1024 * 1024];
     let (s, v) = call(&d, &token, "POST", "/v1/cluster/create", &big).await;
     assert_json_error(s, &v, 413);
