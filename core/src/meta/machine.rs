@@ -93,9 +93,27 @@ pub struct MetaReply {
     pub body: Value,
 }
 
+/// Most bytes of records in one submit or append (well under the 64 MiB request limit).
+pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
+
+/// At most `count` items, and no more than [`BATCH_MAX_BYTES`] of records (always at least one).
+fn take_bounded<'a, T: 'a>(items: impl Iterator<Item = T>, count: usize, record: impl Fn(&T) -> &Record) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for item in items.take(count) {
+        let len = serde_json::to_vec(record(&item)).map(|b| b.len()).unwrap_or(0);
+        if !out.is_empty() && bytes + len > BATCH_MAX_BYTES {
+            break;
+        }
+        bytes += len;
+        out.push(item);
+    }
+    out
+}
+
 /// A record whose every version is within reach of this node's clock (see [`Hlc::acceptable`]).
 fn believable(r: &Record, hlc: &Hlc) -> bool {
-    r.versions().into_iter().all(|v| hlc.acceptable(v))
+    r.shape_ok() && r.versions().into_iter().all(|v| hlc.acceptable(v))
 }
 
 fn reply(status: u16, body: Value) -> MetaReply {
@@ -506,7 +524,10 @@ impl Meta {
             }
             let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0).saturating_add(1));
             let entries: Vec<Entry> =
-                self.log.range(from..).take(self.config.batch_max).map(|(_, e)| e.clone()).collect();
+                take_bounded(self.log.range(from..).map(|(_, e)| e), self.config.batch_max, |e| &e.record)
+                    .into_iter()
+                    .cloned()
+                    .collect();
             let Some(through) = entries.last().map(|e| e.seq) else { continue };
             let entry = self.peers.get_mut(&p).expect("inserted");
             entry.in_flight = Some(self.now);
@@ -533,8 +554,10 @@ impl Meta {
             self.pump_appends();
             return;
         }
-        let batch: Vec<(u64, Record)> =
-            self.pending.iter().take(self.config.batch_max).map(|(k, v)| (*k, v.clone())).collect();
+        let batch: Vec<(u64, Record)> = take_bounded(self.pending.iter(), self.config.batch_max, |(_, r)| *r)
+            .into_iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
         let ids = batch.iter().map(|(k, _)| *k).collect();
         let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
             .expect("serialise");
@@ -985,6 +1008,52 @@ mod tests {
         }
         let want: Vec<String> = (0..23).map(|i| format!("k{i:03}")).collect();
         assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn records_from_peers_that_break_the_bounds_or_come_from_the_far_future_are_dropped() {
+        let mut m = meta_with(0, 5);
+        let mut hlc = Hlc::new(NodeId::new("a"));
+        hlc.set_physical(Millis(1_000_000));
+        let ok = Version { wall_ms: 999_000, counter: 0, node: NodeId::new("b") };
+        let bad_key =
+            Record::Setting(Setting { key: "has space".into(), value: json!(1), removed: false, version: ok.clone() });
+        let huge = Record::Setting(Setting {
+            key: "big".into(),
+            value: json!("x".repeat(70 * 1024)),
+            removed: false,
+            version: ok.clone(),
+        });
+        let future = Version { wall_ms: u64::MAX, counter: 0, node: NodeId::new("b") };
+        let poison = Record::Setting(Setting { key: "p".into(), value: json!(1), removed: false, version: future });
+        let fine = Record::Setting(Setting { key: "fine".into(), value: json!(1), removed: false, version: ok });
+        m.apply_remote(vec![bad_key, huge, poison, fine], &mut hlc);
+        assert_eq!(m.state().len(), 1);
+        assert!(m.state().get(RecordKind::Setting, "fine").is_some());
+    }
+
+    #[test]
+    fn batches_stop_at_8_mib_of_records_but_always_carry_one() {
+        let big = |i: u64| {
+            Record::Setting(Setting {
+                key: format!("k{i}"),
+                value: json!("x".repeat(60 * 1024)),
+                removed: false,
+                version: Version { wall_ms: i + 1, counter: 0, node: NodeId::new("a") },
+            })
+        };
+        let records: Vec<Record> = (0..200).map(big).collect();
+        let taken = take_bounded(records.iter(), 500, |r| *r);
+        assert!(taken.len() < 200 && taken.len() > 100, "{}", taken.len());
+        let bytes: usize = taken.iter().map(|r| serde_json::to_vec(*r).unwrap().len()).sum();
+        assert!(bytes <= BATCH_MAX_BYTES);
+        let huge = [Record::Setting(Setting {
+            key: "h".into(),
+            value: json!("y".repeat(9 << 20)),
+            removed: false,
+            version: Version::default(),
+        })];
+        assert_eq!(take_bounded(huge.iter(), 500, |r| *r).len(), 1);
     }
 
     #[test]

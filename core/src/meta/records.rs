@@ -303,6 +303,35 @@ impl Record {
         out
     }
 
+    /// Bounds every record must keep, checked on records that arrive from peers (what this
+    /// node writes itself is checked by its commands): a normalised path or folder, a setting
+    /// key of at most 256 bytes and a value of at most 64 KiB, at most 64 copies wanted, at
+    /// most 64 locations, labels of at most 4 KiB, job bodies of at most 1 MiB.
+    pub fn shape_ok(&self) -> bool {
+        let norm = |p: &str| crate::meta::namespace::normalize(p).is_ok_and(|n| n == p);
+        let label = |s: &str| s.len() <= 4096;
+        let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+        match self {
+            Record::File(f) => {
+                norm(&f.path)
+                    && f.replicas <= 64
+                    && f.locations.len() <= 64
+                    && label(&f.checksum)
+                    && label(&f.owner)
+                    && f.locations.iter().all(|l| label(&l.checksum))
+            }
+            Record::Volume(v) => label(&v.name) && label(&v.subpath) && label(&v.fsh_uuid),
+            Record::Policy(p) => norm(&p.folder) && p.replicas <= 64,
+            Record::Job(j) => json_len(&j.spec) <= 1 << 20 && json_len(&j.state) <= 1 << 20,
+            Record::Setting(s) => {
+                !s.key.is_empty()
+                    && s.key.len() <= 256
+                    && !s.key.chars().any(|c| c.is_control() || c.is_whitespace())
+                    && json_len(&s.value) <= 64 * 1024
+            }
+        }
+    }
+
     /// Feed the same facts as [`Record::version_fingerprint`] to a hasher, without building a
     /// string (the digest is updated on every applied entry).
     pub fn hash_versions(&self, h: &mut impl sha2::Digest) {
