@@ -32,7 +32,12 @@ impl Default for RunOptions {
 fn fail(h: &Harness, seed: u64, why: String) -> String {
     let tail: Vec<&String> = h.log.iter().rev().take(40).collect();
     let tail: Vec<String> = tail.into_iter().rev().cloned().collect();
-    format!("seed {seed} failed (replay with SEED={seed}): {why}\nlast events:\n{}", tail.join("\n"))
+    let ids: Vec<String> = h.ids.iter().enumerate().map(|(i, id)| format!("n{i}={}", &id.as_str()[..8])).collect();
+    format!(
+        "seed {seed} failed (replay with SEED={seed}): {why}\nnodes: {}\nlast events:\n{}",
+        ids.join(" "),
+        tail.join("\n")
+    )
 }
 
 /// Run `seed` with the default options.

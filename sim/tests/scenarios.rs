@@ -150,3 +150,11 @@ fn a_one_way_partition_is_bridged_by_gossip() {
         assert_eq!(state_seen(&h, 1, 0), Some(NodeState::Online));
     }
 }
+
+/// Regression (seed 2198): a node removed while it was down restarts among peers that also
+/// restarted and do not know its clock offset; its requests fail the clock check, and the
+/// refusal must still carry its removal so it leaves.
+#[test]
+fn seed_2198_a_removed_node_with_an_unknown_clock_offset_still_learns_its_removal() {
+    shoal_sim::run_seed(2198).unwrap();
+}

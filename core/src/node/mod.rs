@@ -874,8 +874,16 @@ impl Node {
                 return Err(self.unknown_sender_reply(proof));
             }
             Err(AcnError::ClockSkew) => {
-                // Our time rides along so the sender can learn our clock's offset.
-                let mut r = err_reply(AcnError::ClockSkew);
+                // Our time rides along so the sender can learn our clock's offset. A removed
+                // node whose clock we cannot place would otherwise never hear of its removal
+                // (we no longer talk to it, so we never learn its offset): if its own key
+                // signed this, show it.
+                let proof = headers.map(|h| {
+                    let canon =
+                        acn::canonical_string(method, target, &h.cluster, &h.node, &h.timestamp, &h.nonce, body);
+                    (h, canon)
+                });
+                let mut r = self.removal_proof(err_reply(AcnError::ClockSkew), proof);
                 r.body["timeMs"] = json!(wall.0);
                 return Err(r);
             }
@@ -917,7 +925,12 @@ impl Node {
     /// 401 for a sender we do not count as a member. When we hold its removal, it rides along
     /// (signed by whoever removed it), so a node that missed its eviction learns of it and leaves.
     fn unknown_sender_reply(&self, proof: Option<(&SignedHeaders, String)>) -> Reply {
-        let mut r = err_reply(AcnError::UnknownNode);
+        self.removal_proof(err_reply(AcnError::UnknownNode), proof)
+    }
+
+    /// Add the sender's own removal to a refusal, when its key signed the request.
+    fn removal_proof(&self, reply: Reply, proof: Option<(&SignedHeaders, String)>) -> Reply {
+        let mut r = reply;
         if let Some((h, canon)) = proof {
             if let Some(rec) = self.members.get(&NodeId::new(h.node.clone())).filter(|r| r.removed) {
                 // Only the removed node itself (its key signed this request) is shown its removal.
