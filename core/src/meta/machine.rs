@@ -594,16 +594,26 @@ impl Meta {
     /// Apply records that came from elsewhere; persist what changed.
     fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
         for r in records {
-            if !believable(&r, hlc) {
-                continue;
-            }
-            for v in r.versions() {
-                hlc.observe(v);
-            }
-            if let Some(stored) = self.state.apply(&r) {
+            self.apply_one(&r, hlc);
+        }
+    }
+
+    /// Apply one record from a peer (if believable) and persist it when it changed anything.
+    /// Returns whether it did.
+    fn apply_one(&mut self, r: &Record, hlc: &mut Hlc) -> bool {
+        if !believable(r, hlc) {
+            return false;
+        }
+        for v in r.versions() {
+            hlc.observe(v);
+        }
+        match self.state.apply(r) {
+            Some(stored) => {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
+                true
             }
+            None => false,
         }
     }
 
@@ -724,15 +734,7 @@ impl Meta {
             return bad("too many records in one submit");
         }
         for r in b.records {
-            if !believable(&r, hlc) {
-                continue;
-            }
-            for v in r.versions() {
-                hlc.observe(v);
-            }
-            if let Some(stored) = self.state.apply(&r) {
-                let stored = stored.clone();
-                self.persist(MetaPersist::PutRecord(stored));
+            if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
             }
         }

@@ -314,6 +314,11 @@ pub struct Restored {
     pub meta: MetaRestored,
 }
 
+/// Parse a member-list body, or the 400 to answer.
+fn members_body(body: &[u8], what: &str) -> Result<MembersBody, Reply> {
+    serde_json::from_slice(body).map_err(|e| Reply::error(400, "bad_body", format!("{what} body: {e}")))
+}
+
 fn err_reply(e: AcnError) -> Reply {
     Reply::error(e.http_status(), e.code(), e.to_string())
 }
@@ -969,9 +974,9 @@ impl Node {
     }
 
     fn answer_sync(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
-        let b: MembersBody = match serde_json::from_slice(body) {
+        let b = match members_body(body, "members") {
             Ok(b) => b,
-            Err(e) => return Reply::error(400, "bad_body", format!("members body: {e}")),
+            Err(r) => return r,
         };
         let sender_now = (b.time_ms > 0).then_some(Millis(b.time_ms));
         if b.time_ms > 0 {
@@ -983,9 +988,9 @@ impl Node {
     }
 
     fn answer_leave(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
-        let b: MembersBody = match serde_json::from_slice(body) {
+        let b = match members_body(body, "leave") {
             Ok(b) => b,
-            Err(e) => return Reply::error(400, "bad_body", format!("leave body: {e}")),
+            Err(r) => return r,
         };
         let own: Vec<NodeRecord> = b
             .nodes
@@ -1001,9 +1006,9 @@ impl Node {
     }
 
     fn answer_evict(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
-        let b: MembersBody = match serde_json::from_slice(body) {
+        let b = match members_body(body, "evict") {
             Ok(b) => b,
-            Err(e) => return Reply::error(400, "bad_body", format!("evict body: {e}")),
+            Err(r) => return r,
         };
         let mine: Vec<NodeRecord> = b
             .nodes
