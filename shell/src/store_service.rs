@@ -99,29 +99,41 @@ pub fn parse_query(q: &str) -> BTreeMap<String, String> {
 }
 
 /// The on-disk path of `path` inside volume folder `root`, creating its parent directories
-/// when `create` and checking that every resolved directory stays inside `root`.
+/// when `create`. Walked one directory at a time without following symlinks, so nothing is
+/// ever created or read outside the volume, whatever links someone left inside it.
 pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, ApiError> {
     let segs =
         transfer::copy_segments(path).map_err(|e| ApiError::new(e.http_status(), "bad_transfer", e.to_string()))?;
     let io = |what: &str, e: std::io::Error| ApiError::new(500, "io", format!("{what}: {e}"));
+    let escape = || ApiError::new(400, "path_escapes_volume", "the path leaves its volume (a symlink?)");
     let root = std::fs::canonicalize(root).map_err(|e| io("volume folder", e))?;
-    let mut dir = root.clone();
+    let mut dir = root;
+    let mut missing = false;
     for s in &segs[..segs.len() - 1] {
         dir.push(s);
-    }
-    if create {
-        std::fs::create_dir_all(&dir).map_err(|e| io("create folders", e))?;
-    }
-    if dir.exists() {
-        let real = std::fs::canonicalize(&dir).map_err(|e| io("resolve folders", e))?;
-        if !real.starts_with(&root) {
-            return Err(ApiError::new(400, "path_escapes_volume", "the path leaves its volume (a symlink?)"));
+        if missing {
+            continue;
+        }
+        match std::fs::symlink_metadata(&dir) {
+            Ok(md) if md.file_type().is_symlink() => return Err(escape()),
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(ApiError::new(409, "not_a_folder", format!("{} is a file, not a folder", dir.display())))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if create {
+                    std::fs::create_dir(&dir).map_err(|e| io("create folder", e))?;
+                } else {
+                    missing = true;
+                }
+            }
+            Err(e) => return Err(io("inspect folder", e)),
         }
     }
     let file = dir.join(segs.last().expect("copy_segments never returns an empty path"));
     if let Ok(md) = std::fs::symlink_metadata(&file) {
         if md.file_type().is_symlink() {
-            return Err(ApiError::new(400, "path_escapes_volume", "the copy is a symlink"));
+            return Err(escape());
         }
     }
     Ok(file)
@@ -158,8 +170,8 @@ pub async fn handle<E: Env>(
 ) -> Response {
     let q = parse_query(query);
     let want = match op {
-        "begin" | "chunk" | "commit" | "abort" => "POST",
-        "read" | "stat" | "checksum" => "GET",
+        "begin" | "chunk" | "commit" | "abort" | "mkdir" => "POST",
+        "read" | "stat" | "checksum" | "list" => "GET",
         _ => return error_response(404, "not_found", format!("no such store endpoint: {op}")),
     };
     if !method.eq_ignore_ascii_case(want) {
@@ -343,11 +355,44 @@ fn answer<E: Env>(
             let Some(vol) = s.read_node(|n, _| n.local_volume(volume)) else {
                 return error_response(404, "unknown_volume", format!("volume {volume} is not on this node"));
             };
-            let file = match confined_path(Path::new(&vol.subpath), path, false) {
-                Ok(f) => f,
-                Err(e) => return api_error(e),
+            let is_root = shoal_core::meta::namespace::normalize(path).is_ok_and(|p| p == "/");
+            let file = if op == "list" && is_root {
+                match std::fs::canonicalize(&vol.subpath) {
+                    Ok(f) => f,
+                    Err(e) => return io_error("volume folder", e),
+                }
+            } else {
+                match confined_path(Path::new(&vol.subpath), path, op == "mkdir") {
+                    Ok(f) => f,
+                    Err(e) => return api_error(e),
+                }
             };
             match op {
+                "mkdir" => match std::fs::create_dir_all(&file) {
+                    Ok(()) => axum::Json(json!({"ok": true})).into_response(),
+                    Err(e) => io_error("mkdir", e),
+                },
+                "list" => match std::fs::read_dir(&file) {
+                    Ok(rd) => {
+                        let mut entries: Vec<serde_json::Value> = rd
+                            .filter_map(|e| e.ok())
+                            .filter_map(|e| {
+                                let name = e.file_name().into_string().ok()?;
+                                if name.contains(transfer::PART_MARK) {
+                                    return None; // uploads in progress are not files yet
+                                }
+                                let md = e.metadata().ok()?;
+                                Some(json!({"name": name, "isDir": md.is_dir(), "size": if md.is_dir() { 0 } else { md.len() }}))
+                            })
+                            .collect();
+                        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+                        axum::Json(json!({ "entries": entries })).into_response()
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        error_response(404, "not_found", "no such folder")
+                    }
+                    Err(e) => io_error("list", e),
+                },
                 "stat" => match std::fs::metadata(&file) {
                     Ok(m) if m.is_file() => {
                         let mod_ms = m

@@ -171,6 +171,85 @@ async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
         signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&unknown).unwrap(), None).await;
     assert_eq!(s, 404);
 
+    // A symlinked folder is never written through, even deep in a path (nothing outside).
+    let deep = json!({"volumeId": vol, "path": "/link/a/b/c.bin", "size": 1, "checksum": sha(b"x"), "fileId": "f5"});
+    let (s, ..) = signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&deep).unwrap(), None).await;
+    assert_eq!(s, 400);
+    assert!(std::fs::read_dir(&outside).unwrap().next().is_none(), "no folder was created outside the volume");
+
+    // mkdir and list (uploads in progress are hidden).
+    let (s, ..) = signed(
+        &a,
+        &b_id,
+        "POST",
+        &format!("/cluster/acn/store/mkdir?volume={vol}&path=/photos/2026"),
+        Vec::new(),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert!(folder.join("photos").join("2026").is_dir());
+    let pending =
+        json!({"volumeId": vol, "path": "/docs/pending.bin", "size": 3, "checksum": sha(b"abc"), "fileId": "f6"});
+    assert_eq!(
+        signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&pending).unwrap(), None).await.0,
+        200
+    );
+    let (s, body, ..) =
+        signed(&a, &b_id, "GET", &format!("/cluster/acn/store/list?volume={vol}&path=/docs"), Vec::new(), None).await;
+    assert_eq!(s, 200);
+    let names: Vec<String> =
+        json_of(&body)["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, vec!["big.bin"]);
+    let (s, body, ..) =
+        signed(&a, &b_id, "GET", &format!("/cluster/acn/store/list?volume={vol}&path=/"), Vec::new(), None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+
+    // Placement is the leader's (node a): it picks b's volume; 507 when nothing fits; b refuses.
+    let a_id = a.shared().read_node(|n, _| n.id().clone());
+    assert!(a.shared().read_node(|n, now| n.meta_leader(now).is_some_and(|l| l.holder == a_id)), "a leads its cluster");
+    // b's volume record reaches the leader once b hears of the lease (renewals every 10 s).
+    let mut known = false;
+    for _ in 0..300 {
+        known = a.shared().read_node(|n, _| {
+            n.volume_list()["volumes"].as_array().is_some_and(|v| v.iter().any(|x| x["id"] == vol.as_str()))
+        });
+        if known {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(known, "the leader learns b's volume");
+    let (s, body, ..) = signed(
+        &b,
+        &a_id,
+        "POST",
+        "/cluster/acn/store/place",
+        serde_json::to_vec(&json!({"size": 1000})).unwrap(),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, json_of(&body)["volumeId"].as_str().map(str::to_string)),
+        (200, Some(vol.clone())),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (s, ..) = signed(
+        &b,
+        &a_id,
+        "POST",
+        "/cluster/acn/store/place",
+        serde_json::to_vec(&json!({"size": 1u64 << 50})).unwrap(),
+        None,
+    )
+    .await;
+    assert_eq!(s, 507);
+    let (s, ..) =
+        signed(&a, &b_id, "POST", "/cluster/acn/store/place", serde_json::to_vec(&json!({"size": 1})).unwrap(), None)
+            .await;
+    assert_eq!(s, 409, "only the leader places");
+
     // Only members reach the store: an unsigned request is refused.
     let client = HttpClient::new(TokioEnv::default());
     let r = client

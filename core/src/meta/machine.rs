@@ -377,7 +377,23 @@ impl Meta {
     /// Periodic work. `members` lists every live member with its eligibility (this node too).
     pub fn handle_timeout(&mut self, now: Millis, wall: Millis, members: Vec<Candidate>) {
         self.now = self.now.max(now);
+        let newcomers: Vec<NodeId> = members
+            .iter()
+            .filter(|c| c.id != self.me && !self.members.iter().any(|m| m.id == c.id))
+            .map(|c| c.id.clone())
+            .collect();
         self.members = members;
+        // A member that just joined hears of the lease at once, not at the next renewal.
+        if !newcomers.is_empty() && self.is_leader(now) {
+            if let Some(l) = self.lease.known().cloned() {
+                let body =
+                    serde_json::to_vec(&LeaseBody { lease: l, last_seq: self.last_seq, digest: self.state.digest() })
+                        .expect("serialise");
+                for p in newcomers {
+                    self.send(&p, "POST", "/cluster/acn/meta/lease".into(), body.clone(), MetaPurpose::LeasePush);
+                }
+            }
+        }
         // A request whose answer never came (dropped, or the node's bookkeeping lost it) must
         // not block its kind of work for ever.
         let stale = |sent: &Option<Millis>| sent.is_some_and(|t| now.since(t) > 2 * self.config.request_timeout_ms);

@@ -816,7 +816,7 @@ impl Node {
             "hello" | "members" | "latency" => "GET",
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
             "meta/log" | "meta/snapshot" => "GET",
-            "meta/lease" | "meta/append" | "meta/submit" => "POST",
+            "meta/lease" | "meta/append" | "meta/submit" | "store/place" => "POST",
             _ => return Reply::error(404, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
         if !method.eq_ignore_ascii_case(want) {
@@ -839,6 +839,7 @@ impl Node {
             "leave" => self.answer_leave(wall, now, &sender, body),
             "evict" => self.answer_evict(wall, now, &sender, body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
+            "store/place" => self.answer_place(wall, &sender, body),
             "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
                 self.answer_meta(wall, now, endpoint, &sender, query, body)

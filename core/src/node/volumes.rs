@@ -259,3 +259,55 @@ impl Node {
         self.volumes().find(|v| v.id.as_str() == id && self.is_own(v)).cloned()
     }
 }
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PlaceBody {
+    size: u64,
+    /// The node that will write the copy (its own volumes come first).
+    #[serde(default)]
+    writer: Option<crate::NodeId>,
+    /// The file's existing primary volume, preferred next.
+    #[serde(default)]
+    primary: Option<VolumeId>,
+    /// Nodes that must not take the copy (they hold one already).
+    #[serde(default)]
+    exclude: Vec<crate::NodeId>,
+}
+
+impl Node {
+    /// `POST store/place` (leader only): which volume takes a new copy of `size` bytes.
+    /// 409 with the lease when this node is not the leader, 507 when nothing fits.
+    pub(super) fn answer_place(&mut self, wall: Millis, sender: &crate::NodeId, body: &[u8]) -> super::Reply {
+        let now = self.clock.peek(wall);
+        if !self.meta.is_leader(now) {
+            let lease = self.meta.leader(now).cloned();
+            return super::Reply {
+                status: 409,
+                body: json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": lease}),
+            };
+        }
+        let b: PlaceBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return super::Reply::error(400, "bad_body", format!("place body: {e}")),
+        };
+        let writer = b.writer.unwrap_or_else(|| sender.clone());
+        let states: Vec<(Volume, crate::membership::NodeState)> =
+            self.volumes().map(|v| (v.clone(), self.members.state(&v.node_id, now))).collect();
+        match crate::storage::placement::place(
+            states.iter().map(|(v, s)| (v, *s)),
+            b.size,
+            &writer,
+            b.primary.as_ref(),
+            &b.exclude,
+        ) {
+            Ok(v) => super::Reply::ok(json!({
+                "volumeId": v.id,
+                "nodeId": v.node_id,
+                "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
+                "term": self.meta.known_lease().map(|l| l.term),
+            })),
+            Err(e) => super::Reply::error(507, "insufficient_storage", e.to_string()),
+        }
+    }
+}
