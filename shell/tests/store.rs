@@ -207,7 +207,20 @@ async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
 
     // Placement is the leader's (node a): it picks b's volume; 507 when nothing fits; b refuses.
     let a_id = a.shared().read_node(|n, _| n.id().clone());
-    assert!(a.shared().read_node(|n, now| n.meta_leader(now).is_some_and(|l| l.holder == a_id)), "a leads its cluster");
+    let mut leads = false;
+    for _ in 0..300 {
+        leads = a.shared().read_node(|n, now| n.meta_leader(now).is_some_and(|l| l.holder == a_id));
+        if leads {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        leads,
+        "a leads its cluster: a {} / b {}",
+        a.shared().read_node(|n, now| n.meta_status(now)),
+        b.shared().read_node(|n, now| n.meta_status(now))
+    );
     // b's volume record reaches the leader once b hears of the lease (renewals every 10 s).
     let mut known = false;
     for _ in 0..300 {

@@ -15,7 +15,10 @@ fn formed(cfg: SimConfig) -> Harness {
     h.form_cluster().expect("form cluster");
     h.converge_within(2 * INTERVAL + 5_000).expect("membership converges");
     assert_eq!(h.live_members().len(), n);
-    wait_one_leader(&mut h, 2 * LEASE);
+    let leader = wait_one_leader(&mut h, 2 * LEASE);
+    // The creator leads; members joining it never take the lease from it.
+    assert_eq!(leader.holder, h.ids[0], "a joining member took the lease");
+    assert_eq!(leader.term, shoal_core::Term(1));
     h
 }
 

@@ -157,7 +157,8 @@ impl LeaseState {
         if !me_eligible {
             return None;
         }
-        let others = members.iter().any(|c| c.id != self.me && c.eligible);
+        // Any other member, eligible or not yet heard from, is a reason to listen first.
+        let others = members.iter().any(|c| c.id != self.me);
         if others && now < self.claim_not_before {
             return None;
         }

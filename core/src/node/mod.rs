@@ -1334,10 +1334,18 @@ impl Node {
         own.admin_state = AdminState::Active;
         self.members.insert(own.clone());
         let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
-        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id && reply.time_ms > 0) {
-            self.members.record_clock_offset(&issuer.id.clone(), reply.time_ms as i64 - wall.0 as i64);
+        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id) {
+            let issuer = issuer.id.clone();
+            if reply.time_ms > 0 {
+                self.members.record_clock_offset(&issuer, reply.time_ms as i64 - wall.0 as i64);
+            }
         }
         let out = self.members.merge(now, &reply.nodes, sender_now, Trust::JoinReply, &mut self.hlc);
+        // We just heard from the issuer: it is up (and the earliest member, not us, leads).
+        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id) {
+            let issuer = issuer.id.clone();
+            self.members.saw_at(&issuer, now, now);
+        }
         self.cluster = Some(reply.cluster.clone());
         self.persist(PersistOp::PutCluster(reply.cluster.clone()));
         self.persist(PersistOp::PutRecord(Box::new(own)));
