@@ -314,6 +314,16 @@ pub struct Restored {
     pub meta: MetaRestored,
 }
 
+/// The headers of a request with its canonical string, for checking its signature later.
+fn signed_proof<'a>(
+    method: &str,
+    target: &str,
+    headers: Option<&'a SignedHeaders>,
+    body: &[u8],
+) -> Option<(&'a SignedHeaders, String)> {
+    headers.map(|h| (h, acn::canonical_string(method, target, &h.cluster, &h.node, &h.timestamp, &h.nonce, body)))
+}
+
 /// Parse a member-list body, or the 400 to answer.
 fn members_body(body: &[u8], what: &str) -> Result<MembersBody, Reply> {
     serde_json::from_slice(body).map_err(|e| Reply::error(400, "bad_body", format!("{what} body: {e}")))
@@ -872,11 +882,7 @@ impl Node {
         let sender = match verified {
             Ok(s) => s,
             Err(AcnError::UnknownNode) => {
-                let proof = headers.map(|h| {
-                    let canon =
-                        acn::canonical_string(method, target, &h.cluster, &h.node, &h.timestamp, &h.nonce, body);
-                    (h, canon)
-                });
+                let proof = signed_proof(method, target, headers, body);
                 return Err(self.unknown_sender_reply(proof));
             }
             Err(AcnError::ClockSkew) => {
@@ -884,11 +890,7 @@ impl Node {
                 // node whose clock we cannot place would otherwise never hear of its removal
                 // (we no longer talk to it, so we never learn its offset): if its own key
                 // signed this, show it.
-                let proof = headers.map(|h| {
-                    let canon =
-                        acn::canonical_string(method, target, &h.cluster, &h.node, &h.timestamp, &h.nonce, body);
-                    (h, canon)
-                });
+                let proof = signed_proof(method, target, headers, body);
                 let mut r = self.removal_proof(err_reply(AcnError::ClockSkew), proof);
                 r.body["timeMs"] = json!(wall.0);
                 return Err(r);
@@ -988,37 +990,44 @@ impl Node {
         Reply::ok(json!({"ok": true, "timeMs": wall.0}))
     }
 
-    fn answer_leave(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
-        let b = match members_body(body, "leave") {
-            Ok(b) => b,
-            Err(r) => return r,
-        };
-        let own: Vec<NodeRecord> = b
+    /// From a member-list body, the records of `target` carrying a removal signed by `author`;
+    /// a 400 saying `missing` when there are none.
+    fn removals_in(
+        body: &[u8],
+        what: &str,
+        target: &NodeId,
+        author: &NodeId,
+        missing: &str,
+    ) -> Result<Vec<NodeRecord>, Reply> {
+        let b = members_body(body, what)?;
+        let found: Vec<NodeRecord> = b
             .nodes
             .into_iter()
-            .filter(|r| &r.id == sender && r.removal.as_ref().is_some_and(|m| &m.by == sender))
+            .filter(|r| &r.id == target && r.removal.as_ref().is_some_and(|m| &m.by == author))
             .collect();
-        if own.is_empty() {
-            return Reply::error(400, "bad_body", "leave must carry the sender's own removal");
+        if found.is_empty() {
+            return Err(Reply::error(400, "bad_body", missing));
         }
+        Ok(found)
+    }
+
+    fn answer_leave(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+        let own = match Self::removals_in(body, "leave", sender, sender, "leave must carry the sender's own removal") {
+            Ok(r) => r,
+            Err(r) => return r,
+        };
         let out = self.members.merge(now, &own, None, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true}))
     }
 
     fn answer_evict(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
-        let b = match members_body(body, "evict") {
-            Ok(b) => b,
+        let me = self.id.clone();
+        let missing = "evict must carry this node's removal signed by the sender";
+        let mine = match Self::removals_in(body, "evict", &me, sender, missing) {
+            Ok(r) => r,
             Err(r) => return r,
         };
-        let mine: Vec<NodeRecord> = b
-            .nodes
-            .into_iter()
-            .filter(|r| r.id == self.id && r.removal.as_ref().is_some_and(|m| &m.by == sender))
-            .collect();
-        if mine.is_empty() {
-            return Reply::error(400, "bad_body", "evict must carry this node's removal signed by the sender");
-        }
         let out = self.members.merge(now, &mine, None, Trust::Gossip, &mut self.hlc);
         if !out.removed.contains(&self.id) {
             return Reply::error(400, "bad_body", "the removal does not verify");
