@@ -77,6 +77,7 @@ fn build() -> (MetaState, BTreeMap<NodeId, NodeView>) {
             replicas: 0,
             removed: false,
             version: v(),
+            repl: None,
         }));
     }
     (state, nodes)

@@ -81,6 +81,7 @@ fn file_meta(version: Version, size: u64, removed: bool, replicas: u32, incarnat
         replicas,
         removed,
         version,
+        repl: None,
     }
 }
 

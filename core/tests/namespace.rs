@@ -36,6 +36,7 @@ fn file(path: &str) -> FileRecord {
         replicas: 0,
         removed: false,
         version: version(1),
+        repl: None,
     }
 }
 

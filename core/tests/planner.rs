@@ -62,6 +62,7 @@ impl World {
             replicas: 0,
             removed: false,
             version: v(2),
+            repl: None,
         };
         self.state.apply(&Record::File(f));
     }

@@ -97,6 +97,34 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ReplCmd,
     },
+    /// Copy a local file into the cluster drive: `shoal put LOCAL cluster:/path`.
+    Put { local: PathBuf, remote: String },
+    /// Copy a file out of the cluster drive, verified: `shoal get cluster:/path LOCAL`.
+    Get { remote: String, local: PathBuf },
+    /// List a folder of the cluster drive.
+    Ls {
+        #[arg(default_value = "cluster:/")]
+        path: String,
+    },
+    /// A file's record: every copy as <node>:<volume>/<path> with its state, the policy, the checksum.
+    Stat { path: String },
+    /// Remove a file (or, with -r, a folder and everything in it).
+    Rm {
+        path: String,
+        #[arg(short = 'r', long)]
+        recursive: bool,
+    },
+    /// Move or rename a file or folder (copies are renamed on disk where they lie).
+    Mv { from: String, to: String },
+    /// Make a folder.
+    Mkdir { path: String },
+    /// Re-hash every copy of a file, or of everything under a folder, now.
+    Verify {
+        #[arg(default_value = "cluster:/")]
+        path: String,
+    },
+    /// Look through this node's volume folders now: adopt new files, mark changed copies stale.
+    Rescan,
 }
 
 #[derive(Subcommand, Debug)]
@@ -562,6 +590,40 @@ impl Api {
                     out.trim_end().to_string()
                 }
             }),
+            Cmd::Put { local, remote } => {
+                let v = crate::cli_files::put(&self.base, &self.token, &local, &remote, self.json).await?;
+                (v, human_put)
+            }
+            Cmd::Get { remote, local } => {
+                let v = crate::cli_files::get(&self.base, &self.token, &remote, &local, self.json).await?;
+                (v, human_get)
+            }
+            Cmd::Ls { path } => {
+                let p = crate::cli_files::cluster_path(&path)?;
+                (self.call("GET", &format!("/meta/ls?path={}", query_escape(&p)), None).await?, human_ls)
+            }
+            Cmd::Stat { path } => {
+                let p = crate::cli_files::cluster_path(&path)?;
+                (self.call("GET", &format!("/meta/stat?path={}", query_escape(&p)), None).await?, human_stat)
+            }
+            Cmd::Rm { path, recursive } => {
+                let p = crate::cli_files::cluster_path(&path)?;
+                let q = if recursive { "?recursive=true" } else { "" };
+                (self.call("DELETE", &format!("/files{}{q}", query_escape(&p)), None).await?, human_kv)
+            }
+            Cmd::Mv { from, to } => {
+                let (from, to) = (crate::cli_files::cluster_path(&from)?, crate::cli_files::cluster_path(&to)?);
+                (self.call("POST", "/mv", Some(json!({"from": from, "to": to}))).await?, human_kv)
+            }
+            Cmd::Mkdir { path } => {
+                let p = crate::cli_files::cluster_path(&path)?;
+                (self.call("POST", "/mkdir", Some(json!({ "path": p }))).await?, human_kv)
+            }
+            Cmd::Verify { path } => {
+                let p = crate::cli_files::cluster_path(&path)?;
+                (self.call("POST", "/verify", Some(json!({ "path": p }))).await?, human_verify)
+            }
+            Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
             Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),
         };
         if self.json {
@@ -717,4 +779,48 @@ fn human_stat(v: &Value) -> String {
         out.push_str(&format!("\n  {}  {}", s(&c["copy"]), s(&c["state"])));
     }
     out
+}
+
+fn human_put(v: &Value) -> String {
+    format!(
+        "cluster:{}  {} bytes, {} of {} copies written",
+        s(&v["path"]),
+        s(&v["size"]),
+        s(&v["copies"]),
+        s(&v["wanted"])
+    )
+}
+
+fn human_get(v: &Value) -> String {
+    format!("{}  {} bytes, checksum verified (from {})", s(&v["local"]), s(&v["size"]), s(&v["copy"]))
+}
+
+fn human_verify(v: &Value) -> String {
+    let mut out = format!("{} files, {} copies verified", s(&v["files"]), s(&v["verified"]));
+    for c in v["stale"].as_array().into_iter().flatten() {
+        out.push_str(&format!("\n  mismatch, marked stale: {}", s(c)));
+    }
+    for c in v["unreachable"].as_array().into_iter().flatten() {
+        out.push_str(&format!("\n  not reachable: {}", s(c)));
+    }
+    out
+}
+
+fn human_rescan(v: &Value) -> String {
+    let mut out = String::new();
+    for r in v["volumes"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{}: {} files, {} adopted, {} copies added, {} marked stale\n",
+            s(&r["volumeId"]),
+            s(&r["files"]),
+            s(&r["adopted"]),
+            s(&r["copiesAdded"]),
+            s(&r["markedStale"])
+        ));
+    }
+    if out.is_empty() {
+        "this node has no volumes".into()
+    } else {
+        out.trim_end().to_string()
+    }
 }

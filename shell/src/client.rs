@@ -165,6 +165,33 @@ impl<N: Net> HttpClient<N> {
     }
 }
 
+/// A streamed HTTP body fed through a channel: the producer sends chunks (or an error, which
+/// cuts the stream so the receiver sees it incomplete) and the channel's bound is the
+/// back-pressure, so a large file is never held in memory whole.
+pub struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+}
+
+impl ChannelBody {
+    /// A body and the sender that feeds it, holding at most `depth` chunks in flight.
+    pub fn new(depth: usize) -> (tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>, ChannelBody) {
+        let (tx, rx) = tokio::sync::mpsc::channel(depth.max(1));
+        (tx, ChannelBody { rx })
+    }
+}
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        self.rx.poll_recv(cx).map(|o| o.map(|r| r.map(http_body::Frame::data)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

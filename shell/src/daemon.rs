@@ -96,6 +96,12 @@ pub struct Shared<E: Env> {
     pub store_service: crate::store_service::StoreService,
     /// Blocking disk work goes to tokio's blocking pool (not in simulation).
     pub offload_io: bool,
+    /// Replication bookkeeping (leader and worker sides).
+    pub repl: crate::repl::ReplState,
+    pub repl_wake: Notify,
+    pub disk_wake: Notify,
+    pub scrub_wake: Notify,
+    pub rescan_wake: Notify,
     shutdown: watch::Sender<bool>,
 }
 
@@ -200,6 +206,16 @@ impl<E: Env> Shared<E> {
         } else {
             f()
         }
+    }
+
+    /// Ask the leader for a planner pass now.
+    pub fn repl_kick(&self) {
+        self.repl_wake.notify_one();
+    }
+
+    /// Ask the disk reconciler to run now.
+    pub fn disk_kick(&self) {
+        self.disk_wake.notify_one();
     }
 
     pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
@@ -331,6 +347,11 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         started: now,
         store_service: Default::default(),
         offload_io: opts.offload_io,
+        repl: Default::default(),
+        repl_wake: Notify::new(),
+        disk_wake: Notify::new(),
+        scrub_wake: Notify::new(),
+        rescan_wake: Notify::new(),
         shutdown,
     });
     shared.pump();
@@ -350,6 +371,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {
         tasks.push(tokio::spawn(drive(shared.clone())));
+        tasks.extend(crate::repl::spawn(&shared));
     }
     Ok(Daemon { shared, tasks, local_addr })
 }

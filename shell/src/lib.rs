@@ -8,13 +8,16 @@
 //! - [`cli`] and [`demo`]: the `shoal` command line.
 
 pub mod cli;
+pub mod cli_files;
 pub mod client;
 pub mod daemon;
 pub mod demo;
+pub mod drive;
 pub mod env;
 pub mod identity;
 pub mod meta_store;
 pub mod probe;
+pub mod repl;
 pub mod server;
 pub mod store;
 pub mod store_service;

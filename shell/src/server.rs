@@ -57,6 +57,13 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/volumes/{id}", axum::routing::delete(volume_remove::<E>))
         .route("/volumes/{id}/readonly", post(volume_readonly::<E>))
         .route("/volumes/{id}/evacuate", get(volume_evacuate_status::<E>).post(volume_evacuate::<E>))
+        .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
+        .route("/mv", post(files_move::<E>))
+        .route("/mkdir", post(files_mkdir::<E>))
+        .route("/verify", post(files_verify::<E>))
+        .route("/repl/run", post(repl_run::<E>))
+        .route("/rescan", post(rescan::<E>))
+        .route("/scrub", post(scrub_now::<E>))
         .route("/repl/plan", get(repl_plan::<E>))
         .route("/repl/status", get(repl_status::<E>))
         .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
@@ -103,7 +110,7 @@ fn reply_response(r: Reply) -> Response {
     (status, axum::Json(r.body)).into_response()
 }
 
-fn api_result(r: Result<Value, ApiError>) -> Response {
+pub fn api_result(r: Result<Value, ApiError>) -> Response {
     match r {
         Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
         Err(e) => error_response(e.status, e.code, e.message),
@@ -200,12 +207,30 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     let headers = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
     let target = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());
     let method = parts.method.as_str().to_string();
-    if let Some(op) = parts.uri.path().strip_prefix("/cluster/acn/store/").filter(|op| *op != "place") {
+    let path = parts.uri.path();
+    let shell_op = path
+        .strip_prefix("/cluster/acn/store/")
+        .filter(|op| *op != "place")
+        .map(|op| ("store", op))
+        .or_else(|| path.strip_prefix("/cluster/acn/repl/").map(|op| ("repl", op)));
+    if let Some((family, op)) = shell_op {
         // Bytes are moved by the shell; the core only checks who is asking.
         let sender = match s.with_node(|n, now| n.verify_acn(now, &method, &target, headers.as_ref(), &bytes)) {
             Ok(sender) => sender,
             Err(r) => return reply_response(r),
         };
+        if family == "repl" {
+            if method != "POST" {
+                return error_response(405, "method_not_allowed", "repl endpoints take POST");
+            }
+            return crate::repl::handle_acn(&s, op, &bytes, sender).await;
+        }
+        match (op, method.as_str()) {
+            ("delete", "POST") => return api_result(crate::repl::delete_copy(&s, &sender, &bytes).await),
+            ("rename", "POST") => return api_result(crate::repl::rename_copy(&s, &bytes).await),
+            ("delete" | "rename", _) => return error_response(405, "method_not_allowed", "takes POST"),
+            _ => {}
+        }
         let query = parts.uri.query().unwrap_or("");
         return crate::store_service::handle(&s, op, &method, query, &parts.headers, bytes, sender).await;
     }
@@ -607,6 +632,85 @@ async fn repl_plan<E: Env>(State(s): S<E>) -> Response {
 async fn repl_status<E: Env>(State(s): S<E>) -> Response {
     api_result(Ok(s.read_node(|n, now| {
         let p = n.replication_plan(now);
-        json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0) })
+        json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0), "thisNode": s.repl.stats() })
     })))
+}
+
+// ---- the cluster:/ drive ----
+
+async fn files_get<E: Env>(State(s): S<E>, Path(path): Path<String>, headers: HeaderMap) -> Response {
+    crate::drive::get(s, format!("/{path}"), headers).await
+}
+
+async fn files_put<E: Env>(State(s): S<E>, Path(path): Path<String>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    crate::drive::put(s, format!("/{path}"), parts.headers, body).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RemoveQuery {
+    recursive: bool,
+}
+
+async fn files_delete<E: Env>(
+    State(s): S<E>,
+    Path(path): Path<String>,
+    q: Result<axum::extract::Query<RemoveQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = match q {
+        Ok(q) => q.0,
+        Err(e) => return error_response(400, "bad_query", e.body_text()),
+    };
+    let r = s.with_node(|n, now| n.file_remove(now, &format!("/{path}"), q.recursive));
+    if r.is_ok() {
+        s.disk_kick();
+    }
+    api_result(r)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct MoveBody {
+    from: String,
+    to: String,
+}
+
+async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let r = parse_body::<MoveBody>(&body).and_then(|b| s.with_node(|n, now| n.file_move(now, &b.from, &b.to)));
+    if r.is_ok() {
+        s.disk_kick();
+    }
+    api_result(r)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PathBody {
+    path: String,
+}
+
+async fn files_mkdir<E: Env>(State(s): S<E>, body: Body) -> Response {
+    api_result(parse_body::<PathBody>(&body).and_then(|b| s.with_node(|n, now| n.file_mkdir(now, &b.path))))
+}
+
+async fn files_verify<E: Env>(State(s): S<E>, body: Body) -> Response {
+    match parse_body::<PathBody>(&body) {
+        Ok(b) => api_result(crate::repl::verify(&s, &b.path).await),
+        Err(e) => api_result(Err(e)),
+    }
+}
+
+async fn repl_run<E: Env>(State(s): S<E>) -> Response {
+    s.repl_kick();
+    api_result(Ok(json!({"ok": true})))
+}
+
+async fn rescan<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(crate::repl::rescan(&s).await))
+}
+
+async fn scrub_now<E: Env>(State(s): S<E>) -> Response {
+    s.scrub_wake.notify_one();
+    api_result(Ok(json!({"ok": true})))
 }

@@ -87,6 +87,7 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
                 replicas: 0,
                 removed: false,
                 version,
+                repl: None,
             };
             n.submit_meta_record(now, Record::File(f))
         })

@@ -31,6 +31,8 @@ pub enum LocationState {
     Verified,
     Stale,
     Failed,
+    /// Deleted on purpose (a drop, a removed volume): the register's tombstone.
+    Dropped,
 }
 
 impl LocationState {
@@ -80,11 +82,30 @@ pub struct FileRecord {
     pub replicas: u32,
     #[serde(default)]
     pub removed: bool,
-    /// Version of the metadata register (everything but `locations`).
+    /// Version of the metadata register (everything but `locations` and `repl`).
+    pub version: Version,
+    /// The replication backoff of this file, a register of its own so the leader's writes
+    /// never overwrite a user's (reference weakness 5: it survives a change of leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repl: Option<Box<ReplBackoff>>,
+}
+
+/// A file's replication failures, written by the leader.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplBackoff {
+    pub attempts: u32,
+    /// Unix ms before which the file gets no new task.
+    pub next_at_ms: u64,
     pub version: Version,
 }
 
 impl FileRecord {
+    /// A copy holding the file's current content: readable, and its checksum is the file's.
+    pub fn is_current(&self, l: &Location) -> bool {
+        l.state.is_healthy() && (l.checksum.is_empty() || l.checksum.eq_ignore_ascii_case(&self.checksum))
+    }
+
     /// Put a location in place (newer `updated` wins per volume), keeping the list sorted.
     pub fn upsert_location(&mut self, loc: Location) -> bool {
         match self.locations.binary_search_by(|l| l.volume_id.cmp(&loc.volume_id)) {
@@ -274,7 +295,10 @@ impl Record {
     /// Every register version in the record, for the HLC to observe.
     pub fn versions(&self) -> Vec<&Version> {
         match self {
-            Record::File(r) => std::iter::once(&r.version).chain(r.locations.iter().map(|l| &l.updated)).collect(),
+            Record::File(r) => std::iter::once(&r.version)
+                .chain(r.locations.iter().map(|l| &l.updated))
+                .chain(r.repl.iter().map(|b| &b.version))
+                .collect(),
             Record::Volume(r) => vec![&r.version, &r.usage_version],
             Record::Policy(r) => vec![&r.version],
             Record::Job(r) => std::iter::once(&r.version).chain(r.cancelled.iter()).collect(),
@@ -356,6 +380,9 @@ impl Record {
                 for l in &r.locations {
                     version(&l.updated);
                 }
+                if let Some(b) = &r.repl {
+                    version(&b.version);
+                }
             }
             Record::Volume(r) => {
                 version(&r.version);
@@ -405,11 +432,18 @@ fn merge_file(a: &mut FileRecord, b: &FileRecord) -> bool {
     let mut changed = a.canonicalize_locations();
     if b.version > a.version {
         let locations = std::mem::take(&mut a.locations);
-        *a = FileRecord { locations, ..b.clone() };
+        let repl = a.repl.take();
+        *a = FileRecord { locations, repl, ..b.clone() };
         changed = true;
     }
     for l in &b.locations {
         changed |= a.upsert_location(l.clone());
+    }
+    if let Some(br) = &b.repl {
+        if a.repl.as_ref().is_none_or(|ar| br.version > ar.version) {
+            a.repl = Some(br.clone());
+            changed = true;
+        }
     }
     changed
 }

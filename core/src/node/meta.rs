@@ -84,7 +84,7 @@ impl Node {
         Reply { status: r.status, body: r.body }
     }
 
-    fn in_cluster(&self) -> Result<(), ApiError> {
+    pub(super) fn in_cluster(&self) -> Result<(), ApiError> {
         if self.cluster.is_none() {
             return Err(ApiError::not_in_cluster());
         }
@@ -92,7 +92,7 @@ impl Node {
     }
 
     /// Submit a locally made record.
-    fn submit_record(&mut self, wall: Millis, record: Record) {
+    pub(super) fn submit_record(&mut self, wall: Millis, record: Record) {
         let now = self.advance_clocks(wall);
         self.meta.submit(now, record);
         self.drain_meta(wall, now);

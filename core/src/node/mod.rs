@@ -28,6 +28,7 @@ use crate::rng::SeededRng;
 use crate::time::Millis;
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
+pub mod files;
 mod meta;
 mod volumes;
 

@@ -311,3 +311,11 @@ impl Node {
         }
     }
 }
+
+impl Node {
+    /// [`Node::answer_place`] for a copy this node writes itself, when it is the leader.
+    pub fn place_for_self(&mut self, wall: Millis, body: &[u8]) -> super::Reply {
+        let me = self.id.clone();
+        self.answer_place(wall, &me, body)
+    }
+}

@@ -238,11 +238,14 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         let mut holders: BTreeSet<&NodeId> = BTreeSet::new();
         let mut stale_here: Vec<&Volume> = Vec::new();
         for l in &f.locations {
+            if l.state == LocationState::Dropped {
+                continue;
+            }
             let (Some(vol), Some(node)) = (volumes.get(&l.volume_id), input.nodes.get(&l.node_id)) else {
                 out.forget.push(CopyRef { path: f.path.clone(), volume: l.volume_id.clone(), node: l.node_id.clone() });
                 continue;
             };
-            if l.state.is_healthy() {
+            if f.is_current(l) {
                 if node.state == NodeState::Offline && node.offline_for_ms >= cfg.stale_after_offline_ms {
                     out.mark_stale.push(CopyRef {
                         path: f.path.clone(),
@@ -264,7 +267,8 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                         on_usable.push((vol, &l.node_id));
                     }
                 }
-            } else if l.state == LocationState::Stale {
+            } else if l.state == LocationState::Stale || l.state.is_healthy() {
+                // Stale, or readable but holding an older content of the file.
                 stale_here.push(vol);
             }
         }

@@ -1,0 +1,648 @@
+//! The node's side of the cluster drive's namespace (spec: "Storage (ACS) and the cluster:/
+//! drive"): what a put may write and how its record is published, remove, move and mkdir, the
+//! copies a read may use, and what each node must do to the copies on its own volumes so the
+//! disk follows the replicated records (deletes after a remove, renames after a move). The
+//! shell moves the bytes; every decision is here.
+//!
+//! Rules:
+//! - a record is published only after its copies are written: the namespace never shows a
+//!   half-written file;
+//! - an overwrite keeps the file's id; copies of the older content are marked stale and the
+//!   planner repairs them in place;
+//! - two concurrent first writes of one path end as one record (the path is the key; the
+//!   newer version wins and the other's copies, holding other content, count as stale);
+//! - a copy is deleted or renamed on disk only by its own node, and only when the node's own
+//!   records say so (a tombstone whose file id is live nowhere on that volume, or a live record
+//!   of the same id at the new path), or for a drop task of the current leader when enough
+//!   other copies exist.
+
+use super::{ApiError, Node};
+use crate::ids::{FileId, NodeId, VolumeId};
+use crate::meta::namespace::{self, normalize};
+use crate::meta::records::{FileRecord, Location, LocationState, Record, ReplBackoff};
+use crate::storage::planner::{Backoff, PlannerConfig};
+use crate::storage::transfer;
+use crate::time::Millis;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A readable copy of a file's current content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    pub node_id: NodeId,
+    pub volume_id: VolumeId,
+    /// The volume's folder when the copy is on this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+}
+
+/// Where a put lands: the canonical path, the id an overwrite keeps, the primary to prefer and
+/// how many copies the write makes before it is acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutTarget {
+    pub path: String,
+    pub file_id: Option<FileId>,
+    pub primary: Option<VolumeId>,
+    pub wanted: u32,
+}
+
+/// Work on this node's disk that its records ask for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum DiskAction {
+    /// The file was removed: delete the copy at `path`.
+    Delete { volume: VolumeId, folder: String, path: String },
+    /// The file moved: rename the copy from `from` to `to`.
+    Rename { volume: VolumeId, folder: String, from: String, to: String },
+}
+
+/// Why a destructive `store/delete` is made (the node checks it against its own records).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeleteRequest {
+    pub volume_id: VolumeId,
+    pub path: String,
+    /// The leader's term, for a drop task; absent for a user's remove.
+    #[serde(default)]
+    pub term: Option<u64>,
+}
+
+fn bad_path(e: impl ToString) -> ApiError {
+    ApiError::new(400, "bad_path", e.to_string())
+}
+
+impl Node {
+    fn live_file(&self, path: &str) -> Option<&FileRecord> {
+        self.meta.state().file(path).filter(|f| !f.removed)
+    }
+
+    fn is_folder(&self, path: &str) -> bool {
+        path == "/"
+            || self.live_file(path).is_some_and(|f| f.is_dir)
+            || namespace::list(self.meta.state(), path).is_ok_and(|l| !l.is_empty())
+    }
+
+    /// 409 when a live file sits at `path` or above it (a file cannot hold files).
+    fn check_ancestors(&self, path: &str) -> Result<(), ApiError> {
+        let mut at = namespace::parent(path);
+        while let Some(a) = at {
+            if self.live_file(a).is_some_and(|f| !f.is_dir) {
+                return Err(ApiError::new(409, "not_a_folder", format!("cluster:{a} is a file, not a folder")));
+            }
+            at = namespace::parent(a);
+        }
+        Ok(())
+    }
+
+    /// Whether `path` can take a file, and how the write goes (see [`PutTarget`]).
+    pub fn file_put_target(&self, path: &str) -> Result<PutTarget, ApiError> {
+        self.in_cluster()?;
+        transfer::copy_segments(path).map_err(bad_path)?;
+        let p = normalize(path).map_err(bad_path)?;
+        if self.is_folder(&p) {
+            return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder")));
+        }
+        self.check_ancestors(&p)?;
+        let existing = self.live_file(&p);
+        let wanted = match existing {
+            Some(f) => namespace::wanted_copies(self.meta.state(), f),
+            None => namespace::policy_for(self.meta.state(), &p),
+        };
+        Ok(PutTarget {
+            path: p,
+            file_id: existing.map(|f| f.id.clone()),
+            primary: existing.and_then(|f| f.primary.clone()),
+            wanted: wanted.max(1),
+        })
+    }
+
+    /// Publish a file whose bytes are written: `copies` are (volume, node) holding `checksum`,
+    /// the first being the primary. An overwrite keeps the id and marks copies of the older
+    /// content stale.
+    pub fn file_publish(
+        &mut self,
+        wall: Millis,
+        path: &str,
+        size: u64,
+        checksum: &str,
+        mod_time: u64,
+        copies: &[(VolumeId, NodeId)],
+    ) -> Result<Value, ApiError> {
+        let target = self.file_put_target(path)?;
+        transfer::check_checksum(checksum).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
+        let Some((primary, _)) = copies.first() else {
+            return Err(ApiError::new(400, "no_copies", "a file is published with at least one copy"));
+        };
+        let version = self.hlc.next(wall);
+        let old = self.meta.state().file(&target.path).cloned();
+        let id = target.file_id.clone().unwrap_or_else(|| FileId::new(self.rng.uuid_v4()));
+        let mut locations: Vec<Location> = copies
+            .iter()
+            .map(|(v, n)| Location {
+                volume_id: v.clone(),
+                node_id: n.clone(),
+                state: LocationState::Committed,
+                checksum: checksum.to_string(),
+                updated: version.clone(),
+            })
+            .collect();
+        let mut replicas = 0;
+        if let Some(old) = old.as_ref().filter(|o| !o.removed) {
+            replicas = old.replicas;
+            for l in &old.locations {
+                if copies.iter().any(|(v, _)| *v == l.volume_id) || l.state == LocationState::Dropped {
+                    continue;
+                }
+                let same = l.checksum.eq_ignore_ascii_case(checksum);
+                if !same && l.state.is_healthy() {
+                    locations.push(Location { state: LocationState::Stale, updated: version.clone(), ..l.clone() });
+                }
+            }
+        }
+        let record = FileRecord {
+            id,
+            path: target.path.clone(),
+            is_dir: false,
+            size,
+            mod_time,
+            checksum: checksum.to_ascii_lowercase(),
+            owner: String::new(),
+            primary: Some(primary.clone()),
+            locations,
+            replicas,
+            removed: false,
+            version,
+            repl: None,
+        };
+        let mut out = record.clone();
+        out.canonicalize_locations();
+        self.submit_record(wall, Record::File(record));
+        Ok(
+            json!({ "path": out.path, "id": out.id, "size": size, "checksum": out.checksum, "copies": copies.len(), "wanted": target.wanted }),
+        )
+    }
+
+    /// `mkdir`: an explicit folder record (a folder that exists already is fine).
+    pub fn file_mkdir(&mut self, wall: Millis, path: &str) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let p = normalize(path).map_err(bad_path)?;
+        if self.is_folder(&p) {
+            return Ok(json!({ "path": p, "created": false }));
+        }
+        if self.live_file(&p).is_some() {
+            return Err(ApiError::new(409, "exists", format!("cluster:{p} is a file")));
+        }
+        transfer::copy_segments(&p).map_err(bad_path)?;
+        self.check_ancestors(&p)?;
+        let version = self.hlc.next(wall);
+        let record = FileRecord {
+            id: FileId::new(self.rng.uuid_v4()),
+            path: p.clone(),
+            is_dir: true,
+            size: 0,
+            mod_time: wall.0,
+            checksum: String::new(),
+            owner: String::new(),
+            primary: None,
+            locations: vec![],
+            replicas: 0,
+            removed: false,
+            version,
+            repl: None,
+        };
+        self.submit_record(wall, Record::File(record));
+        Ok(json!({ "path": p, "created": true }))
+    }
+
+    /// Live records at `p` and below it (the folder itself first when it has a record).
+    fn subtree(&self, p: &str) -> Vec<FileRecord> {
+        let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
+        let mut out: Vec<FileRecord> = self.live_file(p).cloned().into_iter().collect();
+        out.extend(
+            self.meta
+                .state()
+                .files_from(&prefix)
+                .take_while(|f| f.path.starts_with(&prefix))
+                .filter(|f| !f.removed)
+                .cloned(),
+        );
+        out
+    }
+
+    /// `rm [-r]`: tombstones for the file, or the folder and (with `recursive`) all below it.
+    /// Each node then deletes its own copies (see [`Node::disk_actions`]).
+    pub fn file_remove(&mut self, wall: Millis, path: &str, recursive: bool) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let p = normalize(path).map_err(bad_path)?;
+        if p == "/" {
+            return Err(ApiError::new(400, "bad_path", "the root cannot be removed"));
+        }
+        let records = self.subtree(&p);
+        if records.is_empty() {
+            return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}")));
+        }
+        let is_folder = self.is_folder(&p);
+        if is_folder && !recursive && records.iter().any(|f| f.path != p) {
+            return Err(ApiError::new(409, "folder_not_empty", format!("cluster:{p} is not empty; use -r")));
+        }
+        let n = records.len();
+        for f in records {
+            let version = self.hlc.next(wall);
+            self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
+        }
+        Ok(json!({ "path": p, "removed": n }))
+    }
+
+    /// `mv`: the file or folder gets new records at `to` with the same ids and copies, and the
+    /// old paths tombstones; each holder then renames its copies on disk.
+    pub fn file_move(&mut self, wall: Millis, from: &str, to: &str) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let from = normalize(from).map_err(bad_path)?;
+        let to = normalize(to).map_err(bad_path)?;
+        if from == "/" || to == "/" {
+            return Err(ApiError::new(400, "bad_path", "the root cannot be moved"));
+        }
+        transfer::copy_segments(&to).map_err(bad_path)?;
+        if namespace::is_within(&to, &from) {
+            return Err(ApiError::new(400, "bad_path", "a folder cannot move into itself"));
+        }
+        let records = self.subtree(&from);
+        if records.is_empty() {
+            return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{from}")));
+        }
+        if self.live_file(&to).is_some() || self.is_folder(&to) {
+            return Err(ApiError::new(409, "exists", format!("cluster:{to} exists")));
+        }
+        self.check_ancestors(&to)?;
+        let n = records.len();
+        for f in records {
+            let new_path = format!("{to}{}", &f.path[from.len()..]);
+            let version = self.hlc.next(wall);
+            let moved = FileRecord {
+                path: new_path,
+                version: version.clone(),
+                locations: f.locations.iter().map(|l| Location { updated: version.clone(), ..l.clone() }).collect(),
+                repl: None,
+                ..f.clone()
+            };
+            self.submit_record(wall, Record::File(moved));
+            let version = self.hlc.next(wall);
+            self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
+        }
+        Ok(json!({ "from": from, "to": to, "moved": n }))
+    }
+
+    /// The live file at `path` and its readable copies of the current content: this node's
+    /// first, then reachable members (ONLINE before others), by node id.
+    pub fn file_sources(&self, path: &str, wall: Millis) -> Result<(FileRecord, Vec<Source>), ApiError> {
+        let p = normalize(path).map_err(bad_path)?;
+        let f = match self.live_file(&p) {
+            Some(f) if f.is_dir => return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder"))),
+            Some(f) => f.clone(),
+            None if self.is_folder(&p) => {
+                return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder")))
+            }
+            None => return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}"))),
+        };
+        let now = self.clock.peek(wall);
+        let mut ranked: Vec<(u8, Source)> = f
+            .locations
+            .iter()
+            .filter(|l| f.is_current(l))
+            .filter_map(|l| {
+                let local = self.local_volume(l.volume_id.as_str());
+                if let Some(v) = local {
+                    return Some((
+                        0,
+                        Source { node_id: l.node_id.clone(), volume_id: l.volume_id.clone(), folder: Some(v.subpath) },
+                    ));
+                }
+                let rec = self.members.get(&l.node_id).filter(|r| !r.removed)?;
+                let rank = match self.members.state(&rec.id, now) {
+                    crate::membership::NodeState::Online => 1,
+                    crate::membership::NodeState::Offline => 3,
+                    _ => 2,
+                };
+                Some((rank, Source { node_id: l.node_id.clone(), volume_id: l.volume_id.clone(), folder: None }))
+            })
+            .collect();
+        ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.node_id.cmp(&b.1.node_id)));
+        Ok((f, ranked.into_iter().map(|(_, s)| s).collect()))
+    }
+
+    /// Change one copy's state, if the file still has the content `checksum` (a scrub or a
+    /// verify that started before an overwrite says nothing about the new content). Returns
+    /// whether a record was written.
+    pub fn copy_mark(
+        &mut self,
+        wall: Millis,
+        path: &str,
+        volume: &VolumeId,
+        state: LocationState,
+        checksum: &str,
+    ) -> bool {
+        let Some(f) = self.meta.state().file(path).cloned() else { return false };
+        let dropping = state == LocationState::Dropped;
+        if !dropping && (f.removed || !f.checksum.eq_ignore_ascii_case(checksum)) {
+            return false;
+        }
+        let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume).cloned() else { return false };
+        let version = self.hlc.next(wall);
+        let loc = Location { state, updated: version, ..l };
+        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], ..f }));
+        true
+    }
+
+    /// A replication worker's verified copy of `path` on its `volume`, if the file still has
+    /// that id and content.
+    pub fn copy_publish(&mut self, wall: Millis, path: &str, file: &FileId, checksum: &str, volume: &VolumeId) -> bool {
+        let Some(f) = self.live_file(path).cloned() else { return false };
+        if &f.id != file || !f.checksum.eq_ignore_ascii_case(checksum) {
+            return false;
+        }
+        let version = self.hlc.next(wall);
+        let loc = Location {
+            volume_id: volume.clone(),
+            node_id: self.id.clone(),
+            state: LocationState::Verified,
+            checksum: f.checksum.clone(),
+            updated: version,
+        };
+        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], ..f }));
+        true
+    }
+
+    /// Adopt a file found in one of this node's volume folders with no record behind it (a
+    /// rescan): a new record holding this one copy. Refused when the path is taken.
+    pub fn copy_adopt(
+        &mut self,
+        wall: Millis,
+        path: &str,
+        volume: &VolumeId,
+        size: u64,
+        checksum: &str,
+        mod_time: u64,
+    ) -> Result<Value, ApiError> {
+        let p = normalize(path).map_err(bad_path)?;
+        if let Some(f) = self.live_file(&p).cloned() {
+            // Known file, copy unknown here: add it when it holds the current content.
+            if f.is_dir || !f.checksum.eq_ignore_ascii_case(checksum) {
+                return Err(ApiError::new(409, "exists", format!("cluster:{p} holds other content")));
+            }
+            return Ok(json!({ "adopted": self.copy_publish(wall, &p, &f.id, checksum, volume) }));
+        }
+        self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())])
+    }
+
+    /// Record one more failed replication task of `path` (its backoff escalates: 30 s doubling,
+    /// 1 h after 5 failures), or clear the backoff after a success.
+    pub fn repl_outcome(&mut self, wall: Millis, path: &str, ok: bool) {
+        let Some(f) = self.live_file(path).cloned() else { return };
+        let prev = f.repl.as_ref().map(|b| Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms });
+        let next = if ok {
+            if prev.as_ref().is_none_or(|b| b.attempts == 0) {
+                return;
+            }
+            Backoff::default()
+        } else {
+            Backoff::after_failure(prev.as_ref(), wall.0, &PlannerConfig::default())
+        };
+        let version = self.hlc.next(wall);
+        let repl = ReplBackoff { attempts: next.attempts, next_at_ms: next.next_at_ms, version };
+        self.submit_record(wall, Record::File(FileRecord { repl: Some(Box::new(repl)), locations: vec![], ..f }));
+    }
+
+    /// Every file's replication backoff, for the planner.
+    pub fn repl_backoffs(&self) -> BTreeMap<FileId, Backoff> {
+        self.meta
+            .state()
+            .files()
+            .filter_map(|f| {
+                let b = f.repl.as_ref().filter(|b| b.attempts > 0)?;
+                Some((f.id.clone(), Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms }))
+            })
+            .collect()
+    }
+
+    /// What this node must do to its own volumes so they follow the records: delete copies of
+    /// removed files, rename copies of moved ones. A tombstone's copy is renamed when a live
+    /// record of the same id lists this volume, and deleted only when none does.
+    pub fn disk_actions(&self) -> Vec<DiskAction> {
+        let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
+        if own.is_empty() {
+            return vec![];
+        }
+        let mut live: BTreeMap<(&FileId, &VolumeId), &str> = BTreeMap::new();
+        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
+            for l in f.locations.iter().filter(|l| own.contains_key(&l.volume_id) && l.state != LocationState::Dropped)
+            {
+                live.insert((&f.id, &l.volume_id), &f.path);
+            }
+        }
+        let mut out = Vec::new();
+        for f in self.meta.state().files().filter(|f| f.removed && !f.is_dir) {
+            for l in &f.locations {
+                let Some(folder) = own.get(&l.volume_id) else { continue };
+                if l.state == LocationState::Dropped {
+                    continue;
+                }
+                match live.get(&(&f.id, &l.volume_id)) {
+                    Some(to) if *to != f.path => out.push(DiskAction::Rename {
+                        volume: l.volume_id.clone(),
+                        folder: folder.clone(),
+                        from: f.path.clone(),
+                        to: to.to_string(),
+                    }),
+                    Some(_) => {}
+                    None => out.push(DiskAction::Delete {
+                        volume: l.volume_id.clone(),
+                        folder: folder.clone(),
+                        path: f.path.clone(),
+                    }),
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `sender` may have this node delete a copy (`store/delete`): for a user's remove
+    /// the record must be a tombstone here with no live record of its id on that volume; for
+    /// a drop task `sender` must hold the lease of `term` and the file must keep as many other
+    /// current copies as it wants. Returns the volume's folder.
+    pub fn authorize_delete(&self, wall: Millis, sender: &NodeId, req: &DeleteRequest) -> Result<String, ApiError> {
+        let p = normalize(&req.path).map_err(bad_path)?;
+        let vol = self
+            .local_volume(req.volume_id.as_str())
+            .ok_or_else(|| ApiError::new(404, "unknown_volume", "the volume is not on this node"))?;
+        let refuse = |why: &str| ApiError::new(409, "not_authorized", why.to_string());
+        let Some(f) = self.meta.state().file(&p) else {
+            return Err(refuse("this node knows no record of that path"));
+        };
+        match req.term {
+            None => {
+                if !f.removed {
+                    return Err(refuse("the file is not removed in this node's records (yet)"));
+                }
+                let live_elsewhere =
+                    self.meta.state().files().any(|g| {
+                        !g.removed && g.id == f.id && g.locations.iter().any(|l| l.volume_id == req.volume_id)
+                    });
+                if live_elsewhere {
+                    return Err(refuse("the copy belongs to a moved file"));
+                }
+            }
+            Some(term) => {
+                let now = self.clock.peek(wall);
+                let lease = self.meta.leader(now);
+                if !lease.is_some_and(|l| l.term.0 == term && &l.holder == sender) {
+                    return Err(refuse("the sender does not hold the lease of that term"));
+                }
+                self.check_drop(f, &req.volume_id)?;
+            }
+        }
+        Ok(vol.subpath)
+    }
+
+    /// A copy on `volume` may be dropped only while `wanted` other current copies exist.
+    pub fn check_drop(&self, f: &FileRecord, volume: &VolumeId) -> Result<(), ApiError> {
+        let wanted = namespace::wanted_copies(self.meta.state(), f) as usize;
+        let others = f.locations.iter().filter(|l| &l.volume_id != volume && f.is_current(l)).count();
+        if f.removed || others < wanted {
+            return Err(ApiError::new(
+                409,
+                "not_authorized",
+                format!("only {others} other current copies (wanted {wanted}); the copy stays"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a rename on disk of a copy on `volume` from `from` to `to` is what this node's
+    /// records say happened (`store/rename`). Returns the volume's folder.
+    pub fn authorize_rename(&self, volume: &VolumeId, from: &str, to: &str) -> Result<String, ApiError> {
+        let from = normalize(from).map_err(bad_path)?;
+        let to = normalize(to).map_err(bad_path)?;
+        let vol = self
+            .local_volume(volume.as_str())
+            .ok_or_else(|| ApiError::new(404, "unknown_volume", "the volume is not on this node"))?;
+        let old = self.meta.state().file(&from).filter(|f| f.removed);
+        let new = self.live_file(&to).filter(|f| f.locations.iter().any(|l| &l.volume_id == volume));
+        match (old, new) {
+            (Some(o), Some(n)) if o.id == n.id => Ok(vol.subpath),
+            _ => Err(ApiError::new(409, "not_authorized", "this node's records do not show that move (yet)")),
+        }
+    }
+
+    /// The leader's current lease term, when this node holds it.
+    pub fn leader_term(&self, wall: Millis) -> Option<u64> {
+        let now = self.clock.peek(wall);
+        self.meta.is_leader(now).then(|| self.meta.known_lease().map(|l| l.term.0)).flatten()
+    }
+
+    /// Whether `sender` is the leader of `term` in this node's view (a task's warrant).
+    pub fn is_leader_of(&self, wall: Millis, sender: &NodeId, term: u64) -> bool {
+        let now = self.clock.peek(wall);
+        self.meta.leader(now).is_some_and(|l| l.term.0 == term && &l.holder == sender)
+    }
+
+    /// A numeric cluster setting, when set.
+    pub fn setting_number(&self, key: &str) -> Option<f64> {
+        match self.meta.state().get(crate::meta::records::RecordKind::Setting, key) {
+            Some(Record::Setting(s)) if !s.removed => s.value.as_f64(),
+            _ => None,
+        }
+    }
+
+    /// This node's copies of current content due for a scrub (last checked at least
+    /// `min_age_ms` ago), least recently checked first.
+    pub fn scrub_queue(&self, wall: Millis, min_age_ms: u64) -> Vec<LocalCopy> {
+        let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
+        let mut out: Vec<(u64, LocalCopy)> = Vec::new();
+        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
+            for l in f.locations.iter().filter(|l| f.is_current(l)) {
+                let Some(folder) = own.get(&l.volume_id) else { continue };
+                if l.updated.wall_ms.saturating_add(min_age_ms) > wall.0 {
+                    continue;
+                }
+                out.push((l.updated.wall_ms, LocalCopy::of(f, &l.volume_id, folder)));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.path.cmp(&b.1.path)));
+        out.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// What this node's records say about one of its volumes: every live file with its copy
+    /// there (if any, and whether it is current), and the paths of removed files whose copy
+    /// there is still to be deleted or renamed. For a rescan.
+    pub fn volume_facts(&self, volume: &VolumeId) -> VolumeFacts {
+        let mut facts = VolumeFacts::default();
+        for f in self.meta.state().files().filter(|f| !f.is_dir) {
+            let here = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
+            if f.removed {
+                if here.is_some() {
+                    facts.pending.insert(f.path.clone());
+                }
+                continue;
+            }
+            facts.live.insert(
+                f.path.clone(),
+                LiveFile {
+                    id: f.id.clone(),
+                    size: f.size,
+                    checksum: f.checksum.clone(),
+                    copy: here.map(|l| CopyFact { current: f.is_current(l), checked_ms: l.updated.wall_ms }),
+                },
+            );
+        }
+        facts
+    }
+}
+
+/// One copy on this node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalCopy {
+    pub path: String,
+    pub file: FileId,
+    pub volume: VolumeId,
+    pub folder: String,
+    pub size: u64,
+    pub checksum: String,
+}
+
+impl LocalCopy {
+    fn of(f: &FileRecord, volume: &VolumeId, folder: &str) -> LocalCopy {
+        LocalCopy {
+            path: f.path.clone(),
+            file: f.id.clone(),
+            volume: volume.clone(),
+            folder: folder.to_string(),
+            size: f.size,
+            checksum: f.checksum.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VolumeFacts {
+    pub live: BTreeMap<String, LiveFile>,
+    /// Removed files whose copy on the volume is still to be deleted or renamed.
+    pub pending: std::collections::BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveFile {
+    pub id: FileId,
+    pub size: u64,
+    pub checksum: String,
+    pub copy: Option<CopyFact>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyFact {
+    pub current: bool,
+    /// When the copy was last written or verified (unix ms).
+    pub checked_ms: u64,
+}

@@ -1,0 +1,225 @@
+//! `shoal put` and `shoal get`: stream a local file to `PUT /v1/files/{path}` and back, with a
+//! progress bar on stderr. A put sends the file's SHA-256 (the node refuses a body that does
+//! not match); a get writes `LOCAL.part-get`, checks the SHA-256 the node names, and only then
+//! renames it into place. When the bytes do not match (the node marks that copy stale) or the
+//! stream breaks, the get asks again, up to three times, and the node serves another copy.
+
+use crate::cli::CliError;
+use crate::client::{split_url, ChannelBody};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::path::Path;
+
+const BLOCK: usize = 1 << 20;
+const GET_ATTEMPTS: usize = 3;
+
+/// `cluster:/a/b` or `/a/b` as the API path `/a/b`.
+pub fn cluster_path(p: &str) -> Result<String, CliError> {
+    let p = p.strip_prefix("cluster:").unwrap_or(p);
+    if !p.starts_with('/') {
+        return Err(CliError(format!("{p:?} is not a cluster path (write cluster:/path)")));
+    }
+    Ok(p.to_string())
+}
+
+fn files_target(path: &str) -> String {
+    let mut out = String::from("/v1/files");
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn bar(len: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+async fn connect(base: &str) -> Result<(http1::SendRequest<ChannelBody>, String, String), CliError> {
+    let (authority, prefix) = split_url(base).map_err(|e| CliError(e.to_string()))?;
+    let tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .map_err(|e| CliError(format!("cannot reach the node's API at {base}: {e}")))?;
+    let _ = tcp.set_nodelay(true);
+    let (sender, conn) =
+        http1::handshake(TokioIo::new(tcp)).await.map_err(|e| CliError(format!("cannot talk to {base}: {e}")))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, authority, prefix))
+}
+
+fn api_error(status: u16, body: &[u8]) -> CliError {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("request failed");
+    let code = v.pointer("/error/code").and_then(|m| m.as_str()).unwrap_or("error");
+    CliError(format!("{msg} ({code}, HTTP {status})"))
+}
+
+fn sha_of(path: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; BLOCK];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(h.finalize()));
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+/// Upload `local` to cluster path `remote`.
+pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: bool) -> Result<Value, CliError> {
+    let remote = cluster_path(remote)?;
+    let md = std::fs::metadata(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
+    if !md.is_file() {
+        return Err(CliError(format!("{} is not a file", local.display())));
+    }
+    let size = md.len();
+    let sum = {
+        let l = local.to_path_buf();
+        tokio::task::spawn_blocking(move || sha_of(&l))
+            .await
+            .map_err(|e| CliError(e.to_string()))?
+            .map_err(|e| CliError(format!("{}: {e}", local.display())))?
+    };
+    let (mut sender, authority, prefix) = connect(base).await?;
+    let (tx, body) = ChannelBody::new(4);
+    let pb = bar(size, quiet);
+    let (file, pb2) = (local.to_path_buf(), pb.clone());
+    let feeder = tokio::task::spawn_blocking(move || {
+        let mut f = match std::fs::File::open(&file) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        loop {
+            let mut buf = vec![0u8; BLOCK];
+            match f.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    pb2.inc(n as u64);
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    let req = hyper::Request::put(format!("{prefix}{}", files_target(&remote)))
+        .header("host", authority)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-length", size.to_string())
+        .header("content-type", "application/octet-stream")
+        .header(crate::drive::SHA_HEADER, &sum)
+        .body(body)
+        .map_err(|e| CliError(e.to_string()))?;
+    let resp = sender.send_request(req).await.map_err(|e| CliError(format!("upload failed: {e}")))?;
+    let _ = feeder.await;
+    pb.finish_and_clear();
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.map_err(|e| CliError(format!("upload failed: {e}")))?.to_bytes();
+    if status >= 400 {
+        return Err(api_error(status, &bytes));
+    }
+    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Download cluster path `remote` to `local`, verified.
+pub async fn get(base: &str, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, CliError> {
+    let remote = cluster_path(remote)?;
+    let mut last = CliError("no attempt made".into());
+    for _ in 0..GET_ATTEMPTS {
+        match get_once(base, token, &remote, local, quiet).await {
+            Ok(v) => return Ok(v),
+            Err((e, retry)) => {
+                if !retry {
+                    return Err(e);
+                }
+                if !quiet {
+                    eprintln!("{e}; trying again");
+                }
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
+async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, (CliError, bool)> {
+    let (mut sender, authority, prefix) = connect(base).await.map_err(|e| (e, false))?;
+    let (_, empty) = ChannelBody::new(1);
+    let req = hyper::Request::get(format!("{prefix}{}", files_target(remote)))
+        .header("host", authority)
+        .header("authorization", format!("Bearer {token}"))
+        .body(empty)
+        .map_err(|e| (CliError(e.to_string()), false))?;
+    let resp = sender.send_request(req).await.map_err(|e| (CliError(format!("download failed: {e}")), true))?;
+    let status = resp.status().as_u16();
+    if status >= 400 {
+        let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        return Err((api_error(status, &bytes), false));
+    }
+    let want = resp.headers().get(crate::drive::SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let copy = resp.headers().get("x-shoal-copy").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let size: u64 =
+        resp.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut name = local.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".part-get");
+    let part = local.with_file_name(name);
+    let mut out = std::fs::File::create(&part)
+        .map(|f| std::io::BufWriter::with_capacity(BLOCK, f))
+        .map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+    let pb = bar(size, quiet);
+    let mut hash = Sha256::new();
+    let mut body = resp.into_body();
+    let mut got = 0u64;
+    let failed = |e: String| {
+        let _ = std::fs::remove_file(&part);
+        (CliError(e), true)
+    };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| failed(format!("download of {remote} broke off: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        hash.update(&data);
+        got += data.len() as u64;
+        pb.inc(data.len() as u64);
+        out.write_all(&data).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+    }
+    pb.finish_and_clear();
+    out.flush().map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+    drop(out);
+    let sum = hex::encode(hash.finalize());
+    if got != size || sum != want {
+        return Err(failed(format!("the copy {copy} did not match the file's checksum")));
+    }
+    std::fs::rename(&part, local).map_err(|e| (CliError(format!("{}: {e}", local.display())), false))?;
+    Ok(
+        serde_json::json!({ "path": remote, "local": local.display().to_string(), "size": got, "checksum": sum, "copy": copy }),
+    )
+}

@@ -1,0 +1,459 @@
+//! The `cluster:/` drive over HTTP (spec: "Storage (ACS) and the cluster:/ drive"): `PUT`,
+//! `GET` (with `Range`) and `DELETE` on `/v1/files/{path}`, plus move and mkdir. Bytes stream;
+//! a file is never held in memory whole.
+//!
+//! A put spools the body to `DATA/spool` while hashing it, asks the metadata leader where each
+//! copy goes (`store/place`, excluding nodes that already took one), writes the copies (into a
+//! local volume directly, to a peer with the signed chunked protocol), and only then publishes
+//! the record, so the namespace never shows a half-written file. It makes as many copies as
+//! the folder policy wants when enough nodes can take them, and at least one; the planner
+//! makes up the rest.
+//!
+//! A get reads the best copy (this node's, then ONLINE peers), hashing as it streams; a copy
+//! that cannot be read is skipped for the next, and one whose bytes do not match the file's
+//! SHA-256 is marked stale (the planner repairs it) and the stream is cut, so the client sees
+//! an incomplete body and not a wrong one; the CLI then fetches again from another copy.
+//! Decisions (what may be written, which copies count, what a publish writes) are the core's
+//! (`shoal_core::node::files`).
+
+use crate::client::ChannelBody;
+use crate::daemon::Shared;
+use crate::env::Env;
+use crate::store_service::{confined_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
+use crate::transport::Transport;
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shoal_core::meta::records::LocationState;
+use shoal_core::node::files::Source;
+use shoal_core::node::ApiError;
+use shoal_core::storage::transfer::{self, CHUNK_BYTES};
+use shoal_core::{FileId, NodeId, VolumeId};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Header carrying a file's SHA-256: sent by a client with a put (checked), answered on a get.
+pub const SHA_HEADER: &str = "x-shoal-sha256";
+const PEER_TIMEOUT_MS: u64 = 60_000;
+/// Read size for local copies while streaming.
+const READ_BYTES: usize = 1 << 20;
+
+fn peer_error(e: impl ToString) -> ApiError {
+    ApiError::new(502, "peer_unreachable", e.to_string())
+}
+
+fn io_api(what: &str, e: std::io::Error) -> ApiError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
+    }
+    ApiError::new(500, "io", format!("{what}: {e}"))
+}
+
+/// A signed request to member `to`, with `extra` headers beside the signature.
+pub async fn signed<E: Env>(
+    s: &Arc<Shared<E>>,
+    to: &NodeId,
+    method: &str,
+    target: &str,
+    body: Vec<u8>,
+    extra: Vec<(&'static str, String)>,
+) -> Result<crate::client::Response, ApiError> {
+    let mut prepared =
+        s.with_node(|n, now| Transport::<E>::prepare(n, now, to, method, target, body)).map_err(peer_error)?;
+    prepared.headers.extend(extra);
+    s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)
+}
+
+/// The error a peer answered, as ours.
+fn answered_error(r: &crate::client::Response, what: &str) -> ApiError {
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
+    let status = if r.status == 507 { 507 } else { 502 };
+    ApiError::new(status, if status == 507 { "insufficient_storage" } else { "peer_refused" }, format!("{what}: {msg}"))
+}
+
+/// Where one copy goes.
+#[derive(Clone, Debug)]
+pub struct Placed {
+    pub volume: VolumeId,
+    pub node: NodeId,
+}
+
+/// Ask the metadata leader where a copy of `size` bytes goes.
+pub async fn place<E: Env>(
+    s: &Arc<Shared<E>>,
+    size: u64,
+    primary: Option<&VolumeId>,
+    exclude: &[NodeId],
+) -> Result<Placed, ApiError> {
+    let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now)));
+    let Some(leader) = leader else {
+        return Err(ApiError::new(503, "no_leader", "no metadata leader right now; retry shortly"));
+    };
+    let body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude}).to_string().into_bytes();
+    let (status, answer) = if leader.holder == me {
+        let r = s.with_node(|n, now| n.place_for_self(now, &body));
+        (r.status, r.body)
+    } else {
+        let r = signed(s, &leader.holder, "POST", "/cluster/acn/store/place", body, vec![]).await?;
+        (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+    };
+    if status != 200 {
+        let msg = answer["error"]["message"].as_str().unwrap_or("placement failed").to_string();
+        return Err(if status == 507 {
+            ApiError::new(507, "insufficient_storage", msg)
+        } else {
+            ApiError::new(503, "placement_failed", msg)
+        });
+    }
+    let volume = answer["volumeId"].as_str().map(VolumeId::new);
+    let node = answer["nodeId"].as_str().map(NodeId::new);
+    match (volume, node) {
+        (Some(volume), Some(node)) => Ok(Placed { volume, node }),
+        _ => Err(ApiError::new(502, "peer_refused", "the leader's placement answer is malformed")),
+    }
+}
+
+/// Copy `spool` (whose SHA-256 is `sum`) to `path` on the placed volume.
+pub async fn write_copy<E: Env>(
+    s: &Arc<Shared<E>>,
+    spool: &Path,
+    path: &str,
+    size: u64,
+    sum: &str,
+    file_id: Option<&FileId>,
+    to: &Placed,
+) -> Result<(), ApiError> {
+    let me = s.read_node(|n, _| n.id().clone());
+    if to.node == me {
+        let vol = s
+            .read_node(|n, _| n.local_volume(to.volume.as_str()))
+            .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
+        let (spool, path, tag) = (spool.to_path_buf(), path.to_string(), format!("{:016x}", s.env.seed()));
+        return s.blocking(move || install_local(Path::new(&vol.subpath), &path, &spool, &tag)).await;
+    }
+    let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id.cloned().unwrap_or_default()});
+    let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/begin"));
+    }
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let session = v["sessionId"].as_str().unwrap_or_default().to_string();
+    let have: Vec<u64> =
+        v["have"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
+    for index in 0..transfer::chunk_count(size) {
+        if have.contains(&index) {
+            continue;
+        }
+        let spool2 = spool.to_path_buf();
+        let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
+        let data = data.map_err(|e| io_api("read spool", e))?;
+        let sha = hex::encode(Sha256::digest(&data));
+        let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
+        let r = signed(s, &to.node, "POST", &target, data, vec![(CHUNK_SHA_HEADER, sha)]).await?;
+        if r.status != 200 {
+            return Err(answered_error(&r, "store/chunk"));
+        }
+    }
+    let r =
+        signed(s, &to.node, "POST", &format!("/cluster/acn/store/commit?session={session}"), vec![], vec![]).await?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/commit"));
+    }
+    Ok(())
+}
+
+/// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
+fn install_local(folder: &Path, path: &str, spool: &Path, tag: &str) -> Result<(), ApiError> {
+    let dest = confined_path(folder, path, true)?;
+    let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!("{}{tag}", transfer::PART_MARK));
+    let part = dest.with_file_name(name);
+    let done = std::fs::copy(spool, &part)
+        .and_then(|_| std::fs::File::open(&part)?.sync_all())
+        .and_then(|_| std::fs::rename(&part, &dest));
+    if let Err(e) = done {
+        let _ = std::fs::remove_file(&part);
+        return Err(io_api("write copy", e));
+    }
+    if let Some(dir) = dest.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+fn read_range(file: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::File::open(file)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(len).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// Removes the spool file however the put ends.
+struct SpoolFile(PathBuf);
+
+impl Drop for SpoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Stream a request body to `spool`, hashing it. Returns size and SHA-256.
+async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String), ApiError> {
+    let file = std::fs::File::create(spool).map_err(|e| io_api("create spool file", e))?;
+    let mut out = std::io::BufWriter::with_capacity(READ_BYTES, file);
+    let mut hash = Sha256::new();
+    let mut size = 0u64;
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        size += data.len() as u64;
+        if size > transfer::FILE_MAX_BYTES {
+            return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
+        }
+        hash.update(&data);
+        out.write_all(&data).map_err(|e| io_api("spool", e))?;
+    }
+    let file = out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
+    file.sync_all().map_err(|e| io_api("spool", e))?;
+    Ok((size, hex::encode(hash.finalize())))
+}
+
+/// `PUT /v1/files/{path}`.
+pub async fn put<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap, body: axum::body::Body) -> Response {
+    crate::server::api_result(put_inner(&s, &path, &headers, body).await)
+}
+
+async fn put_inner<E: Env>(
+    s: &Arc<Shared<E>>,
+    path: &str,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Value, ApiError> {
+    let target = s.read_node(|n, _| n.file_put_target(path))?;
+    let expect = headers.get(SHA_HEADER).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
+    if let Some(e) = &expect {
+        transfer::check_checksum(e).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
+    }
+    let dir = s.data_dir.join("spool");
+    std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
+    let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
+    let (size, sum) = spool_body(&spool.0, body).await?;
+    if expect.as_ref().is_some_and(|e| *e != sum) {
+        return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
+    }
+    let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
+    let mut exclude: Vec<NodeId> = Vec::new();
+    let mut last_err = None;
+    for _ in 0..target.wanted + 2 {
+        if copies.len() >= target.wanted as usize {
+            break;
+        }
+        let to = match place(s, size, target.primary.as_ref(), &exclude).await {
+            Ok(p) => p,
+            Err(e) => {
+                last_err = Some(e);
+                break;
+            }
+        };
+        exclude.push(to.node.clone());
+        match write_copy(s, &spool.0, &target.path, size, &sum, target.file_id.as_ref(), &to).await {
+            Ok(()) => copies.push((to.volume, to.node)),
+            Err(e) => {
+                tracing::warn!(node = %to.node, error = %e.message, "a copy could not be written");
+                last_err = Some(e);
+            }
+        }
+    }
+    if copies.is_empty() {
+        return Err(
+            last_err.unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file"))
+        );
+    }
+    let mod_time = s.env.now().0;
+    let v = s.with_node(|n, now| n.file_publish(now, &target.path, size, &sum, mod_time, &copies))?;
+    if copies.len() < target.wanted as usize {
+        s.repl_kick();
+    }
+    Ok(v)
+}
+
+/// A byte range asked for with `Range: bytes=a-b` (one range; `a-`, `-n` too).
+fn parse_range(h: &str, size: u64) -> Result<(u64, u64), ApiError> {
+    let bad = || ApiError::new(416, "bad_range", format!("cannot serve range {h:?} of a {size}-byte file"));
+    let spec = h.trim().strip_prefix("bytes=").ok_or_else(bad)?;
+    if spec.contains(',') {
+        return Err(ApiError::new(416, "bad_range", "only one range per request"));
+    }
+    let (a, b) = spec.split_once('-').ok_or_else(bad)?;
+    let (start, end) = match (a.trim(), b.trim()) {
+        ("", n) => {
+            let n: u64 = n.parse().map_err(|_| bad())?;
+            (size.saturating_sub(n), size.checked_sub(1).ok_or_else(bad)?)
+        }
+        (a, "") => (a.parse().map_err(|_| bad())?, size.checked_sub(1).ok_or_else(bad)?),
+        (a, b) => (a.parse().map_err(|_| bad())?, b.parse::<u64>().map_err(|_| bad())?.min(size.saturating_sub(1))),
+    };
+    if start > end || start >= size {
+        return Err(bad());
+    }
+    Ok((start, end + 1))
+}
+
+/// `GET /v1/files/{path}`: the file's bytes (or one range of them).
+pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) -> Response {
+    let (f, sources) = match s.read_node(|n, now| n.file_sources(&path, now)) {
+        Ok(x) => x,
+        Err(e) => return crate::server::api_result(Err(e)),
+    };
+    if sources.is_empty() {
+        return crate::server::api_result(Err(ApiError::new(
+            503,
+            "no_copy_available",
+            format!("no readable copy of cluster:{} right now", f.path),
+        )));
+    }
+    let range = match headers.get("range").and_then(|v| v.to_str().ok()) {
+        Some(h) => match parse_range(h, f.size) {
+            Ok(r) => Some(r),
+            Err(e) => return crate::server::api_result(Err(e)),
+        },
+        None => None,
+    };
+    let (start, end) = range.unwrap_or((0, f.size));
+    // Find a copy that answers before committing to a status line.
+    let mut first = None;
+    let mut tried = Vec::new();
+    for src in &sources {
+        match read_piece(&s, src, &f.path, start, (end - start).min(CHUNK_BYTES)).await {
+            Ok(b) => {
+                first = Some((src.clone(), b));
+                break;
+            }
+            Err(e) => tried.push(format!("{}:{}: {}", src.node_id, src.volume_id, e.message)),
+        }
+    }
+    let Some((src, first)) = first else {
+        return crate::server::api_result(Err(ApiError::new(
+            503,
+            "no_copy_available",
+            format!("no copy could be read: {}", tried.join("; ")),
+        )));
+    };
+    let (tx, body) = ChannelBody::new(4);
+    let whole = range.is_none();
+    let s2 = s.clone();
+    let (path2, sum) = (f.path.clone(), f.checksum.clone());
+    let copy_name = format!("{}:{}{}", src.node_id, src.volume_id, f.path);
+    tokio::spawn(async move {
+        let mut hash = Sha256::new();
+        let mut at = start;
+        let mut piece = Some(first);
+        while at < end {
+            let data = match piece.take() {
+                Some(b) => b,
+                None => match read_piece(&s2, &src, &path2, at, (end - at).min(CHUNK_BYTES)).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(std::io::Error::other(e.message))).await;
+                        return;
+                    }
+                },
+            };
+            if data.is_empty() {
+                let _ = tx.send(Err(std::io::Error::other("the copy is shorter than the file"))).await;
+                mark_stale(&s2, &path2, &src.volume_id, &sum);
+                return;
+            }
+            at += data.len() as u64;
+            if whole {
+                hash.update(&data);
+            }
+            if tx.send(Ok(data)).await.is_err() {
+                return; // the client went away
+            }
+        }
+        if whole && hex::encode(hash.finalize()) != sum {
+            tracing::warn!(path = %path2, volume = %src.volume_id, "a copy does not match its checksum; marked stale");
+            mark_stale(&s2, &path2, &src.volume_id, &sum);
+            let _ = tx.send(Err(std::io::Error::other("the copy does not match the file's checksum"))).await;
+        }
+    });
+    let mut resp = axum::body::Body::new(body).into_response();
+    let h = resp.headers_mut();
+    let put = |h: &mut HeaderMap, k: &'static str, v: String| {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&v) {
+            h.insert(k, v);
+        }
+    };
+    put(h, "content-length", (end - start).to_string());
+    put(h, "content-type", "application/octet-stream".into());
+    put(h, SHA_HEADER, f.checksum.clone());
+    put(h, "etag", format!("\"{}\"", f.checksum));
+    put(h, "accept-ranges", "bytes".into());
+    put(h, "x-shoal-copy", copy_name);
+    if range.is_some() {
+        put(h, "content-range", format!("bytes {start}-{}/{}", end - 1, f.size));
+        *resp.status_mut() = axum::http::StatusCode::PARTIAL_CONTENT;
+    }
+    resp
+}
+
+fn mark_stale<E: Env>(s: &Arc<Shared<E>>, path: &str, volume: &VolumeId, sum: &str) {
+    s.with_node(|n, now| n.copy_mark(now, path, volume, LocationState::Stale, sum));
+    s.repl_kick();
+}
+
+/// Read `len` bytes at `offset` of one copy: from disk when it is local, else with
+/// `store/read` (whose chunk SHA-256 is checked).
+pub async fn read_piece<E: Env>(
+    s: &Arc<Shared<E>>,
+    src: &Source,
+    path: &str,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes, ApiError> {
+    if let Some(folder) = &src.folder {
+        let (folder, path) = (PathBuf::from(folder), path.to_string());
+        return s
+            .blocking(move || {
+                let file = confined_path(&folder, &path, false)?;
+                read_range(&file, offset, len).map(Bytes::from).map_err(|e| io_api("read copy", e))
+            })
+            .await;
+    }
+    let target = format!(
+        "/cluster/acn/store/read?volume={}&path={}&offset={offset}&length={len}",
+        src.volume_id,
+        encode_query(path)
+    );
+    let r = signed(s, &src.node_id, "GET", &target, vec![], vec![]).await?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/read"));
+    }
+    let claimed = r.header(CHUNK_SHA_HEADER).unwrap_or_default().to_string();
+    if hex::encode(Sha256::digest(&r.body)) != claimed {
+        return Err(ApiError::new(502, "corrupt_in_transit", "a piece did not match its SHA-256"));
+    }
+    let _ = r.header(FILE_SIZE_HEADER);
+    Ok(r.body)
+}
+
+/// Percent-encode a query value.
+pub fn encode_query(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,777 @@
+//! Keeping copies right (spec: "Replication", "Storage (ACS)"): the leader's planner passes and
+//! task leases, the workers that carry tasks out, each node's disk reconciler (deletes and
+//! renames its records ask for), the scrubber, rescans and `verify`.
+//!
+//! - **Leader.** Every 60 s, and at once when kicked (a put short of copies, a stale copy,
+//!   a finished task, `repl run`), the lease holder runs the core planner over its records with
+//!   the tasks in flight and the backoff kept in the file records. Stale marks and forgotten
+//!   copies are written; a pull goes to its target node as `repl/task` (or runs here); a drop
+//!   goes to the holder as `store/delete` with the leader's term. A task holds a 30 s lease the
+//!   worker renews every 10 s (`repl/renew`, which also lets a new leader adopt tasks begun
+//!   under the old one); a lease that runs out counts as a failure. Failures go into the
+//!   file's backoff record (30 s doubling, 1 h after 5), so a new leader honours them.
+//! - **Worker.** Checks the task comes from the leader of that term, pulls the copy with
+//!   `store/read` into a part file on its volume, checks the whole-file SHA-256, renames it
+//!   into place, publishes a verified copy and reports `repl/done`.
+//! - **Disk reconciler.** Every 10 s and when kicked, carries out [`Node::disk_actions`]:
+//!   copies of removed files are deleted, copies of moved files renamed.
+//! - **Scrubber.** Re-hashes this node's copies, least recently checked first, at
+//!   `storage.scrubRate` bytes/s (default 20 MiB/s), each copy once its last check is
+//!   `storage.scrubMinAgeMs` old (default 24 h), so every copy is checked well within 14 days;
+//!   a mismatch is marked stale and the planner repairs it in place.
+//! - **Rescan** (every 30 min and on demand): files dropped into a volume folder are adopted,
+//!   copies that vanished or changed are marked stale.
+//!
+//! [`Node::disk_actions`]: shoal_core::node::Node::disk_actions
+
+use crate::daemon::Shared;
+use crate::drive::{read_piece, signed};
+use crate::env::Env;
+use crate::server::error_response;
+use crate::store_service::confined_path;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shoal_core::meta::records::LocationState;
+use shoal_core::node::files::{DiskAction, Source};
+use shoal_core::node::ApiError;
+use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, PlannerConfig, Task};
+use shoal_core::storage::transfer::{self, CHUNK_BYTES};
+use shoal_core::{FileId, Millis, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const PLAN_EVERY_MS: u64 = 60_000;
+pub const TASK_LEASE_MS: u64 = 30_000;
+pub const TASK_RENEW_MS: u64 = 10_000;
+const DISK_EVERY_MS: u64 = 10_000;
+pub const RESCAN_EVERY_MS: u64 = 30 * 60_000;
+pub const SCRUB_RATE_KEY: &str = "storage.scrubRate";
+pub const SCRUB_MIN_AGE_KEY: &str = "storage.scrubMinAgeMs";
+const SCRUB_RATE_DEFAULT: f64 = 20.0 * 1024.0 * 1024.0;
+const SCRUB_MIN_AGE_DEFAULT_MS: u64 = 24 * 3_600_000;
+const HASH_BLOCK: usize = 1 << 20;
+
+/// Replication bookkeeping of one node (leader side and worker side).
+#[derive(Default)]
+pub struct ReplState {
+    /// Leader: tasks in flight by file, with the monotonic time their lease runs out.
+    in_flight: Mutex<BTreeMap<FileId, (Task, Millis)>>,
+    /// Worker: files this node is pulling now.
+    running: Mutex<BTreeSet<FileId>>,
+    /// Figures for `repl status`.
+    stats: Mutex<ReplStats>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplStats {
+    pub passes: u64,
+    pub dispatched: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub expired: u64,
+    pub scrubbed_copies: u64,
+    pub scrubbed_bytes: u64,
+    pub scrub_mismatches: u64,
+    pub disk_deletes: u64,
+    pub disk_renames: u64,
+    pub adopted: u64,
+    pub rescans: u64,
+    pub last_plan: Option<planner::PlanStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ReplState {
+    pub fn stats(&self) -> Value {
+        let in_flight: Vec<Task> = lock(&self.in_flight).values().map(|(t, _)| t.clone()).collect();
+        json!({ "stats": *lock(&self.stats), "inFlight": in_flight, "running": *lock(&self.running) })
+    }
+}
+
+/// Start the loops (leader, disk reconciler, scrubber, rescans).
+pub fn spawn<E: Env>(s: &Arc<Shared<E>>) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn(lead(s.clone())),
+        tokio::spawn(reconcile(s.clone())),
+        tokio::spawn(scrub(s.clone())),
+        tokio::spawn(rescan_loop(s.clone())),
+    ]
+}
+
+async fn wait<E: Env>(s: &Arc<Shared<E>>, ms: u64, kick: &tokio::sync::Notify) -> bool {
+    let mut stop = s.shutdown_requested();
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => true,
+        _ = kick.notified() => true,
+        _ = stop.wait_for(|s| *s) => false,
+    }
+}
+
+// ---- leader ----
+
+async fn lead<E: Env>(s: Arc<Shared<E>>) {
+    let mut next_plan = Millis::ZERO;
+    let mut kicked = false;
+    loop {
+        let mono = s.env.monotonic();
+        let term = s.read_node(|n, now| n.leader_term(now));
+        if term.is_none() {
+            lock(&s.repl.in_flight).clear();
+        } else {
+            expire(&s, mono);
+            if kicked || mono >= next_plan {
+                next_plan = mono.plus(PLAN_EVERY_MS);
+                pass(&s).await;
+            }
+        }
+        let sleep = next_plan.since(mono).clamp(1, 5_000);
+        let before = s.env.monotonic();
+        if !wait(&s, sleep, &s.repl_wake).await {
+            return;
+        }
+        kicked = s.env.monotonic().since(before) < sleep;
+    }
+}
+
+fn expire<E: Env>(s: &Arc<Shared<E>>, mono: Millis) {
+    let gone: Vec<Task> = {
+        let mut inf = lock(&s.repl.in_flight);
+        let ids: Vec<FileId> = inf.iter().filter(|(_, (_, until))| *until <= mono).map(|(k, _)| k.clone()).collect();
+        ids.into_iter().filter_map(|k| inf.remove(&k).map(|(t, _)| t)).collect()
+    };
+    for t in gone {
+        tracing::warn!(path = %t.path, "a replication task's lease ran out");
+        lock(&s.repl.stats).expired += 1;
+        s.with_node(|n, now| n.repl_outcome(now, &t.path, false));
+    }
+}
+
+/// One planner pass: plan, write marks, dispatch tasks.
+pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
+    let Some(term) = s.read_node(|n, now| n.leader_term(now)) else { return };
+    let in_flight: Vec<InFlight> = lock(&s.repl.in_flight)
+        .values()
+        .map(|(t, _)| InFlight { file: t.file.clone(), node: t.action.worker().clone() })
+        .collect();
+    let plan = s.read_node(|n, now| {
+        let nodes = n.planner_nodes(now);
+        let backoff = n.repl_backoffs();
+        let input = PlanInput { now_ms: now.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff };
+        planner::plan(n.meta().state(), &input, &PlannerConfig::default())
+    });
+    {
+        let mut st = lock(&s.repl.stats);
+        st.passes += 1;
+        st.last_plan = Some(plan.stats.clone());
+    }
+    if !plan.mark_stale.is_empty() || !plan.forget.is_empty() {
+        s.with_node(|n, now| {
+            for c in &plan.mark_stale {
+                if let Some(f) = n.meta().state().file(&c.path).cloned() {
+                    n.copy_mark(now, &c.path, &c.volume, LocationState::Stale, &f.checksum);
+                }
+            }
+            for c in &plan.forget {
+                n.copy_mark(now, &c.path, &c.volume, LocationState::Dropped, "");
+            }
+        });
+    }
+    let me = s.read_node(|n, _| n.id().clone());
+    for task in plan.tasks {
+        let until = s.env.monotonic().plus(TASK_LEASE_MS);
+        lock(&s.repl.in_flight).insert(task.file.clone(), (task.clone(), until));
+        lock(&s.repl.stats).dispatched += 1;
+        let s2 = s.clone();
+        let me2 = me.clone();
+        tokio::spawn(async move {
+            let outcome = dispatch(&s2, &me2, term, &task).await;
+            if let Some(ok) = outcome {
+                finished(&s2, &task.file, &task.path, ok);
+            }
+        });
+    }
+}
+
+/// Send one task on its way. `Some(ok)` when its outcome is known now (drops, refusals);
+/// `None` when a worker took it and reports later.
+async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Task) -> Option<bool> {
+    match &task.action {
+        Action::Drop { node, volume } => {
+            let req = json!({"volumeId": volume, "path": task.path, "term": term});
+            if node == me {
+                let r = delete_copy(s, me, &serde_json::to_vec(&req).unwrap_or_default()).await;
+                return Some(r.is_ok());
+            }
+            let r = signed(s, node, "POST", "/cluster/acn/store/delete", req.to_string().into_bytes(), vec![]).await;
+            Some(matches!(r, Ok(r) if r.status == 200))
+        }
+        Action::Pull { target_node, .. } => {
+            let body = TaskBody { term, task: task.clone() };
+            if target_node == me {
+                let s2 = s.clone();
+                let (leader, body2) = (me.clone(), body.clone());
+                tokio::spawn(async move { work(&s2, leader, body2).await });
+                return None;
+            }
+            let bytes = serde_json::to_vec(&body).unwrap_or_default();
+            match signed(s, target_node, "POST", "/cluster/acn/repl/task", bytes, vec![]).await {
+                Ok(r) if r.status == 202 || r.status == 200 => None,
+                _ => Some(false),
+            }
+        }
+    }
+}
+
+fn finished<E: Env>(s: &Arc<Shared<E>>, file: &FileId, path: &str, ok: bool) {
+    lock(&s.repl.in_flight).remove(file);
+    {
+        let mut st = lock(&s.repl.stats);
+        if ok {
+            st.succeeded += 1;
+        } else {
+            st.failed += 1;
+        }
+    }
+    s.with_node(|n, now| n.repl_outcome(now, path, ok));
+    s.repl_kick();
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TaskBody {
+    term: u64,
+    task: Task,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DoneBody {
+    term: u64,
+    task: Task,
+    ok: bool,
+    #[serde(default)]
+    error: String,
+}
+
+/// `repl/task`, `repl/renew`, `repl/done` from verified member `sender`.
+pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sender: NodeId) -> Response {
+    match op {
+        "task" => {
+            let b: TaskBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error_response(400, "bad_body", format!("task body: {e}")),
+            };
+            if !s.read_node(|n, now| n.is_leader_of(now, &sender, b.term)) {
+                return error_response(409, "not_authorized", "the sender does not hold the lease of that term");
+            }
+            let s2 = s.clone();
+            tokio::spawn(async move { work(&s2, sender, b).await });
+            (axum::http::StatusCode::ACCEPTED, axum::Json(json!({"accepted": true}))).into_response()
+        }
+        "renew" | "done" => {
+            let b: DoneBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error_response(400, "bad_body", format!("{op} body: {e}")),
+            };
+            if s.read_node(|n, now| n.leader_term(now)).is_none() {
+                return error_response(409, "not_leader", "this node is not the leader");
+            }
+            if b.task.action.worker() != &sender {
+                return error_response(409, "not_authorized", "the task is not the sender's");
+            }
+            if op == "renew" {
+                let until = s.env.monotonic().plus(TASK_LEASE_MS);
+                lock(&s.repl.in_flight).insert(b.task.file.clone(), (b.task, until));
+            } else {
+                if !b.ok {
+                    tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
+                }
+                finished(s, &b.task.file, &b.task.path, b.ok);
+            }
+            axum::Json(json!({"ok": true})).into_response()
+        }
+        _ => error_response(404, "not_found", format!("no such repl endpoint: {op}")),
+    }
+}
+
+/// Report to the leader (renew or done); a leader that is this node is told directly.
+async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &DoneBody) {
+    let me = s.read_node(|n, _| n.id().clone());
+    if leader == &me {
+        if op == "renew" {
+            let until = s.env.monotonic().plus(TASK_LEASE_MS);
+            lock(&s.repl.in_flight).insert(body.task.file.clone(), (body.task.clone(), until));
+        } else {
+            finished(s, &body.task.file, &body.task.path, body.ok);
+        }
+        return;
+    }
+    // The current leader may have changed; report to whoever holds the lease now.
+    let to = s.read_node(|n, now| n.meta_leader(now)).map(|l| l.holder).unwrap_or_else(|| leader.clone());
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    if to == me {
+        return Box::pin(report(s, &me, op, body)).await;
+    }
+    let _ = signed(s, &to, "POST", &format!("/cluster/acn/repl/{op}"), bytes, vec![]).await;
+}
+
+/// Carry out a pull task, renewing its lease while it runs.
+async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
+    if !lock(&s.repl.running).insert(b.task.file.clone()) {
+        return; // already at it
+    }
+    let renew = {
+        let (s2, leader2) = (s.clone(), leader.clone());
+        let body = DoneBody { term: b.term, task: b.task.clone(), ok: true, error: String::new() };
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(TASK_RENEW_MS)).await;
+                report(&s2, &leader2, "renew", &body).await;
+            }
+        })
+    };
+    let result = pull(s, &b.task).await;
+    renew.abort();
+    lock(&s.repl.running).remove(&b.task.file);
+    let (ok, error) = match result {
+        Ok(()) => (true, String::new()),
+        Err(e) => {
+            tracing::warn!(path = %b.task.path, error = %e.message, "pull failed");
+            (false, e.message)
+        }
+    };
+    report(s, &leader, "done", &DoneBody { term: b.term, task: b.task, ok, error }).await;
+}
+
+/// Pull one copy into this node's target volume and publish it.
+async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
+    let Action::Pull { source_node, source_volume, target_volume, .. } = &task.action else {
+        return Err(ApiError::new(400, "bad_task", "not a pull"));
+    };
+    let vol = s
+        .read_node(|n, _| n.local_volume(target_volume.as_str()))
+        .ok_or_else(|| ApiError::new(404, "unknown_volume", "the target volume is not on this node"))?;
+    if !shoal_core::storage::placement::writable(&vol) {
+        return Err(ApiError::new(409, "volume_read_only", "the target volume takes no new copies"));
+    }
+    let src_folder = s.read_node(|n, _| n.local_volume(source_volume.as_str())).map(|v| v.subpath);
+    let src = Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder };
+    let (folder, path) = (PathBuf::from(&vol.subpath), task.path.clone());
+    let tag = format!("{}repl{:016x}", transfer::PART_MARK, s.env.seed());
+    let (dest, part) = s
+        .blocking(move || {
+            let dest = confined_path(&folder, &path, true)?;
+            let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+            name.push(&tag);
+            let part = dest.with_file_name(name);
+            Ok::<_, ApiError>((dest, part))
+        })
+        .await?;
+    let result = async {
+        let mut out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
+        let mut hash = Sha256::new();
+        let mut at = 0u64;
+        while at < task.size {
+            let data = read_piece(s, &src, &task.path, at, (task.size - at).min(CHUNK_BYTES)).await?;
+            if data.is_empty() {
+                return Err(ApiError::new(502, "short_copy", "the source copy is shorter than the file"));
+            }
+            at += data.len() as u64;
+            hash.update(&data);
+            out.write_all(&data).map_err(|e| io_api("write part file", e))?;
+        }
+        out.sync_all().map_err(|e| io_api("sync part file", e))?;
+        if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
+            return Err(ApiError::new(409, "checksum_mismatch", "the source copy does not match the file's checksum"));
+        }
+        std::fs::rename(&part, &dest).map_err(|e| io_api("rename into place", e))?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&part);
+        if let Err(e) = &result {
+            if e.code == "checksum_mismatch" {
+                s.with_node(|n, now| n.copy_mark(now, &task.path, source_volume, LocationState::Stale, &task.checksum));
+            }
+        }
+        return result;
+    }
+    let published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
+    if !published {
+        return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+    }
+    Ok(())
+}
+
+fn io_api(what: &str, e: std::io::Error) -> ApiError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
+    }
+    ApiError::new(500, "io", format!("{what}: {e}"))
+}
+
+/// `store/delete`: delete a copy when this node's records authorise it (see
+/// [`shoal_core::node::Node::authorize_delete`]), then mark the copy dropped.
+pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8]) -> Result<Value, ApiError> {
+    let req: shoal_core::node::files::DeleteRequest =
+        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("delete body: {e}")))?;
+    let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
+    let path = req.path.clone();
+    s.blocking(move || remove_copy(Path::new(&folder), &path)).await?;
+    s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
+    Ok(json!({"ok": true}))
+}
+
+/// `store/rename`: rename a copy when this node's records show the move.
+pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Value, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct RenameBody {
+        volume_id: shoal_core::VolumeId,
+        from: String,
+        to: String,
+    }
+    let b: RenameBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("rename body: {e}")))?;
+    let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
+    let (from, to) = (b.from.clone(), b.to.clone());
+    s.blocking(move || move_copy(Path::new(&folder), &from, &to)).await?;
+    s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
+    Ok(json!({"ok": true}))
+}
+
+fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {
+    let file = confined_path(folder, path, false)?;
+    match std::fs::remove_file(&file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_api("delete copy", e)),
+    }
+    prune_empty_dirs(folder, &file);
+    Ok(())
+}
+
+fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiError> {
+    let src = confined_path(folder, from, false)?;
+    let dst = confined_path(folder, to, true)?;
+    if !src.exists() {
+        return Ok(());
+    }
+    if dst.exists() {
+        // Already there (a repair got there first): the old name just goes.
+        let _ = std::fs::remove_file(&src);
+    } else {
+        std::fs::rename(&src, &dst).map_err(|e| io_api("rename copy", e))?;
+    }
+    prune_empty_dirs(folder, &src);
+    Ok(())
+}
+
+/// Remove now-empty folders between `file` and the volume root.
+fn prune_empty_dirs(root: &Path, file: &Path) {
+    let Ok(root) = std::fs::canonicalize(root) else { return };
+    let mut dir = file.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(&root) || std::fs::remove_dir(&d).is_err() {
+            break;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+}
+
+// ---- disk reconciler ----
+
+async fn reconcile<E: Env>(s: Arc<Shared<E>>) {
+    loop {
+        reconcile_once(&s).await;
+        if !wait(&s, DISK_EVERY_MS, &s.disk_wake).await {
+            return;
+        }
+    }
+}
+
+/// Carry out what the records ask of this node's disks once.
+pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
+    let actions = s.read_node(|n, _| n.disk_actions());
+    for a in actions {
+        let (volume, path, result) = match a.clone() {
+            DiskAction::Delete { volume, folder, path } => {
+                let p = path.clone();
+                (volume, path, s.blocking(move || remove_copy(Path::new(&folder), &p)).await)
+            }
+            DiskAction::Rename { volume, folder, from, to } => {
+                let f = from.clone();
+                (volume, from, s.blocking(move || move_copy(Path::new(&folder), &f, &to)).await)
+            }
+        };
+        match result {
+            Ok(()) => {
+                let mut st = lock(&s.repl.stats);
+                match a {
+                    DiskAction::Delete { .. } => st.disk_deletes += 1,
+                    DiskAction::Rename { .. } => st.disk_renames += 1,
+                }
+                drop(st);
+                s.with_node(|n, now| n.copy_mark(now, &path, &volume, LocationState::Dropped, ""));
+            }
+            Err(e) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
+        }
+    }
+}
+
+// ---- scrubbing and verification ----
+
+/// SHA-256 of a file, reading at most `rate` bytes per second (no limit when `None`).
+async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf, rate: Option<f64>) -> std::io::Result<(u64, String)> {
+    let mut f = std::fs::File::open(&file)?;
+    let mut hash = Sha256::new();
+    let mut total = 0u64;
+    let started = s.env.monotonic();
+    let mut buf = vec![0u8; HASH_BLOCK];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        total += n as u64;
+        if let Some(rate) = rate.filter(|r| *r > 0.0) {
+            let due_ms = (total as f64 / rate * 1000.0) as u64;
+            let spent = s.env.monotonic().since(started);
+            if due_ms > spent {
+                tokio::time::sleep(Duration::from_millis(due_ms - spent)).await;
+            }
+        }
+    }
+    Ok((total, hex::encode(hash.finalize())))
+}
+
+async fn scrub<E: Env>(s: Arc<Shared<E>>) {
+    // Let the node settle before the first pass.
+    if !wait(&s, 30_000, &s.scrub_wake).await {
+        return;
+    }
+    loop {
+        let (rate, min_age) = s.read_node(|n, _| {
+            (
+                n.setting_number(SCRUB_RATE_KEY).unwrap_or(SCRUB_RATE_DEFAULT),
+                n.setting_number(SCRUB_MIN_AGE_KEY).map_or(SCRUB_MIN_AGE_DEFAULT_MS, |v| v.max(0.0) as u64),
+            )
+        });
+        let queue = s.read_node(|n, now| n.scrub_queue(now, min_age));
+        for c in queue.into_iter().take(1000) {
+            let Ok(file) = confined_path(Path::new(&c.folder), &c.path, false) else { continue };
+            let result = hash_file(&s, file, Some(rate)).await;
+            let ok = matches!(&result, Ok((size, sum)) if *size == c.size && *sum == c.checksum);
+            {
+                let mut st = lock(&s.repl.stats);
+                st.scrubbed_copies += 1;
+                st.scrubbed_bytes += result.as_ref().map_or(0, |r| r.0);
+                if !ok {
+                    st.scrub_mismatches += 1;
+                }
+            }
+            let state = if ok { LocationState::Verified } else { LocationState::Stale };
+            if !ok {
+                tracing::warn!(path = %c.path, volume = %c.volume, "scrub: a copy does not match; marked stale");
+            }
+            s.with_node(|n, now| n.copy_mark(now, &c.path, &c.volume, state, &c.checksum));
+            if !ok {
+                s.repl_kick();
+            }
+            if *s.shutdown_requested().borrow() {
+                return;
+            }
+        }
+        if !wait(&s, 60_000, &s.scrub_wake).await {
+            return;
+        }
+    }
+}
+
+/// `shoal verify`: re-hash every copy of the file or of everything under the folder, now, on
+/// whichever node holds it; mismatches are marked stale (and repaired), matches verified.
+pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, ApiError> {
+    let p = shoal_core::meta::namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+    let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
+    let files: Vec<shoal_core::meta::records::FileRecord> = s.read_node(|n, _| {
+        n.meta()
+            .state()
+            .files()
+            .filter(|f| !f.removed && !f.is_dir && (f.path == p || f.path.starts_with(&prefix)))
+            .cloned()
+            .collect()
+    });
+    if files.is_empty() {
+        return Err(ApiError::new(404, "not_found", format!("no files at cluster:{p}")));
+    }
+    let me = s.read_node(|n, _| n.id().clone());
+    let (mut ok, mut bad, mut unreachable) = (0u64, Vec::new(), Vec::new());
+    for f in &files {
+        for l in f.locations.iter().filter(|l| f.is_current(l)) {
+            let sum = if l.node_id == me {
+                let folder = s.read_node(|n, _| n.local_volume(l.volume_id.as_str())).map(|v| v.subpath);
+                match folder.and_then(|d| confined_path(Path::new(&d), &f.path, false).ok()) {
+                    Some(file) => hash_file(s, file, None).await.map(|r| r.1).ok(),
+                    None => None,
+                }
+            } else {
+                let target = format!(
+                    "/cluster/acn/store/checksum?volume={}&path={}",
+                    l.volume_id,
+                    crate::drive::encode_query(&f.path)
+                );
+                match signed(s, &l.node_id, "GET", &target, vec![], vec![]).await {
+                    Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body)
+                        .ok()
+                        .and_then(|v| v["checksum"].as_str().map(str::to_string)),
+                    Ok(r) if r.status == 404 => Some(String::new()),
+                    _ => {
+                        unreachable.push(format!("{}:{}{}", l.node_id, l.volume_id, f.path));
+                        continue;
+                    }
+                }
+            };
+            let good = sum.as_deref() == Some(f.checksum.as_str());
+            let state = if good { LocationState::Verified } else { LocationState::Stale };
+            s.with_node(|n, now| n.copy_mark(now, &f.path, &l.volume_id, state, &f.checksum));
+            if good {
+                ok += 1;
+            } else {
+                bad.push(format!("{}:{}{}", l.node_id, l.volume_id, f.path));
+            }
+        }
+    }
+    if !bad.is_empty() {
+        s.repl_kick();
+    }
+    Ok(json!({ "files": files.len(), "verified": ok, "stale": bad, "unreachable": unreachable }))
+}
+
+// ---- rescans ----
+
+async fn rescan_loop<E: Env>(s: Arc<Shared<E>>) {
+    if !wait(&s, 20_000, &s.rescan_wake).await {
+        return;
+    }
+    loop {
+        let _ = rescan(&s).await;
+        if !wait(&s, RESCAN_EVERY_MS, &s.rescan_wake).await {
+            return;
+        }
+    }
+}
+
+/// Walk this node's volume folders: adopt files with no record, mark copies that vanished or
+/// changed stale.
+pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
+    lock(&s.repl.stats).rescans += 1;
+    let mut report = Vec::new();
+    for (volume, folder) in s.read_node(|n, _| n.local_volumes()) {
+        let facts = s.read_node(|n, _| n.volume_facts(&volume));
+        let root = PathBuf::from(&folder);
+        let found = s.blocking(move || walk(&root)).await;
+        let (mut adopted, mut stale, mut added) = (0u64, 0u64, 0u64);
+        for (path, size, mtime_ms) in &found {
+            if facts.pending.contains(path) {
+                continue; // a delete or rename is on its way
+            }
+            let file = match confined_path(Path::new(&folder), path, false) {
+                Ok(f) => f,
+                Err(_) => continue,
+            };
+            match facts.live.get(path) {
+                Some(live) => match live.copy {
+                    Some(c) if c.current => {
+                        let changed = *size != live.size || *mtime_ms > c.checked_ms + 2_000;
+                        if changed {
+                            let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                            if sum != live.checksum || *size != live.size {
+                                s.with_node(|n, now| {
+                                    n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum)
+                                });
+                                stale += 1;
+                            }
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        if *size == live.size {
+                            let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                            if sum == live.checksum
+                                && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
+                            {
+                                added += 1;
+                            }
+                        }
+                    }
+                },
+                None => {
+                    let Ok((size, sum)) = hash_file(s, file, None).await else { continue };
+                    let mod_time = *mtime_ms;
+                    if s.with_node(|n, now| n.copy_adopt(now, path, &volume, size, &sum, mod_time)).is_ok() {
+                        adopted += 1;
+                    }
+                }
+            }
+        }
+        let present: BTreeSet<&String> = found.iter().map(|(p, _, _)| p).collect();
+        for (path, live) in &facts.live {
+            if live.copy.is_some_and(|c| c.current) && !present.contains(path) {
+                s.with_node(|n, now| n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum));
+                stale += 1;
+            }
+        }
+        lock(&s.repl.stats).adopted += adopted;
+        if stale > 0 {
+            s.repl_kick();
+        }
+        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "markedStale": stale}));
+    }
+    json!({ "volumes": report })
+}
+
+/// Regular files under `root` as (cluster path, size, mtime ms); symlinks and part files are
+/// skipped, and names that are not valid cluster paths too.
+fn walk(root: &Path) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let Ok(name) = e.file_name().into_string() else { continue };
+            let Ok(md) = e.path().symlink_metadata() else { continue };
+            let path = format!("{prefix}/{name}");
+            if md.file_type().is_symlink() || name.contains(transfer::PART_MARK) {
+                continue;
+            }
+            if md.is_dir() {
+                stack.push((e.path(), path));
+            } else if md.is_file() {
+                if shoal_core::meta::namespace::normalize(&path).ok().as_deref() != Some(path.as_str()) {
+                    continue;
+                }
+                let mtime = md
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_millis() as u64);
+                out.push((path, md.len(), mtime));
+            }
+        }
+    }
+    out.sort();
+    out
+}

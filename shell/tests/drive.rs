@@ -1,0 +1,333 @@
+//! The cluster drive between three real nodes in process over loopback (issue 4 "The
+//! namespace", "Replication"): put, get with Range and checksum fallback, overwrite, move,
+//! remove, mkdir, replication to the folder policy, repair of a corrupted copy found by a get,
+//! the scrubber and `verify`, and rescans adopting dropped-in files.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shoal_shell::client::HttpClient;
+use shoal_shell::daemon::{self, Daemon, ServeOptions};
+use shoal_shell::env::TokioEnv;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+struct Reply {
+    status: u16,
+    body: Vec<u8>,
+    headers: hyper::HeaderMap,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn call(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> Reply {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let mut h = vec![("authorization", auth.as_str())];
+    h.extend_from_slice(headers);
+    match client.request(&d.url(), method, path, &h, body, 20_000).await {
+        Ok(r) => Reply { status: r.status, body: r.body.to_vec(), headers: r.headers },
+        // A body cut off in the middle (a copy that failed its checksum) reads as an error.
+        Err(e) => Reply { status: 0, body: e.to_string().into_bytes(), headers: Default::default() },
+    }
+}
+
+async fn api(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
+    let r = call(d, method, path, body, &[]).await;
+    (r.status, r.json())
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
+    for _ in 0..300 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+struct Cluster {
+    _root: tempfile::TempDir,
+    nodes: Vec<Daemon<TokioEnv>>,
+    /// Volume folder of node i (node 0 has none: it only coordinates).
+    folders: Vec<Option<PathBuf>>,
+}
+
+/// Three nodes; nodes 1 and 2 (and 3 when `nodes` is 4) contribute a volume each.
+async fn cluster(nodes: usize) -> Cluster {
+    let root = tempfile::tempdir().unwrap();
+    let mut ds = Vec::new();
+    for i in 0..nodes {
+        let d = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join(format!("n{i}")), "127.0.0.1:0"))
+            .await
+            .unwrap();
+        ds.push(d);
+    }
+    assert_eq!(api(&ds[0], "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
+    for d in &ds[1..] {
+        let token = api(&ds[0], "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
+        let (s, v) = api(d, "POST", "/v1/cluster/join", json!({ "token": token })).await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let mut folders = vec![None];
+    for (i, d) in ds.iter().enumerate().skip(1) {
+        let folder = root.path().join(format!("vol{i}"));
+        let (s, v) = api(d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+        assert_eq!(s, 200, "{v}");
+        folders.push(Some(std::fs::canonicalize(&folder).unwrap()));
+    }
+    let c = Cluster { _root: root, nodes: ds, folders };
+    // Every node knows the leader and every volume.
+    for d in &c.nodes {
+        eventually("every node knows the leader and the volumes", || async {
+            let (_, v) = api(d, "GET", "/v1/volumes", Value::Null).await;
+            let vols = v["volumes"].as_array().map_or(0, |a| a.len());
+            d.shared().read_node(|n, now| n.meta_leader(now)).is_some() && vols == nodes - 1
+        })
+        .await;
+    }
+    c
+}
+
+async fn stat(d: &Daemon<TokioEnv>, path: &str) -> Value {
+    api(d, "GET", &format!("/v1/meta/stat?path={path}"), Value::Null).await.1
+}
+
+fn current_copies(st: &Value) -> usize {
+    let sum = st["record"]["checksum"].as_str().unwrap_or_default().to_string();
+    st["copies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| matches!(c["state"].as_str(), Some("committed" | "verified")) && c["checksum"] == json!(sum))
+        .count()
+}
+
+fn on_disk(c: &Cluster, path: &str) -> Vec<Option<Vec<u8>>> {
+    c.folders
+        .iter()
+        .map(|f| f.as_ref().and_then(|f| std::fs::read(f.join(path.trim_start_matches('/'))).ok()))
+        .collect()
+}
+
+fn disk_path(folder: &Path, path: &str) -> PathBuf {
+    folder.join(path.trim_start_matches('/'))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_range_overwrite_move_remove_across_nodes() {
+    let c = cluster(3).await;
+    let a = &c.nodes[0];
+    assert_eq!(api(a, "POST", "/v1/policies", json!({"folder": "/docs", "replicas": 2})).await.0, 200);
+    eventually("the policy reached every node", || async {
+        c.nodes
+            .iter()
+            .all(|d| d.shared().read_node(|n, _| n.policy_list())["policies"].as_array().is_some_and(|p| !p.is_empty()))
+    })
+    .await;
+
+    // A put through a node with no volume lands as two copies on two other nodes.
+    let content: Vec<u8> = (0..5 * 1024 * 1024 + 17).map(|i| (i * 7 % 253) as u8).collect();
+    let r = call(a, "PUT", "/v1/files/docs/report.bin", content.clone(), &[("x-shoal-sha256", &sha(&content))]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!((r.json()["copies"].as_u64(), r.json()["wanted"].as_u64()), (Some(2), Some(2)));
+    let st = stat(a, "/docs/report.bin").await;
+    assert_eq!(current_copies(&st), 2, "{st}");
+    let id = st["record"]["id"].clone();
+    assert_eq!(on_disk(&c, "/docs/report.bin"), vec![None, Some(content.clone()), Some(content.clone())]);
+    let copy = st["copies"][0]["copy"].as_str().unwrap();
+    assert!(copy.contains(":") && copy.ends_with("/docs/report.bin"), "copies read <node>:<volume>/<path>: {copy}");
+
+    // Read back whole, and one range, from any node.
+    for d in &c.nodes {
+        let r = call(d, "GET", "/v1/files/docs/report.bin", vec![], &[]).await;
+        assert_eq!(r.status, 200);
+        assert!(r.body == content, "whole file from every node");
+        assert_eq!(r.headers.get("x-shoal-sha256").unwrap().to_str().unwrap(), sha(&content));
+    }
+    let r = call(a, "GET", "/v1/files/docs/report.bin", vec![], &[("range", "bytes=4194300-4194310")]).await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, content[4194300..=4194310]);
+    let r = call(a, "GET", "/v1/files/docs/report.bin", vec![], &[("range", "bytes=99999999-")]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (416, Some("bad_range")));
+
+    // Overwrite keeps the id; every copy holds the new content.
+    let newer = b"second version".to_vec();
+    let r = call(c.nodes.last().unwrap(), "PUT", "/v1/files/docs/report.bin", newer.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    eventually("the overwrite is on both copies", || async {
+        let st = stat(a, "/docs/report.bin").await;
+        st["record"]["checksum"] == json!(sha(&newer)) && current_copies(&st) == 2
+    })
+    .await;
+    assert_eq!(stat(a, "/docs/report.bin").await["record"]["id"], id, "an overwrite keeps the file id");
+    eventually("the older copy is repaired in place", || async {
+        on_disk(&c, "/docs/report.bin") == vec![None, Some(newer.clone()), Some(newer.clone())]
+    })
+    .await;
+    assert_eq!(call(a, "GET", "/v1/files/docs/report.bin", vec![], &[]).await.body, newer);
+
+    // Bad input: a wrong checksum, a folder, a missing file, a reserved name.
+    let r = call(a, "PUT", "/v1/files/docs/x", b"abc".to_vec(), &[("x-shoal-sha256", &sha(b"other"))]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("checksum_mismatch")));
+    let r = call(a, "PUT", "/v1/files/docs", b"abc".to_vec(), &[]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (409, Some("is_a_folder")));
+    let r = call(a, "PUT", "/v1/files/docs/report.bin/inner", b"abc".to_vec(), &[]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (409, Some("not_a_folder")));
+    let r = call(a, "GET", "/v1/files/docs/none", vec![], &[]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (404, Some("not_found")));
+    let r = call(a, "PUT", "/v1/files/docs/a.part-x", b"abc".to_vec(), &[]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("bad_path")));
+    assert!(call(a, "GET", "/v1/meta/stat?path=/docs/x", vec![], &[]).await.status == 404, "nothing half-written");
+
+    // Move: the copies are renamed where they lie.
+    let (s, v) = api(a, "POST", "/v1/mv", json!({"from": "/docs", "to": "/archive/docs"})).await;
+    assert_eq!(s, 200, "{v}");
+    eventually("the copies moved on disk", || async {
+        on_disk(&c, "/archive/docs/report.bin") == vec![None, Some(newer.clone()), Some(newer.clone())]
+            && on_disk(&c, "/docs/report.bin").iter().all(|x| x.is_none())
+    })
+    .await;
+    assert_eq!(stat(a, "/archive/docs/report.bin").await["record"]["id"], id, "a move keeps the file id");
+    assert_eq!(call(a, "GET", "/v1/files/archive/docs/report.bin", vec![], &[]).await.body, newer);
+
+    // mkdir, and rm of a folder needs -r.
+    assert_eq!(api(a, "POST", "/v1/mkdir", json!({"path": "/empty"})).await.0, 200);
+    let (s, v) = api(a, "DELETE", "/v1/files/archive", Value::Null).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("folder_not_empty")));
+    let (s, v) = api(a, "DELETE", "/v1/files/archive?recursive=true", Value::Null).await;
+    assert_eq!(s, 200, "{v}");
+    eventually("the copies are deleted on disk", || async {
+        on_disk(&c, "/archive/docs/report.bin").iter().all(|x| x.is_none())
+    })
+    .await;
+    assert_eq!(call(a, "GET", "/v1/files/archive/docs/report.bin", vec![], &[]).await.status, 404);
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow_the_policy() {
+    let c = cluster(4).await;
+    let a = &c.nodes[0];
+    let content: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
+    let r = call(a, "PUT", "/v1/files/photos/cat.jpg", content.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["copies"], json!(1), "the default policy is one copy");
+
+    // Raise the policy: the leader's planner adds copies on other nodes.
+    assert_eq!(api(a, "POST", "/v1/policies", json!({"folder": "/photos", "replicas": 3})).await.0, 200);
+    api(a, "POST", "/v1/repl/run", Value::Null).await;
+    eventually("three current copies", || async { current_copies(&stat(a, "/photos/cat.jpg").await) == 3 }).await;
+    assert_eq!(on_disk(&c, "/photos/cat.jpg").iter().filter(|x| x.as_deref() == Some(&content[..])).count(), 3);
+
+    // Flip a byte in the copy a get serves: that get is cut short, the copy goes stale, the next
+    // get is served from another copy, and the planner repairs the bad one in place.
+    let r = call(a, "GET", "/v1/files/photos/cat.jpg", vec![], &[]).await;
+    assert_eq!(r.status, 200);
+    let served = r.headers.get("x-shoal-copy").unwrap().to_str().unwrap().to_string();
+    let i = (1..4)
+        .find(|i| served.starts_with(&c.nodes[*i].shared().read_node(|n, _| n.id().to_string())))
+        .expect("the copy names its node");
+    let file = disk_path(c.folders[i].as_ref().unwrap(), "/photos/cat.jpg");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[1234] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let r = call(a, "GET", "/v1/files/photos/cat.jpg", vec![], &[]).await;
+    assert!(r.status != 200 || r.body != content, "a corrupt copy is never passed off as the file");
+    eventually("the corrupt copy is marked stale", || async {
+        let st = stat(a, "/photos/cat.jpg").await;
+        st["copies"].as_array().unwrap().iter().any(|c| c["state"] == json!("stale"))
+    })
+    .await;
+    let r = call(a, "GET", "/v1/files/photos/cat.jpg", vec![], &[]).await;
+    assert_eq!((r.status, r.body == content), (200, true), "the next get uses a good copy");
+    api(a, "POST", "/v1/repl/run", Value::Null).await;
+    eventually("the corrupt copy is repaired in place", || async { std::fs::read(&file).unwrap() == content }).await;
+    eventually("three current copies again", || async { current_copies(&stat(a, "/photos/cat.jpg").await) == 3 }).await;
+
+    // The scrubber finds a flipped byte without any read.
+    for (k, v) in [("storage.scrubMinAgeMs", json!(0)), ("storage.scrubRate", json!(1e9))] {
+        assert_eq!(api(a, "PUT", &format!("/v1/settings/{k}"), json!({ "value": v })).await.0, 200);
+    }
+    eventually("the settings reached node 2", || async {
+        c.nodes[2].shared().read_node(|n, _| n.setting_number("storage.scrubMinAgeMs")) == Some(0.0)
+    })
+    .await;
+    let file2 = disk_path(c.folders[2].as_ref().unwrap(), "/photos/cat.jpg");
+    if std::fs::metadata(&file2).is_ok() {
+        let mut bytes = std::fs::read(&file2).unwrap();
+        bytes[10] ^= 0x01;
+        std::fs::write(&file2, &bytes).unwrap();
+        api(&c.nodes[2], "POST", "/v1/scrub", Value::Null).await;
+        eventually("the scrub found and the planner repaired the copy", || async {
+            api(a, "POST", "/v1/repl/run", Value::Null).await;
+            std::fs::read(&file2).unwrap() == content
+        })
+        .await;
+    }
+
+    // verify re-hashes every copy on demand.
+    let (s, v) = api(a, "POST", "/v1/verify", json!({"path": "/photos"})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!((v["files"].as_u64(), v["stale"].as_array().map(|x| x.len())), (Some(1), Some(0)), "{v}");
+
+    // Lower the policy: the extra copy is dropped, never below the policy.
+    assert_eq!(api(a, "POST", "/v1/policies", json!({"folder": "/photos", "replicas": 1})).await.0, 200);
+    eventually("one copy left", || async {
+        api(a, "POST", "/v1/repl/run", Value::Null).await;
+        on_disk(&c, "/photos/cat.jpg").iter().filter(|x| x.is_some()).count() == 1
+    })
+    .await;
+    assert_eq!(call(a, "GET", "/v1/files/photos/cat.jpg", vec![], &[]).await.body, content);
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
+    let c = cluster(3).await;
+    let (a, b) = (&c.nodes[0], &c.nodes[1]);
+    let folder = c.folders[1].clone().unwrap();
+    std::fs::create_dir_all(folder.join("inbox")).unwrap();
+    std::fs::write(folder.join("inbox/note.txt"), b"dropped in by hand").unwrap();
+    std::fs::write(folder.join("inbox/x.part-123"), b"an upload in progress").unwrap();
+    let (s, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["volumes"][0]["adopted"], json!(1), "{v}");
+    eventually("the adopted file is readable everywhere", || async {
+        call(a, "GET", "/v1/files/inbox/note.txt", vec![], &[]).await.body == b"dropped in by hand"
+    })
+    .await;
+    assert_eq!(
+        call(a, "GET", "/v1/files/inbox/x.part-123", vec![], &[]).await.status,
+        404,
+        "part files are not adopted"
+    );
+
+    // A copy that vanished is marked stale.
+    std::fs::remove_file(folder.join("inbox/note.txt")).unwrap();
+    let (_, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(v["volumes"][0]["markedStale"], json!(1), "{v}");
+    let st = stat(a, "/inbox/note.txt").await;
+    eventually("the vanished copy is stale", || async {
+        let st = stat(a, "/inbox/note.txt").await;
+        st["copies"][0]["state"] == json!("stale")
+    })
+    .await;
+    let _ = st;
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
