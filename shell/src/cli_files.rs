@@ -1,6 +1,7 @@
 //! `shoal put` and `shoal get`: stream a local file to `PUT /v1/files/{path}` and back, with a
-//! progress bar on stderr. A put sends the file's SHA-256 (the node refuses a body that does
-//! not match); a get writes `LOCAL.part-get`, checks the SHA-256 the node names, and only then
+//! progress bar on stderr. A put hashes the file as it sends it and checks the SHA-256 the
+//! node answers (an API client may instead send `x-shoal-sha256` up front, which the node
+//! checks before publishing); a get writes `LOCAL.part-get`, checks the SHA-256 the node names, and only then
 //! renames it into place. When the bytes do not match (the node marks that copy stale) or the
 //! stream breaks, the get asks again, up to three times, and the node serves another copy.
 
@@ -73,34 +74,36 @@ fn api_error(status: u16, body: &[u8]) -> CliError {
     CliError(format!("{msg} ({code}, HTTP {status})"))
 }
 
-fn sha_of(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; BLOCK];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hex::encode(h.finalize()));
-        }
-        h.update(&buf[..n]);
-    }
-}
-
-/// Upload `local` to cluster path `remote`.
+/// Upload `local` to cluster path `remote`. The file is hashed while it is sent (no second
+/// read); the node answers the SHA-256 of what it received, and a mismatch sends it again once.
 pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: bool) -> Result<Value, CliError> {
     let remote = cluster_path(remote)?;
     let md = std::fs::metadata(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
     if !md.is_file() {
         return Err(CliError(format!("{} is not a file", local.display())));
     }
-    let size = md.len();
-    let sum = {
-        let l = local.to_path_buf();
-        tokio::task::spawn_blocking(move || sha_of(&l))
-            .await
-            .map_err(|e| CliError(e.to_string()))?
-            .map_err(|e| CliError(format!("{}: {e}", local.display())))?
-    };
+    let mut last = None;
+    for _ in 0..2 {
+        let (v, sent) = put_once(base, token, local, &remote, md.len(), quiet).await?;
+        if v["checksum"].as_str() == Some(sent.as_str()) {
+            return Ok(v);
+        }
+        last = Some(v);
+    }
+    Err(CliError(format!(
+        "the node stored different bytes than were sent ({}); the file changed while it was read?",
+        last.map(|v| v["checksum"].to_string()).unwrap_or_default()
+    )))
+}
+
+async fn put_once(
+    base: &str,
+    token: &str,
+    local: &Path,
+    remote: &str,
+    size: u64,
+    quiet: bool,
+) -> Result<(Value, String), CliError> {
     let (mut sender, authority, prefix) = connect(base).await?;
     let (tx, body) = ChannelBody::new(4);
     let pb = bar(size, quiet);
@@ -110,44 +113,46 @@ pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: boo
             Ok(f) => f,
             Err(e) => {
                 let _ = tx.blocking_send(Err(e));
-                return;
+                return None;
             }
         };
+        let mut hash = Sha256::new();
         loop {
             let mut buf = vec![0u8; BLOCK];
             match f.read(&mut buf) {
-                Ok(0) => return,
+                Ok(0) => return Some(hex::encode(hash.finalize())),
                 Ok(n) => {
                     buf.truncate(n);
+                    hash.update(&buf);
                     pb2.inc(n as u64);
                     if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        return;
+                        return None;
                     }
                 }
                 Err(e) => {
                     let _ = tx.blocking_send(Err(e));
-                    return;
+                    return None;
                 }
             }
         }
     });
-    let req = hyper::Request::put(format!("{prefix}{}", files_target(&remote)))
+    let req = hyper::Request::put(format!("{prefix}{}", files_target(remote)))
         .header("host", authority)
         .header("authorization", format!("Bearer {token}"))
         .header("content-length", size.to_string())
         .header("content-type", "application/octet-stream")
-        .header(crate::drive::SHA_HEADER, &sum)
         .body(body)
         .map_err(|e| CliError(e.to_string()))?;
     let resp = sender.send_request(req).await.map_err(|e| CliError(format!("upload failed: {e}")))?;
-    let _ = feeder.await;
+    let sent = feeder.await.ok().flatten();
     pb.finish_and_clear();
     let status = resp.status().as_u16();
     let bytes = resp.into_body().collect().await.map_err(|e| CliError(format!("upload failed: {e}")))?.to_bytes();
     if status >= 400 {
         return Err(api_error(status, &bytes));
     }
-    Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let sent = sent.ok_or_else(|| CliError(format!("could not read {}", local.display())))?;
+    Ok((serde_json::from_slice(&bytes).unwrap_or(Value::Null), sent))
 }
 
 /// Download cluster path `remote` to `local`, verified.

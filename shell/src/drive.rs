@@ -39,6 +39,8 @@ use std::sync::Arc;
 /// Header carrying a file's SHA-256: sent by a client with a put (checked), answered on a get.
 pub const SHA_HEADER: &str = "x-shoal-sha256";
 const PEER_TIMEOUT_MS: u64 = 60_000;
+/// Chunk uploads to one peer in flight at once.
+const CHUNKS_IN_FLIGHT: usize = 2;
 /// Read size for local copies while streaming.
 const READ_BYTES: usize = 1 << 20;
 
@@ -145,19 +147,33 @@ pub async fn write_copy<E: Env>(
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
     let have: Vec<u64> =
         v["have"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
+    // Chunks go out in order with up to CHUNKS_IN_FLIGHT requests at once, so reading and
+    // hashing the next chunk here overlaps with the peer taking the last one.
+    let mut in_flight: std::collections::VecDeque<tokio::task::JoinHandle<Result<(), ApiError>>> = Default::default();
     for index in 0..transfer::chunk_count(size) {
         if have.contains(&index) {
             continue;
+        }
+        while in_flight.len() >= CHUNKS_IN_FLIGHT {
+            let done = in_flight.pop_front().expect("not empty");
+            done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
         }
         let spool2 = spool.to_path_buf();
         let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
         let data = data.map_err(|e| io_api("read spool", e))?;
         let sha = hex::encode(Sha256::digest(&data));
         let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
-        let r = signed(s, &to.node, "POST", &target, data, vec![(CHUNK_SHA_HEADER, sha)]).await?;
-        if r.status != 200 {
-            return Err(answered_error(&r, "store/chunk"));
-        }
+        let (s2, node) = (s.clone(), to.node.clone());
+        in_flight.push_back(tokio::spawn(async move {
+            let r = signed(&s2, &node, "POST", &target, data, vec![(CHUNK_SHA_HEADER, sha)]).await?;
+            if r.status != 200 {
+                return Err(answered_error(&r, "store/chunk"));
+            }
+            Ok(())
+        }));
+    }
+    for done in in_flight {
+        done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
     }
     let r =
         signed(s, &to.node, "POST", &format!("/cluster/acn/store/commit?session={session}"), vec![], vec![]).await?;
@@ -220,8 +236,8 @@ async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String
         hash.update(&data);
         out.write_all(&data).map_err(|e| io_api("spool", e))?;
     }
-    let file = out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
-    file.sync_all().map_err(|e| io_api("spool", e))?;
+    // Not fsynced: the spool is scratch; the copies made from it are.
+    out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
     Ok((size, hex::encode(hash.finalize())))
 }
 
@@ -244,7 +260,9 @@ async fn put_inner<E: Env>(
     let dir = s.data_dir.join("spool");
     std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
     let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
+    let t0 = s.env.monotonic();
     let (size, sum) = spool_body(&spool.0, body).await?;
+    let t1 = s.env.monotonic();
     if expect.as_ref().is_some_and(|e| *e != sum) {
         return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
@@ -278,6 +296,8 @@ async fn put_inner<E: Env>(
     }
     let mod_time = s.env.now().0;
     let v = s.with_node(|n, now| n.file_publish(now, &target.path, size, &sum, mod_time, &copies))?;
+    let t2 = s.env.monotonic();
+    tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), copies_ms = t2.since(t1), "put");
     if copies.len() < target.wanted as usize {
         s.repl_kick();
     }
@@ -355,17 +375,29 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         let mut hash = Sha256::new();
         let mut at = start;
         let mut piece = Some(first);
+        // The next piece is fetched while this one goes out.
+        let mut next: Option<tokio::task::JoinHandle<Result<Bytes, ApiError>>> = None;
         while at < end {
             let data = match piece.take() {
-                Some(b) => b,
-                None => match read_piece(&s2, &src, &path2, at, (end - at).min(CHUNK_BYTES)).await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = tx.send(Err(std::io::Error::other(e.message))).await;
-                        return;
-                    }
+                Some(b) => Ok(b),
+                None => match next.take() {
+                    Some(h) => h.await.unwrap_or_else(|e| Err(ApiError::new(500, "internal", e.to_string()))),
+                    None => read_piece(&s2, &src, &path2, at, (end - at).min(CHUNK_BYTES)).await,
                 },
             };
+            let data = match data {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(Err(std::io::Error::other(e.message))).await;
+                    return;
+                }
+            };
+            let after = at + data.len() as u64;
+            if after < end && !data.is_empty() {
+                let (s3, src3, path3) = (s2.clone(), src.clone(), path2.clone());
+                let len = (end - after).min(CHUNK_BYTES);
+                next = Some(tokio::spawn(async move { read_piece(&s3, &src3, &path3, after, len).await }));
+            }
             if data.is_empty() {
                 let _ = tx.send(Err(std::io::Error::other("the copy is shorter than the file"))).await;
                 mark_stale(&s2, &path2, &src.volume_id, &sum);

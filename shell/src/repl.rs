@@ -469,12 +469,9 @@ fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiError> {
     if !src.exists() {
         return Ok(());
     }
-    if dst.exists() {
-        // Already there (a repair got there first): the old name just goes.
-        let _ = std::fs::remove_file(&src);
-    } else {
-        std::fs::rename(&src, &dst).map_err(|e| io_api("rename copy", e))?;
-    }
+    // Whatever lies at the new name is not this file (the records list this volume's copy of
+    // it under the old name until now): a leftover of a removed file there is replaced.
+    std::fs::rename(&src, &dst).map_err(|e| io_api("rename copy", e))?;
     prune_empty_dirs(folder, &src);
     Ok(())
 }

@@ -96,6 +96,40 @@ impl Node {
         Ok(())
     }
 
+    /// 409 while a removed file at `path` still has a copy to be renamed to where it moved: a
+    /// new file there would take the old path's record, and with it the only trace of that
+    /// rename (the holder renames within seconds once it hears of the move).
+    fn check_no_pending_rename(&self, path: &str) -> Result<(), ApiError> {
+        let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return Ok(()) };
+        let pending = old.locations.iter().filter(|l| l.state != LocationState::Dropped).any(|l| {
+            self.meta.state().files().any(|g| {
+                !g.removed
+                    && g.id == old.id
+                    && g.locations.iter().any(|m| m.volume_id == l.volume_id && m.state != LocationState::Dropped)
+            })
+        });
+        if pending {
+            return Err(ApiError::new(
+                409,
+                "path_busy",
+                format!("cluster:{path} was just moved and its copies are still being renamed; retry shortly"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies of a removed file at `path` not yet deleted from disk: a new record at the path
+    /// keeps them, as stale, so they stay known (the planner repairs or drops them) instead of
+    /// lying on disk unrecorded.
+    fn leftover_copies(&self, path: &str, version: &crate::hlc::Version, skip: &[VolumeId]) -> Vec<Location> {
+        let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return vec![] };
+        old.locations
+            .iter()
+            .filter(|l| l.state != LocationState::Dropped && !skip.contains(&l.volume_id))
+            .map(|l| Location { state: LocationState::Stale, updated: version.clone(), ..l.clone() })
+            .collect()
+    }
+
     /// Whether `path` can take a file, and how the write goes (see [`PutTarget`]).
     pub fn file_put_target(&self, path: &str) -> Result<PutTarget, ApiError> {
         self.in_cluster()?;
@@ -105,6 +139,7 @@ impl Node {
             return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder")));
         }
         self.check_ancestors(&p)?;
+        self.check_no_pending_rename(&p)?;
         let existing = self.live_file(&p);
         let wanted = match existing {
             Some(f) => namespace::wanted_copies(self.meta.state(), f),
@@ -148,6 +183,8 @@ impl Node {
                 updated: version.clone(),
             })
             .collect();
+        let written: Vec<VolumeId> = copies.iter().map(|(v, _)| v.clone()).collect();
+        locations.extend(self.leftover_copies(&target.path, &version, &written));
         let mut replicas = 0;
         if let Some(old) = old.as_ref().filter(|o| !o.removed) {
             replicas = old.replicas;
@@ -173,8 +210,12 @@ impl Node {
             locations,
             replicas,
             removed: false,
+            // A new file starts with no failures behind it (the register outlives a removal).
+            repl: target
+                .file_id
+                .is_none()
+                .then(|| Box::new(ReplBackoff { attempts: 0, next_at_ms: 0, version: version.clone() })),
             version,
-            repl: None,
         };
         let mut out = record.clone();
         out.canonicalize_locations();
@@ -196,6 +237,7 @@ impl Node {
         }
         transfer::copy_segments(&p).map_err(bad_path)?;
         self.check_ancestors(&p)?;
+        self.check_no_pending_rename(&p)?;
         let version = self.hlc.next(wall);
         let record = FileRecord {
             id: FileId::new(self.rng.uuid_v4()),
@@ -277,16 +319,22 @@ impl Node {
         }
         self.check_ancestors(&to)?;
         let n = records.len();
+        for f in &records {
+            self.check_no_pending_rename(&format!("{to}{}", &f.path[from.len()..]))?;
+        }
         for f in records {
             let new_path = format!("{to}{}", &f.path[from.len()..]);
             let version = self.hlc.next(wall);
-            let moved = FileRecord {
-                path: new_path,
+            let mut locations: Vec<Location> =
+                f.locations.iter().map(|l| Location { updated: version.clone(), ..l.clone() }).collect();
+            let moved_vols: Vec<VolumeId> = locations.iter().map(|l| l.volume_id.clone()).collect();
+            locations.extend(self.leftover_copies(&new_path, &version, &moved_vols));
+            let repl = Some(Box::new(ReplBackoff {
+                attempts: f.repl.as_ref().map_or(0, |b| b.attempts),
+                next_at_ms: f.repl.as_ref().map_or(0, |b| b.next_at_ms),
                 version: version.clone(),
-                locations: f.locations.iter().map(|l| Location { updated: version.clone(), ..l.clone() }).collect(),
-                repl: None,
-                ..f.clone()
-            };
+            }));
+            let moved = FileRecord { path: new_path, version: version.clone(), locations, repl, ..f.clone() };
             self.submit_record(wall, Record::File(moved));
             let version = self.hlc.next(wall);
             self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
@@ -419,6 +467,7 @@ impl Node {
         self.meta
             .state()
             .files()
+            .filter(|f| !f.removed)
             .filter_map(|f| {
                 let b = f.repl.as_ref().filter(|b| b.attempts > 0)?;
                 Some((f.id.clone(), Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms }))
@@ -485,10 +534,11 @@ impl Node {
                 if !f.removed {
                     return Err(refuse("the file is not removed in this node's records (yet)"));
                 }
-                let live_elsewhere =
-                    self.meta.state().files().any(|g| {
-                        !g.removed && g.id == f.id && g.locations.iter().any(|l| l.volume_id == req.volume_id)
-                    });
+                let live_elsewhere = self.meta.state().files().any(|g| {
+                    !g.removed
+                        && g.id == f.id
+                        && g.locations.iter().any(|l| l.volume_id == req.volume_id && l.state != LocationState::Dropped)
+                });
                 if live_elsewhere {
                     return Err(refuse("the copy belongs to a moved file"));
                 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Cluster drive transfer speed (issue 4 "Speed"): put and get of one large file between two
+# real nodes over loopback, side by side in the same run with
+#   - single-core SHA-256 throughput of the same file (openssl, and sha256sum; the faster one is
+#     the baseline), and
+#   - rsync --whole-file to an rsync daemon over loopback (when rsync is installed),
+# and the peak RSS (VmHWM) of both nodes while the file moves.
+#
+# Node A has no volume, node B has one: a put through A spools on A and sends the file to B with
+# the signed chunked protocol; a get through A reads it back from B.
+#
+# Usage: benches/drive_transfer.sh [MiB]   (default 1024; needs `cargo build --release` first)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$PWD/target/release/shoal
+[ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+mib=${1:-1024}
+dir=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
+trap cleanup EXIT
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+rate() { python3 -c "print(f'{$1/($3-$2):.0f}')"; }
+
+pa=$(freeport); pb=$(freeport)
+SHOAL_LOG=${SHOAL_LOG:-warn} "$bin" serve --data "$dir/a" --listen "127.0.0.1:$pa" >/dev/null 2>"$dir/a.log" & pids+=($!); pid_a=$!
+SHOAL_LOG=warn "$bin" serve --data "$dir/b" --listen "127.0.0.1:$pb" >/dev/null 2>&1 & pids+=($!); pid_b=$!
+A=("$bin" --data "$dir/a" --api "http://127.0.0.1:$pa")
+B=("$bin" --data "$dir/b" --api "http://127.0.0.1:$pb")
+for _ in $(seq 50); do "${A[@]}" cluster status >/dev/null 2>&1 && "${B[@]}" cluster status >/dev/null 2>&1 && break; sleep 0.1; done
+"${A[@]}" cluster create --name bench >/dev/null
+tok=$("${A[@]}" --json token new | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+"${B[@]}" join "$tok" >/dev/null
+"${B[@]}" volume add "$dir/vol-b" >/dev/null
+# Wait until A knows B's volume and a leader.
+for _ in $(seq 100); do
+  "${A[@]}" --json volume list | grep -q '"id"' && "${A[@]}" --json meta status | grep -q '"leader": "' && break
+  sleep 0.2
+done
+
+echo "making a ${mib} MiB file of random bytes..."
+head -c "$((mib * 1024 * 1024))" /dev/urandom > "$dir/src.bin"
+bytes=$((mib * 1024 * 1024))
+cat "$dir/src.bin" > /dev/null   # page cache warm for everyone
+
+t0=$(now); openssl dgst -sha256 "$dir/src.bin" >/dev/null; t1=$(now)
+sha_openssl=$(rate $bytes "$t0" "$t1")
+t0=$(now); sha256sum "$dir/src.bin" >/dev/null; t1=$(now)
+sha_coreutils=$(rate $bytes "$t0" "$t1")
+sha=$(( sha_openssl > sha_coreutils ? sha_openssl : sha_coreutils ))
+
+t0=$(now); "${A[@]}" put "$dir/src.bin" cluster:/bench/big.bin >/dev/null 2>&1; t1=$(now)
+put=$(rate $bytes "$t0" "$t1")
+t0=$(now); "${A[@]}" get cluster:/bench/big.bin "$dir/back.bin" >/dev/null 2>&1; t1=$(now)
+get=$(rate $bytes "$t0" "$t1")
+cmp -s "$dir/src.bin" "$dir/back.bin" || { echo "the file came back different!" >&2; exit 1; }
+hwm_a=$(awk '/VmHWM/ {print $2}' /proc/$pid_a/status)
+hwm_b=$(awk '/VmHWM/ {print $2}' /proc/$pid_b/status)
+
+rsync_rate="n/a"
+if command -v rsync >/dev/null; then
+  pr=$(freeport)
+  mkdir -p "$dir/rsync-dst"
+  cat > "$dir/rsyncd.conf" <<EOF
+use chroot = no
+uid = $(id -u)
+gid = $(id -g)
+[dst]
+path = $dir/rsync-dst
+read only = no
+EOF
+  rsync --daemon --no-detach --port="$pr" --config="$dir/rsyncd.conf" --address=127.0.0.1 & pids+=($!)
+  sleep 0.5
+  t0=$(now); rsync --whole-file "$dir/src.bin" "rsync://127.0.0.1:$pr/dst/" ; t1=$(now)
+  rsync_rate=$(rate $bytes "$t0" "$t1")
+fi
+
+mb() { python3 -c "print(f'{$1/1048576:.0f} MiB/s')"; }
+pct() { python3 -c "print(f'{100*$1/$2:.0f}%')"; }
+echo "file: ${mib} MiB, machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "sha256 single core: openssl $(mb "$sha_openssl"), sha256sum $(mb "$sha_coreutils"); baseline $(mb $sha)"
+echo "shoal put A->B:     $(mb "$put")  ($(pct "$put" $sha) of sha256)"
+echo "shoal get B->A:     $(mb "$get")  ($(pct "$get" $sha) of sha256)"
+[ "$rsync_rate" != "n/a" ] && echo "rsync --whole-file: $(mb "$rsync_rate")  ($(pct "$rsync_rate" $sha) of sha256)"
+grep -h "put" "$dir/a.log" | tail -2 || true
+echo "peak RSS: node A $((hwm_a / 1024)) MiB, node B $((hwm_b / 1024)) MiB"
