@@ -83,5 +83,5 @@ echo "sha256 single core: openssl $(mb "$sha_openssl"), sha256sum $(mb "$sha_cor
 echo "shoal put A->B:     $(mb "$put")  ($(pct "$put" $sha) of sha256)"
 echo "shoal get B->A:     $(mb "$get")  ($(pct "$get" $sha) of sha256)"
 [ "$rsync_rate" != "n/a" ] && echo "rsync --whole-file: $(mb "$rsync_rate")  ($(pct "$rsync_rate" $sha) of sha256)"
-grep -h "put" "$dir/a.log" | tail -2 || true
+grep -hE "put|copy sent" "$dir/a.log" | tail -3 || true
 echo "peak RSS: node A $((hwm_a / 1024)) MiB, node B $((hwm_b / 1024)) MiB"

@@ -87,7 +87,21 @@ pub fn canonical_string(
     nonce: &str,
     body: &[u8],
 ) -> String {
-    let body_hash = hex::encode(Sha256::digest(body));
+    canonical_string_with_hash(method, target, cluster, node, timestamp, nonce, &hex::encode(Sha256::digest(body)))
+}
+
+/// [`canonical_string`] with the body's SHA-256 (hex) already computed by the caller, who
+/// must have hashed the very bytes sent or received (a chunk's SHA-256 is its body hash, so
+/// a chunk is hashed once, not twice, on each side).
+pub fn canonical_string_with_hash(
+    method: &str,
+    target: &str,
+    cluster: &str,
+    node: &str,
+    timestamp: &str,
+    nonce: &str,
+    body_hash: &str,
+) -> String {
     format!(
         "{}\n{}\n{}\n{}\n{}\n{}\n{}",
         method.to_ascii_uppercase(),
@@ -112,9 +126,25 @@ pub fn sign_request(
     now: Millis,
     rng: &mut SeededRng,
 ) -> SignedHeaders {
+    sign_request_hashed(key, node, cluster, method, target, &hex::encode(Sha256::digest(body)), now, rng)
+}
+
+/// [`sign_request`] with the body's SHA-256 (hex) computed by the caller.
+#[allow(clippy::too_many_arguments)]
+pub fn sign_request_hashed(
+    key: &SigningKey,
+    node: &NodeId,
+    cluster: &ClusterId,
+    method: &str,
+    target: &str,
+    body_hash: &str,
+    now: Millis,
+    rng: &mut SeededRng,
+) -> SignedHeaders {
     let timestamp = now.as_secs().to_string();
     let nonce = rng.hex(16);
-    let canon = canonical_string(method, target, cluster.as_str(), node.as_str(), &timestamp, &nonce, body);
+    let canon =
+        canonical_string_with_hash(method, target, cluster.as_str(), node.as_str(), &timestamp, &nonce, body_hash);
     let sig = key.sign(canon.as_bytes());
     SignedHeaders {
         node: node.0.clone(),
@@ -296,6 +326,20 @@ impl Verifier {
         peer_offset_ms: impl FnOnce(&NodeId) -> i64,
         member_key: impl FnOnce(&NodeId) -> Option<VerifyingKey>,
     ) -> Result<NodeId, AcnError> {
+        self.verify_hashed(now, req, None, cluster, peer_offset_ms, member_key)
+    }
+
+    /// [`Verifier::verify_with_offset`], with the body's SHA-256 (hex) already computed by the
+    /// caller from `req.body` when `body_hash` is given.
+    pub fn verify_hashed(
+        &mut self,
+        now: Millis,
+        req: &Incoming<'_>,
+        body_hash: Option<&str>,
+        cluster: Option<&ClusterId>,
+        peer_offset_ms: impl FnOnce(&NodeId) -> i64,
+        member_key: impl FnOnce(&NodeId) -> Option<VerifyingKey>,
+    ) -> Result<NodeId, AcnError> {
         if req.body.len() > BODY_MAX_BYTES {
             return Err(AcnError::BodyTooLarge);
         }
@@ -322,7 +366,12 @@ impl Verifier {
         }
         let node = claimed;
         let key = member_key(&node).ok_or(AcnError::UnknownNode)?;
-        let canon = canonical_string(req.method, req.target, &h.cluster, &h.node, &h.timestamp, &h.nonce, req.body);
+        let canon = match body_hash {
+            Some(hash) => {
+                canonical_string_with_hash(req.method, req.target, &h.cluster, &h.node, &h.timestamp, &h.nonce, hash)
+            }
+            None => canonical_string(req.method, req.target, &h.cluster, &h.node, &h.timestamp, &h.nonce, req.body),
+        };
         if !verify_b64(&key, canon.as_bytes(), &h.signature) {
             return Err(AcnError::BadSignature);
         }

@@ -165,7 +165,13 @@ pub async fn write_copy<E: Env>(
         let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
         let (s2, node) = (s.clone(), to.node.clone());
         in_flight.push_back(tokio::spawn(async move {
-            let r = signed(&s2, &node, "POST", &target, data, vec![(CHUNK_SHA_HEADER, sha)]).await?;
+            // The chunk's SHA-256 is also its body hash for the signature: hashed once.
+            let prepared = s2
+                .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &node, "POST", &target, data, &sha))
+                .map_err(peer_error);
+            let mut prepared = prepared?;
+            prepared.headers.push((CHUNK_SHA_HEADER, sha));
+            let r = s2.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
             if r.status != 200 {
                 return Err(answered_error(&r, "store/chunk"));
             }
@@ -175,11 +181,13 @@ pub async fn write_copy<E: Env>(
     for done in in_flight {
         done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
     }
+    let sent_at = s.env.monotonic();
     let r =
         signed(s, &to.node, "POST", &format!("/cluster/acn/store/commit?session={session}"), vec![], vec![]).await?;
     if r.status != 200 {
         return Err(answered_error(&r, "store/commit"));
     }
+    tracing::debug!(node = %to.node, commit_ms = s.env.monotonic().since(sent_at), "copy sent");
     Ok(())
 }
 

@@ -214,8 +214,12 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
         .map(|op| ("store", op))
         .or_else(|| path.strip_prefix("/cluster/acn/repl/").map(|op| ("repl", op)));
     if let Some((family, op)) = shell_op {
-        // Bytes are moved by the shell; the core only checks who is asking.
-        let sender = match s.with_node(|n, now| n.verify_acn(now, &method, &target, headers.as_ref(), &bytes)) {
+        // Bytes are moved by the shell; the core only checks who is asking. The body is hashed
+        // once: for the signature, and as the chunk's SHA-256.
+        let body_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let verified =
+            s.with_node(|n, now| n.verify_acn_hashed(now, &method, &target, headers.as_ref(), &bytes, &body_sha));
+        let sender = match verified {
             Ok(sender) => sender,
             Err(r) => return reply_response(r),
         };
@@ -232,7 +236,7 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
             _ => {}
         }
         let query = parts.uri.query().unwrap_or("");
-        return crate::store_service::handle(&s, op, &method, query, &parts.headers, bytes, sender).await;
+        return crate::store_service::handle(&s, op, &method, query, &parts.headers, bytes, body_sha, sender).await;
     }
     let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));
     reply_response(reply)

@@ -166,6 +166,7 @@ pub async fn handle<E: Env>(
     query: &str,
     headers: &HeaderMap,
     body: Bytes,
+    body_sha: String,
     sender: NodeId,
 ) -> Response {
     let q = parse_query(query);
@@ -180,7 +181,7 @@ pub async fn handle<E: Env>(
     let s2 = s.clone();
     let headers = headers.clone();
     let op = op.to_string();
-    s.blocking(move || answer(&s2, &op, &q, &headers, &body, &sender)).await
+    s.blocking(move || answer(&s2, &op, &q, &headers, &body, &body_sha, &sender)).await
 }
 
 fn session_id<E: Env>(s: &Shared<E>) -> String {
@@ -193,6 +194,7 @@ fn answer<E: Env>(
     q: &BTreeMap<String, String>,
     headers: &HeaderMap,
     body: &[u8],
+    body_sha: &str,
     sender: &NodeId,
 ) -> Response {
     let svc = &s.store_service;
@@ -267,22 +269,27 @@ fn answer<E: Env>(
                 return error_response(400, "bad_query", "chunk needs session= and index=");
             };
             let claimed = headers.get(CHUNK_SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-            let mut sessions = lock(&svc.sessions);
-            let Some((owner, sess)) = sessions.get_mut(id) else {
-                return error_response(404, "unknown_session", "no such upload session (expired?)");
+            // The session is looked up and checked under the lock, but the bytes are written
+            // without it, so chunks of one upload land in parallel.
+            let (offset, volume, part_path, session) = {
+                let sessions = lock(&svc.sessions);
+                let Some((owner, sess)) = sessions.get(id) else {
+                    return error_response(404, "unknown_session", "no such upload session (expired?)");
+                };
+                if owner != sender {
+                    return error_response(404, "unknown_session", "no such upload session");
+                }
+                let offset = match sess.check_chunk(index, body.len() as u64, claimed, body_sha) {
+                    Ok(o) => o,
+                    Err(e) => return transfer_error(e),
+                };
+                (offset, sess.volume.clone(), sess.path.clone(), sess.clone())
             };
-            if owner != sender {
-                return error_response(404, "unknown_session", "no such upload session");
-            }
-            let offset = match sess.check_chunk(index, body.len() as u64, claimed, &sha_hex(body)) {
-                Ok(o) => o,
-                Err(e) => return transfer_error(e),
-            };
-            let Some(vol) = s.read_node(|n, _| n.local_volume(sess.volume.as_str())) else {
+            let Some(vol) = s.read_node(|n, _| n.local_volume(volume.as_str())) else {
                 return error_response(404, "unknown_volume", "the session's volume is gone");
             };
-            let part = match confined_path(Path::new(&vol.subpath), &sess.path, false) {
-                Ok(f) => part_of(&f, sess),
+            let part = match confined_path(Path::new(&vol.subpath), &part_path, false) {
+                Ok(f) => part_of(&f, &session),
                 Err(e) => return api_error(e),
             };
             let written = std::fs::OpenOptions::new().write(true).open(&part).and_then(|mut f| {
@@ -292,6 +299,10 @@ fn answer<E: Env>(
             if let Err(e) = written {
                 return io_error("write chunk", e);
             }
+            let mut sessions = lock(&svc.sessions);
+            let Some((_, sess)) = sessions.get_mut(id) else {
+                return error_response(404, "unknown_session", "the upload session ended meanwhile");
+            };
             sess.mark(index, now);
             axum::Json(json!({"ok": true, "missing": sess.missing()})).into_response()
         }

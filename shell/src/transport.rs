@@ -63,6 +63,22 @@ impl<N: Net> Transport<N> {
         Transport { client: HttpClient::new(net) }
     }
 
+    /// [`Transport::prepare`] for a body whose SHA-256 (hex) the caller computed from `body`.
+    pub fn prepare_hashed(
+        node: &mut Node,
+        now: Millis,
+        to: &NodeId,
+        method: &str,
+        target: &str,
+        body: Vec<u8>,
+        body_hash: &str,
+    ) -> Result<Prepared, TransportError> {
+        let route = route(node, to)?;
+        let headers = node.sign_hashed(now, method, target, body_hash).ok_or(TransportError::NotInCluster)?;
+        let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
+        Ok(Prepared { route, method: method.to_string(), target: target.to_string(), headers, body })
+    }
+
     /// Sign a request to `to` with the node's key and pick its route.
     pub fn prepare(
         node: &mut Node,

@@ -27,11 +27,25 @@ pub struct SimEnv {
     /// Simulated ms elapsed, kept by the harness for reads from outside a host.
     sim_ms: Arc<AtomicU64>,
     seeds: Arc<Mutex<SeededRng>>,
+    /// (free, total) bytes every volume folder of this node reports (the full-disk fault).
+    disk: Arc<Mutex<(u64, u64)>>,
 }
+
+/// What a volume of a simulated node reports unless a fault says otherwise.
+pub const DISK_DEFAULT: (u64, u64) = (50 << 30, 100 << 30);
 
 impl SimEnv {
     pub fn new(clock: Arc<Mutex<ClockFault>>, sim_ms: Arc<AtomicU64>, seed: u64) -> SimEnv {
-        SimEnv { clock, sim_ms, seeds: Arc::new(Mutex::new(SeededRng::new(seed))) }
+        SimEnv::with_disk(clock, sim_ms, seed, Arc::new(Mutex::new(DISK_DEFAULT)))
+    }
+
+    pub fn with_disk(
+        clock: Arc<Mutex<ClockFault>>,
+        sim_ms: Arc<AtomicU64>,
+        seed: u64,
+        disk: Arc<Mutex<(u64, u64)>>,
+    ) -> SimEnv {
+        SimEnv { clock, sim_ms, seeds: Arc::new(Mutex::new(SeededRng::new(seed))), disk }
     }
 }
 
@@ -87,7 +101,7 @@ impl Probe for SimEnv {
     }
 
     fn disk_usage(&self, _path: &Path) -> (u64, u64) {
-        (50 << 30, 100 << 30)
+        *self.disk.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn seed(&self) -> u64 {

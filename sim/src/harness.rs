@@ -55,6 +55,7 @@ struct SimNode {
     clock: Arc<Mutex<ClockFault>>,
     running: bool,
     crashed_at_ms: Option<u64>,
+    disk: Arc<Mutex<(u64, u64)>>,
 }
 
 /// What one node currently believes, read straight from its core.
@@ -125,7 +126,8 @@ impl Harness {
             };
             let clock = Arc::new(Mutex::new(fault));
             let slot = Arc::new(Mutex::new(None));
-            let env = SimEnv::new(clock.clone(), sim_ms.clone(), rng.next_u64());
+            let disk = Arc::new(Mutex::new(crate::env::DISK_DEFAULT));
+            let env = SimEnv::with_disk(clock.clone(), sim_ms.clone(), rng.next_u64(), disk.clone());
             let (d, s, m, host) = (dir.clone(), slot.clone(), cfg.membership.clone(), name.clone());
             let mc = cfg.meta.clone();
             sim.host(name.as_str(), move || {
@@ -145,7 +147,7 @@ impl Harness {
                     Ok(())
                 }
             });
-            nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None });
+            nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None, disk });
         }
         let (ctl_tx, mut ctl_rx) = tokio::sync::mpsc::unbounded_channel::<(ApiCall, mpsc::Sender<ApiResult>)>();
         let ctl_env = SimEnv::new(Arc::new(Mutex::new(ClockFault::default())), sim_ms.clone(), rng.next_u64());
@@ -448,6 +450,73 @@ impl Harness {
                 }
             }
         }
+    }
+
+    // ---- the cluster drive ----
+
+    /// The folder node `i` contributes as its volume.
+    pub fn volume_dir(&self, i: usize) -> PathBuf {
+        self.nodes[i].dir.with_file_name(format!("{}-volume", self.nodes[i].name))
+    }
+
+    /// Node `i` contributes its volume folder; returns the volume id.
+    pub fn add_volume(&mut self, i: usize) -> Result<String, String> {
+        let dir = self.volume_dir(i);
+        let v = self.api_ok(i, "POST /v1/volumes", Some(serde_json::json!({"path": dir.to_string_lossy()})))?;
+        v["id"].as_str().map(str::to_string).ok_or_else(|| format!("no volume id in {v}"))
+    }
+
+    /// Put a file through node `i`. Its bytes are the JSON text of `content` (the control
+    /// client speaks JSON), so a get reads them back as the same string.
+    pub fn put_file(&mut self, i: usize, path: &str, content: &str) -> ApiResult {
+        self.api(i, &format!("PUT /v1/files{path}"), Some(Value::String(content.to_string())))
+    }
+
+    /// Read a file through node `i`: `Ok(Some(content))` when it comes back whole and right.
+    pub fn get_file(&mut self, i: usize, path: &str) -> Result<Option<String>, String> {
+        match self.api(i, &format!("GET /v1/files{path}"), None) {
+            Ok((200, Value::String(s))) => Ok(Some(s)),
+            Ok(_) => Ok(None),
+            Err(e) if e.contains("no answer") => Err(e),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The bytes `put_file` stores for `content`.
+    pub fn file_bytes(content: &str) -> Vec<u8> {
+        serde_json::to_vec(&Value::String(content.to_string())).expect("json")
+    }
+
+    /// The full-disk fault: every volume of node `i` reports `free` of `total` bytes (taken at
+    /// its next usage measurement, every 60 s).
+    pub fn set_disk(&mut self, i: usize, free: u64, total: u64) {
+        self.note(format!("disk n{i} free {free} of {total}"));
+        *lock(&self.nodes[i].disk) = (free, total);
+    }
+
+    /// Flip one byte of node `i`'s stored copy of `path` (bit rot). False when it has none.
+    pub fn flip_byte(&mut self, i: usize, path: &str, at: usize) -> bool {
+        let file = self.volume_dir(i).join(path.trim_start_matches('/'));
+        let Ok(mut bytes) = std::fs::read(&file) else { return false };
+        if bytes.is_empty() {
+            return false;
+        }
+        let k = at % bytes.len();
+        bytes[k] ^= 0x5a;
+        self.note(format!("flip byte {k} of n{i}:{path}"));
+        std::fs::write(&file, &bytes).is_ok()
+    }
+
+    /// Node `i`'s stored copy of `path`, if any.
+    pub fn stored(&self, i: usize, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.volume_dir(i).join(path.trim_start_matches('/'))).ok()
+    }
+
+    /// Read anything from node `i`'s core (None when it is down).
+    pub fn read<R>(&self, i: usize, f: impl FnOnce(&shoal_core::node::Node, shoal_core::Millis) -> R) -> Option<R> {
+        let weak = lock(&self.nodes[i].slot).clone()?;
+        let shared = weak.upgrade()?;
+        Some(shared.read_node(f))
     }
 
     // ---- observation ----

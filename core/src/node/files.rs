@@ -613,7 +613,8 @@ impl Node {
         for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
             for l in f.locations.iter().filter(|l| f.is_current(l)) {
                 let Some(folder) = own.get(&l.volume_id) else { continue };
-                if l.updated.wall_ms.saturating_add(min_age_ms) > wall.0 {
+                // A check stamped by a clock ahead of ours counts as made now.
+                if l.updated.wall_ms.min(wall.0).saturating_add(min_age_ms) > wall.0 {
                     continue;
                 }
                 out.push((l.updated.wall_ms, LocalCopy::of(f, &l.volume_id, folder)));

@@ -434,6 +434,12 @@ impl Node {
         Some(acn::sign_request(&self.key, &self.id, &cluster, method, target, body, now, &mut self.rng))
     }
 
+    /// [`Node::sign`] for a body whose SHA-256 (hex) the caller computed from the bytes it sends.
+    pub fn sign_hashed(&mut self, now: Millis, method: &str, target: &str, body_hash: &str) -> Option<SignedHeaders> {
+        let cluster = self.cluster.as_ref()?.id.clone();
+        Some(acn::sign_request_hashed(&self.key, &self.id, &cluster, method, target, body_hash, now, &mut self.rng))
+    }
+
     /// The computed state of a member as of wall time `wall`.
     pub fn node_state(&self, id: &NodeId, wall: Millis) -> NodeState {
         self.members.state(id, self.clock.peek(wall))
@@ -838,7 +844,7 @@ impl Node {
             "join" => return self.answer_join(wall, now, body),
             _ => {}
         }
-        let sender = match self.verify_signed(wall, now, method, target, headers, body) {
+        let sender = match self.verify_signed(wall, now, method, target, headers, body, None) {
             Ok(s) => s,
             Err(r) => return r,
         };
@@ -861,6 +867,7 @@ impl Node {
 
     /// Check a signed request from a member (the ACN rules, with the sender's clock offset) and
     /// note that we heard from it. The error is the reply to send.
+    #[allow(clippy::too_many_arguments)]
     fn verify_signed(
         &mut self,
         wall: Millis,
@@ -869,13 +876,15 @@ impl Node {
         target: &str,
         headers: Option<&SignedHeaders>,
         body: &[u8],
+        body_hash: Option<&str>,
     ) -> Result<NodeId, Reply> {
         let incoming = Incoming { headers, method, target, body };
         let members = &self.members;
         let cluster = self.cluster.as_ref().map(|c| &c.id);
-        let verified = self.verifier.verify_with_offset(
+        let verified = self.verifier.verify_hashed(
             wall,
             &incoming,
+            body_hash,
             cluster,
             |id| members.clock_offset_ms(id),
             |id| members.member_key(id),
@@ -928,7 +937,21 @@ impl Node {
         body: &[u8],
     ) -> Result<NodeId, Reply> {
         let now = self.advance_clocks(wall);
-        self.verify_signed(wall, now, method, target, headers, body)
+        self.verify_signed(wall, now, method, target, headers, body, None)
+    }
+
+    /// [`Node::verify_acn`] with the body's SHA-256 (hex) computed by the caller from `body`.
+    pub fn verify_acn_hashed(
+        &mut self,
+        wall: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+        body: &[u8],
+        body_hash: &str,
+    ) -> Result<NodeId, Reply> {
+        let now = self.advance_clocks(wall);
+        self.verify_signed(wall, now, method, target, headers, body, Some(body_hash))
     }
 
     /// 401 for a sender we do not count as a member. When we hold its removal, it rides along

@@ -1,0 +1,249 @@
+//! Simulation scenarios for the cluster drive (issue 4 "Simulation invariants"; spec
+//! "Replication"): the real shell of every node in turmoil, real files in temp folders, and
+//! faults: partitions, crashes, permanent loss, full disks and flipped bytes.
+//!
+//! Invariants checked:
+//! - every second: each acknowledged file has a right copy on the disk of some node that is not
+//!   permanently lost (a copy is never deleted while it is the only healthy one);
+//! - an acknowledged write with a folder policy of N copies survives the permanent loss of any
+//!   N−1 nodes, and reads back right;
+//! - after heal every file converges to exactly N healthy copies on N different nodes, whose
+//!   bytes on disk are right;
+//! - a corrupted copy is found by the scrub and repaired;
+//! - a full volume takes no new copy.
+
+use serde_json::json;
+use shoal_core::meta::records::FileRecord;
+use shoal_core::NodeId;
+use shoal_sim::{Harness, SimConfig};
+use std::collections::{BTreeMap, BTreeSet};
+
+const INTERVAL: u64 = 15_000;
+
+/// A formed cluster of `n` nodes, each contributing a volume, with `policy` copies under /data.
+fn drive_cluster(seed: u64, n: usize, policy: u32) -> Harness {
+    let mut cfg = SimConfig::new(seed, n);
+    cfg.clock_faults = seed % 2 == 1;
+    let mut h = Harness::new(cfg);
+    h.form_cluster().expect("form cluster");
+    h.converge_within(2 * INTERVAL + 5_000).expect("membership converges");
+    for i in 0..n {
+        h.add_volume(i).expect("add volume");
+    }
+    let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": policy}))).unwrap();
+    assert_eq!(s, 200, "{v}");
+    wait(&mut h, 60_000, "every node knows every volume, the policy and a leader", |h| {
+        (0..n).all(|i| {
+            h.read(i, |node, now| {
+                node.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == n
+                    && node.meta_leader(now).is_some()
+                    && !node.policy_list()["policies"].as_array().is_none_or(|p| p.is_empty())
+            })
+            .unwrap_or(false)
+        })
+    });
+    h
+}
+
+/// Step until `cond` holds, checking the always-invariants every second.
+fn wait(h: &mut Harness, bound_ms: u64, what: &str, mut cond: impl FnMut(&mut Harness) -> bool) {
+    let start = h.elapsed_ms();
+    while !cond(h) {
+        assert!(h.elapsed_ms() - start < bound_ms, "seed {}: not within {bound_ms} ms: {what}", h.cfg.seed);
+        h.run_checked(1_000).unwrap_or_else(|e| panic!("seed {}: {e}", h.cfg.seed));
+    }
+}
+
+/// Acknowledged files and what they hold.
+type Acked = BTreeMap<String, String>;
+
+/// Every acknowledged file has a right copy on some node not in `lost`.
+fn check_no_file_lost(h: &Harness, acked: &Acked, lost: &BTreeSet<usize>) -> Result<(), String> {
+    for (path, content) in acked {
+        let want = Harness::file_bytes(content);
+        let holders: Vec<usize> =
+            (0..h.node_count()).filter(|i| !lost.contains(i) && h.stored(*i, path).as_ref() == Some(&want)).collect();
+        if holders.is_empty() {
+            return Err(format!("seed {}: no right copy of {path} left on any node", h.cfg.seed));
+        }
+    }
+    Ok(())
+}
+
+/// Run `ms`, checking that no acknowledged file lost its last right copy, every second.
+fn run_watching(h: &mut Harness, ms: u64, acked: &Acked, lost: &BTreeSet<usize>) {
+    for _ in 0..ms.div_ceil(1_000) {
+        h.run_checked(1_000).unwrap_or_else(|e| panic!("seed {}: {e}", h.cfg.seed));
+        check_no_file_lost(h, acked, lost).unwrap();
+    }
+}
+
+/// The file record as node `i` sees it.
+fn record(h: &Harness, i: usize, path: &str) -> Option<FileRecord> {
+    h.read(i, |n, _| n.meta().state().file(path).cloned()).flatten()
+}
+
+/// Node index of an id.
+fn index_of(h: &Harness, id: &NodeId) -> usize {
+    h.ids.iter().position(|x| x == id).expect("a known node")
+}
+
+/// Every acknowledged file has exactly `n` current copies on `n` different live nodes, in the
+/// records of every live node, and those nodes' disks hold the right bytes.
+fn converged_copies(h: &Harness, acked: &Acked, n: usize, live: &[usize]) -> Result<(), String> {
+    for (path, content) in acked {
+        let want = Harness::file_bytes(content);
+        for &i in live {
+            let f = record(h, i, path).ok_or_else(|| format!("n{i} has no record of {path}"))?;
+            let holders: Vec<usize> =
+                f.locations.iter().filter(|l| f.is_current(l)).map(|l| index_of(h, &l.node_id)).collect();
+            let distinct: BTreeSet<usize> = holders.iter().copied().collect();
+            if holders.len() != n || distinct.len() != n {
+                return Err(format!("n{i} sees {path} on {holders:?}, wanted {n} different nodes"));
+            }
+            for j in distinct {
+                if !live.contains(&j) {
+                    return Err(format!("{path} counts a copy on n{j}, which is gone"));
+                }
+                if h.stored(j, path).as_ref() != Some(&want) {
+                    return Err(format!("n{j}'s copy of {path} is not right on disk"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes during a partition and a crash; after heal every file has exactly N right copies on
+/// N nodes; then N−1 of one file's holders are lost for good (crashed and removed), and every
+/// file still reads back right and converges to N copies on the nodes left.
+#[test]
+fn acknowledged_files_survive_the_loss_of_n_minus_1_nodes_and_converge_to_n_copies() {
+    for seed in [11u64, 12] {
+        let n = 3usize;
+        let mut h = drive_cluster(seed, 5, n as u32);
+        let mut acked = Acked::new();
+        let lost = BTreeSet::new();
+        // Faults while writing: one node cut off from two others, another crashed.
+        h.partition(1, 3);
+        h.partition(1, 4);
+        h.crash(2);
+        for k in 0..8 {
+            let path = format!("/data/f{k}.txt");
+            let content = format!("file {k} of seed {seed}: {}", "x".repeat(100 + k * 37));
+            let via = [0, 1, 3, 4][k % 4];
+            if let Ok((200, v)) = h.put_file(via, &path, &content) {
+                // Acknowledged with all N copies: the write survives N-1 losses.
+                if v["copies"] == json!(n) {
+                    acked.insert(path, content);
+                }
+            }
+            run_watching(&mut h, 2_000, &acked, &lost);
+        }
+        assert!(acked.len() >= 4, "seed {seed}: too few writes acknowledged with {n} copies: {}", acked.len());
+        h.heal_network();
+        h.bounce(2);
+        let live: Vec<usize> = (0..5).collect();
+        wait(&mut h, 300_000, "every file has exactly N right copies on N nodes", |h| {
+            check_no_file_lost(h, &acked, &lost).unwrap();
+            converged_copies(h, &acked, n, &live).is_ok()
+        });
+
+        // Lose N-1 of one file's holders for good.
+        let (path, _) = acked.iter().next().unwrap();
+        let f = record(&h, 0, path).unwrap();
+        let holders: Vec<usize> =
+            f.locations.iter().filter(|l| f.is_current(l)).map(|l| index_of(&h, &l.node_id)).collect();
+        let doomed: Vec<usize> = holders.iter().copied().filter(|&i| i != 0).take(n - 1).collect();
+        assert_eq!(doomed.len(), n - 1);
+        let survivor = (0..5).find(|i| !doomed.contains(i)).unwrap();
+        let mut lost = BTreeSet::new();
+        for &d in &doomed {
+            h.crash(d);
+            lost.insert(d);
+        }
+        for &d in &doomed {
+            let (s, v) = h.remove_node(survivor, d).unwrap();
+            assert_eq!(s, 200, "{v}");
+        }
+        let live: Vec<usize> = (0..5).filter(|i| !lost.contains(i)).collect();
+        for (path, content) in acked.clone() {
+            assert_eq!(h.get_file(survivor, &path).unwrap().as_deref(), Some(content.as_str()), "seed {seed}: {path}");
+        }
+        wait(&mut h, 400_000, "every file is back to N copies on the nodes left", |h| {
+            check_no_file_lost(h, &acked, &lost).unwrap();
+            converged_copies(h, &acked, n, &live).is_ok()
+        });
+    }
+}
+
+/// Flipped bytes in stored copies are found by the scrub (no read needed) and repaired.
+#[test]
+fn a_flipped_byte_is_found_by_the_scrub_and_repaired() {
+    let mut h = drive_cluster(21, 3, 2);
+    let (s, _) = h.api(0, "PUT /v1/settings/storage.scrubMinAgeMs", Some(json!({"value": 0}))).unwrap();
+    assert_eq!(s, 200);
+    let mut acked = Acked::new();
+    for k in 0..3 {
+        let (path, content) = (format!("/data/rot{k}"), format!("content {k} {}", "y".repeat(5000)));
+        let (s, v) = h.put_file(k, &path, &content).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        acked.insert(path, content);
+    }
+    let live = [0, 1, 2];
+    wait(&mut h, 120_000, "2 copies each", |h| converged_copies(h, &acked, 2, &live).is_ok());
+    // Rot one copy of each file.
+    for (k, path) in acked.keys().enumerate() {
+        let holder = (0..3).find(|&i| h.stored(i, path).is_some()).unwrap();
+        assert!(h.flip_byte(holder, path, 7 + k));
+    }
+    wait(&mut h, 300_000, "the scrub found every flipped byte and the planner repaired it", |h| {
+        check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
+        converged_copies(h, &acked, 2, &live).is_ok()
+    });
+    let mismatches: u64 = (0..3)
+        .map(|i| h.api(i, "GET /v1/repl/status", None).map(|(_, v)| v["thisNode"]["stats"]["scrubMismatches"].as_u64()))
+        .map(|r| r.ok().flatten().unwrap_or(0))
+        .sum();
+    assert!(mismatches >= 3, "the scrub found the flipped bytes ({mismatches})");
+}
+
+/// A volume below 5 % free goes read-only and takes no new copy, neither a put's nor the
+/// planner's; above 7 % it takes copies again.
+#[test]
+fn a_full_volume_takes_no_new_copy() {
+    let mut h = drive_cluster(31, 4, 2);
+    let full = 3;
+    h.set_disk(full, 1 << 30, 100 << 30);
+    let vol_full = h.read(full, |n, _| n.local_volumes()[0].0.clone()).unwrap();
+    wait(&mut h, 120_000, "every node sees the full volume as low on space", |h| {
+        (0..4).all(|i| {
+            h.read(i, |n, _| {
+                n.volume_list()["volumes"]
+                    .as_array()
+                    .is_some_and(|vs| vs.iter().any(|v| v["id"] == json!(vol_full) && v["lowSpace"] == json!(true)))
+            })
+            .unwrap_or(false)
+        })
+    });
+    let mut acked = Acked::new();
+    for k in 0..6 {
+        // Written through the full node itself, whose own volume would come first.
+        let (path, content) = (format!("/data/big{k}"), format!("{k}"));
+        let (s, v) = h.put_file(full, &path, &content).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        acked.insert(path, content);
+    }
+    run_watching(&mut h, 90_000, &acked, &BTreeSet::new());
+    for path in acked.keys() {
+        let f = record(&h, 0, path).unwrap();
+        assert!(f.locations.iter().all(|l| l.volume_id != vol_full), "{path} got a copy on the full volume");
+        assert!(h.stored(full, path).is_none(), "{path} is on the full volume's disk");
+    }
+    // Room again: the volume takes copies (policy 4 needs it).
+    h.set_disk(full, 50 << 30, 100 << 30);
+    let (s, _) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 4}))).unwrap();
+    assert_eq!(s, 200);
+    let live = [0, 1, 2, 3];
+    wait(&mut h, 300_000, "the volume with room again takes copies", |h| converged_copies(h, &acked, 4, &live).is_ok());
+}
