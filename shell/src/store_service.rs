@@ -159,6 +159,7 @@ fn sha_hex(b: &[u8]) -> String {
 }
 
 /// Answer one `store/*` request from verified member `sender`.
+#[allow(clippy::too_many_arguments)]
 pub async fn handle<E: Env>(
     s: &Arc<Shared<E>>,
     op: &str,
