@@ -185,3 +185,72 @@ fn three_real_nodes_form_a_cluster_track_liveness_and_survive_restart() {
     let probe = nodes[0].cli_json(&["node", "probe", &ids[1]]);
     assert_eq!(probe["reachable"], true, "{probe}");
 }
+
+/// The cluster drive through the real CLI and two real processes (issue 4 "The namespace"):
+/// put with a progress bar, a verified get from the other node, ls, stat with every copy, mv,
+/// verify, rm, and clear failures with a non-zero exit for bad input.
+#[test]
+fn the_drive_through_the_real_cli() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> =
+        (0..2).map(|i| Node { dir: root.path().join(format!("n{i}")), port: free_port(), child: None }).collect();
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    nodes[0].cli_json(&["cluster", "create", "--name", "drive"]);
+    let token = nodes[0].cli_json(&["token", "new"])["token"].as_str().unwrap().to_string();
+    nodes[1].cli_json(&["join", &token]);
+    for (i, n) in nodes.iter().enumerate() {
+        let vol = root.path().join(format!("vol{i}"));
+        n.cli_json(&["volume", "add", vol.to_str().unwrap()]);
+    }
+    nodes[0].cli_json(&["policy", "set", "cluster:/docs", "2"]);
+    wait_for(Duration::from_secs(20), || {
+        nodes.iter().all(|n| {
+            let v = n.cli_json(&["volume", "list"]);
+            let p = n.cli_json(&["policy", "list"]);
+            v["volumes"].as_array().is_some_and(|a| a.len() == 2)
+                && p["policies"].as_array().is_some_and(|a| !a.is_empty())
+                && n.cli_json(&["meta", "status"])["leader"].is_string()
+        })
+    });
+
+    let local = root.path().join("in.bin");
+    let content: Vec<u8> = (0..9 * 1024 * 1024 + 5).map(|i: usize| (i * 13 % 251) as u8).collect();
+    std::fs::write(&local, &content).unwrap();
+    let put = nodes[0].cli_json(&["put", local.to_str().unwrap(), "cluster:/docs/in.bin"]);
+    assert_eq!((put["copies"].as_u64(), put["wanted"].as_u64()), (Some(2), Some(2)), "{put}");
+
+    let out = root.path().join("out.bin");
+    let got = nodes[1].cli_json(&["get", "cluster:/docs/in.bin", out.to_str().unwrap()]);
+    assert_eq!(got["size"].as_u64(), Some(content.len() as u64));
+    assert!(std::fs::read(&out).unwrap() == content, "the file comes back byte for byte");
+
+    let ls = nodes[1].cli_json(&["ls", "cluster:/docs"]);
+    assert_eq!(ls["entries"][0]["name"], "in.bin");
+    let st = nodes[1].cli_json(&["stat", "cluster:/docs/in.bin"]);
+    let copies = st["copies"].as_array().unwrap();
+    assert_eq!(copies.len(), 2);
+    assert!(copies.iter().all(|c| c["copy"].as_str().unwrap().ends_with("/docs/in.bin")), "{st}");
+    let (ok, human, _) = nodes[1].cli(&["stat", "cluster:/docs/in.bin"]);
+    assert!(ok && human.contains("committed") || human.contains("verified"), "{human}");
+
+    nodes[0].cli_json(&["mv", "cluster:/docs/in.bin", "cluster:/docs/moved.bin"]);
+    let verify = nodes[0].cli_json(&["verify", "cluster:/docs"]);
+    assert_eq!(verify["verified"], 2, "{verify}");
+    wait_for(Duration::from_secs(20), || root.path().join("vol1/docs/moved.bin").exists());
+    nodes[1].cli_json(&["rm", "cluster:/docs/moved.bin"]);
+    wait_for(Duration::from_secs(20), || {
+        !root.path().join("vol0/docs/moved.bin").exists() && !root.path().join("vol1/docs/moved.bin").exists()
+    });
+
+    // Bad input: a missing file, a local file that does not exist, a path that is no cluster path.
+    let (ok, _, err) = nodes[0].cli(&["get", "cluster:/docs/none", out.to_str().unwrap()]);
+    assert!(!ok && err.contains("nothing at"), "{err}");
+    let (ok, _, err) = nodes[0].cli(&["put", "/no/such/file", "cluster:/x"]);
+    assert!(!ok && err.contains("/no/such/file"), "{err}");
+    let (ok, _, err) = nodes[0].cli(&["put", local.to_str().unwrap(), "docs/x"]);
+    assert!(!ok && err.contains("not a cluster path"), "{err}");
+    let (ok, _, err) = nodes[0].cli(&["rm", "cluster:/docs"]);
+    assert!(ok || err.contains("not empty") || err.contains("nothing at"), "{err}");
+}

@@ -772,3 +772,69 @@ fn walk(root: &Path) -> Vec<(String, u64, u64)> {
     out.sort();
     out
 }
+
+/// A file's copies: (volume, node).
+pub type Copies = Vec<(shoal_core::VolumeId, NodeId)>;
+
+/// After a remove: have every holder delete its copies now (each checks the removal against
+/// its own records; one whose records lag answers 409 and is asked again for a while, after
+/// which its reconciler finishes the job). `removed` is (path, copies).
+pub async fn delete_now<E: Env>(
+    s: &Arc<Shared<E>>,
+    removed: Vec<(String, Vec<(shoal_core::VolumeId, NodeId)>)>,
+) -> u64 {
+    const REMOVE_WAIT_MS: u64 = 10_000;
+    let me = s.read_node(|n, _| n.id().clone());
+    let started = s.env.monotonic();
+    reconcile_once(s).await;
+    let mut done = 0u64;
+    for (path, copies) in removed {
+        for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            let body = json!({"volumeId": volume, "path": path}).to_string().into_bytes();
+            loop {
+                match signed(s, &node, "POST", "/cluster/acn/store/delete", body.clone(), vec![]).await {
+                    Ok(r) if r.status == 200 => {
+                        done += 1;
+                        break;
+                    }
+                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < REMOVE_WAIT_MS => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    done
+}
+
+/// After a move: have every holder rename its copies now, so the files are where the records
+/// say before the move is answered. Holders check the move against their own records (a
+/// holder whose records lag answers 409 and is asked again); whatever is not done within
+/// `MOVE_WAIT_MS` the holders' reconcilers finish. `moved` is (old path, new path, copies).
+pub async fn rename_now<E: Env>(s: &Arc<Shared<E>>, moved: Vec<(String, String, Copies)>) -> u64 {
+    const MOVE_WAIT_MS: u64 = 10_000;
+    let me = s.read_node(|n, _| n.id().clone());
+    let started = s.env.monotonic();
+    reconcile_once(s).await;
+    let mut done = 0u64;
+    for (from, to, copies) in moved {
+        for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            let body = json!({"volumeId": volume, "from": from, "to": to}).to_string().into_bytes();
+            loop {
+                let r = signed(s, &node, "POST", "/cluster/acn/store/rename", body.clone(), vec![]).await;
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        done += 1;
+                        break;
+                    }
+                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < MOVE_WAIT_MS => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break, // the holder's reconciler will do it
+                }
+            }
+        }
+    }
+    done
+}

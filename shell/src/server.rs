@@ -666,11 +666,18 @@ async fn files_delete<E: Env>(
         Ok(q) => q.0,
         Err(e) => return error_response(400, "bad_query", e.body_text()),
     };
-    let r = s.with_node(|n, now| n.file_remove(now, &format!("/{path}"), q.recursive));
-    if r.is_ok() {
-        s.disk_kick();
+    let path = format!("/{path}");
+    let r = s.with_node(|n, now| {
+        let before = n.file_copies_under(&path);
+        n.file_remove(now, &path, q.recursive).map(|v| (v, before))
+    });
+    match r {
+        Ok((mut v, before)) => {
+            v["deletedNow"] = json!(crate::repl::delete_now(&s, before).await);
+            api_result(Ok(v))
+        }
+        Err(e) => api_result(Err(e)),
     }
-    api_result(r)
 }
 
 #[derive(Deserialize)]
@@ -681,11 +688,24 @@ struct MoveBody {
 }
 
 async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
-    let r = parse_body::<MoveBody>(&body).and_then(|b| s.with_node(|n, now| n.file_move(now, &b.from, &b.to)));
-    if r.is_ok() {
-        s.disk_kick();
-    }
-    api_result(r)
+    let b = match parse_body::<MoveBody>(&body) {
+        Ok(b) => b,
+        Err(e) => return api_result(Err(e)),
+    };
+    let moved = s.with_node(|n, now| {
+        let before = n.file_copies_under(&b.from);
+        n.file_move(now, &b.from, &b.to).map(|v| (v, before))
+    });
+    let (mut v, before) = match moved {
+        Ok(x) => x,
+        Err(e) => return api_result(Err(e)),
+    };
+    let (from, to) =
+        (v["from"].as_str().unwrap_or_default().to_string(), v["to"].as_str().unwrap_or_default().to_string());
+    let pairs =
+        before.into_iter().map(|(p, copies)| (p.clone(), format!("{to}{}", &p[from.len()..]), copies)).collect();
+    v["renamedNow"] = json!(crate::repl::rename_now(&s, pairs).await);
+    api_result(Ok(v))
 }
 
 #[derive(Deserialize)]

@@ -342,6 +342,25 @@ impl Node {
         Ok(json!({ "from": from, "to": to, "moved": n }))
     }
 
+    /// Live files at `path` and below it, each with its copies on disk (volume, node): what a
+    /// move of `path` has to rename.
+    pub fn file_copies_under(&self, path: &str) -> Vec<(String, Vec<(VolumeId, NodeId)>)> {
+        let Ok(p) = normalize(path) else { return vec![] };
+        self.subtree(&p)
+            .into_iter()
+            .filter(|f| !f.is_dir)
+            .map(|f| {
+                let copies = f
+                    .locations
+                    .iter()
+                    .filter(|l| l.state != LocationState::Dropped)
+                    .map(|l| (l.volume_id.clone(), l.node_id.clone()))
+                    .collect();
+                (f.path, copies)
+            })
+            .collect()
+    }
+
     /// The live file at `path` and its readable copies of the current content: this node's
     /// first, then reachable members (ONLINE before others), by node id.
     pub fn file_sources(&self, path: &str, wall: Millis) -> Result<(FileRecord, Vec<Source>), ApiError> {
