@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cluster drive transfer speed (issue 4 "Speed"): put and get of one large file between two
 # real nodes over loopback, side by side in the same run with
-#   - single-core SHA-256 throughput of the same file (openssl, and sha256sum; the faster one is
-#     the baseline), and
+#   - single-core SHA-256 throughput of the same file (openssl, sha256sum and `shoal checksum`,
+#     the sha2 crate shoal uses; the fastest is the baseline), and
 #   - rsync --whole-file to an rsync daemon over loopback (when rsync is installed),
 # and the peak RSS (VmHWM) of both nodes while the file moves.
 #
@@ -48,7 +48,10 @@ t0=$(now); openssl dgst -sha256 "$dir/src.bin" >/dev/null; t1=$(now)
 sha_openssl=$(rate $bytes "$t0" "$t1")
 t0=$(now); sha256sum "$dir/src.bin" >/dev/null; t1=$(now)
 sha_coreutils=$(rate $bytes "$t0" "$t1")
+t0=$(now); "$bin" checksum "$dir/src.bin" >/dev/null; t1=$(now)
+sha_shoal=$(rate $bytes "$t0" "$t1")
 sha=$(( sha_openssl > sha_coreutils ? sha_openssl : sha_coreutils ))
+sha=$(( sha_shoal > sha ? sha_shoal : sha ))
 
 t0=$(now); "${A[@]}" put "$dir/src.bin" cluster:/bench/big.bin >/dev/null 2>&1; t1=$(now)
 put=$(rate $bytes "$t0" "$t1")
@@ -79,7 +82,7 @@ fi
 mb() { python3 -c "print(f'{$1/1048576:.0f} MiB/s')"; }
 pct() { python3 -c "print(f'{100*$1/$2:.0f}%')"; }
 echo "file: ${mib} MiB, machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "sha256 single core: openssl $(mb "$sha_openssl"), sha256sum $(mb "$sha_coreutils"); baseline $(mb $sha)"
+echo "sha256 single core: openssl $(mb "$sha_openssl"), sha256sum $(mb "$sha_coreutils"), shoal checksum $(mb "$sha_shoal"); baseline (fastest) $(mb $sha)"
 echo "shoal put A->B:     $(mb "$put")  ($(pct "$put" $sha) of sha256)"
 echo "shoal get B->A:     $(mb "$get")  ($(pct "$get" $sha) of sha256)"
 [ "$rsync_rate" != "n/a" ] && echo "rsync --whole-file: $(mb "$rsync_rate")  ($(pct "$rsync_rate" $sha) of sha256)"

@@ -125,6 +125,8 @@ pub enum Cmd {
     },
     /// Look through this node's volume folders now: adopt new files, mark changed copies stale.
     Rescan,
+    /// The SHA-256 of a local file, as the cluster computes it (to compare with `stat`).
+    Checksum { local: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]
@@ -298,6 +300,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Serve(args) => serve(cli.global, args).await,
         Cmd::Demo { nodes, base_port, exit_when_ready } => crate::demo::run(nodes, base_port, exit_when_ready).await,
+        Cmd::Checksum { local } => crate::cli_files::checksum(&local, cli.global.json),
         cmd => {
             let api = Api::new(&cli.global)?;
             api.run(cmd).await
@@ -624,7 +627,7 @@ impl Api {
                 (self.call("POST", "/verify", Some(json!({ "path": p }))).await?, human_verify)
             }
             Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
-            Cmd::Serve(_) | Cmd::Demo { .. } => unreachable!("handled in run"),
+            Cmd::Serve(_) | Cmd::Demo { .. } | Cmd::Checksum { .. } => unreachable!("handled in run"),
         };
         if self.json {
             println!("{}", serde_json::to_string_pretty(&v).expect("json"));

@@ -228,3 +228,28 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
         serde_json::json!({ "path": remote, "local": local.display().to_string(), "size": got, "checksum": sum, "copy": copy }),
     )
 }
+
+/// `shoal checksum LOCAL`: the file's SHA-256 and how fast it was read and hashed.
+pub fn checksum(local: &Path, json: bool) -> Result<(), CliError> {
+    let started = std::time::Instant::now();
+    let mut f = std::fs::File::open(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; BLOCK];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        total += n as u64;
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    let sum = hex::encode(hash.finalize());
+    if json {
+        println!("{}", serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64}));
+    } else {
+        println!("{sum}  {}", local.display());
+    }
+    Ok(())
+}

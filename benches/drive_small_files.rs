@@ -1,0 +1,187 @@
+//! 10,000 files of 4 KiB put into a 3-node cluster with 16 concurrent clients (issue 4
+//! "Speed"), files/s as acknowledged, side by side with the floor of the same work on this
+//! disk: the same files written by 16 threads into one folder the durable way a copy is
+//! written (part file, fsync, rename, fsync of the folder).
+//!
+//! Three real `shoal serve` processes on loopback, each with a volume; clients spread over the
+//! three nodes; each put is acknowledged only after its copy is fsynced and its record
+//! published. Run with policy 1 (default) and policy 2 (`/two` folder). `cargo bench --bench
+//! drive_small_files` (env FILES, CLIENTS).
+
+use serde_json::{json, Value};
+use shoal_shell::client::HttpClient;
+use shoal_shell::env::TokioEnv;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Kill(Vec<Child>);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn call(
+    c: &HttpClient<TokioEnv>,
+    url: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let auth = format!("Bearer {token}");
+    match c.request(url, method, path, &[("authorization", &auth)], body, 60_000).await {
+        Ok(r) => (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null)),
+        Err(e) => (0, json!({ "error": e.to_string() })),
+    }
+}
+
+fn j(v: Value) -> Vec<u8> {
+    serde_json::to_vec(&v).unwrap()
+}
+
+async fn wait_until(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Put `files` files of 4 KiB under `folder` with `clients` concurrent clients; files/s.
+async fn put_all(urls: &[String], tokens: &[String], folder: &str, files: usize, clients: usize) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (urls, tokens, next, folder) = (urls.to_vec(), tokens.to_vec(), next.clone(), folder.to_string());
+        tasks.push(tokio::spawn(async move {
+            let client = HttpClient::new(TokioEnv::default());
+            let node = c % urls.len();
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= files {
+                    return;
+                }
+                let body: Vec<u8> = (0..4096).map(|i| ((i + k) % 251) as u8).collect();
+                let path = format!("/v1/files{folder}/d{}/f{k}", k % 100);
+                let (s, v) = call(&client, &urls[node], &tokens[node], "PUT", &path, body).await;
+                assert_eq!(s, 200, "{v}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    files as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same files written durably into one folder by `threads` threads; files/s.
+fn floor(dir: &Path, files: usize, threads: usize) -> f64 {
+    std::fs::create_dir_all(dir).unwrap();
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let next = next.clone();
+            s.spawn(move || loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= files {
+                    return;
+                }
+                let body: Vec<u8> = (0..4096).map(|i| ((i + k) % 251) as u8).collect();
+                let sub = dir.join(format!("d{}", k % 100));
+                std::fs::create_dir_all(&sub).unwrap();
+                let part = sub.join(format!("f{k}.part"));
+                let mut f = std::fs::File::create(&part).unwrap();
+                f.write_all(&body).unwrap();
+                f.sync_all().unwrap();
+                std::fs::rename(&part, sub.join(format!("f{k}"))).unwrap();
+                std::fs::File::open(&sub).unwrap().sync_all().unwrap();
+            });
+        }
+    });
+    files as f64 / start.elapsed().as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let files: usize = std::env::var("FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let root = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_shoal");
+    let mut kids = Kill(Vec::new());
+    let (mut urls, mut tokens) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let dir = root.path().join(format!("n{i}"));
+        let p = port();
+        kids.0.push(
+            Command::new(bin)
+                .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
+                .env("SHOAL_LOG", "error")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start shoal"),
+        );
+        urls.push(format!("http://127.0.0.1:{p}"));
+        let tf = dir.join("admin.token");
+        assert!(wait_until(Duration::from_secs(10), async || tf.exists()).await, "node starts");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokens.push(std::fs::read_to_string(&tf).unwrap().trim().to_string());
+    }
+    let c = HttpClient::new(TokioEnv::default());
+    assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", j(json!({"name": "b"}))).await.0, 200);
+    for i in 1..3 {
+        let t =
+            call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", vec![]).await.1["token"].as_str().unwrap().to_string();
+        assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", j(json!({ "token": t }))).await.0, 200);
+    }
+    for i in 0..3 {
+        let vol = root.path().join(format!("vol{i}"));
+        let body = j(json!({"path": vol.to_str().unwrap()}));
+        assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/volumes", body).await.0, 200);
+    }
+    assert_eq!(
+        call(&c, &urls[0], &tokens[0], "POST", "/v1/policies", j(json!({"folder": "/two", "replicas": 2}))).await.0,
+        200
+    );
+    let ready = wait_until(Duration::from_secs(120), async || {
+        let mut ok = true;
+        for i in 0..3 {
+            let v = call(&c, &urls[i], &tokens[i], "GET", "/v1/volumes", vec![]).await.1;
+            let m = call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", vec![]).await.1;
+            ok &= v["volumes"].as_array().is_some_and(|a| a.len() == 3) && m["leader"].is_string();
+        }
+        ok
+    })
+    .await;
+    assert!(ready, "cluster ready");
+
+    let base = floor(&root.path().join("floor"), files, clients);
+    let one = put_all(&urls, &tokens, "/one", files, clients).await;
+    let two = put_all(&urls, &tokens, "/two", files, clients).await;
+    println!("{files} files of 4 KiB, {clients} concurrent clients, 3 nodes on loopback ({} cores)", num_cpus());
+    println!("  durable local writes (floor): {base:>7.0} files/s");
+    println!("  shoal put, 1 copy:            {one:>7.0} files/s  ({:.0}% of the floor)", 100.0 * one / base);
+    println!("  shoal put, 2 copies:          {two:>7.0} files/s  ({:.0}% of the floor)", 100.0 * two / base);
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
