@@ -247,7 +247,10 @@ pub fn checksum(local: &Path, json: bool) -> Result<(), CliError> {
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let sum = hex::encode(hash.finalize());
     if json {
-        println!("{}", serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64}));
+        println!(
+            "{}",
+            serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64})
+        );
     } else {
         println!("{sum}  {}", local.display());
     }
