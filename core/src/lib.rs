@@ -10,6 +10,7 @@
 //! `handle(now, input)`, `handle_timeout(now)`, `poll_output()` and `poll_timeout()`.
 
 pub mod acn;
+pub mod config;
 pub mod hlc;
 pub mod ids;
 pub mod latency;

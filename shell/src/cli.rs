@@ -127,6 +127,80 @@ pub enum Cmd {
     Rescan,
     /// The SHA-256 of a local file, as the cluster computes it (to compare with `stat`).
     Checksum { local: PathBuf },
+    /// Configuration: declared keys, values at three levels, resolution, history, proposals.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigWhere {
+    /// Narrow to (or, for set/clear/propose, write at) this module's own value on --node.
+    #[arg(long)]
+    pub module: Option<String>,
+    /// Narrow to (or write at) this node.
+    #[arg(long)]
+    pub node: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Stored values, resolved values with their source, and the predefined keys.
+    List {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Set a value at one level: mesh (no --node), node (--node), a module's own (--node --module).
+    Set {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        value: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Clear the value at one level.
+    Clear {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Every set, clear and approval, newest first.
+    History {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// This node's resolved values (also in DATA/config/<module>.json).
+    Resolved,
+    /// Propose a value (or --clear) for an admin's approval (the only way to set a trusted key).
+    Propose {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long, required_unless_present = "clear")]
+        value: Option<String>,
+        #[arg(long)]
+        clear: bool,
+        #[arg(long)]
+        why: String,
+    },
+    /// Proposals, newest first, or one whole.
+    Proposals { id: Option<String> },
+    /// Approve a proposal as shown (refused when it or the stored value changed since).
+    Approve { id: String },
+    /// Decline a proposal.
+    Decline { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -627,6 +701,7 @@ impl Api {
                 (self.call("POST", "/verify", Some(json!({ "path": p }))).await?, human_verify)
             }
             Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
+            Cmd::Config { cmd } => self.config(cmd).await?,
             Cmd::Serve(_) | Cmd::Demo { .. } | Cmd::Checksum { .. } => unreachable!("handled in run"),
         };
         if self.json {
@@ -635,6 +710,148 @@ impl Api {
             println!("{}", human(&v));
         }
         Ok(())
+    }
+}
+
+impl Api {
+    async fn config(&self, cmd: ConfigCmd) -> Result<(Value, fn(&Value) -> String), CliError> {
+        let q = |at: &ConfigWhere, key: &Option<String>| {
+            let mut parts = Vec::new();
+            for (k, v) in [("module", &at.module), ("node", &at.node), ("key", key)] {
+                if let Some(v) = v {
+                    parts.push(format!("{k}={}", query_escape(v)));
+                }
+            }
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", parts.join("&"))
+            }
+        };
+        let post = |body: Value| async move { self.call("POST", "/config", Some(body)).await };
+        Ok(match cmd {
+            ConfigCmd::List { at, key } => (self.call("GET", &format!("/config{}", q(&at, &key)), None).await?, human_config),
+            ConfigCmd::History { at, key } => {
+                (self.call("GET", &format!("/config/history{}", q(&at, &key)), None).await?, human_history)
+            }
+            ConfigCmd::Resolved => (self.call("GET", "/config/resolved", None).await?, human_json),
+            ConfigCmd::Set { at, key, value, why } => (
+                post(json!({"action": "set", "key": key, "value": value, "why": why, "node": at.node, "module": at.module}))
+                    .await?,
+                human_moved,
+            ),
+            ConfigCmd::Clear { at, key, why } => (
+                post(json!({"action": "clear", "key": key, "why": why, "node": at.node, "module": at.module})).await?,
+                human_moved,
+            ),
+            ConfigCmd::Propose { at, key, value, clear, why } => (
+                post(json!({"action": "propose", "key": key, "value": value, "clear": clear, "why": why, "node": at.node, "module": at.module}))
+                    .await?,
+                human_json,
+            ),
+            ConfigCmd::Proposals { id } => match id {
+                Some(id) => (self.call("GET", &format!("/config/proposals/{}", path_seg(&id)?), None).await?, human_json),
+                None => (self.call("GET", "/config/proposals", None).await?, human_proposals),
+            },
+            ConfigCmd::Approve { id } => {
+                // Approve what is shown: the proposal as read now binds the approval.
+                let p = self.call("GET", &format!("/config/proposals/{}", path_seg(&id)?), None).await?;
+                eprintln!("approving {}: {} = {} (shown against {})", s(&p["id"]), s(&p["level"]), s(&p["value"]), s(&p["shownAgainst"]));
+                let body = json!({"action": "approve", "id": id, "seen": true, "seenValue": p["value"], "seenShownAgainst": p["shownAgainst"]});
+                (post(body).await?, human_json)
+            }
+            ConfigCmd::Decline { id } => (post(json!({"action": "decline", "id": id})).await?, human_json),
+        })
+    }
+}
+
+fn human_json(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+fn human_config(v: &Value) -> String {
+    let mut out = String::from("stored values:\n");
+    for e in v["values"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {} = {}  (by {}, {}: {})\n",
+            s(&e["level"]),
+            e["value"],
+            s(&e["by"]),
+            s(&e["at"]),
+            s(&e["why"])
+        ));
+    }
+    out.push_str("resolved:\n");
+    for r in v["resolved"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {} {}.{} = {}  [{}]\n",
+            s(&r["node"]),
+            s(&r["module"]),
+            s(&r["key"]),
+            r["value"],
+            s(&r["source"])
+        ));
+    }
+    for u in v["unresolved"].as_array().into_iter().flatten() {
+        out.push_str(&format!("unresolved: {} on {}: {}\n", s(&u["module"]), s(&u["node"]), s(&u["why"])));
+    }
+    out.trim_end().to_string()
+}
+
+fn human_history(v: &Value) -> String {
+    let mut out = String::new();
+    for h in v["history"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} {} {} = {} (was {}) by {}: {}; moved {}\n",
+            s(&h["at"]),
+            s(&h["action"]),
+            s(&h["level"]),
+            h["value"],
+            h["previous"],
+            s(&h["by"]),
+            s(&h["why"]),
+            h["moved"].as_array().map_or(0, |m| m.len())
+        ));
+    }
+    if out.is_empty() {
+        "no history".into()
+    } else {
+        out.trim_end().to_string()
+    }
+}
+
+fn human_moved(v: &Value) -> String {
+    let mut out = format!("{} = {} (was {})", s(&v["level"]), v["value"], v["previous"]);
+    for m in v["moved"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "\n  moved: {} {}.{} -> {}",
+            s(&m["node"]),
+            s(&m["module"]),
+            s(&m["key"]),
+            m["to"]["value"]
+        ));
+    }
+    out
+}
+
+fn human_proposals(v: &Value) -> String {
+    let mut out = String::new();
+    for p in v["proposals"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{} {} {} = {} (against {}) by {}: {}\n",
+            s(&p["id"]),
+            s(&p["status"]),
+            s(&p["level"]),
+            p["value"],
+            p["shownAgainst"],
+            s(&p["by"]),
+            s(&p["why"])
+        ));
+    }
+    if out.is_empty() {
+        "no proposals".into()
+    } else {
+        out.trim_end().to_string()
     }
 }
 

@@ -29,6 +29,9 @@ const META_FLUSH_MS: u64 = 50;
 /// How often this node measures its volumes.
 const VOLUME_USAGE_EVERY_MS: u64 = 60_000;
 
+/// How often this node resolves its config (besides at start and on every change).
+const CONFIG_EVERY_MS: u64 = 5_000;
+
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
 
@@ -102,6 +105,16 @@ pub struct Shared<E: Env> {
     pub disk_wake: Notify,
     pub scrub_wake: Notify,
     pub rescan_wake: Notify,
+    /// This node's resolved config as last applied and written to `DATA/config/`.
+    config_applied: Mutex<
+        Option<
+            std::collections::BTreeMap<
+                String,
+                std::collections::BTreeMap<String, shoal_core::config::resolve::Resolved>,
+            >,
+        >,
+    >,
+    config_due: std::sync::atomic::AtomicBool,
     shutdown: watch::Sender<bool>,
 }
 
@@ -213,6 +226,37 @@ impl<E: Env> Shared<E> {
         self.repl_wake.notify_one();
     }
 
+    /// Resolve and apply this node's config at the driver's next turn.
+    pub fn config_kick(&self) {
+        self.config_due.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Resolve this node's config; when it moved, write `DATA/config/<module>.json` and take
+    /// the values set somewhere into the running node.
+    pub fn config_refresh(self: &Arc<Self>) {
+        let own = self.read_node(|n, _| n.config_resolved_own());
+        let mut last = lock(&self.config_applied);
+        if last.as_ref() == Some(&own) {
+            return;
+        }
+        let dir = self.data_dir.join("config");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            for (module, keys) in &own {
+                let body = serde_json::to_vec_pretty(keys).unwrap_or_default();
+                let tmp = dir.join(format!(".{module}.json.tmp"));
+                if std::fs::write(&tmp, body).is_ok() {
+                    let _ = std::fs::rename(&tmp, dir.join(format!("{module}.json")));
+                }
+            }
+        }
+        let changed = self.with_node(|n, now| n.apply_config(now, &own));
+        if !changed.is_empty() {
+            tracing::info!(changed = ?changed, "config applied");
+        }
+        *last = Some(own);
+    }
+
     /// Ask the disk reconciler to run now.
     pub fn disk_kick(&self) {
         self.disk_wake.notify_one();
@@ -231,6 +275,7 @@ fn log_event(e: &Event) {
             tracing::info!(node = %node, from = from.as_str(), to = to.as_str(), "node state changed")
         }
         Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
+        Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
     }
 }
 
@@ -352,6 +397,8 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         disk_wake: Notify::new(),
         scrub_wake: Notify::new(),
         rescan_wake: Notify::new(),
+        config_applied: Mutex::new(None),
+        config_due: std::sync::atomic::AtomicBool::new(true),
         shutdown,
     });
     shared.pump();
@@ -380,6 +427,7 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
     let mut next_health = Millis::ZERO;
     let mut next_usage = Millis::ZERO;
+    let mut next_config = Millis::ZERO;
     loop {
         let now = shared.env.now();
         if now >= next_usage {
@@ -400,6 +448,10 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
                     }
                 });
             }
+        }
+        if now >= next_config || shared.config_due.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            next_config = now.plus(CONFIG_EVERY_MS);
+            shared.config_refresh();
         }
         let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
         let deadline = {

@@ -57,6 +57,11 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/volumes/{id}", axum::routing::delete(volume_remove::<E>))
         .route("/volumes/{id}/readonly", post(volume_readonly::<E>))
         .route("/volumes/{id}/evacuate", get(volume_evacuate_status::<E>).post(volume_evacuate::<E>))
+        .route("/config", get(config_list::<E>).post(config_post::<E>))
+        .route("/config/history", get(config_history::<E>))
+        .route("/config/resolved", get(config_resolved::<E>))
+        .route("/config/proposals", get(config_proposals::<E>))
+        .route("/config/proposals/{id}", get(config_proposal::<E>))
         .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
         .route("/mv", post(files_move::<E>))
         .route("/mkdir", post(files_mkdir::<E>))
@@ -483,6 +488,10 @@ async fn metrics<E: Env>(State(s): S<E>) -> Response {
             "# HELP shoal_in_cluster 1 when this node is in a cluster.\n# TYPE shoal_in_cluster gauge\nshoal_in_cluster {}\n",
             u8::from(n.cluster().is_some())
         ));
+        out.push_str(&format!(
+            "# HELP shoal_heartbeats_sent_total Heartbeat rounds this node sent.\n# TYPE shoal_heartbeats_sent_total counter\nshoal_heartbeats_sent_total {}\n",
+            n.heartbeats_sent()
+        ));
         out
     });
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
@@ -737,4 +746,108 @@ async fn rescan<E: Env>(State(s): S<E>) -> Response {
 async fn scrub_now<E: Env>(State(s): S<E>) -> Response {
     s.scrub_wake.notify_one();
     api_result(Ok(json!({"ok": true})))
+}
+
+// ---- configuration ----
+
+type FilterQuery =
+    Result<axum::extract::Query<shoal_core::node::config::ConfigFilter>, axum::extract::rejection::QueryRejection>;
+
+async fn config_list<E: Env>(State(s): S<E>, q: FilterQuery) -> Response {
+    match q {
+        Ok(q) => api_result(Ok(s.read_node(|n, _| n.config_list(&q.0)))),
+        Err(e) => error_response(400, "bad_query", e.body_text()),
+    }
+}
+
+async fn config_history<E: Env>(State(s): S<E>, q: FilterQuery) -> Response {
+    match q {
+        Ok(q) => api_result(Ok(s.read_node(|n, _| n.config_history(&q.0, 1000)))),
+        Err(e) => error_response(400, "bad_query", e.body_text()),
+    }
+}
+
+async fn config_resolved<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| json!({ "node": n.id(), "modules": n.config_resolved_own() }))))
+}
+
+async fn config_proposals<E: Env>(State(s): S<E>) -> Response {
+    api_result(s.read_node(|n, now| n.config_proposals(now, None)))
+}
+
+async fn config_proposal<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    api_result(s.read_node(|n, now| n.config_proposals(now, Some(&id))))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConfigPost {
+    action: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    value: Option<Value>,
+    #[serde(default)]
+    why: String,
+    #[serde(default)]
+    node: Option<String>,
+    #[serde(default)]
+    module: Option<String>,
+    /// For a propose: propose a clear instead of a value.
+    #[serde(default)]
+    clear: bool,
+    /// For approve/decline.
+    #[serde(default)]
+    id: Option<String>,
+    /// For an approve: the proposal's value and shown-against value as the admin saw them.
+    #[serde(default)]
+    seen_value: Option<Value>,
+    #[serde(default)]
+    seen_shown_against: Option<Value>,
+    #[serde(default)]
+    seen: bool,
+}
+
+async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let b: ConfigPost = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_result(Err(e)),
+    };
+    let account = "admin";
+    let level = || {
+        let key = b.key.as_deref().ok_or_else(|| ApiError::new(400, "bad_body", "this action needs a key"))?;
+        shoal_core::config::level_of(key, b.node.as_deref(), b.module.as_deref())
+            .map_err(|e| ApiError::new(e.status(), e.code(), e.to_string()))
+    };
+    let r = match b.action.as_str() {
+        "set" => match (level(), &b.value) {
+            (Ok(l), Some(v)) => s.with_node(|n, now| n.config_set(now, &l, Some(v), &b.why, account)),
+            (Ok(_), None) => Err(ApiError::new(400, "bad_body", "a set needs a value (or use clear)")),
+            (Err(e), _) => Err(e),
+        },
+        "clear" => level().and_then(|l| s.with_node(|n, now| n.config_set(now, &l, None, &b.why, account))),
+        "propose" => level().and_then(|l| {
+            let v = if b.clear { None } else { b.value.as_ref() };
+            if v.is_none() && !b.clear {
+                return Err(ApiError::new(400, "bad_body", "a proposal needs a value, or clear: true"));
+            }
+            s.with_node(|n, now| n.config_propose(now, &l, v, &b.why, account))
+        }),
+        "approve" | "decline" => match &b.id {
+            Some(id) => {
+                let seen = b.seen.then(|| (b.seen_value.clone(), b.seen_shown_against.clone()));
+                s.with_node(|n, now| n.config_answer(now, id, b.action == "approve", seen, account))
+            }
+            None => Err(ApiError::new(400, "bad_body", "approve and decline name the proposal (id)")),
+        },
+        other => Err(ApiError::new(
+            400,
+            "bad_action",
+            format!("unknown action {other:?}: set, clear, propose, approve or decline"),
+        )),
+    };
+    if r.is_ok() {
+        s.config_kick();
+    }
+    api_result(r)
 }

@@ -106,6 +106,9 @@ impl Node {
     }
 
     pub fn setting_get(&self, key: &str) -> Result<Value, ApiError> {
+        if key.starts_with(crate::config::RESERVED_PREFIX) {
+            return Err(ApiError::new(404, "unknown_setting", format!("no setting {key:?}")));
+        }
         match self.meta.state().get(RecordKind::Setting, key) {
             Some(Record::Setting(s)) if !s.removed => Ok(serde_json::to_value(s).expect("serialise")),
             _ => Err(ApiError::new(404, "unknown_setting", format!("no setting {key:?}"))),
@@ -113,14 +116,26 @@ impl Node {
     }
 
     pub fn settings_list(&self) -> Value {
-        let settings: Vec<&Record> =
-            self.meta.state().of_kind(RecordKind::Setting).filter(|r| !r.is_removed()).collect();
+        // The config plane's own records (values, history, proposals) are not settings.
+        let settings: Vec<&Record> = self
+            .meta
+            .state()
+            .of_kind(RecordKind::Setting)
+            .filter(|r| !r.is_removed() && !r.key().starts_with(crate::config::RESERVED_PREFIX))
+            .collect();
         json!({ "settings": settings.into_iter().map(|r| match r { Record::Setting(s) => json!(s), _ => Value::Null }).collect::<Vec<_>>() })
     }
 
     /// Set (or with `None`, remove) a cluster-wide setting.
     pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Value, ApiError> {
         self.in_cluster()?;
+        if key.starts_with(crate::config::RESERVED_PREFIX) {
+            return Err(ApiError::new(
+                400,
+                "reserved_key",
+                "keys under config/ belong to the config plane: use `shoal config set` (with --why)",
+            ));
+        }
         if key.is_empty() || key.len() > SETTING_KEY_MAX || key.chars().any(|c| c.is_control() || c.is_whitespace()) {
             return Err(ApiError::new(
                 400,

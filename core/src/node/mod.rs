@@ -28,6 +28,7 @@ use crate::rng::SeededRng;
 use crate::time::Millis;
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
+pub mod config;
 pub mod files;
 mod meta;
 mod volumes;
@@ -78,6 +79,11 @@ pub enum Event {
     },
     /// This node was removed from its cluster and has left it.
     RemovedSelf,
+    /// A config value was set, cleared or approved (`config.changed`).
+    ConfigChanged {
+        level: String,
+        moved: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -286,6 +292,9 @@ pub struct Node {
     rng: SeededRng,
     hlc: Hlc,
     config: NodeConfig,
+    /// The config the node was started (or last `set_config`) with; resolved config values set
+    /// somewhere are laid over it, and a cleared value falls back to it.
+    base_config: NodeConfig,
     me: SelfInfo,
     cluster: Option<ClusterInfo>,
     members: Membership,
@@ -295,6 +304,8 @@ pub struct Node {
     next_token: u64,
     in_flight: BTreeMap<u64, InFlight>,
     heartbeat_due: Option<Millis>,
+    /// Heartbeat rounds sent since start (a metric).
+    heartbeats_sent: u64,
     tick_due: Option<Millis>,
     last_states: BTreeMap<NodeId, NodeState>,
     pending_join: Option<JoinToken>,
@@ -344,6 +355,7 @@ impl Node {
             id,
             key,
             rng: SeededRng::new(seed),
+            base_config: config.clone(),
             config,
             me,
             cluster: None,
@@ -353,6 +365,7 @@ impl Node {
             next_token: 1,
             in_flight: BTreeMap::new(),
             heartbeat_due: None,
+            heartbeats_sent: 0,
             tick_due: None,
             last_states: BTreeMap::new(),
             pending_join: None,
@@ -419,6 +432,11 @@ impl Node {
     pub fn self_info(&self) -> &SelfInfo {
         &self.me
     }
+    /// Heartbeat rounds sent since the node started.
+    pub fn heartbeats_sent(&self) -> u64 {
+        self.heartbeats_sent
+    }
+
     pub fn config(&self) -> &NodeConfig {
         &self.config
     }
@@ -493,6 +511,7 @@ impl Node {
         }
         if self.heartbeat_due.is_some_and(|d| now >= d) {
             self.heartbeat_round(wall, now);
+            self.heartbeats_sent += 1;
             self.heartbeat_due = Some(now.plus(self.config.membership.heartbeat_interval_ms));
         }
         if self.tick_due.is_some_and(|d| now >= d) {
@@ -532,6 +551,17 @@ impl Node {
 
     /// Change how the node runs (intervals, thresholds). Takes effect from the next round.
     pub fn set_config(&mut self, wall: Millis, config: NodeConfig) {
+        self.base_config = config.clone();
+        self.install_config(wall, config);
+    }
+
+    /// The base config, for resolved values to be laid over.
+    pub fn base_config(&self) -> &NodeConfig {
+        &self.base_config
+    }
+
+    /// Run with `config` from now on (the base stays).
+    pub(super) fn install_config(&mut self, wall: Millis, config: NodeConfig) {
         let now = self.advance_clocks(wall);
         self.members.set_config(config.membership.clone());
         self.config = config;
@@ -551,7 +581,7 @@ impl Node {
         self.push_output(Output::Persist(op));
     }
 
-    fn event(&mut self, e: Event) {
+    pub(super) fn event(&mut self, e: Event) {
         self.push_output(Output::Event(e));
     }
 

@@ -1,0 +1,134 @@
+//! The manifests compiled into this build: every built-in subsystem is a module declaring its
+//! tunables (DESIGN.md "Configuration"). Each built-in key falls back to the predefined key of
+//! the same name (`membership.heartbeat_interval`, ...), so a mesh or node value of it applies,
+//! and the predefined list of a build is the set of those names.
+
+use super::resolve::Manifest;
+use super::types::{Declaration, KeyType};
+use serde_json::{json, Value};
+
+/// The build these manifests come with (a node resolves against the build it runs).
+pub const BUILD: &str = env!("CARGO_PKG_VERSION");
+
+struct Key {
+    name: &'static str,
+    ty: KeyType,
+    default: Value,
+    min: Option<f64>,
+    max: Option<f64>,
+    doc: &'static str,
+}
+
+fn key(name: &'static str, ty: KeyType, default: Value, doc: &'static str) -> Key {
+    Key { name, ty, default, min: None, max: None, doc }
+}
+
+impl Key {
+    fn range(mut self, min: f64, max: f64) -> Key {
+        self.min = Some(min);
+        self.max = Some(max);
+        self
+    }
+}
+
+fn manifest(module: &str, keys: Vec<Key>) -> Manifest {
+    Manifest {
+        module: module.to_string(),
+        keys: keys
+            .into_iter()
+            .map(|k| Declaration {
+                name: k.name.to_string(),
+                ty: k.ty,
+                default: Some(k.default),
+                required: false,
+                min: k.min,
+                max: k.max,
+                pattern: None,
+                choices: vec![],
+                fallback: Some(format!("{module}.{}", k.name)),
+                trusted: false,
+                renamed_from: None,
+                doc: k.doc.to_string(),
+            })
+            .collect(),
+    }
+}
+
+const S: u64 = 1_000;
+const MIN: u64 = 60 * S;
+const H: u64 = 60 * MIN;
+const D: u64 = 24 * H;
+const MIB: u64 = 1024 * 1024;
+
+/// Every built-in module's manifest, by module name.
+pub fn manifests() -> Vec<Manifest> {
+    use KeyType::*;
+    vec![
+        manifest(
+            "membership",
+            vec![
+                key("heartbeat_interval", Duration, json!(15 * S), "how often a node sends heartbeats")
+                    .range(100.0, (10 * MIN) as f64),
+                key("heartbeat_timeout", Duration, json!(20 * S), "how long a heartbeat may take")
+                    .range(100.0, (10 * MIN) as f64),
+                key("online_within", Duration, json!(45 * S), "heard from within this long: ONLINE")
+                    .range(100.0, D as f64),
+                key("unknown_within", Duration, json!(180 * S), "silent up to this long: UNKNOWN, then OFFLINE")
+                    .range(100.0, 7.0 * D as f64),
+                key("tombstone_age", Duration, json!(7 * D), "how long a removed member's record is kept")
+                    .range(H as f64, 365.0 * D as f64),
+            ],
+        ),
+        manifest(
+            "meta",
+            vec![
+                key("lease", Duration, json!(30 * S), "the metadata leader's lease").range(1_000.0, (10 * MIN) as f64),
+                key("lease_renew_every", Duration, json!(10 * S), "how often the leader renews")
+                    .range(100.0, (5 * MIN) as f64),
+                key("compact_every", Int, json!(1_000), "compact the log every this many writes").range(10.0, 1e9),
+                key("keep_entries", Int, json!(10_000), "log entries kept after a compaction").range(100.0, 1e9),
+            ],
+        ),
+        manifest(
+            "storage",
+            vec![
+                key("auto_read_only", Bool, json!(true), "the low-space guard"),
+                key("low_space_enter_pct", Float, json!(5.0), "read-only below this % free").range(0.0, 50.0),
+                key("low_space_leave_pct", Float, json!(7.0), "writable again above this % free").range(0.0, 50.0),
+                key("scrub_rate", Bytes, json!(20 * MIB), "bytes per second the scrubber reads").range(1.0, 1e12),
+                key("scrub_min_age", Duration, json!(D), "a copy is re-checked once its last check is this old")
+                    .range(0.0, 14.0 * D as f64),
+                key("rescan_every", Duration, json!(30 * MIN), "how often volume folders are rescanned")
+                    .range(MIN as f64, 7.0 * D as f64),
+            ],
+        ),
+        manifest(
+            "replication",
+            vec![
+                key("plan_every", Duration, json!(60 * S), "how often the leader plans").range(1_000.0, D as f64),
+                key("per_node_max", Int, json!(4), "tasks per node at once").range(1.0, 1_000.0),
+                key("in_flight_max", Int, json!(16), "tasks in flight in all").range(1.0, 100_000.0),
+                key("stale_after_offline", Duration, json!(10 * MIN), "copies on a node OFFLINE this long turn stale")
+                    .range(MIN as f64, 30.0 * D as f64),
+                key("backoff_base", Duration, json!(30 * S), "first wait after a failed task").range(1_000.0, D as f64),
+                key("task_lease", Duration, json!(30 * S), "a task's lease, renewed by its worker")
+                    .range(1_000.0, H as f64),
+            ],
+        ),
+    ]
+}
+
+/// The predefined keys of this build, with the declaration each resolves by.
+pub fn predefined() -> Vec<Declaration> {
+    manifests()
+        .into_iter()
+        .flat_map(|m| {
+            let module = m.module.clone();
+            m.keys.into_iter().map(move |mut d| {
+                d.name = format!("{module}.{}", d.name);
+                d.fallback = None;
+                d
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,270 @@
+//! The configuration control plane (spec mesh-config.md; DESIGN.md "Configuration"): declared
+//! keys, values at three levels with who set them and why, resolution per node and module,
+//! history, and proposals an admin approves. Pure: the node feeds it records and the time.
+//!
+//! - [`types`]: the eight value types, parsing and validation;
+//! - [`builtin`]: the manifests compiled into this build (every built-in subsystem's tunables);
+//! - [`resolve`]: resolution with its sources, full and incremental;
+//! - this module: what a set, a clear, a proposal and its answer may do.
+//!
+//! Stored values, history and proposals are replicated metadata: settings records under the
+//! reserved prefix `config/` (`config/value/<level>`, `config/history/<stamp>`,
+//! `config/proposal/<id>`), which the `settings` verb neither lists nor writes.
+
+pub mod builtin;
+pub mod resolve;
+pub mod types;
+
+use resolve::{Level, Resolver};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use types::Declaration;
+
+/// Settings keys under this prefix belong to the config plane.
+pub const RESERVED_PREFIX: &str = "config/";
+pub const VALUE_PREFIX: &str = "config/value/";
+pub const HISTORY_PREFIX: &str = "config/history/";
+pub const PROPOSAL_PREFIX: &str = "config/proposal/";
+/// Open proposals at most.
+pub const OPEN_PROPOSALS_MAX: usize = 3;
+/// A proposal not answered within this long expires.
+pub const PROPOSAL_TTL_MS: u64 = 7 * 24 * 3_600_000;
+
+/// One stored value with its provenance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub level: String,
+    pub value: Value,
+    /// Who set it (the node that took the request) and through which account.
+    pub by: String,
+    pub account: String,
+    pub why: String,
+    /// Unix ms.
+    pub at: u64,
+    /// Set through an approved proposal: who approved it, and which proposal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Approval>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub by: String,
+    pub proposal: String,
+    pub at: u64,
+}
+
+/// One line of the history: every set, clear and approved change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    pub at: u64,
+    /// `set`, `clear`, `approve`, `decline`, `propose`.
+    pub action: String,
+    pub level: String,
+    #[serde(default)]
+    pub value: Option<Value>,
+    #[serde(default)]
+    pub previous: Option<Value>,
+    pub by: String,
+    pub account: String,
+    pub why: String,
+    /// Resolved values it moved (module on node).
+    #[serde(default)]
+    pub moved: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProposalStatus {
+    Open,
+    Approved,
+    Declined,
+    Expired,
+    /// A newer proposal for the same level and key took its place.
+    Replaced,
+}
+
+/// A value (or a clear) proposed for an admin's approval, whole, with the value stored at its
+/// level when it was proposed (what the approver is shown the change against).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Proposal {
+    pub id: String,
+    pub level: String,
+    /// The proposed value; `None` proposes a clear.
+    pub value: Option<Value>,
+    /// The value stored at the level when proposed.
+    pub shown_against: Option<Value>,
+    pub by: String,
+    pub why: String,
+    pub at: u64,
+    pub status: ProposalStatus,
+    #[serde(default)]
+    pub answered_by: Option<String>,
+    #[serde(default)]
+    pub answered_at: Option<u64>,
+}
+
+impl Proposal {
+    pub fn is_open(&self, now_ms: u64) -> bool {
+        self.status == ProposalStatus::Open && now_ms < self.at.saturating_add(PROPOSAL_TTL_MS)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Level(String),
+    #[error("no module declares {key}{where_}; declared: {declared}")]
+    Undeclared { key: String, where_: String, declared: String },
+    #[error(transparent)]
+    Value(#[from] types::ValueError),
+    #[error("{0} is a trusted key: it is set only through `config propose` and an admin's approve")]
+    Trusted(String),
+    #[error("a set or clear needs a reason (--why)")]
+    NoWhy,
+    #[error("{0}")]
+    Proposal(String),
+}
+
+impl ConfigError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::Level(_) => "bad_level",
+            ConfigError::Undeclared { .. } => "undeclared_key",
+            ConfigError::Value(_) => "bad_value",
+            ConfigError::Trusted(_) => "trusted_key",
+            ConfigError::NoWhy => "no_why",
+            ConfigError::Proposal(_) => "proposal_refused",
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        match self {
+            ConfigError::Trusted(_) => 403,
+            ConfigError::Proposal(_) => 409,
+            _ => 400,
+        }
+    }
+}
+
+/// The level a request names: no node and no module for mesh, a node for node config, both for
+/// a module's own value.
+pub fn level_of(key: &str, node: Option<&str>, module: Option<&str>) -> Result<Level, ConfigError> {
+    let key = key.trim();
+    if key.is_empty() || key.len() > 128 || key.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/') {
+        return Err(ConfigError::Level(format!("{key:?} is not a key name")));
+    }
+    let ok_part =
+        |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
+    match (node, module) {
+        (None, None) => Ok(Level::Mesh { key: key.to_string() }),
+        (Some(n), None) if ok_part(n) => Ok(Level::Node { node: crate::NodeId::new(n), key: key.to_string() }),
+        (Some(n), Some(m)) if ok_part(n) && ok_part(m) => {
+            Ok(Level::Module { node: crate::NodeId::new(n), module: m.to_string(), key: key.to_string() })
+        }
+        (None, Some(_)) => Err(ConfigError::Level("a module's own value names its node too (--node)".into())),
+        _ => Err(ConfigError::Level("node ids and module names are letters, digits, '-' and '_'".into())),
+    }
+}
+
+/// The declaration a value at `level` is judged by: a predefined key of the newest build for
+/// mesh and node values, the module's own declaration (in the build its node runs) for a
+/// module value. Refuses a key nobody declares, naming the keys that are declared.
+pub fn declaration_for<'a>(
+    predefined: &'a [Declaration],
+    resolver: &'a Resolver,
+    level: &Level,
+) -> Result<&'a Declaration, ConfigError> {
+    match level {
+        Level::Mesh { key } | Level::Node { key, .. } => {
+            predefined.iter().find(|d| &d.name == key).ok_or_else(|| ConfigError::Undeclared {
+                key: key.clone(),
+                where_: String::new(),
+                declared: predefined.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "),
+            })
+        }
+        Level::Module { node, module, key } => resolver.declaration(node, module, key).ok_or_else(|| {
+            let declared: Vec<String> = resolver
+                .modules_of(node)
+                .into_iter()
+                .filter(|m| &m.module == module)
+                .flat_map(|m| m.keys.iter().map(|d| d.name.clone()))
+                .collect();
+            ConfigError::Undeclared {
+                key: key.clone(),
+                where_: format!(" in module {module} on node {node}"),
+                declared: if declared.is_empty() {
+                    format!("(module {module} is not known there)")
+                } else {
+                    declared.join(", ")
+                },
+            }
+        }),
+    }
+}
+
+/// Judge a set (`Some(value)`) or clear (`None`) as an admin's direct act: the key must be
+/// declared, the value valid, a reason given, and the key not trusted. Returns the typed value.
+pub fn judge(
+    predefined: &[Declaration],
+    resolver: &Resolver,
+    level: &Level,
+    input: Option<&Value>,
+    why: &str,
+    direct: bool,
+) -> Result<Option<Value>, ConfigError> {
+    if why.trim().is_empty() {
+        return Err(ConfigError::NoWhy);
+    }
+    let d = declaration_for(predefined, resolver, level)?;
+    if direct && d.trusted {
+        return Err(ConfigError::Trusted(level.name()));
+    }
+    match input {
+        Some(v) => Ok(Some(types::parse_value(d, v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether a new proposal may be opened: at most [`OPEN_PROPOSALS_MAX`] open (not counting
+/// the one it replaces), and not the same change as an open one. Returns the id of the open
+/// proposal for the same level it replaces, if any.
+pub fn admit_proposal(open: &[Proposal], level: &str, value: &Option<Value>) -> Result<Option<String>, ConfigError> {
+    if open.iter().any(|p| p.level == level && &p.value == value) {
+        return Err(ConfigError::Proposal("the same change is already proposed".into()));
+    }
+    let replaces = open.iter().find(|p| p.level == level).map(|p| p.id.clone());
+    let counted = open.len() - usize::from(replaces.is_some());
+    if counted >= OPEN_PROPOSALS_MAX {
+        return Err(ConfigError::Proposal(format!(
+            "{OPEN_PROPOSALS_MAX} proposals are open already; approve or decline one first"
+        )));
+    }
+    Ok(replaces)
+}
+
+/// Whether an approve of `p` holds: it is open and the value stored at its level is still the
+/// one it was shown against (`proposal_now` is the proposal as stored now, to catch a change of
+/// the proposal itself).
+pub fn check_approve(
+    p: &Proposal,
+    proposal_now: &Proposal,
+    stored_now: Option<&Value>,
+    now_ms: u64,
+) -> Result<(), ConfigError> {
+    if proposal_now != p {
+        return Err(ConfigError::Proposal("the proposal changed since it was shown; nothing was set".into()));
+    }
+    if !p.is_open(now_ms) {
+        return Err(ConfigError::Proposal(format!("the proposal is {:?}, not open; nothing was set", p.status)));
+    }
+    if stored_now != p.shown_against.as_ref() {
+        return Err(ConfigError::Proposal(
+            "the value stored at that level changed since the proposal was made; nothing was set".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,393 @@
+//! The node's side of the configuration control plane (spec mesh-config.md "The verb",
+//! "Proposing a value"): list, set, clear and history, proposals with approve and decline,
+//! and this node's resolved values. Values, history and proposals are replicated settings
+//! records under `config/` (see [`crate::config`]); the rules are in `crate::config`.
+
+use super::{ApiError, Node};
+use crate::config::resolve::{Level, Resolved, Resolver};
+use crate::config::{
+    self, builtin, ConfigError, Entry, HistoryEntry, Proposal, ProposalStatus, HISTORY_PREFIX, PROPOSAL_PREFIX,
+    VALUE_PREFIX,
+};
+use crate::meta::records::{Record, RecordKind, Setting};
+use crate::time::Millis;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn api(e: ConfigError) -> ApiError {
+    ApiError::new(e.status(), e.code(), e.to_string())
+}
+
+/// What a list or history is narrowed to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct ConfigFilter {
+    pub module: Option<String>,
+    pub node: Option<String>,
+    pub key: Option<String>,
+}
+
+impl ConfigFilter {
+    fn level(&self, l: &Level) -> bool {
+        let key_ok = self.key.as_ref().is_none_or(|k| l.key() == k || l.key().ends_with(&format!(".{k}")));
+        let (node, module) = match l {
+            Level::Mesh { .. } => (None, None),
+            Level::Node { node, .. } => (Some(node.as_str()), None),
+            Level::Module { node, module, .. } => (Some(node.as_str()), Some(module.as_str())),
+        };
+        let node_ok = self.node.as_ref().is_none_or(|n| node.is_none_or(|x| x == n));
+        let module_ok =
+            self.module.as_ref().is_none_or(|m| module.is_none_or(|x| x == m) || l.key().starts_with(&format!("{m}.")));
+        key_ok && node_ok && module_ok
+    }
+
+    fn slot(&self, node: &str, module: &str, key: &str) -> bool {
+        self.node.as_ref().is_none_or(|n| n == node)
+            && self.module.as_ref().is_none_or(|m| m == module)
+            && self.key.as_ref().is_none_or(|k| k == key || k == &format!("{module}.{key}"))
+    }
+}
+
+impl Node {
+    fn config_settings(&self, prefix: &str) -> impl Iterator<Item = &Setting> + '_ {
+        let prefix = prefix.to_string();
+        self.meta.state().of_kind(RecordKind::Setting).filter_map(move |r| match r {
+            Record::Setting(s) if !s.removed && s.key.starts_with(&prefix) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Stored values by level.
+    pub fn config_entries(&self) -> BTreeMap<Level, Entry> {
+        self.config_settings(VALUE_PREFIX)
+            .filter_map(|s| {
+                let level = Level::parse(&s.key[VALUE_PREFIX.len()..])?;
+                let entry: Entry = serde_json::from_value(s.value.clone()).ok()?;
+                Some((level, entry))
+            })
+            .collect()
+    }
+
+    /// A resolver over every member (each on the build it reports) with every built-in module
+    /// placed, the stored values, resolved.
+    pub fn config_resolver(&self) -> Resolver {
+        let mut r = Resolver::new();
+        r.set_build_manifests(builtin::BUILD, builtin::manifests());
+        let placed: BTreeSet<String> = builtin::manifests().into_iter().map(|m| m.module).collect();
+        for rec in self.members.records().filter(|r| !r.removed) {
+            let build = if rec.version.is_empty() || rec.id == self.id { builtin::BUILD } else { rec.version.as_str() };
+            r.set_node(rec.id.clone(), build, placed.clone());
+        }
+        if self.members.get(&self.id).is_none() {
+            r.set_node(self.id.clone(), builtin::BUILD, placed);
+        }
+        r.set_values(self.config_entries().into_iter().map(|(l, e)| (l, e.value)).collect());
+        r.resolve_all();
+        r
+    }
+
+    /// `config list`: stored values (with who, why, when), resolved values with their source,
+    /// modules that could not be resolved and why, and the predefined keys.
+    pub fn config_list(&self, f: &ConfigFilter) -> Value {
+        let values: Vec<Value> = self
+            .config_entries()
+            .into_iter()
+            .filter(|(l, _)| f.level(l))
+            .map(|(_, e)| serde_json::to_value(e).expect("serialise"))
+            .collect();
+        let r = self.config_resolver();
+        let resolved: Vec<Value> = r
+            .resolved()
+            .iter()
+            .filter(|((n, m, k), _)| f.slot(n.as_str(), m, k))
+            .map(|((n, m, k), v)| json!({"node": n, "module": m, "key": k, "value": v.value, "source": v.source}))
+            .collect();
+        let unresolved: Vec<Value> =
+            r.unresolved().iter().map(|((n, m), why)| json!({"node": n, "module": m, "why": why})).collect();
+        let predefined: Vec<Value> = builtin::predefined()
+            .into_iter()
+            .filter(|d| f.key.as_ref().is_none_or(|k| &d.name == k))
+            .map(|d| json!({"key": d.name, "type": d.ty, "default": d.default, "trusted": d.trusted, "doc": d.doc}))
+            .collect();
+        json!({ "values": values, "resolved": resolved, "unresolved": unresolved, "predefined": predefined })
+    }
+
+    /// This node's resolved values: module -> key -> (value, source).
+    pub fn config_resolved_own(&self) -> BTreeMap<String, BTreeMap<String, Resolved>> {
+        let mut out: BTreeMap<String, BTreeMap<String, Resolved>> = BTreeMap::new();
+        for ((n, m, k), v) in self.config_resolver().resolved() {
+            if n == &self.id {
+                out.entry(m.clone()).or_default().insert(k.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    fn write_history(&mut self, wall: Millis, h: HistoryEntry) {
+        let version = self.hlc.next(wall);
+        let key = format!("{HISTORY_PREFIX}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
+        self.submit_record(wall, Record::Setting(Setting { key, value: json!(h), removed: false, version }));
+    }
+
+    /// Write (or clear) the value at `level` and record it; returns the resolved values moved.
+    fn config_write(
+        &mut self,
+        wall: Millis,
+        level: &Level,
+        value: Option<Value>,
+        why: &str,
+        account: &str,
+        approved: Option<config::Approval>,
+        action: &str,
+    ) -> Value {
+        let mut r = self.config_resolver();
+        let previous = r.value(level).cloned();
+        let changes = r.set(level.clone(), value.clone());
+        let version = self.hlc.next(wall);
+        let key = format!("{VALUE_PREFIX}{}", level.name());
+        let entry = value.as_ref().map(|v| Entry {
+            level: level.name(),
+            value: v.clone(),
+            by: self.id.to_string(),
+            account: account.to_string(),
+            why: why.to_string(),
+            at: wall.0,
+            approved: approved.clone(),
+        });
+        let setting =
+            Setting { key, value: entry.as_ref().map_or(Value::Null, |e| json!(e)), removed: entry.is_none(), version };
+        self.submit_record(wall, Record::Setting(setting));
+        let moved: Vec<String> = changes.iter().map(|c| format!("{}:{}.{}", c.node, c.module, c.key)).collect();
+        self.write_history(
+            wall,
+            HistoryEntry {
+                at: wall.0,
+                action: action.to_string(),
+                level: level.name(),
+                value: value.clone(),
+                previous: previous.clone(),
+                by: self.id.to_string(),
+                account: account.to_string(),
+                why: why.to_string(),
+                moved: moved.clone(),
+            },
+        );
+        self.event(super::Event::ConfigChanged { level: level.name(), moved: moved.len() });
+        json!({
+            "level": level.name(),
+            "value": value,
+            "previous": previous,
+            "approved": approved,
+            "moved": changes.iter().map(|c| json!({"node": c.node, "module": c.module, "key": c.key, "from": c.from, "to": c.to})).collect::<Vec<_>>(),
+        })
+    }
+
+    /// `config set` / `config clear` (an admin's direct act): one level, a reason, a declared
+    /// key, a valid value, and never a trusted key.
+    pub fn config_set(
+        &mut self,
+        wall: Millis,
+        level: &Level,
+        input: Option<&Value>,
+        why: &str,
+        account: &str,
+    ) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let r = self.config_resolver();
+        let value = config::judge(&builtin::predefined(), &r, level, input, why, true).map_err(api)?;
+        let action = if value.is_some() { "set" } else { "clear" };
+        Ok(self.config_write(wall, level, value, why, account, None, action))
+    }
+
+    /// `config history`, newest first, narrowed like a list.
+    pub fn config_history(&self, f: &ConfigFilter, limit: usize) -> Value {
+        let mut entries: Vec<HistoryEntry> = self
+            .config_settings(HISTORY_PREFIX)
+            .filter_map(|s| serde_json::from_value(s.value.clone()).ok())
+            .filter(|h: &HistoryEntry| Level::parse(&h.level).is_some_and(|l| f.level(&l)))
+            .collect();
+        entries.sort_by(|a, b| b.at.cmp(&a.at));
+        entries.truncate(limit);
+        json!({ "history": entries })
+    }
+
+    fn proposals(&self) -> Vec<Proposal> {
+        self.config_settings(PROPOSAL_PREFIX).filter_map(|s| serde_json::from_value(s.value.clone()).ok()).collect()
+    }
+
+    fn put_proposal(&mut self, wall: Millis, p: &Proposal) {
+        let version = self.hlc.next(wall);
+        let key = format!("{PROPOSAL_PREFIX}{}", p.id);
+        self.submit_record(wall, Record::Setting(Setting { key, value: json!(p), removed: false, version }));
+    }
+
+    /// `config propose`: judged as a set would be (a trusted key may be proposed), kept with the
+    /// value stored at its level now; at most 3 open, the same change twice refused, a newer one
+    /// for the same level replacing the older.
+    pub fn config_propose(
+        &mut self,
+        wall: Millis,
+        level: &Level,
+        input: Option<&Value>,
+        why: &str,
+        account: &str,
+    ) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let r = self.config_resolver();
+        let value = config::judge(&builtin::predefined(), &r, level, input, why, false).map_err(api)?;
+        let open: Vec<Proposal> = self.proposals().into_iter().filter(|p| p.is_open(wall.0)).collect();
+        let replaces = config::admit_proposal(&open, &level.name(), &value).map_err(api)?;
+        if let Some(old) = replaces.and_then(|id| open.iter().find(|p| p.id == id).cloned()) {
+            let replaced = Proposal { status: ProposalStatus::Replaced, answered_at: Some(wall.0), ..old };
+            self.put_proposal(wall, &replaced);
+        }
+        let p = Proposal {
+            id: self.rng.uuid_v4(),
+            level: level.name(),
+            value,
+            shown_against: r.value(level).cloned(),
+            by: format!("{}/{account}", self.id),
+            why: why.to_string(),
+            at: wall.0,
+            status: ProposalStatus::Open,
+            answered_by: None,
+            answered_at: None,
+        };
+        self.put_proposal(wall, &p);
+        Ok(json!(p))
+    }
+
+    /// `config proposals`, newest first (expired ones say so), or one whole.
+    pub fn config_proposals(&self, wall: Millis, id: Option<&str>) -> Result<Value, ApiError> {
+        let mut all: Vec<Proposal> = self
+            .proposals()
+            .into_iter()
+            .map(|mut p| {
+                if p.status == ProposalStatus::Open && !p.is_open(wall.0) {
+                    p.status = ProposalStatus::Expired;
+                }
+                p
+            })
+            .collect();
+        all.sort_by(|a, b| b.at.cmp(&a.at).then_with(|| b.id.cmp(&a.id)));
+        match id {
+            Some(id) => all
+                .into_iter()
+                .find(|p| p.id == id)
+                .map(|p| json!(p))
+                .ok_or_else(|| ApiError::new(404, "unknown_proposal", format!("no proposal {id}"))),
+            None => Ok(json!({ "proposals": all })),
+        }
+    }
+
+    /// `config approve` / `config decline`. An approve binds the proposal as the admin saw it
+    /// (`seen`: its value and the value it was shown against; the stored proposal when absent)
+    /// and refuses, setting nothing, when the proposal or the stored value changed since.
+    pub fn config_answer(
+        &mut self,
+        wall: Millis,
+        id: &str,
+        approve: bool,
+        seen: Option<(Option<Value>, Option<Value>)>,
+        account: &str,
+    ) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let now_stored = self
+            .proposals()
+            .into_iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| ApiError::new(404, "unknown_proposal", format!("no proposal {id}")))?;
+        let as_seen = match seen {
+            Some((value, shown_against)) => Proposal { value, shown_against, ..now_stored.clone() },
+            None => now_stored.clone(),
+        };
+        let level = Level::parse(&now_stored.level)
+            .ok_or_else(|| ApiError::new(409, "proposal_refused", "the proposal names no valid level"))?;
+        let who = format!("{}/{account}", self.id);
+        if !approve {
+            if !now_stored.is_open(wall.0) {
+                return Err(api(ConfigError::Proposal("the proposal is not open".into())));
+            }
+            let declined = Proposal {
+                status: ProposalStatus::Declined,
+                answered_by: Some(who),
+                answered_at: Some(wall.0),
+                ..now_stored
+            };
+            self.put_proposal(wall, &declined);
+            return Ok(json!(declined));
+        }
+        let r = self.config_resolver();
+        config::check_approve(&as_seen, &now_stored, r.value(&level), wall.0).map_err(api)?;
+        // Judged again: the declarations may have changed since it was proposed.
+        let value =
+            config::judge(&builtin::predefined(), &r, &level, now_stored.value.as_ref(), &now_stored.why, false)
+                .map_err(api)?;
+        let approval = config::Approval { by: who.clone(), proposal: now_stored.id.clone(), at: wall.0 };
+        let why = format!("approved proposal {}: {}", now_stored.id, now_stored.why);
+        let result = self.config_write(wall, &level, value, &why, account, Some(approval), "approve");
+        let approved = Proposal {
+            status: ProposalStatus::Approved,
+            answered_by: Some(who),
+            answered_at: Some(wall.0),
+            ..now_stored
+        };
+        self.put_proposal(wall, &approved);
+        Ok(json!({ "proposal": approved, "result": result }))
+    }
+
+    /// A resolved value of this node as a number (durations in ms, sizes in bytes).
+    pub fn config_number(&self, module: &str, key: &str) -> Option<f64> {
+        self.config_resolved_own().get(module)?.get(key)?.value.as_ref()?.as_f64()
+    }
+}
+
+impl Node {
+    /// Take this node's resolved values that were set somewhere into the running state, laid
+    /// over the config the node was started with (a default-sourced value leaves the start
+    /// config alone, so a cleared value goes back to it). Returns what changed, `key=value`.
+    pub fn apply_config(&mut self, wall: Millis, own: &BTreeMap<String, BTreeMap<String, Resolved>>) -> Vec<String> {
+        use crate::config::resolve::Source;
+        let mut changed = Vec::new();
+        let set = |module: &str, key: &str| -> Option<u64> {
+            let r = own.get(module)?.get(key)?;
+            if r.source == Source::Default || r.source == Source::Unset {
+                return None;
+            }
+            r.value.as_ref()?.as_u64()
+        };
+        let mut cfg = self.base_config.clone();
+        let m = &mut cfg.membership;
+        for (key, slot) in [
+            ("heartbeat_interval", &mut m.heartbeat_interval_ms),
+            ("heartbeat_timeout", &mut m.heartbeat_timeout_ms),
+            ("online_within", &mut m.online_within_ms),
+            ("unknown_within", &mut m.unknown_within_ms),
+            ("tombstone_age", &mut m.tombstone_ttl_ms),
+        ] {
+            if let Some(v) = set("membership", key) {
+                *slot = v;
+            }
+        }
+        if cfg.membership.unknown_within_ms < cfg.membership.online_within_ms {
+            cfg.membership.unknown_within_ms = cfg.membership.online_within_ms;
+        }
+        let (old, new) = (&self.config.membership, &cfg.membership);
+        for (key, a, b) in [
+            ("heartbeat_interval", old.heartbeat_interval_ms, new.heartbeat_interval_ms),
+            ("heartbeat_timeout", old.heartbeat_timeout_ms, new.heartbeat_timeout_ms),
+            ("online_within", old.online_within_ms, new.online_within_ms),
+            ("unknown_within", old.unknown_within_ms, new.unknown_within_ms),
+            ("tombstone_age", old.tombstone_ttl_ms, new.tombstone_ttl_ms),
+        ] {
+            if a != b {
+                changed.push(format!("membership.{key}={b}"));
+            }
+        }
+        if !changed.is_empty() {
+            // Takes effect at once: the next heartbeat is due no later than one new interval.
+            self.install_config(wall, cfg);
+        }
+        changed
+    }
+}
