@@ -130,6 +130,7 @@ impl Node {
     }
 
     /// Write (or clear) the value at `level` and record it; returns the resolved values moved.
+    #[allow(clippy::too_many_arguments)]
     fn config_write(
         &mut self,
         wall: Millis,
@@ -206,7 +207,7 @@ impl Node {
             .filter_map(|s| serde_json::from_value(s.value.clone()).ok())
             .filter(|h: &HistoryEntry| Level::parse(&h.level).is_some_and(|l| f.level(&l)))
             .collect();
-        entries.sort_by(|a, b| b.at.cmp(&a.at));
+        entries.sort_by_key(|h| std::cmp::Reverse(h.at));
         entries.truncate(limit);
         json!({ "history": entries })
     }
