@@ -104,6 +104,8 @@ pub struct Change {
 #[derive(Clone, Debug, Default)]
 struct Catalog {
     manifests: BTreeMap<String, Manifest>,
+    /// Each module's key names in manifest order, shared with the resolved values.
+    names: BTreeMap<String, std::sync::Arc<Vec<String>>>,
     /// predefined key -> (module, index of the declaration).
     by_fallback: BTreeMap<String, Vec<(String, usize)>>,
 }
@@ -117,6 +119,7 @@ impl Catalog {
                     c.by_fallback.entry(f.clone()).or_default().push((m.module.clone(), i));
                 }
             }
+            c.names.insert(m.module.clone(), std::sync::Arc::new(m.keys.iter().map(|d| d.name.clone()).collect()));
             c.manifests.insert(m.module.clone(), m);
         }
         c
@@ -125,19 +128,111 @@ impl Catalog {
 
 type Slot = (NodeId, String, String);
 
-/// Resolved values of every placed module on every node, kept up to date.
+/// Values by level, split so a lookup never allocates.
 #[derive(Clone, Debug, Default)]
+struct Values {
+    mesh: BTreeMap<String, Value>,
+    node: BTreeMap<NodeId, BTreeMap<String, Value>>,
+    /// node -> module -> key -> value.
+    module: BTreeMap<NodeId, BTreeMap<String, BTreeMap<String, Value>>>,
+}
+
+impl Values {
+    fn get(&self, l: &Level) -> Option<&Value> {
+        match l {
+            Level::Mesh { key } => self.mesh.get(key),
+            Level::Node { node, key } => self.node.get(node)?.get(key),
+            Level::Module { node, module, key } => self.module.get(node)?.get(module)?.get(key),
+        }
+    }
+
+    fn set(&mut self, l: Level, v: Option<Value>) {
+        match (l, v) {
+            (Level::Mesh { key }, Some(v)) => {
+                self.mesh.insert(key, v);
+            }
+            (Level::Mesh { key }, None) => {
+                self.mesh.remove(&key);
+            }
+            (Level::Node { node, key }, Some(v)) => {
+                self.node.entry(node).or_default().insert(key, v);
+            }
+            (Level::Node { node, key }, None) => {
+                if let Some(m) = self.node.get_mut(&node) {
+                    m.remove(&key);
+                }
+            }
+            (Level::Module { node, module, key }, Some(v)) => {
+                self.module.entry(node).or_default().entry(module).or_default().insert(key, v);
+            }
+            (Level::Module { node, module, key }, None) => {
+                if let Some(m) = self.module.get_mut(&node).and_then(|m| m.get_mut(&module)) {
+                    m.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+static NO_VALUES: BTreeMap<String, Value> = BTreeMap::new();
+
+/// The resolution of one declaration from the values that can reach it.
+fn resolve_decl(
+    d: &Declaration,
+    mesh: &BTreeMap<String, Value>,
+    node: &BTreeMap<String, Value>,
+    own: &BTreeMap<String, Value>,
+) -> Resolved {
+    if let Some(v) = own.get(&d.name) {
+        return Resolved { value: Some(v.clone()), source: Source::Module };
+    }
+    if let Some(p) = &d.fallback {
+        if let Some(v) = node.get(p) {
+            return Resolved { value: Some(v.clone()), source: Source::Node };
+        }
+        if let Some(v) = mesh.get(p) {
+            return Resolved { value: Some(v.clone()), source: Source::Mesh };
+        }
+    }
+    match &d.default {
+        Some(v) => Resolved { value: Some(v.clone()), source: Source::Default },
+        // Optional, no default, nothing set: simply absent; required: unset.
+        None => Resolved { value: None, source: if d.required { Source::Unset } else { Source::Default } },
+    }
+}
+
+/// Resolved values of every placed module on every node, kept up to date.
+#[derive(Debug, Default)]
 pub struct Resolver {
     catalogs: BTreeMap<String, Catalog>,
     /// The build each node runs.
     builds: BTreeMap<NodeId, String>,
     /// Modules placed on each node.
     placement: BTreeMap<NodeId, BTreeSet<String>>,
-    /// Values by level.
-    values: BTreeMap<Level, Value>,
-    resolved: BTreeMap<Slot, Resolved>,
+    values: Values,
+    /// node -> module -> (the key names, resolved value per key in the same order).
+    resolved: BTreeMap<NodeId, BTreeMap<String, (std::sync::Arc<Vec<String>>, Vec<Resolved>)>>,
+    /// The same as one flat map, built when asked for.
+    flat: std::sync::OnceLock<BTreeMap<Slot, Resolved>>,
     /// Placed modules the node's build has no manifest for, with why.
     unresolved: BTreeMap<(NodeId, String), String>,
+    /// Manifests or placements changed since the last full resolution.
+    dirty: bool,
+}
+
+impl Clone for Resolver {
+    fn clone(&self) -> Resolver {
+        Resolver {
+            catalogs: self.catalogs.clone(),
+            builds: self.builds.clone(),
+            placement: self.placement.clone(),
+            values: self.values.clone(),
+            resolved: self.resolved.clone(),
+            flat: std::sync::OnceLock::new(),
+            unresolved: self.unresolved.clone(),
+            dirty: self.dirty,
+        }
+    }
 }
 
 impl Resolver {
@@ -148,32 +243,49 @@ impl Resolver {
     /// The manifests of `build` (replacing what was known of it).
     pub fn set_build_manifests(&mut self, build: &str, manifests: Vec<Manifest>) {
         self.catalogs.insert(build.to_string(), Catalog::new(manifests));
+        self.dirty = true;
     }
 
     /// Node `node` runs `build` with `modules` placed on it.
     pub fn set_node(&mut self, node: NodeId, build: &str, modules: BTreeSet<String>) {
         self.builds.insert(node.clone(), build.to_string());
         self.placement.insert(node, modules);
+        self.dirty = true;
     }
 
     pub fn remove_node(&mut self, node: &NodeId) {
         self.builds.remove(node);
         self.placement.remove(node);
-        self.resolved.retain(|(n, _, _), _| n != node);
+        self.resolved.remove(node);
         self.unresolved.retain(|(n, _), _| n != node);
+        self.flat = std::sync::OnceLock::new();
     }
 
     /// Replace every value (a full view of the stored levels).
     pub fn set_values(&mut self, values: BTreeMap<Level, Value>) {
-        self.values = values;
+        self.values = Values::default();
+        for (l, v) in values {
+            self.values.set(l, Some(v));
+        }
     }
 
     pub fn value(&self, level: &Level) -> Option<&Value> {
         self.values.get(level)
     }
 
+    /// Every resolved value, keyed (node, module, key).
     pub fn resolved(&self) -> &BTreeMap<Slot, Resolved> {
-        &self.resolved
+        self.flat.get_or_init(|| {
+            let mut out = BTreeMap::new();
+            for (node, modules) in &self.resolved {
+                for (module, (names, values)) in modules {
+                    for (key, r) in names.iter().zip(values) {
+                        out.insert((node.clone(), module.clone(), key.clone()), r.clone());
+                    }
+                }
+            }
+            out
+        })
     }
 
     pub fn unresolved(&self) -> &BTreeMap<(NodeId, String), String> {
@@ -192,46 +304,20 @@ impl Resolver {
         c.manifests.values().collect()
     }
 
-    fn resolve_one(&self, node: &NodeId, module: &str, d: &Declaration) -> Resolved {
-        let mut out = match &d.default {
-            Some(v) => Resolved { value: Some(v.clone()), source: Source::Default },
-            None => Resolved { value: None, source: Source::Unset },
-        };
-        if let Some(p) = &d.fallback {
-            if let Some(v) = self.values.get(&Level::Mesh { key: p.clone() }) {
-                out = Resolved { value: Some(v.clone()), source: Source::Mesh };
-            }
-            if let Some(v) = self.values.get(&Level::Node { node: node.clone(), key: p.clone() }) {
-                out = Resolved { value: Some(v.clone()), source: Source::Node };
-            }
-        }
-        let own = Level::Module { node: node.clone(), module: module.to_string(), key: d.name.clone() };
-        if let Some(v) = self.values.get(&own) {
-            out = Resolved { value: Some(v.clone()), source: Source::Module };
-        }
-        if out.value.is_none() && !d.required {
-            // Optional, no default, nothing set: it is simply absent.
-            out.source = Source::Default;
-        }
-        out
-    }
-
-    fn put(&mut self, slot: Slot, r: Resolved, changes: &mut Vec<Change>) {
-        if self.resolved.get(&slot) == Some(&r) {
-            return;
-        }
-        let from = self.resolved.insert(slot.clone(), r.clone());
-        changes.push(Change { node: slot.0, module: slot.1, key: slot.2, from, to: r });
-    }
-
     /// Resolve everything; returns the values that moved.
     pub fn resolve_all(&mut self) -> Vec<Change> {
+        self.flat = std::sync::OnceLock::new();
+        self.dirty = false;
         let mut changes = Vec::new();
-        let mut seen: BTreeSet<Slot> = BTreeSet::new();
         let mut unresolved = BTreeMap::new();
-        let mut fresh: Vec<(Slot, Resolved)> = Vec::new();
+        let mut next: BTreeMap<NodeId, BTreeMap<String, (std::sync::Arc<Vec<String>>, Vec<Resolved>)>> =
+            BTreeMap::new();
         for (node, modules) in &self.placement {
             let catalog = self.builds.get(node).and_then(|b| self.catalogs.get(b));
+            let node_vals = self.values.node.get(node).unwrap_or(&NO_VALUES);
+            let own_vals = self.values.module.get(node);
+            let mut old_node = self.resolved.remove(node).unwrap_or_default();
+            let mut new_node = BTreeMap::new();
             for module in modules {
                 let Some(m) = catalog.and_then(|c| c.manifests.get(module)) else {
                     let why = match self.builds.get(node) {
@@ -241,68 +327,103 @@ impl Resolver {
                     };
                     unresolved.insert((node.clone(), module.clone()), why);
                     // Its last resolved values stay.
-                    for slot in self.resolved.keys().filter(|(n, m, _)| n == node && m == module) {
-                        seen.insert(slot.clone());
+                    if let Some(kept) = old_node.remove(module) {
+                        new_node.insert(module.clone(), kept);
                     }
                     continue;
                 };
-                for d in &m.keys {
-                    let slot = (node.clone(), module.clone(), d.name.clone());
-                    fresh.push((slot.clone(), self.resolve_one(node, module, d)));
-                    seen.insert(slot);
+                let own = own_vals.and_then(|o| o.get(module)).unwrap_or(&NO_VALUES);
+                let names = catalog.map(|c| c.names[module].clone()).unwrap_or_default();
+                let old = old_node.remove(module);
+                // The same manifest: compare by position; another: by name.
+                let same = old.as_ref().is_some_and(|(n, _)| std::sync::Arc::ptr_eq(n, &names));
+                let by_name: BTreeMap<&str, &Resolved> = match (&old, same) {
+                    (Some((n, v)), false) => n.iter().map(String::as_str).zip(v.iter()).collect(),
+                    _ => BTreeMap::new(),
+                };
+                let mut fresh = Vec::with_capacity(m.keys.len());
+                for (i, d) in m.keys.iter().enumerate() {
+                    let r = resolve_decl(d, &self.values.mesh, node_vals, own);
+                    let before = if same {
+                        old.as_ref().and_then(|(_, v)| v.get(i))
+                    } else {
+                        by_name.get(d.name.as_str()).copied()
+                    };
+                    if before != Some(&r) {
+                        changes.push(Change {
+                            node: node.clone(),
+                            module: module.clone(),
+                            key: d.name.clone(),
+                            from: before.cloned(),
+                            to: r.clone(),
+                        });
+                    }
+                    fresh.push(r);
                 }
+                drop(by_name);
+                new_node.insert(module.clone(), (names, fresh));
             }
+            next.insert(node.clone(), new_node);
         }
         self.unresolved = unresolved;
-        for (slot, r) in fresh {
-            self.put(slot, r, &mut changes);
-        }
-        self.resolved.retain(|slot, _| seen.contains(slot));
+        self.resolved = next;
         changes
     }
 
     /// Set (or clear, with `None`) the value at `level` and resolve what it can move.
     pub fn set(&mut self, level: Level, value: Option<Value>) -> Vec<Change> {
-        match value {
-            Some(v) => self.values.insert(level.clone(), v),
-            None => self.values.remove(&level),
-        };
-        let mut slots: Vec<(NodeId, String, usize)> = Vec::new();
+        self.flat = std::sync::OnceLock::new();
+        if self.dirty || self.placement.keys().any(|n| !self.resolved.contains_key(n)) {
+            // Never resolved as a whole yet: do that first, then the change.
+            self.values.set(level.clone(), value.clone());
+            return self.resolve_all();
+        }
         let nodes: Vec<NodeId> = match &level {
             Level::Mesh { .. } => self.placement.keys().cloned().collect(),
             Level::Node { node, .. } | Level::Module { node, .. } => vec![node.clone()],
         };
+        self.values.set(level.clone(), value);
+        let mut changes = Vec::new();
         for node in nodes {
             let Some(catalog) = self.builds.get(&node).and_then(|b| self.catalogs.get(b)) else { continue };
-            let placed = match self.placement.get(&node) {
-                Some(p) => p,
-                None => continue,
-            };
+            let Some(placed) = self.placement.get(&node) else { continue };
+            let mut slots: Vec<(&String, usize)> = Vec::new();
             match &level {
                 Level::Mesh { key } | Level::Node { key, .. } => {
                     for (module, i) in catalog.by_fallback.get(key).into_iter().flatten() {
                         if placed.contains(module) {
-                            slots.push((node.clone(), module.clone(), *i));
+                            slots.push((module, *i));
                         }
                     }
                 }
                 Level::Module { module, key, .. } => {
-                    if let Some(m) = catalog.manifests.get(module).filter(|_| placed.contains(module)) {
+                    if let Some((name, m)) = catalog.manifests.get_key_value(module).filter(|_| placed.contains(module))
+                    {
                         if let Some(i) = m.keys.iter().position(|d| &d.name == key) {
-                            slots.push((node.clone(), module.clone(), i));
+                            slots.push((name, i));
                         }
                     }
                 }
             }
-        }
-        let mut changes = Vec::new();
-        for (node, module, i) in slots {
-            let (r, name) = {
-                let catalog = &self.catalogs[&self.builds[&node]];
-                let d = &catalog.manifests[&module].keys[i];
-                (self.resolve_one(&node, &module, d), d.name.clone())
-            };
-            self.put((node, module, name), r, &mut changes);
+            let node_vals = self.values.node.get(&node).unwrap_or(&NO_VALUES);
+            let own_vals = self.values.module.get(&node);
+            let Some(resolved_node) = self.resolved.get_mut(&node) else { continue };
+            for (module, i) in slots {
+                let d = &catalog.manifests[module].keys[i];
+                let own = own_vals.and_then(|o| o.get(module)).unwrap_or(&NO_VALUES);
+                let r = resolve_decl(d, &self.values.mesh, node_vals, own);
+                let Some(entry) = resolved_node.get_mut(module).and_then(|(_, v)| v.get_mut(i)) else { continue };
+                if *entry != r {
+                    let from = std::mem::replace(entry, r.clone());
+                    changes.push(Change {
+                        node: node.clone(),
+                        module: module.clone(),
+                        key: d.name.clone(),
+                        from: Some(from),
+                        to: r,
+                    });
+                }
+            }
         }
         changes
     }
