@@ -201,6 +201,9 @@ fn resolve_decl(
     }
 }
 
+/// One node's resolved values: module -> (key names, one resolved value per key, same order).
+type NodeResolved = BTreeMap<String, (std::sync::Arc<Vec<String>>, Vec<Resolved>)>;
+
 /// Resolved values of every placed module on every node, kept up to date.
 #[derive(Debug, Default)]
 pub struct Resolver {
@@ -211,7 +214,7 @@ pub struct Resolver {
     placement: BTreeMap<NodeId, BTreeSet<String>>,
     values: Values,
     /// node -> module -> (the key names, resolved value per key in the same order).
-    resolved: BTreeMap<NodeId, BTreeMap<String, (std::sync::Arc<Vec<String>>, Vec<Resolved>)>>,
+    resolved: BTreeMap<NodeId, NodeResolved>,
     /// The same as one flat map, built when asked for.
     flat: std::sync::OnceLock<BTreeMap<Slot, Resolved>>,
     /// Placed modules the node's build has no manifest for, with why.
@@ -310,8 +313,7 @@ impl Resolver {
         self.dirty = false;
         let mut changes = Vec::new();
         let mut unresolved = BTreeMap::new();
-        let mut next: BTreeMap<NodeId, BTreeMap<String, (std::sync::Arc<Vec<String>>, Vec<Resolved>)>> =
-            BTreeMap::new();
+        let mut next: BTreeMap<NodeId, NodeResolved> = BTreeMap::new();
         for (node, modules) in &self.placement {
             let catalog = self.builds.get(node).and_then(|b| self.catalogs.get(b));
             let node_vals = self.values.node.get(node).unwrap_or(&NO_VALUES);
