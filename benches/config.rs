@@ -25,7 +25,7 @@ fn decl(m: usize, k: usize) -> Declaration {
         max: None,
         pattern: None,
         choices: vec![],
-        fallback: (k % 2 == 0).then(|| format!("pre.key{k:02}")),
+        fallback: k.is_multiple_of(2).then(|| format!("pre.key{k:02}")),
         trusted: false,
         renamed_from: None,
         doc: format!("module {m} key {k}"),
@@ -43,10 +43,10 @@ fn build() -> Resolver {
     for n in 0..NODES {
         let node = NodeId::new(format!("node-{n:03}"));
         r.set_node(node.clone(), "b1", modules.clone());
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             values.insert(Level::Node { node: node.clone(), key: "pre.key04".into() }, json!(n));
         }
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             values.insert(Level::Module { node, module: "mod03".into(), key: "key05".into() }, json!(n));
         }
     }
