@@ -16,8 +16,9 @@
 //! - **Disk reconciler.** Every 10 s and when kicked, carries out [`Node::disk_actions`]:
 //!   copies of removed files are deleted, copies of moved files renamed.
 //! - **Scrubber.** Re-hashes this node's copies, least recently checked first, at
-//!   `storage.scrubRate` bytes/s (default 20 MiB/s), each copy once its last check is
-//!   `storage.scrubMinAgeMs` old (default 24 h), so every copy is checked well within 14 days;
+//!   the config key `storage.scrub_rate` bytes/s (default 20 MiB/s), each copy once its last
+//!   check is `storage.scrub_min_age` old (default 24 h), so every copy is checked well within
+//!   14 days;
 //!   a mismatch is marked stale and the planner repairs it in place.
 //! - **Rescan** (every 30 min and on demand): files dropped into a volume folder are adopted,
 //!   copies that vanished or changed are marked stale.
@@ -36,7 +37,7 @@ use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::{DiskAction, Source};
 use shoal_core::node::ApiError;
-use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, PlannerConfig, Task};
+use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, Task};
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::{FileId, Millis, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,11 +48,14 @@ use std::time::Duration;
 
 pub const PLAN_EVERY_MS: u64 = 60_000;
 pub const TASK_LEASE_MS: u64 = 30_000;
+
+/// The task lease from this node's resolved config.
+fn task_lease_ms<E: Env>(s: &Arc<Shared<E>>) -> u64 {
+    s.read_node(|n, _| n.config_number("replication", "task_lease")).map_or(TASK_LEASE_MS, |v| v as u64)
+}
 pub const TASK_RENEW_MS: u64 = 10_000;
 const DISK_EVERY_MS: u64 = 10_000;
 pub const RESCAN_EVERY_MS: u64 = 30 * 60_000;
-pub const SCRUB_RATE_KEY: &str = "storage.scrubRate";
-pub const SCRUB_MIN_AGE_KEY: &str = "storage.scrubMinAgeMs";
 const SCRUB_RATE_DEFAULT: f64 = 20.0 * 1024.0 * 1024.0;
 const SCRUB_MIN_AGE_DEFAULT_MS: u64 = 24 * 3_600_000;
 const HASH_BLOCK: usize = 1 << 20;
@@ -131,7 +135,8 @@ async fn lead<E: Env>(s: Arc<Shared<E>>) {
         } else {
             expire(&s, mono);
             if kicked || mono >= next_plan {
-                next_plan = mono.plus(PLAN_EVERY_MS);
+                let every = s.read_node(|n, _| n.config_number("replication", "plan_every"));
+                next_plan = mono.plus(every.map_or(PLAN_EVERY_MS, |v| v as u64));
                 pass(&s).await;
             }
         }
@@ -168,7 +173,7 @@ pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
         let nodes = n.planner_nodes(now);
         let backoff = n.repl_backoffs();
         let input = PlanInput { now_ms: now.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff };
-        planner::plan(n.meta().state(), &input, &PlannerConfig::default())
+        planner::plan(n.meta().state(), &input, &n.planner_config())
     });
     {
         let mut st = lock(&s.repl.stats);
@@ -189,7 +194,7 @@ pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
     }
     let me = s.read_node(|n, _| n.id().clone());
     for task in plan.tasks {
-        let until = s.env.monotonic().plus(TASK_LEASE_MS);
+        let until = s.env.monotonic().plus(task_lease_ms(s));
         lock(&s.repl.in_flight).insert(task.file.clone(), (task.clone(), until));
         lock(&s.repl.stats).dispatched += 1;
         let s2 = s.clone();
@@ -291,7 +296,7 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
                 return error_response(409, "not_authorized", "the task is not the sender's");
             }
             if op == "renew" {
-                let until = s.env.monotonic().plus(TASK_LEASE_MS);
+                let until = s.env.monotonic().plus(task_lease_ms(s));
                 lock(&s.repl.in_flight).insert(b.task.file.clone(), (b.task, until));
             } else {
                 if !b.ok {
@@ -310,7 +315,7 @@ async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &Do
     let me = s.read_node(|n, _| n.id().clone());
     if leader == &me {
         if op == "renew" {
-            let until = s.env.monotonic().plus(TASK_LEASE_MS);
+            let until = s.env.monotonic().plus(task_lease_ms(s));
             lock(&s.repl.in_flight).insert(body.task.file.clone(), (body.task.clone(), until));
         } else {
             finished(s, &body.task.file, &body.task.path, body.ok);
@@ -563,8 +568,8 @@ async fn scrub<E: Env>(s: Arc<Shared<E>>) {
     loop {
         let (rate, min_age) = s.read_node(|n, _| {
             (
-                n.setting_number(SCRUB_RATE_KEY).unwrap_or(SCRUB_RATE_DEFAULT),
-                n.setting_number(SCRUB_MIN_AGE_KEY).map_or(SCRUB_MIN_AGE_DEFAULT_MS, |v| v.max(0.0) as u64),
+                n.config_number("storage", "scrub_rate").unwrap_or(SCRUB_RATE_DEFAULT),
+                n.config_number("storage", "scrub_min_age").map_or(SCRUB_MIN_AGE_DEFAULT_MS, |v| v.max(0.0) as u64),
             )
         });
         let queue = s.read_node(|n, now| n.scrub_queue(now, min_age));
@@ -665,7 +670,8 @@ async fn rescan_loop<E: Env>(s: Arc<Shared<E>>) {
     }
     loop {
         let _ = rescan(&s).await;
-        if !wait(&s, RESCAN_EVERY_MS, &s.rescan_wake).await {
+        let every = s.read_node(|n, _| n.config_number("storage", "rescan_every"));
+        if !wait(&s, every.map_or(RESCAN_EVERY_MS, |v| v as u64), &s.rescan_wake).await {
             return;
         }
     }

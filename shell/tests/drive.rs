@@ -257,11 +257,13 @@ async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow
     eventually("three current copies again", || async { current_copies(&stat(a, "/photos/cat.jpg").await) == 3 }).await;
 
     // The scrubber finds a flipped byte without any read.
-    for (k, v) in [("storage.scrubMinAgeMs", json!(0)), ("storage.scrubRate", json!(1e9))] {
-        assert_eq!(api(a, "PUT", &format!("/v1/settings/{k}"), json!({ "value": v })).await.0, 200);
+    for (k, v) in [("storage.scrub_min_age", "0ms"), ("storage.scrub_rate", "1GB")] {
+        let body = json!({"action": "set", "key": k, "value": v, "why": "scrub now in a test"});
+        let (s, v) = api(a, "POST", "/v1/config", body).await;
+        assert_eq!(s, 200, "{v}");
     }
-    eventually("the settings reached node 2", || async {
-        c.nodes[2].shared().read_node(|n, _| n.setting_number("storage.scrubMinAgeMs")) == Some(0.0)
+    eventually("the config reached node 2", || async {
+        c.nodes[2].shared().read_node(|n, _| n.config_number("storage", "scrub_min_age")) == Some(0.0)
     })
     .await;
     let file2 = disk_path(c.folders[2].as_ref().unwrap(), "/photos/cat.jpg");

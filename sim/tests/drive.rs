@@ -181,8 +181,9 @@ fn acknowledged_files_survive_the_loss_of_n_minus_1_nodes_and_converge_to_n_copi
 #[test]
 fn a_flipped_byte_is_found_by_the_scrub_and_repaired() {
     let mut h = drive_cluster(21, 3, 2);
-    let (s, _) = h.api(0, "PUT /v1/settings/storage.scrubMinAgeMs", Some(json!({"value": 0}))).unwrap();
-    assert_eq!(s, 200);
+    let body = json!({"action": "set", "key": "storage.scrub_min_age", "value": "0ms", "why": "scrub at once"});
+    let (s, v) = h.api(0, "POST /v1/config", Some(body)).unwrap();
+    assert_eq!(s, 200, "{v}");
     let mut acked = Acked::new();
     for k in 0..3 {
         let (path, content) = (format!("/data/rot{k}"), format!("content {k} {}", "y".repeat(5000)));

@@ -392,3 +392,25 @@ impl Node {
         changed
     }
 }
+
+impl Node {
+    /// The replication planner's limits and timers from this node's resolved config.
+    pub fn planner_config(&self) -> crate::storage::planner::PlannerConfig {
+        let own = self.config_resolved_own();
+        let num = |key: &str| own.get("replication")?.get(key)?.value.as_ref()?.as_u64();
+        let mut c = crate::storage::planner::PlannerConfig::default();
+        if let Some(v) = num("per_node_max") {
+            c.per_node_max = v as usize;
+        }
+        if let Some(v) = num("in_flight_max") {
+            c.in_flight_max = v as usize;
+        }
+        if let Some(v) = num("stale_after_offline") {
+            c.stale_after_offline_ms = v;
+        }
+        if let Some(v) = num("backoff_base") {
+            c.backoff_base_ms = v;
+        }
+        c
+    }
+}

@@ -20,7 +20,7 @@ use super::{ApiError, Node};
 use crate::ids::{FileId, NodeId, VolumeId};
 use crate::meta::namespace::{self, normalize};
 use crate::meta::records::{FileRecord, Location, LocationState, Record, ReplBackoff};
-use crate::storage::planner::{Backoff, PlannerConfig};
+use crate::storage::planner::Backoff;
 use crate::storage::transfer;
 use crate::time::Millis;
 use serde::Serialize;
@@ -474,7 +474,7 @@ impl Node {
             }
             Backoff::default()
         } else {
-            Backoff::after_failure(prev.as_ref(), wall.0, &PlannerConfig::default())
+            Backoff::after_failure(prev.as_ref(), wall.0, &self.planner_config())
         };
         let version = self.hlc.next(wall);
         let repl = ReplBackoff { attempts: next.attempts, next_at_ms: next.next_at_ms, version };

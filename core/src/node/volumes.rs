@@ -243,11 +243,11 @@ impl Node {
 
     /// The replication plan as the leader would make it now (nothing is carried out yet).
     pub fn replication_plan(&self, wall: Millis) -> Value {
-        use crate::storage::planner::{plan, PlanInput, PlannerConfig};
+        use crate::storage::planner::{plan, PlanInput};
         let nodes = self.planner_nodes(wall);
         let backoff = std::collections::BTreeMap::new();
         let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &[], backoff: &backoff };
-        let p = plan(self.meta.state(), &input, &PlannerConfig::default());
+        let p = plan(self.meta.state(), &input, &self.planner_config());
         let leader = self.meta.leader(self.clock.peek(wall)).map(|l| l.holder.clone());
         json!({ "leader": leader, "plan": p })
     }
