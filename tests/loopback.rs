@@ -254,3 +254,94 @@ fn the_drive_through_the_real_cli() {
     let (ok, _, err) = nodes[0].cli(&["rm", "cluster:/docs"]);
     assert!(ok || err.contains("not empty") || err.contains("nothing at"), "{err}");
 }
+
+/// The configuration verb and user modules through the real CLI (issue 5): a mesh value with
+/// its reason in the history, a user module installed from a TOML manifest and placed on one
+/// node, its key resolving from the predefined key it falls back to and then its own value,
+/// resolved values in DATA/config/<module>.json, and refusals with a non-zero exit.
+#[test]
+fn config_and_user_modules_through_the_real_cli() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> =
+        (0..2).map(|i| Node { dir: root.path().join(format!("n{i}")), port: free_port(), child: None }).collect();
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    nodes[0].cli_json(&["cluster", "create", "--name", "cfg"]);
+    let token = nodes[0].cli_json(&["token", "new"])["token"].as_str().unwrap().to_string();
+    nodes[1].cli_json(&["join", &token]);
+    let id1 = nodes[1].cli_json(&["cluster", "status"])["node"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(20), || nodes.iter().all(|n| n.cli_json(&["meta", "status"])["leader"].is_string()));
+
+    let set = nodes[0].cli_json(&[
+        "config",
+        "set",
+        "--key",
+        "storage.scrub_rate",
+        "--value",
+        "40MiB",
+        "--why",
+        "faster disks",
+    ]);
+    assert_eq!(set["value"], 40 * 1024 * 1024);
+    let (ok, _, err) = nodes[0].cli(&["config", "set", "--key", "storage.scrub_rat", "--value", "1", "--why", "x"]);
+    assert!(!ok && err.contains("storage.scrub_rate"), "an undeclared key names the declared ones: {err}");
+    let (ok, _, err) = nodes[0].cli(&["config", "set", "--key", "storage.scrub_rate", "--value", "fast", "--why", "x"]);
+    assert!(!ok && err.contains("bad_value"), "{err}");
+
+    let manifest = root.path().join("backup.toml");
+    std::fs::write(
+        &manifest,
+        r#"module = "backup"
+
+[[keys]]
+name = "rate"
+type = "bytes"
+default = "1MiB"
+fallback = "storage.scrub_rate"
+doc = "how fast the backup reads"
+
+[[keys]]
+name = "target"
+type = "string"
+default = "/srv/backup"
+pattern = "/.*"
+"#,
+    )
+    .unwrap();
+    nodes[0].cli_json(&["module", "install", manifest.to_str().unwrap()]);
+    nodes[0].cli_json(&["module", "place", "backup", "--node", &id1]);
+    wait_for(Duration::from_secs(20), || {
+        let v = nodes[1].cli_json(&["config", "list", "--module", "backup", "--node", &id1, "--key", "rate"]);
+        v["resolved"]
+            .as_array()
+            .is_some_and(|r| r.len() == 1 && r[0]["source"] == "mesh" && r[0]["value"] == 40 * 1024 * 1024)
+    });
+    nodes[0].cli_json(&[
+        "config",
+        "set",
+        "--node",
+        &id1,
+        "--module",
+        "backup",
+        "--key",
+        "target",
+        "--value",
+        "/mnt/b",
+        "--why",
+        "bigger disk",
+    ]);
+    let (ok, _, err) = nodes[0].cli(&[
+        "config", "set", "--node", &id1, "--module", "backup", "--key", "target", "--value", "relative", "--why", "x",
+    ]);
+    assert!(!ok && err.contains("pattern"), "{err}");
+    wait_for(Duration::from_secs(20), || {
+        std::fs::read(nodes[1].dir.join("config/backup.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v["target"]["value"] == "/mnt/b" && v["target"]["source"] == "module")
+    });
+    assert!(!nodes[0].dir.join("config/backup.json").exists(), "backup is not placed on node 0");
+    let h = nodes[1].cli_json(&["config", "history"]);
+    assert!(h["history"].as_array().unwrap().iter().any(|e| e["why"] == "faster disks"), "{h}");
+}

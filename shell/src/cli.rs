@@ -132,6 +132,31 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+    /// Modules: the built-in subsystems and user modules installed from a manifest.
+    Module {
+        #[command(subcommand)]
+        cmd: ModuleCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModuleCmd {
+    /// Install (or update) a user module from its manifest (TOML: module = "name", [[keys]] ...).
+    Install { manifest: PathBuf },
+    /// Run a user module on a node (its keys then resolve there).
+    Place {
+        name: String,
+        #[arg(long)]
+        node: String,
+    },
+    /// Stop running a user module on a node.
+    Unplace {
+        name: String,
+        #[arg(long)]
+        node: String,
+    },
+    /// Built-in and installed modules, and where each runs.
+    List,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -702,6 +727,35 @@ impl Api {
             }
             Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
             Cmd::Config { cmd } => self.config(cmd).await?,
+            Cmd::Module { cmd } => match cmd {
+                ModuleCmd::Install { manifest } => {
+                    let text = std::fs::read_to_string(&manifest)
+                        .map_err(|e| CliError(format!("{}: {e}", manifest.display())))?;
+                    let parsed: toml::Value =
+                        toml::from_str(&text).map_err(|e| CliError(format!("{}: {e}", manifest.display())))?;
+                    let body = serde_json::to_value(parsed).map_err(|e| CliError(e.to_string()))?;
+                    (self.call("POST", "/modules", Some(body)).await?, human_kv)
+                }
+                ModuleCmd::Place { name, node } => (
+                    self.call(
+                        "POST",
+                        &format!("/modules/{}/placement", path_seg(&name)?),
+                        Some(json!({"node": node, "placed": true})),
+                    )
+                    .await?,
+                    human_kv,
+                ),
+                ModuleCmd::Unplace { name, node } => (
+                    self.call(
+                        "POST",
+                        &format!("/modules/{}/placement", path_seg(&name)?),
+                        Some(json!({"node": node, "placed": false})),
+                    )
+                    .await?,
+                    human_kv,
+                ),
+                ModuleCmd::List => (self.call("GET", "/modules", None).await?, human_json),
+            },
             Cmd::Serve(_) | Cmd::Demo { .. } | Cmd::Checksum { .. } => unreachable!("handled in run"),
         };
         if self.json {

@@ -62,6 +62,8 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/config/resolved", get(config_resolved::<E>))
         .route("/config/proposals", get(config_proposals::<E>))
         .route("/config/proposals/{id}", get(config_proposal::<E>))
+        .route("/modules", get(modules_list::<E>).post(module_install::<E>))
+        .route("/modules/{name}/placement", post(module_place::<E>))
         .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
         .route("/mv", post(files_move::<E>))
         .route("/mkdir", post(files_mkdir::<E>))
@@ -846,6 +848,40 @@ async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response {
             format!("unknown action {other:?}: set, clear, propose, approve or decline"),
         )),
     };
+    if r.is_ok() {
+        s.config_kick();
+    }
+    api_result(r)
+}
+
+async fn modules_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.module_list())))
+}
+
+async fn module_install<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let r = parse_body::<shoal_core::config::resolve::Manifest>(&body)
+        .and_then(|m| s.with_node(|n, now| n.module_install(now, &m)));
+    if r.is_ok() {
+        s.config_kick();
+    }
+    api_result(r)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PlaceModuleBody {
+    node: String,
+    #[serde(default = "yes")]
+    placed: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn module_place<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Body) -> Response {
+    let r = parse_body::<PlaceModuleBody>(&body)
+        .and_then(|b| s.with_node(|n, now| n.module_place(now, &name, &b.node, b.placed)));
     if r.is_ok() {
         s.config_kick();
     }

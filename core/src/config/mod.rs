@@ -268,3 +268,51 @@ pub fn check_approve(
     }
     Ok(())
 }
+
+/// Settings keys of installed user modules' manifests and of their placements.
+pub const MODULE_PREFIX: &str = "config/module/";
+pub const PLACEMENT_PREFIX: &str = "config/placement/";
+
+/// Check a user module's manifest and type its defaults: a module name of letters, digits,
+/// `-` and `_` that no built-in module has; unique key names; each default valid for its
+/// declaration; a fallback that names a predefined key.
+pub fn check_manifest(m: &resolve::Manifest, predefined: &[Declaration]) -> Result<resolve::Manifest, ConfigError> {
+    let bad = |why: String| ConfigError::Level(format!("manifest of {}: {why}", m.module));
+    let ok_name =
+        |s: &str| !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c));
+    if !ok_name(&m.module) {
+        return Err(bad("a module name is letters, digits, '-' and '_'".into()));
+    }
+    if builtin::manifests().iter().any(|b| b.module == m.module) {
+        return Err(bad("that is the name of a built-in module".into()));
+    }
+    if m.keys.is_empty() || m.keys.len() > 1000 {
+        return Err(bad("a manifest declares 1 to 1000 keys".into()));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = m.clone();
+    for d in &mut out.keys {
+        if !ok_name(&d.name) || !seen.insert(d.name.clone()) {
+            return Err(bad(format!("key {:?} is not a valid, unique key name", d.name)));
+        }
+        if let Some(f) = &d.fallback {
+            if !predefined.iter().any(|p| &p.name == f) {
+                return Err(bad(format!("key {} falls back to {f}, which is not a predefined key", d.name)));
+            }
+        }
+        if d.ty == types::KeyType::Enum && d.choices.is_empty() {
+            return Err(bad(format!("enum key {} lists no choices", d.name)));
+        }
+        if let Some(p) = &d.pattern {
+            if regex_lite::Regex::new(p).is_err() {
+                return Err(bad(format!("key {}: {p:?} is not a valid pattern", d.name)));
+            }
+        }
+        if let Some(v) = d.default.clone() {
+            d.default = Some(types::parse_value(d, &v)?);
+        } else if !d.required {
+            // Optional without a default is fine: it is absent until set.
+        }
+    }
+    Ok(out)
+}

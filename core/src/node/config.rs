@@ -36,8 +36,11 @@ impl ConfigFilter {
             Level::Module { node, module, .. } => (Some(node.as_str()), Some(module.as_str())),
         };
         let node_ok = self.node.as_ref().is_none_or(|n| node.is_none_or(|x| x == n));
-        let module_ok =
-            self.module.as_ref().is_none_or(|m| module.is_none_or(|x| x == m) || l.key().starts_with(&format!("{m}.")));
+        // A mesh or node value belongs to the module its predefined key is named after.
+        let module_ok = self.module.as_ref().is_none_or(|m| match module {
+            Some(x) => x == m,
+            None => l.key().starts_with(&format!("{m}.")),
+        });
         key_ok && node_ok && module_ok
     }
 
@@ -72,14 +75,28 @@ impl Node {
     /// placed, the stored values, resolved.
     pub fn config_resolver(&self) -> Resolver {
         let mut r = Resolver::new();
-        r.set_build_manifests(builtin::BUILD, builtin::manifests());
-        let placed: BTreeSet<String> = builtin::manifests().into_iter().map(|m| m.module).collect();
+        // This build's manifests, with the installed user modules' beside them.
+        let user = self.user_manifests();
+        let mut manifests = builtin::manifests();
+        manifests.extend(user.iter().cloned());
+        r.set_build_manifests(builtin::BUILD, manifests);
+        let builtins: BTreeSet<String> = builtin::manifests().into_iter().map(|m| m.module).collect();
+        let placements = self.user_placements();
+        let placed_on = |id: &crate::NodeId| -> BTreeSet<String> {
+            let mut set = builtins.clone();
+            for (module, nodes) in &placements {
+                if nodes.contains(id) {
+                    set.insert(module.clone());
+                }
+            }
+            set
+        };
         for rec in self.members.records().filter(|r| !r.removed) {
             let build = if rec.version.is_empty() || rec.id == self.id { builtin::BUILD } else { rec.version.as_str() };
-            r.set_node(rec.id.clone(), build, placed.clone());
+            r.set_node(rec.id.clone(), build, placed_on(&rec.id));
         }
         if self.members.get(&self.id).is_none() {
-            r.set_node(self.id.clone(), builtin::BUILD, placed);
+            r.set_node(self.id.clone(), builtin::BUILD, placed_on(&self.id));
         }
         r.set_values(self.config_entries().into_iter().map(|(l, e)| (l, e.value)).collect());
         r.resolve_all();
@@ -202,18 +219,27 @@ impl Node {
 
     /// `config history`, newest first, narrowed like a list.
     pub fn config_history(&self, f: &ConfigFilter, limit: usize) -> Value {
-        let mut entries: Vec<HistoryEntry> = self
+        // Newest first by the record's version (an HLC: ordered even within one millisecond).
+        let mut entries: Vec<(crate::hlc::Version, HistoryEntry)> = self
             .config_settings(HISTORY_PREFIX)
-            .filter_map(|s| serde_json::from_value(s.value.clone()).ok())
-            .filter(|h: &HistoryEntry| Level::parse(&h.level).is_some_and(|l| f.level(&l)))
+            .filter_map(|s| Some((s.version.clone(), serde_json::from_value(s.value.clone()).ok()?)))
+            .filter(|(_, h): &(_, HistoryEntry)| Level::parse(&h.level).is_some_and(|l| f.level(&l)))
             .collect();
-        entries.sort_by_key(|h| std::cmp::Reverse(h.at));
+        entries.sort_by(|a, b| b.0.cmp(&a.0));
         entries.truncate(limit);
+        let entries: Vec<HistoryEntry> = entries.into_iter().map(|(_, h)| h).collect();
         json!({ "history": entries })
     }
 
+    /// Proposals with their record's version (an HLC: ordered within one millisecond too).
+    fn proposals_versioned(&self) -> Vec<(crate::hlc::Version, Proposal)> {
+        self.config_settings(PROPOSAL_PREFIX)
+            .filter_map(|s| Some((s.version.clone(), serde_json::from_value(s.value.clone()).ok()?)))
+            .collect()
+    }
+
     fn proposals(&self) -> Vec<Proposal> {
-        self.config_settings(PROPOSAL_PREFIX).filter_map(|s| serde_json::from_value(s.value.clone()).ok()).collect()
+        self.proposals_versioned().into_iter().map(|(_, p)| p).collect()
     }
 
     fn put_proposal(&mut self, wall: Millis, p: &Proposal) {
@@ -260,17 +286,19 @@ impl Node {
 
     /// `config proposals`, newest first (expired ones say so), or one whole.
     pub fn config_proposals(&self, wall: Millis, id: Option<&str>) -> Result<Value, ApiError> {
-        let mut all: Vec<Proposal> = self
-            .proposals()
+        let mut all: Vec<(crate::hlc::Version, Proposal)> = self
+            .proposals_versioned()
             .into_iter()
-            .map(|mut p| {
+            .map(|(v, mut p)| {
                 if p.status == ProposalStatus::Open && !p.is_open(wall.0) {
                     p.status = ProposalStatus::Expired;
                 }
-                p
+                (v, p)
             })
             .collect();
-        all.sort_by(|a, b| b.at.cmp(&a.at).then_with(|| b.id.cmp(&a.id)));
+        // Newest first: by when proposed, then by the record's version.
+        all.sort_by(|a, b| b.1.at.cmp(&a.1.at).then_with(|| b.0.cmp(&a.0)));
+        let all: Vec<Proposal> = all.into_iter().map(|(_, p)| p).collect();
         match id {
             Some(id) => all
                 .into_iter()
@@ -412,5 +440,66 @@ impl Node {
             c.backoff_base_ms = v;
         }
         c
+    }
+}
+
+impl Node {
+    /// Installed user modules' manifests.
+    pub fn user_manifests(&self) -> Vec<crate::config::resolve::Manifest> {
+        self.config_settings(crate::config::MODULE_PREFIX)
+            .filter_map(|s| serde_json::from_value(s.value.clone()).ok())
+            .collect()
+    }
+
+    /// Where each user module is placed: module -> nodes.
+    pub fn user_placements(&self) -> BTreeMap<String, BTreeSet<crate::NodeId>> {
+        let mut out: BTreeMap<String, BTreeSet<crate::NodeId>> = BTreeMap::new();
+        for s in self.config_settings(crate::config::PLACEMENT_PREFIX) {
+            if let Some((module, node)) = s.key[crate::config::PLACEMENT_PREFIX.len()..].split_once('/') {
+                out.entry(module.to_string()).or_default().insert(crate::NodeId::new(node));
+            }
+        }
+        out
+    }
+
+    /// `module install`: keep a user module's manifest (checked, defaults typed) cluster-wide.
+    pub fn module_install(&mut self, wall: Millis, m: &crate::config::resolve::Manifest) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let checked = crate::config::check_manifest(m, &builtin::predefined()).map_err(api)?;
+        let version = self.hlc.next(wall);
+        let key = format!("{}{}", crate::config::MODULE_PREFIX, checked.module);
+        self.submit_record(wall, Record::Setting(Setting { key, value: json!(checked), removed: false, version }));
+        Ok(json!({ "module": checked.module, "keys": checked.keys.len() }))
+    }
+
+    /// `module place` / `unplace`: run (or stop running) a user module on a member.
+    pub fn module_place(&mut self, wall: Millis, module: &str, node: &str, place: bool) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        if !self.user_manifests().iter().any(|m| m.module == module) {
+            return Err(ApiError::new(404, "unknown_module", format!("no module {module:?} is installed")));
+        }
+        let id = crate::NodeId::new(node);
+        if self.members.get(&id).filter(|r| !r.removed).is_none() {
+            return Err(ApiError::new(404, "unknown_node", format!("no member {node}")));
+        }
+        let version = self.hlc.next(wall);
+        let key = format!("{}{module}/{node}", crate::config::PLACEMENT_PREFIX);
+        let setting = Setting { key, value: Value::Bool(place), removed: !place, version };
+        self.submit_record(wall, Record::Setting(setting));
+        Ok(json!({ "module": module, "node": node, "placed": place }))
+    }
+
+    /// `module list`: built-in and installed modules, where each runs.
+    pub fn module_list(&self) -> Value {
+        let placements = self.user_placements();
+        let mut out: Vec<Value> = builtin::manifests()
+            .into_iter()
+            .map(|m| json!({"module": m.module, "builtin": true, "keys": m.keys.len(), "placedOn": "every node"}))
+            .collect();
+        for m in self.user_manifests() {
+            let on: Vec<String> = placements.get(&m.module).into_iter().flatten().map(|n| n.to_string()).collect();
+            out.push(json!({"module": m.module, "builtin": false, "keys": m.keys.len(), "placedOn": on}));
+        }
+        json!({ "modules": out })
     }
 }
