@@ -51,6 +51,9 @@ pub struct ServeOptions {
     pub offload_io: bool,
     pub membership: MembershipConfig,
     pub meta: MetaConfig,
+    /// Run as another build with these built-in manifests (the simulator's rolling upgrades);
+    /// `None` runs the manifests compiled into this binary.
+    pub build: Option<(String, Vec<shoal_core::config::resolve::Manifest>)>,
 }
 
 impl ServeOptions {
@@ -65,6 +68,7 @@ impl ServeOptions {
             offload_io: true,
             membership: MembershipConfig::default(),
             meta: MetaConfig::default(),
+            build: None,
         }
     }
 }
@@ -235,6 +239,7 @@ impl<E: Env> Shared<E> {
     /// Resolve this node's config; when it moved, write `DATA/config/<module>.json` and take
     /// the values set somewhere into the running node.
     pub fn config_refresh(self: &Arc<Self>) {
+        self.with_node(|n, now| n.publish_build(now));
         let own = self.read_node(|n, _| n.config_resolved_own());
         let mut last = lock(&self.config_applied);
         if last.as_ref() == Some(&own) {
@@ -369,6 +374,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     };
     let config = NodeConfig { membership: opts.membership.clone(), meta: opts.meta.clone() };
     let mut node = Node::new(ident.id.clone(), ident.key.clone(), env.seed(), config, me);
+    if let Some((name, manifests)) = opts.build.clone() {
+        node.set_build(&name, manifests);
+    }
     node.observe_monotonic(env.monotonic());
     if !opts.disable_cluster {
         node.restore(now, restored);

@@ -119,6 +119,7 @@ pub fn manifests() -> Vec<Manifest> {
 }
 
 /// The predefined keys of this build, with the declaration each resolves by.
+#[allow(dead_code)]
 pub fn predefined() -> Vec<Declaration> {
     manifests()
         .into_iter()

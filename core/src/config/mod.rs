@@ -316,3 +316,62 @@ pub fn check_manifest(m: &resolve::Manifest, predefined: &[Declaration]) -> Resu
     }
     Ok(out)
 }
+
+/// Settings keys of the builds members run: their built-in manifests, published by a node
+/// running that build so every node can resolve every node.
+pub const BUILD_PREFIX: &str = "config/build/";
+
+/// A build as published.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildManifests {
+    pub build: String,
+    pub manifests: Vec<resolve::Manifest>,
+}
+
+impl BuildManifests {
+    /// The predefined keys of this build: every built-in key under its module's name.
+    pub fn predefined(&self) -> Vec<Declaration> {
+        self.manifests
+            .iter()
+            .flat_map(|m| {
+                m.keys.iter().map(move |d| Declaration { name: format!("{}.{}", m.module, d.name), fallback: None, ..d.clone() })
+            })
+            .collect()
+    }
+}
+
+/// Order builds by version: numeric parts compared as numbers (`0.10.0` after `0.9.3`).
+pub fn build_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let parts = |s: &str| -> Vec<(u64, String)> {
+        s.split(['.', '-', '+'])
+            .map(|p| (p.parse::<u64>().unwrap_or(0), p.to_string()))
+            .collect()
+    };
+    parts(a).cmp(&parts(b))
+}
+
+/// The predefined list in force: the newest build's, unless it drops a key that still holds a
+/// mesh or node value — then that build is withheld (with why) and the next newest considered.
+/// Returns the build chosen and the withheld ones with their reasons.
+pub fn choose_predefined<'a>(
+    builds: &'a [BuildManifests],
+    held_keys: &std::collections::BTreeSet<String>,
+) -> (Option<&'a BuildManifests>, Vec<(String, String)>) {
+    let mut sorted: Vec<&BuildManifests> = builds.iter().collect();
+    sorted.sort_by(|a, b| build_order(&b.build, &a.build));
+    let mut withheld = Vec::new();
+    for b in sorted {
+        let names: std::collections::BTreeSet<String> = b.predefined().into_iter().map(|d| d.name).collect();
+        let dropped: Vec<&String> = held_keys.iter().filter(|k| !names.contains(*k)).collect();
+        if dropped.is_empty() {
+            return (Some(b), withheld);
+        }
+        let list: Vec<&str> = dropped.iter().map(|s| s.as_str()).collect();
+        withheld.push((
+            b.build.clone(),
+            format!("build {} drops {} which still hold a mesh or node value; clear them first", b.build, list.join(", ")),
+        ));
+    }
+    (None, withheld)
+}

@@ -75,11 +75,13 @@ impl Node {
     /// placed, the stored values, resolved.
     pub fn config_resolver(&self) -> Resolver {
         let mut r = Resolver::new();
-        // This build's manifests, with the installed user modules' beside them.
+        // Every build members run, each with the installed user modules' manifests beside its own.
         let user = self.user_manifests();
-        let mut manifests = builtin::manifests();
-        manifests.extend(user.iter().cloned());
-        r.set_build_manifests(builtin::BUILD, manifests);
+        for b in self.published_builds() {
+            let mut manifests = b.manifests;
+            manifests.extend(user.iter().cloned());
+            r.set_build_manifests(&b.build, manifests);
+        }
         let builtins: BTreeSet<String> = builtin::manifests().into_iter().map(|m| m.module).collect();
         let placements = self.user_placements();
         let placed_on = |id: &crate::NodeId| -> BTreeSet<String> {
@@ -91,12 +93,13 @@ impl Node {
             }
             set
         };
+        let own_build = self.me.software_version.clone();
         for rec in self.members.records().filter(|r| !r.removed) {
-            let build = if rec.version.is_empty() || rec.id == self.id { builtin::BUILD } else { rec.version.as_str() };
+            let build = if rec.version.is_empty() || rec.id == self.id { own_build.as_str() } else { rec.version.as_str() };
             r.set_node(rec.id.clone(), build, placed_on(&rec.id));
         }
         if self.members.get(&self.id).is_none() {
-            r.set_node(self.id.clone(), builtin::BUILD, placed_on(&self.id));
+            r.set_node(self.id.clone(), &own_build, placed_on(&self.id));
         }
         r.set_values(self.config_entries().into_iter().map(|(l, e)| (l, e.value)).collect());
         r.resolve_all();
@@ -121,12 +124,23 @@ impl Node {
             .collect();
         let unresolved: Vec<Value> =
             r.unresolved().iter().map(|((n, m), why)| json!({"node": n, "module": m, "why": why})).collect();
-        let predefined: Vec<Value> = builtin::predefined()
+        let predefined: Vec<Value> = self
+            .predefined_in_force()
+            .0
             .into_iter()
             .filter(|d| f.key.as_ref().is_none_or(|k| &d.name == k))
             .map(|d| json!({"key": d.name, "type": d.ty, "default": d.default, "trusted": d.trusted, "doc": d.doc}))
             .collect();
-        json!({ "values": values, "resolved": resolved, "unresolved": unresolved, "predefined": predefined })
+        let (_, from, withheld) = self.predefined_in_force();
+        let withheld: Vec<Value> = withheld.into_iter().map(|(b, why)| json!({"build": b, "why": why})).collect();
+        json!({
+            "values": values,
+            "resolved": resolved,
+            "unresolved": unresolved,
+            "predefined": predefined,
+            "predefinedFrom": from,
+            "withheld": withheld,
+        })
     }
 
     /// This node's resolved values: module -> key -> (value, source).
@@ -212,7 +226,7 @@ impl Node {
     ) -> Result<Value, ApiError> {
         self.in_cluster()?;
         let r = self.config_resolver();
-        let value = config::judge(&builtin::predefined(), &r, level, input, why, true).map_err(api)?;
+        let value = config::judge(&self.predefined_in_force().0, &r, level, input, why, true).map_err(api)?;
         let action = if value.is_some() { "set" } else { "clear" };
         Ok(self.config_write(wall, level, value, why, account, None, action))
     }
@@ -261,7 +275,7 @@ impl Node {
     ) -> Result<Value, ApiError> {
         self.in_cluster()?;
         let r = self.config_resolver();
-        let value = config::judge(&builtin::predefined(), &r, level, input, why, false).map_err(api)?;
+        let value = config::judge(&self.predefined_in_force().0, &r, level, input, why, false).map_err(api)?;
         let open: Vec<Proposal> = self.proposals().into_iter().filter(|p| p.is_open(wall.0)).collect();
         let replaces = config::admit_proposal(&open, &level.name(), &value).map_err(api)?;
         if let Some(old) = replaces.and_then(|id| open.iter().find(|p| p.id == id).cloned()) {
@@ -350,7 +364,7 @@ impl Node {
         config::check_approve(&as_seen, &now_stored, r.value(&level), wall.0).map_err(api)?;
         // Judged again: the declarations may have changed since it was proposed.
         let value =
-            config::judge(&builtin::predefined(), &r, &level, now_stored.value.as_ref(), &now_stored.why, false)
+            config::judge(&self.predefined_in_force().0, &r, &level, now_stored.value.as_ref(), &now_stored.why, false)
                 .map_err(api)?;
         let approval = config::Approval { by: who.clone(), proposal: now_stored.id.clone(), at: wall.0 };
         let why = format!("approved proposal {}: {}", now_stored.id, now_stored.why);
@@ -465,7 +479,7 @@ impl Node {
     /// `module install`: keep a user module's manifest (checked, defaults typed) cluster-wide.
     pub fn module_install(&mut self, wall: Millis, m: &crate::config::resolve::Manifest) -> Result<Value, ApiError> {
         self.in_cluster()?;
-        let checked = crate::config::check_manifest(m, &builtin::predefined()).map_err(api)?;
+        let checked = crate::config::check_manifest(m, &self.predefined_in_force().0).map_err(api)?;
         let version = self.hlc.next(wall);
         let key = format!("{}{}", crate::config::MODULE_PREFIX, checked.module);
         self.submit_record(wall, Record::Setting(Setting { key, value: json!(checked), removed: false, version }));
@@ -501,5 +515,61 @@ impl Node {
             out.push(json!({"module": m.module, "builtin": false, "keys": m.keys.len(), "placedOn": on}));
         }
         json!({ "modules": out })
+    }
+}
+
+impl Node {
+    /// Builds members run, as published in the records, with this node's own build always.
+    pub fn published_builds(&self) -> Vec<config::BuildManifests> {
+        let mut out: BTreeMap<String, config::BuildManifests> = self
+            .config_settings(config::BUILD_PREFIX)
+            .filter_map(|s| serde_json::from_value::<config::BuildManifests>(s.value.clone()).ok())
+            .map(|b| (b.build.clone(), b))
+            .collect();
+        let (name, manifests) = self.build();
+        out.insert(name.to_string(), config::BuildManifests { build: name.to_string(), manifests: manifests.to_vec() });
+        out.into_values().collect()
+    }
+
+    /// Publish this node's build (its built-in manifests) when the records do not hold it yet.
+    pub fn publish_build(&mut self, wall: Millis) -> bool {
+        if self.cluster.is_none() {
+            return false;
+        }
+        let (name, manifests) = self.build();
+        let mine = config::BuildManifests { build: name.to_string(), manifests: manifests.to_vec() };
+        let key = format!("{}{}", config::BUILD_PREFIX, mine.build);
+        let current = match self.meta.state().get(RecordKind::Setting, &key) {
+            Some(Record::Setting(s)) if !s.removed => serde_json::from_value::<config::BuildManifests>(s.value.clone()).ok(),
+            _ => None,
+        };
+        if current.as_ref() == Some(&mine) {
+            return false;
+        }
+        let version = self.hlc.next(wall);
+        self.submit_record(wall, Record::Setting(Setting { key, value: json!(mine), removed: false, version }));
+        true
+    }
+
+    /// The predefined keys in force: from the newest build in the cluster whose list keeps
+    /// every key that holds a mesh or node value; the build they come from; builds withheld,
+    /// with why.
+    pub fn predefined_in_force(&self) -> (Vec<crate::config::types::Declaration>, String, Vec<(String, String)>) {
+        let held: BTreeSet<String> = self
+            .config_entries()
+            .keys()
+            .filter(|l| !matches!(l, Level::Module { .. }))
+            .map(|l| l.key().to_string())
+            .collect();
+        let builds = self.published_builds();
+        let (chosen, withheld) = config::choose_predefined(&builds, &held);
+        match chosen {
+            Some(b) => (b.predefined(), b.build.clone(), withheld),
+            None => {
+                let (name, manifests) = self.build();
+                let own = config::BuildManifests { build: name.to_string(), manifests: manifests.to_vec() };
+                (own.predefined(), own.build, withheld)
+            }
+        }
     }
 }

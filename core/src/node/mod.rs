@@ -296,6 +296,8 @@ pub struct Node {
     /// somewhere are laid over it, and a cleared value falls back to it.
     base_config: NodeConfig,
     me: SelfInfo,
+    /// The built-in manifests of the build this node runs (`me.software_version`).
+    build_manifests: Vec<crate::config::resolve::Manifest>,
     cluster: Option<ClusterInfo>,
     members: Membership,
     tokens: TokenBook,
@@ -358,6 +360,7 @@ impl Node {
             base_config: config.clone(),
             config,
             me,
+            build_manifests: crate::config::builtin::manifests(),
             cluster: None,
             tokens: TokenBook::default(),
             verifier: Verifier::default(),
@@ -432,6 +435,18 @@ impl Node {
     pub fn self_info(&self) -> &SelfInfo {
         &self.me
     }
+    /// Run as build `name` with these built-in manifests (the simulator runs two builds side by
+    /// side this way; a real node runs the manifests compiled into it).
+    pub fn set_build(&mut self, name: &str, manifests: Vec<crate::config::resolve::Manifest>) {
+        self.me.software_version = name.to_string();
+        self.build_manifests = manifests;
+    }
+
+    /// The build this node runs and its built-in manifests.
+    pub fn build(&self) -> (&str, &[crate::config::resolve::Manifest]) {
+        (&self.me.software_version, &self.build_manifests)
+    }
+
     /// Heartbeat rounds sent since the node started.
     pub fn heartbeats_sent(&self) -> u64 {
         self.heartbeats_sent
