@@ -226,6 +226,12 @@ pub enum ConfigCmd {
     Approve { id: String },
     /// Decline a proposal.
     Decline { id: String },
+    /// Renamed keys and the nodes still holding each rename window open.
+    Renames,
+    /// Conditions held seven days: rename-refused, rename-window-held (and those still pending).
+    Findings,
+    /// Config events (renamed) of the last seven days.
+    Events,
 }
 
 #[derive(Subcommand, Debug)]
@@ -815,6 +821,9 @@ impl Api {
                 (post(body).await?, human_json)
             }
             ConfigCmd::Decline { id } => (post(json!({"action": "decline", "id": id})).await?, human_json),
+            ConfigCmd::Renames => (self.call("GET", "/config/renames", None).await?, human_json),
+            ConfigCmd::Findings => (self.call("GET", "/config/findings", None).await?, human_json),
+            ConfigCmd::Events => (self.call("GET", "/config/events", None).await?, human_json),
         })
     }
 }

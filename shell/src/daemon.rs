@@ -239,7 +239,16 @@ impl<E: Env> Shared<E> {
     /// Resolve this node's config; when it moved, write `DATA/config/<module>.json` and take
     /// the values set somewhere into the running node.
     pub fn config_refresh(self: &Arc<Self>) {
-        self.with_node(|n, now| n.publish_build(now));
+        self.with_node(|n, now| {
+            n.publish_build(now);
+            // Renames are moved by the leader alone, so a value moves once.
+            if n.leader_term(now).is_some() {
+                let did = n.config_rename_pass(now);
+                if !did.is_empty() {
+                    tracing::info!(did = ?did, "config renames");
+                }
+            }
+        });
         let own = self.read_node(|n, _| n.config_resolved_own());
         let mut last = lock(&self.config_applied);
         if last.as_ref() == Some(&own) {

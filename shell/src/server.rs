@@ -62,6 +62,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/config/resolved", get(config_resolved::<E>))
         .route("/config/proposals", get(config_proposals::<E>))
         .route("/config/proposals/{id}", get(config_proposal::<E>))
+        .route("/config/renames", get(config_renames::<E>))
+        .route("/config/findings", get(config_findings::<E>))
+        .route("/config/events", get(config_events::<E>))
         .route("/modules", get(modules_list::<E>).post(module_install::<E>))
         .route("/modules/{name}/placement", post(module_place::<E>))
         .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
@@ -886,4 +889,16 @@ async fn module_place<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Bo
         s.config_kick();
     }
     api_result(r)
+}
+
+async fn config_renames<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.config_renames())))
+}
+
+async fn config_findings<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, now| n.config_findings(now))))
+}
+
+async fn config_events<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, now| n.config_events(now))))
 }

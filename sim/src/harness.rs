@@ -56,7 +56,12 @@ struct SimNode {
     running: bool,
     crashed_at_ms: Option<u64>,
     disk: Arc<Mutex<(u64, u64)>>,
+    /// The build the node runs at its next start (`None`: the compiled-in one).
+    build: Arc<Mutex<Option<Build>>>,
 }
+
+/// A build: its name and built-in manifests.
+pub type Build = (String, Vec<shoal_core::config::resolve::Manifest>);
 
 /// What one node currently believes, read straight from its core.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,12 +132,15 @@ impl Harness {
             let clock = Arc::new(Mutex::new(fault));
             let slot = Arc::new(Mutex::new(None));
             let disk = Arc::new(Mutex::new(crate::env::DISK_DEFAULT));
+            let build: Arc<Mutex<Option<Build>>> = Arc::new(Mutex::new(None));
+            let build_slot = build.clone();
             let env = SimEnv::with_disk(clock.clone(), sim_ms.clone(), rng.next_u64(), disk.clone());
             let (d, s, m, host) = (dir.clone(), slot.clone(), cfg.membership.clone(), name.clone());
             let mc = cfg.meta.clone();
             sim.host(name.as_str(), move || {
                 let (env, dir, slot, membership, host) = (env.clone(), d.clone(), s.clone(), m.clone(), host.clone());
                 let meta = mc.clone();
+                let build = lock(&build_slot).clone();
                 async move {
                     let mut opts = ServeOptions::new(dir, format!("0.0.0.0:{PORT}"));
                     opts.advertise = Some(format!("http://{host}:{PORT}"));
@@ -141,13 +149,14 @@ impl Harness {
                     opts.offload_io = false;
                     opts.membership = membership;
                     opts.meta = meta;
+                    opts.build = build;
                     let d = daemon::start(env, opts).await.map_err(|e| e.to_string())?;
                     *lock(&slot) = Some(d.downgrade());
                     d.wait().await;
                     Ok(())
                 }
             });
-            nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None, disk });
+            nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None, disk, build });
         }
         let (ctl_tx, mut ctl_rx) = tokio::sync::mpsc::unbounded_channel::<(ApiCall, mpsc::Sender<ApiResult>)>();
         let ctl_env = SimEnv::new(Arc::new(Mutex::new(ClockFault::default())), sim_ms.clone(), rng.next_u64());
@@ -450,6 +459,13 @@ impl Harness {
                 }
             }
         }
+    }
+
+    /// Restart node `i` on another build (a rolling upgrade step); its data dir is kept.
+    pub fn upgrade(&mut self, i: usize, build: Build) {
+        self.note(format!("upgrade n{i} to build {}", build.0));
+        *lock(&self.nodes[i].build) = Some(build);
+        self.bounce(i);
     }
 
     // ---- the cluster drive ----

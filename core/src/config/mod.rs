@@ -335,7 +335,11 @@ impl BuildManifests {
         self.manifests
             .iter()
             .flat_map(|m| {
-                m.keys.iter().map(move |d| Declaration { name: format!("{}.{}", m.module, d.name), fallback: None, ..d.clone() })
+                m.keys.iter().map(move |d| Declaration {
+                    name: format!("{}.{}", m.module, d.name),
+                    fallback: None,
+                    ..d.clone()
+                })
             })
             .collect()
     }
@@ -344,9 +348,7 @@ impl BuildManifests {
 /// Order builds by version: numeric parts compared as numbers (`0.10.0` after `0.9.3`).
 pub fn build_order(a: &str, b: &str) -> std::cmp::Ordering {
     let parts = |s: &str| -> Vec<(u64, String)> {
-        s.split(['.', '-', '+'])
-            .map(|p| (p.parse::<u64>().unwrap_or(0), p.to_string()))
-            .collect()
+        s.split(['.', '-', '+']).map(|p| (p.parse::<u64>().unwrap_or(0), p.to_string())).collect()
     };
     parts(a).cmp(&parts(b))
 }
@@ -370,8 +372,93 @@ pub fn choose_predefined<'a>(
         let list: Vec<&str> = dropped.iter().map(|s| s.as_str()).collect();
         withheld.push((
             b.build.clone(),
-            format!("build {} drops {} which still hold a mesh or node value; clear them first", b.build, list.join(", ")),
+            format!(
+                "build {} drops {} which still hold a mesh or node value; clear them first",
+                b.build,
+                list.join(", ")
+            ),
         ));
     }
     (None, withheld)
 }
+
+/// A key renamed by some build's declaration (`renamedFrom`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rename {
+    pub module: String,
+    pub from: String,
+    pub to: String,
+    /// The new name is trusted: an unapproved value does not move onto it.
+    pub trusted: bool,
+    /// A built-in module's key: its predefined key renames too (`module.from` -> `module.to`).
+    pub predefined: bool,
+}
+
+/// Every rename the builds in the cluster declare.
+pub fn renames(builds: &[BuildManifests], user: &[resolve::Manifest]) -> Vec<Rename> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut scan = |m: &resolve::Manifest, predefined: bool| {
+        for d in &m.keys {
+            if let Some(from) = d.renamed_from.as_ref().filter(|f| **f != d.name) {
+                out.insert(Rename {
+                    module: m.module.clone(),
+                    from: from.clone(),
+                    to: d.name.clone(),
+                    trusted: d.trusted,
+                    predefined,
+                });
+            }
+        }
+    };
+    for b in builds {
+        for m in &b.manifests {
+            scan(m, true);
+        }
+    }
+    for m in user {
+        scan(m, false);
+    }
+    out.into_iter().collect()
+}
+
+/// The aliases renames give resolution.
+pub fn aliases(renames: &[Rename]) -> resolve::Aliases {
+    let mut a = resolve::Aliases::default();
+    for r in renames {
+        a.keys.insert((r.module.clone(), r.from.clone()), r.to.clone());
+        if r.predefined {
+            a.predefined.insert(format!("{}.{}", r.module, r.from), format!("{}.{}", r.module, r.to));
+        }
+    }
+    a
+}
+
+/// Where a stored value under an old name goes under its new one, if a rename covers it.
+pub fn renamed_level(level: &Level, renames: &[Rename]) -> Option<(Level, Rename)> {
+    for r in renames {
+        let moved = match level {
+            Level::Module { node, module, key } if *module == r.module && *key == r.from => {
+                Some(Level::Module { node: node.clone(), module: module.clone(), key: r.to.clone() })
+            }
+            Level::Mesh { key } if r.predefined && *key == format!("{}.{}", r.module, r.from) => {
+                Some(Level::Mesh { key: format!("{}.{}", r.module, r.to) })
+            }
+            Level::Node { node, key } if r.predefined && *key == format!("{}.{}", r.module, r.from) => {
+                Some(Level::Node { node: node.clone(), key: format!("{}.{}", r.module, r.to) })
+            }
+            _ => None,
+        };
+        if let Some(l) = moved {
+            return Some((l, r.clone()));
+        }
+    }
+    None
+}
+
+/// Settings keys of config events (`renamed`, kept seven days), findings and rename windows.
+pub const EVENT_PREFIX: &str = "config/event/";
+pub const FINDING_PREFIX: &str = "config/finding/";
+pub const WINDOW_PREFIX: &str = "config/window/";
+/// Events are kept, and findings raised, after this long.
+pub const SEVEN_DAYS_MS: u64 = 7 * 24 * 3_600_000;

@@ -182,15 +182,21 @@ fn resolve_decl(
     mesh: &BTreeMap<String, Value>,
     node: &BTreeMap<String, Value>,
     own: &BTreeMap<String, Value>,
+    renamed: Option<&Aliases>,
+    module: &str,
 ) -> Resolved {
-    if let Some(v) = own.get(&d.name) {
+    // A name renamed since this build keeps answering the value under its new name (the
+    // rename window).
+    let own_new = renamed.and_then(|a| a.keys.get(&(module.to_string(), d.name.clone())));
+    if let Some(v) = own.get(&d.name).or_else(|| own_new.and_then(|n| own.get(n))) {
         return Resolved { value: Some(v.clone()), source: Source::Module };
     }
     if let Some(p) = &d.fallback {
-        if let Some(v) = node.get(p) {
+        let p_new = renamed.and_then(|a| a.predefined.get(p));
+        if let Some(v) = node.get(p).or_else(|| p_new.and_then(|n| node.get(n))) {
             return Resolved { value: Some(v.clone()), source: Source::Node };
         }
-        if let Some(v) = mesh.get(p) {
+        if let Some(v) = mesh.get(p).or_else(|| p_new.and_then(|n| mesh.get(n))) {
             return Resolved { value: Some(v.clone()), source: Source::Mesh };
         }
     }
@@ -199,6 +205,15 @@ fn resolve_decl(
         // Optional, no default, nothing set: simply absent; required: unset.
         None => Resolved { value: None, source: if d.required { Source::Unset } else { Source::Default } },
     }
+}
+
+/// Renamed keys: the old name answers the value stored under the new one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aliases {
+    /// (module, old key) -> new key.
+    pub keys: BTreeMap<(String, String), String>,
+    /// old predefined key -> new predefined key.
+    pub predefined: BTreeMap<String, String>,
 }
 
 /// One node's resolved values: module -> (key names, one resolved value per key, same order).
@@ -221,6 +236,8 @@ pub struct Resolver {
     unresolved: BTreeMap<(NodeId, String), String>,
     /// Manifests or placements changed since the last full resolution.
     dirty: bool,
+    /// Renamed keys, for nodes still on a build that reads the old name.
+    aliases: Aliases,
 }
 
 impl Clone for Resolver {
@@ -234,6 +251,7 @@ impl Clone for Resolver {
             flat: std::sync::OnceLock::new(),
             unresolved: self.unresolved.clone(),
             dirty: self.dirty,
+            aliases: self.aliases.clone(),
         }
     }
 }
@@ -262,6 +280,12 @@ impl Resolver {
         self.resolved.remove(node);
         self.unresolved.retain(|(n, _), _| n != node);
         self.flat = std::sync::OnceLock::new();
+    }
+
+    /// The renames in force (a change makes the next `set` resolve everything).
+    pub fn set_aliases(&mut self, aliases: Aliases) {
+        self.aliases = aliases;
+        self.dirty = true;
     }
 
     /// Replace every value (a full view of the stored levels).
@@ -345,7 +369,9 @@ impl Resolver {
                 };
                 let mut fresh = Vec::with_capacity(m.keys.len());
                 for (i, d) in m.keys.iter().enumerate() {
-                    let r = resolve_decl(d, &self.values.mesh, node_vals, own);
+                    let renamed =
+                        (!self.aliases.keys.is_empty() || !self.aliases.predefined.is_empty()).then_some(&self.aliases);
+                    let r = resolve_decl(d, &self.values.mesh, node_vals, own, renamed, module);
                     let before = if same {
                         old.as_ref().and_then(|(_, v)| v.get(i))
                     } else {
@@ -375,7 +401,9 @@ impl Resolver {
     /// Set (or clear, with `None`) the value at `level` and resolve what it can move.
     pub fn set(&mut self, level: Level, value: Option<Value>) -> Vec<Change> {
         self.flat = std::sync::OnceLock::new();
-        if self.dirty || self.placement.keys().any(|n| !self.resolved.contains_key(n)) {
+        let aliased = self.aliases.keys.values().any(|k| k == level.key())
+            || self.aliases.predefined.values().any(|k| k == level.key());
+        if aliased || self.dirty || self.placement.keys().any(|n| !self.resolved.contains_key(n)) {
             // Never resolved as a whole yet: do that first, then the change.
             self.values.set(level.clone(), value.clone());
             return self.resolve_all();
@@ -413,7 +441,9 @@ impl Resolver {
             for (module, i) in slots {
                 let d = &catalog.manifests[module].keys[i];
                 let own = own_vals.and_then(|o| o.get(module)).unwrap_or(&NO_VALUES);
-                let r = resolve_decl(d, &self.values.mesh, node_vals, own);
+                let renamed =
+                    (!self.aliases.keys.is_empty() || !self.aliases.predefined.is_empty()).then_some(&self.aliases);
+                let r = resolve_decl(d, &self.values.mesh, node_vals, own, renamed, module);
                 let Some(entry) = resolved_node.get_mut(module).and_then(|(_, v)| v.get_mut(i)) else { continue };
                 if *entry != r {
                     let from = std::mem::replace(entry, r.clone());

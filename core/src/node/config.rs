@@ -77,7 +77,9 @@ impl Node {
         let mut r = Resolver::new();
         // Every build members run, each with the installed user modules' manifests beside its own.
         let user = self.user_manifests();
-        for b in self.published_builds() {
+        let builds = self.published_builds();
+        r.set_aliases(config::aliases(&config::renames(&builds, &user)));
+        for b in builds {
             let mut manifests = b.manifests;
             manifests.extend(user.iter().cloned());
             r.set_build_manifests(&b.build, manifests);
@@ -95,7 +97,8 @@ impl Node {
         };
         let own_build = self.me.software_version.clone();
         for rec in self.members.records().filter(|r| !r.removed) {
-            let build = if rec.version.is_empty() || rec.id == self.id { own_build.as_str() } else { rec.version.as_str() };
+            let build =
+                if rec.version.is_empty() || rec.id == self.id { own_build.as_str() } else { rec.version.as_str() };
             r.set_node(rec.id.clone(), build, placed_on(&rec.id));
         }
         if self.members.get(&self.id).is_none() {
@@ -540,7 +543,9 @@ impl Node {
         let mine = config::BuildManifests { build: name.to_string(), manifests: manifests.to_vec() };
         let key = format!("{}{}", config::BUILD_PREFIX, mine.build);
         let current = match self.meta.state().get(RecordKind::Setting, &key) {
-            Some(Record::Setting(s)) if !s.removed => serde_json::from_value::<config::BuildManifests>(s.value.clone()).ok(),
+            Some(Record::Setting(s)) if !s.removed => {
+                serde_json::from_value::<config::BuildManifests>(s.value.clone()).ok()
+            }
             _ => None,
         };
         if current.as_ref() == Some(&mine) {
@@ -571,5 +576,226 @@ impl Node {
                 (own.predefined(), own.build, withheld)
             }
         }
+    }
+}
+
+/// A rename window: a node still runs a build that reads the old name.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Window {
+    module: String,
+    from: String,
+    to: String,
+    node: String,
+    since: u64,
+}
+
+/// Something an operator should look at.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Finding {
+    kind: String,
+    level: String,
+    to: String,
+    node: String,
+    since: u64,
+    why: String,
+}
+
+impl Node {
+    fn put_setting(&mut self, wall: Millis, key: String, value: Option<Value>) {
+        let version = self.hlc.next(wall);
+        let removed = value.is_none();
+        self.submit_record(
+            wall,
+            Record::Setting(Setting { key, value: value.unwrap_or(Value::Null), removed, version }),
+        );
+    }
+
+    fn config_records<T: serde::de::DeserializeOwned>(&self, prefix: &str) -> Vec<(String, T)> {
+        self.config_settings(prefix)
+            .filter_map(|s| Some((s.key.clone(), serde_json::from_value(s.value.clone()).ok()?)))
+            .collect()
+    }
+
+    /// The renames pass (the leader runs it at each config refresh): values stored under an
+    /// old name move to the new one, with their provenance, unless the new name is trusted and
+    /// the value was never approved (`rename-refused`); `renamed` is said once per move; rename
+    /// windows open for nodes whose build still reads the old name and close when they no
+    /// longer do; events older than seven days go. Returns what it did.
+    pub fn config_rename_pass(&mut self, wall: Millis) -> Vec<String> {
+        let mut did = Vec::new();
+        if self.cluster.is_none() {
+            return did;
+        }
+        let user = self.user_manifests();
+        let builds = self.published_builds();
+        let renames = config::renames(&builds, &user);
+        let entries = self.config_entries();
+        let refused: BTreeMap<String, Finding> = self
+            .config_records::<Finding>(config::FINDING_PREFIX)
+            .into_iter()
+            .map(|(_, f)| (f.level.clone(), f))
+            .collect();
+        for (level, entry) in &entries {
+            let Some((to, r)) = config::renamed_level(level, &renames) else { continue };
+            let refused_key = format!("{}rename-refused/{}", config::FINDING_PREFIX, level.name());
+            if r.trusted && entry.approved.is_none() {
+                if !refused.contains_key(&level.name()) {
+                    let node = match level {
+                        Level::Node { node, .. } | Level::Module { node, .. } => node.to_string(),
+                        Level::Mesh { .. } => String::new(),
+                    };
+                    let f = Finding {
+                        kind: "rename-refused".into(),
+                        level: level.name(),
+                        to: to.name(),
+                        node,
+                        since: wall.0,
+                        why: format!(
+                            "{} is trusted and the value under {} was never approved",
+                            to.name(),
+                            level.name()
+                        ),
+                    };
+                    self.put_setting(wall, refused_key, Some(json!(f)));
+                    did.push(format!("rename-refused {}", level.name()));
+                }
+                continue;
+            }
+            if !entries.contains_key(&to) {
+                let moved = Entry {
+                    level: to.name(),
+                    why: format!("renamed from {}: {}", level.name(), entry.why),
+                    ..entry.clone()
+                };
+                self.put_setting(wall, format!("{VALUE_PREFIX}{}", to.name()), Some(json!(moved)));
+            }
+            self.put_setting(wall, format!("{VALUE_PREFIX}{}", level.name()), None);
+            if refused.contains_key(&level.name()) {
+                self.put_setting(wall, refused_key, None);
+            }
+            self.write_history(
+                wall,
+                HistoryEntry {
+                    at: wall.0,
+                    action: "rename".into(),
+                    level: to.name(),
+                    value: Some(entry.value.clone()),
+                    previous: None,
+                    by: self.id.to_string(),
+                    account: "rename".into(),
+                    why: format!("renamed from {}", level.name()),
+                    moved: vec![],
+                },
+            );
+            let event = json!({"event": "renamed", "module": r.module, "from": r.from, "to": r.to, "level": to.name(), "at": wall.0});
+            let version = self.hlc.next(wall);
+            let key =
+                format!("{}{:016}-{}-{:08}", config::EVENT_PREFIX, version.wall_ms, version.node, version.counter);
+            self.submit_record(wall, Record::Setting(Setting { key, value: event, removed: false, version }));
+            self.event(super::Event::ConfigChanged { level: to.name(), moved: 0 });
+            did.push(format!("renamed {} -> {}", level.name(), to.name()));
+        }
+        // Rename windows: a node whose build reads the old name and not the new one.
+        let by_build: BTreeMap<String, &config::BuildManifests> = builds.iter().map(|b| (b.build.clone(), b)).collect();
+        let mut open: BTreeMap<String, Window> = BTreeMap::new();
+        for rec in self.members.records().filter(|r| !r.removed) {
+            let build = if rec.id == self.id { self.me.software_version.clone() } else { rec.version.clone() };
+            let Some(b) = by_build.get(&build) else { continue };
+            for r in &renames {
+                let reads = |name: &str| {
+                    b.manifests
+                        .iter()
+                        .chain(user.iter())
+                        .any(|m| m.module == r.module && m.keys.iter().any(|d| d.name == name))
+                };
+                if reads(&r.from) && !reads(&r.to) {
+                    let key = format!("{}{}/{}/{}", config::WINDOW_PREFIX, r.module, r.from, rec.id);
+                    open.insert(
+                        key,
+                        Window {
+                            module: r.module.clone(),
+                            from: r.from.clone(),
+                            to: r.to.clone(),
+                            node: rec.id.to_string(),
+                            since: wall.0,
+                        },
+                    );
+                }
+            }
+        }
+        let known: BTreeMap<String, Window> =
+            self.config_records::<Window>(config::WINDOW_PREFIX).into_iter().collect();
+        for (key, w) in &open {
+            if !known.contains_key(key) {
+                self.put_setting(wall, key.clone(), Some(json!(w)));
+                did.push(format!("window open {}.{} on {}", w.module, w.from, w.node));
+            }
+        }
+        for key in known.keys() {
+            if !open.contains_key(key) {
+                self.put_setting(wall, key.clone(), None);
+                did.push(format!("window closed {key}"));
+            }
+        }
+        for (key, e) in self.config_records::<Value>(config::EVENT_PREFIX) {
+            if e["at"].as_u64().is_some_and(|at| at + config::SEVEN_DAYS_MS < wall.0) {
+                self.put_setting(wall, key, None);
+            }
+        }
+        did
+    }
+
+    /// `config renames`: every rename the builds declare, with the nodes holding its window open.
+    pub fn config_renames(&self) -> Value {
+        let builds = self.published_builds();
+        let user = self.user_manifests();
+        let windows: Vec<Window> =
+            self.config_records::<Window>(config::WINDOW_PREFIX).into_iter().map(|(_, w)| w).collect();
+        let list: Vec<Value> = config::renames(&builds, &user)
+            .into_iter()
+            .map(|r| {
+                let holding: Vec<Value> = windows
+                    .iter()
+                    .filter(|w| w.module == r.module && w.from == r.from)
+                    .map(|w| json!({"node": w.node, "since": w.since}))
+                    .collect();
+                json!({"module": r.module, "from": r.from, "to": r.to, "trusted": r.trusted, "open": !holding.is_empty(), "nodesHolding": holding})
+            })
+            .collect();
+        json!({ "renames": list })
+    }
+
+    /// `config findings`: conditions held seven days (`rename-refused`, `rename-window-held`,
+    /// naming the node), and the same conditions still younger than that under `pending`.
+    pub fn config_findings(&self, wall: Millis) -> Value {
+        let mut all: Vec<Finding> =
+            self.config_records::<Finding>(config::FINDING_PREFIX).into_iter().map(|(_, f)| f).collect();
+        for (_, w) in self.config_records::<Window>(config::WINDOW_PREFIX) {
+            all.push(Finding {
+                kind: "rename-window-held".into(),
+                level: format!("{}.{}", w.module, w.from),
+                to: format!("{}.{}", w.module, w.to),
+                node: w.node.clone(),
+                since: w.since,
+                why: format!("node {} still runs a build that reads {}.{}", w.node, w.module, w.from),
+            });
+        }
+        let (held, pending): (Vec<Finding>, Vec<Finding>) =
+            all.into_iter().partition(|f| f.since + config::SEVEN_DAYS_MS <= wall.0);
+        json!({ "findings": held, "pending": pending })
+    }
+
+    /// Config events (`renamed`) of the last seven days, newest first.
+    pub fn config_events(&self, wall: Millis) -> Value {
+        let mut events: Vec<Value> = self
+            .config_records::<Value>(config::EVENT_PREFIX)
+            .into_iter()
+            .map(|(_, e)| e)
+            .filter(|e| e["at"].as_u64().is_some_and(|at| at + config::SEVEN_DAYS_MS >= wall.0))
+            .collect();
+        events.sort_by(|a, b| b["at"].as_u64().cmp(&a["at"].as_u64()));
+        json!({ "events": events })
     }
 }

@@ -1,0 +1,136 @@
+//! Simulation scenarios for the configuration plane (issue 5 "Tests and simulation"): a
+//! rename across a rolling upgrade with nodes on two builds keeps every node answering, the
+//! rename window closes node by node, every node resolves identical values after heal, and a
+//! cluster-wide heartbeat interval changes the real heartbeat period on every node.
+
+use serde_json::{json, Value};
+use shoal_core::config::builtin;
+use shoal_core::config::resolve::Manifest;
+use shoal_sim::harness::Build;
+use shoal_sim::{Harness, SimConfig};
+use std::collections::BTreeMap;
+
+const INTERVAL: u64 = 15_000;
+
+fn formed(seed: u64, n: usize) -> Harness {
+    let mut h = Harness::new(SimConfig::new(seed, n));
+    h.form_cluster().expect("form cluster");
+    h.converge_within(2 * INTERVAL + 5_000).expect("membership converges");
+    h
+}
+
+fn wait(h: &mut Harness, bound_ms: u64, what: &str, mut cond: impl FnMut(&mut Harness) -> bool) {
+    let start = h.elapsed_ms();
+    while !cond(h) {
+        assert!(h.elapsed_ms() - start < bound_ms, "seed {}: not within {bound_ms} ms: {what}", h.cfg.seed);
+        h.run_checked(1_000).unwrap_or_else(|e| panic!("seed {}: {e}", h.cfg.seed));
+    }
+}
+
+/// Build 0.2.0: this build's manifests with `storage.rescan_every` renamed `rescan_interval`.
+fn build_b() -> Build {
+    let mut manifests: Vec<Manifest> = builtin::manifests();
+    for m in manifests.iter_mut().filter(|m| m.module == "storage") {
+        for d in m.keys.iter_mut().filter(|d| d.name == "rescan_every") {
+            d.name = "rescan_interval".into();
+            d.fallback = Some("storage.rescan_interval".into());
+            d.renamed_from = Some("rescan_every".into());
+        }
+    }
+    ("0.2.0".into(), manifests)
+}
+
+/// What node `i` resolves for itself: storage key -> (value, source).
+fn storage_of(h: &Harness, i: usize) -> BTreeMap<String, (Value, String)> {
+    h.read(i, |n, _| n.config_resolved_own())
+        .and_then(|m| m.get("storage").cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, r)| {
+            (k, (r.value.unwrap_or(Value::Null), serde_json::to_value(r.source).unwrap().as_str().unwrap().to_string()))
+        })
+        .collect()
+}
+
+/// Every live node computes the same resolved values for every node.
+fn identical_resolution(h: &Harness) -> Result<(), String> {
+    let mut first: Option<(usize, Vec<String>)> = None;
+    for i in h.live_members() {
+        let Some(view) = h.read(i, |n, _| {
+            n.config_resolver().resolved().iter().map(|(k, v)| format!("{k:?}={v:?}")).collect::<Vec<_>>()
+        }) else {
+            continue;
+        };
+        match &first {
+            None => first = Some((i, view)),
+            Some((j, other)) if *other != view => return Err(format!("n{i} and n{j} resolve differently")),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+const MIN45: u64 = 45 * 60_000;
+
+#[test]
+fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
+    let mut h = formed(41, 3);
+    let body = json!({"action": "set", "key": "storage.rescan_every", "value": "45m", "why": "slower disks"});
+    let (s, v) = h.api(0, "POST /v1/config", Some(body)).unwrap();
+    assert_eq!(s, 200, "{v}");
+    wait(&mut h, 30_000, "every node resolves the mesh value", |h| {
+        (0..3).all(|i| storage_of(h, i).get("rescan_every") == Some(&(json!(MIN45), "mesh".into())))
+    });
+
+    // Step 1: node 2 runs the new build. The value moves to the new name once; the nodes on
+    // the old build keep answering under the old name (their rename window), node 2 under
+    // the new one.
+    h.upgrade(2, build_b());
+    wait(&mut h, 60_000, "node 2 answers under the new name and 0, 1 under the old", |h| {
+        storage_of(h, 2).get("rescan_interval") == Some(&(json!(MIN45), "mesh".into()))
+            && (0..2).all(|i| storage_of(h, i).get("rescan_every") == Some(&(json!(MIN45), "mesh".into())))
+    });
+    let renames = h.read(0, |n, _| n.config_renames()).unwrap();
+    let holding = renames["renames"][0]["nodesHolding"].as_array().map_or(0, |a| a.len());
+    assert_eq!(holding, 2, "nodes 0 and 1 hold the window open: {renames}");
+    let events = h.read(1, |n, now| n.config_events(now)).unwrap();
+    assert_eq!(events["events"].as_array().map_or(0, |e| e.len()), 1, "renamed is said once: {events}");
+    // The predefined list now comes from the newest build.
+    let list = h.read(0, |n, _| n.config_list(&Default::default())).unwrap();
+    assert_eq!(list["predefinedFrom"], "0.2.0", "{}", list["withheld"]);
+
+    // Steps 2 and 3: the others follow; each window closes; every node answers the new name.
+    for i in [0, 1] {
+        h.upgrade(i, build_b());
+        h.run_checked(2_000).unwrap();
+    }
+    wait(&mut h, 90_000, "every node on the new build answers under the new name", |h| {
+        (0..3).all(|i| storage_of(h, i).get("rescan_interval") == Some(&(json!(MIN45), "mesh".into())))
+    });
+    wait(&mut h, 60_000, "every rename window is closed", |h| {
+        h.read(0, |n, _| n.config_renames())
+            .is_some_and(|r| r["renames"][0]["nodesHolding"].as_array().is_some_and(|a| a.is_empty()))
+    });
+    wait(&mut h, 60_000, "every node resolves identical values", |h| identical_resolution(h).is_ok());
+}
+
+#[test]
+fn a_cluster_wide_heartbeat_interval_changes_every_nodes_period_in_the_simulator() {
+    let mut h = formed(42, 3);
+    let beats = |h: &Harness| -> Vec<u64> { (0..3).map(|i| h.read(i, |n, _| n.heartbeats_sent()).unwrap()).collect() };
+    let before = beats(&h);
+    h.run_checked(30_000).unwrap();
+    let after = beats(&h);
+    assert!(before.iter().zip(&after).all(|(b, a)| a - b <= 3), "15 s: {before:?} -> {after:?}");
+    let body = json!({"action": "set", "key": "membership.heartbeat_interval", "value": "1s", "why": "test"});
+    let (s, v) = h.api(1, "POST /v1/config", Some(body)).unwrap();
+    assert_eq!(s, 200, "{v}");
+    wait(&mut h, 30_000, "every node runs the 1 s interval", |h| {
+        (0..3).all(|i| h.read(i, |n, _| n.config().membership.heartbeat_interval_ms) == Some(1_000))
+    });
+    let before = beats(&h);
+    h.run_checked(30_000).unwrap();
+    let after = beats(&h);
+    assert!(before.iter().zip(&after).all(|(b, a)| a - b >= 25), "1 s: {before:?} -> {after:?}");
+    wait(&mut h, 30_000, "every node resolves identical values", |h| identical_resolution(h).is_ok());
+}
