@@ -230,8 +230,15 @@ pub enum ConfigCmd {
     Renames,
     /// Conditions held seven days: rename-refused, rename-window-held (and those still pending).
     Findings,
-    /// Config events (renamed) of the last seven days.
+    /// Config events (renamed, retiring, retired) of the last seven days.
     Events,
+    /// Values no build reads any more: list, or approve removal / ask again / cancel for one level.
+    Retiring {
+        /// The level, e.g. mesh.storage.old_key.
+        level: Option<String>,
+        #[arg(long, value_parser = ["approve", "ask", "cancel"], requires = "level")]
+        action: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -824,6 +831,12 @@ impl Api {
             ConfigCmd::Renames => (self.call("GET", "/config/renames", None).await?, human_json),
             ConfigCmd::Findings => (self.call("GET", "/config/findings", None).await?, human_json),
             ConfigCmd::Events => (self.call("GET", "/config/events", None).await?, human_json),
+            ConfigCmd::Retiring { level, action } => match (level, action) {
+                (Some(level), Some(action)) => {
+                    (self.call("POST", "/config/retiring", Some(json!({"level": level, "action": action}))).await?, human_json)
+                }
+                _ => (self.call("GET", "/config/retiring", None).await?, human_json),
+            },
         })
     }
 }

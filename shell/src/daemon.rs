@@ -243,7 +243,8 @@ impl<E: Env> Shared<E> {
             n.publish_build(now);
             // Renames are moved by the leader alone, so a value moves once.
             if n.leader_term(now).is_some() {
-                let did = n.config_rename_pass(now);
+                let mut did = n.config_rename_pass(now);
+                did.extend(n.config_retire_pass(now));
                 if !did.is_empty() {
                     tracing::info!(did = ?did, "config renames");
                 }

@@ -65,6 +65,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/config/renames", get(config_renames::<E>))
         .route("/config/findings", get(config_findings::<E>))
         .route("/config/events", get(config_events::<E>))
+        .route("/config/retiring", get(config_retiring::<E>).post(config_retire::<E>))
         .route("/modules", get(modules_list::<E>).post(module_install::<E>))
         .route("/modules/{name}/placement", post(module_place::<E>))
         .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
@@ -901,4 +902,25 @@ async fn config_findings<E: Env>(State(s): S<E>) -> Response {
 
 async fn config_events<E: Env>(State(s): S<E>) -> Response {
     api_result(Ok(s.read_node(|n, now| n.config_events(now))))
+}
+
+async fn config_retiring<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.config_retiring())))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RetireBody {
+    level: String,
+    /// `approve`, `ask` or `cancel`.
+    action: String,
+}
+
+async fn config_retire<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let r = parse_body::<RetireBody>(&body)
+        .and_then(|b| s.with_node(|n, now| n.config_retire(now, &b.level, &b.action, "admin")));
+    if r.is_ok() {
+        s.config_kick();
+    }
+    api_result(r)
 }

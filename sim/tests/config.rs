@@ -27,9 +27,13 @@ fn wait(h: &mut Harness, bound_ms: u64, what: &str, mut cond: impl FnMut(&mut Ha
     }
 }
 
-/// Build 0.2.0: this build's manifests with `storage.rescan_every` renamed `rescan_interval`.
+/// Build 0.2.0: this build's manifests with `storage.rescan_every` renamed `rescan_interval`,
+/// and `meta.keep_entries` no longer read.
 fn build_b() -> Build {
     let mut manifests: Vec<Manifest> = builtin::manifests();
+    for m in manifests.iter_mut().filter(|m| m.module == "meta") {
+        m.keys.retain(|d| d.name != "keep_entries");
+    }
     for m in manifests.iter_mut().filter(|m| m.module == "storage") {
         for d in m.keys.iter_mut().filter(|d| d.name == "rescan_every") {
             d.name = "rescan_interval".into();
@@ -78,6 +82,9 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     let body = json!({"action": "set", "key": "storage.rescan_every", "value": "45m", "why": "slower disks"});
     let (s, v) = h.api(0, "POST /v1/config", Some(body)).unwrap();
     assert_eq!(s, 200, "{v}");
+    let body = json!({"action": "set", "key": "meta.keep_entries", "value": "20000", "why": "longer log"});
+    let (s, v) = h.api(1, "POST /v1/config", Some(body)).unwrap();
+    assert_eq!(s, 200, "{v}");
     wait(&mut h, 30_000, "every node resolves the mesh value", |h| {
         (0..3).all(|i| storage_of(h, i).get("rescan_every") == Some(&(json!(MIN45), "mesh".into())))
     });
@@ -95,9 +102,11 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     assert_eq!(holding, 2, "nodes 0 and 1 hold the window open: {renames}");
     let events = h.read(1, |n, now| n.config_events(now)).unwrap();
     assert_eq!(events["events"].as_array().map_or(0, |e| e.len()), 1, "renamed is said once: {events}");
-    // The predefined list now comes from the newest build.
+    // The newest build's predefined list drops meta.keep_entries, which holds a value: it is
+    // withheld, and the listing says why.
     let list = h.read(0, |n, _| n.config_list(&Default::default())).unwrap();
-    assert_eq!(list["predefinedFrom"], "0.2.0", "{}", list["withheld"]);
+    assert_eq!(list["predefinedFrom"], "0.1.0", "{}", list["withheld"]);
+    assert!(list["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"), "{}", list["withheld"]);
 
     // Steps 2 and 3: the others follow; each window closes; every node answers the new name.
     for i in [0, 1] {
@@ -112,6 +121,29 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
             .is_some_and(|r| r["renames"][0]["nodesHolding"].as_array().is_some_and(|a| a.is_empty()))
     });
     wait(&mut h, 60_000, "every node resolves identical values", |h| identical_resolution(h).is_ok());
+
+    // meta.keep_entries is read by no build now: retiring, asked once; removed on approval,
+    // `retired` said per node; then the newest list is no longer withheld.
+    wait(&mut h, 30_000, "the unread value is retiring", |h| {
+        h.read(0, |n, _| n.config_retiring())
+            .is_some_and(|r| r["retiring"].as_array().is_some_and(|a| a.len() == 1 && a[0]["asks"] == 1))
+    });
+    let (s, v) = h
+        .api(2, "POST /v1/config/retiring", Some(json!({"level": "mesh.meta.keep_entries", "action": "approve"})))
+        .unwrap();
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["nodes"].as_array().map(|a| a.len()), Some(3), "{v}");
+    wait(&mut h, 30_000, "the newest build's predefined list is in force everywhere", |h| {
+        (0..3).all(|i| h.read(i, |n, _| n.config_list(&Default::default())["predefinedFrom"] == "0.2.0") == Some(true))
+    });
+    let kinds = |h: &Harness| -> Vec<String> {
+        let events = h.read(0, |n, now| n.config_events(now)).unwrap();
+        events["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str().map(str::to_string)).collect()
+    };
+    wait(&mut h, 30_000, "retired is said for each node", |h| kinds(h).iter().filter(|k| *k == "retired").count() == 3);
+    let k = kinds(&h);
+    assert_eq!(k.iter().filter(|k| *k == "retiring").count(), 1, "retiring is said once: {k:?}");
+    assert_eq!(k.iter().filter(|k| *k == "renamed").count(), 1, "renamed is said once: {k:?}");
 }
 
 #[test]

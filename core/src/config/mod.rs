@@ -462,3 +462,4 @@ pub const FINDING_PREFIX: &str = "config/finding/";
 pub const WINDOW_PREFIX: &str = "config/window/";
 /// Events are kept, and findings raised, after this long.
 pub const SEVEN_DAYS_MS: u64 = 7 * 24 * 3_600_000;
+pub const RETIRE_PREFIX: &str = "config/retire/";

@@ -782,6 +782,35 @@ impl Node {
                 why: format!("node {} still runs a build that reads {}.{}", w.node, w.module, w.from),
             });
         }
+        for (_, r) in self.config_records::<Retiring>(config::RETIRE_PREFIX) {
+            let node = Level::parse(&r.level)
+                .and_then(|l| match l {
+                    Level::Node { node, .. } | Level::Module { node, .. } => Some(node.to_string()),
+                    Level::Mesh { .. } => None,
+                })
+                .unwrap_or_default();
+            if r.status != "cancelled" {
+                all.push(Finding {
+                    kind: "retirement-held".into(),
+                    level: r.level.clone(),
+                    to: String::new(),
+                    node: node.clone(),
+                    since: r.since,
+                    why: format!("{} is read by no build and still not removed", r.level),
+                });
+            }
+            if r.asks >= 2 && r.status == "asked" {
+                // Asked twice and unanswered: a finding at once.
+                all.push(Finding {
+                    kind: "retiring-unanswered".into(),
+                    level: r.level.clone(),
+                    to: String::new(),
+                    node,
+                    since: wall.0.saturating_sub(config::SEVEN_DAYS_MS),
+                    why: format!("{} was asked about {} times without an answer", r.level, r.asks),
+                });
+            }
+        }
         let (held, pending): (Vec<Finding>, Vec<Finding>) =
             all.into_iter().partition(|f| f.since + config::SEVEN_DAYS_MS <= wall.0);
         json!({ "findings": held, "pending": pending })
@@ -797,5 +826,179 @@ impl Node {
             .collect();
         events.sort_by(|a, b| b["at"].as_u64().cmp(&a["at"].as_u64()));
         json!({ "events": events })
+    }
+}
+
+/// A value no node's build reads any more, asked about for removal.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retiring {
+    pub level: String,
+    pub since: u64,
+    /// How many times the operator was asked.
+    pub asks: u32,
+    /// `asked`, `cancelled`.
+    pub status: String,
+}
+
+impl Node {
+    /// Whether any member's build (with the user modules placed on it) reads the value at `level`.
+    fn level_is_read(
+        &self,
+        level: &Level,
+        builds: &[config::BuildManifests],
+        user: &[config::resolve::Manifest],
+    ) -> bool {
+        let by_build: BTreeMap<&str, &config::BuildManifests> = builds.iter().map(|b| (b.build.as_str(), b)).collect();
+        let placements = self.user_placements();
+        let members: Vec<(crate::NodeId, String)> = self
+            .members
+            .records()
+            .filter(|r| !r.removed)
+            .map(|r| {
+                let b = if r.id == self.id { self.me.software_version.clone() } else { r.version.clone() };
+                (r.id.clone(), b)
+            })
+            .collect();
+        let manifests_of = |node: &crate::NodeId, build: &str| -> Vec<config::resolve::Manifest> {
+            let mut out: Vec<config::resolve::Manifest> =
+                by_build.get(build).map(|b| b.manifests.clone()).unwrap_or_default();
+            out.extend(user.iter().filter(|m| placements.get(&m.module).is_some_and(|n| n.contains(node))).cloned());
+            out
+        };
+        match level {
+            Level::Mesh { key } | Level::Node { key, .. } => {
+                members.iter().any(|(id, b)| {
+                    let on_node = match level {
+                        Level::Node { node, .. } => node == id,
+                        _ => true,
+                    };
+                    on_node
+                        && manifests_of(id, b).iter().any(|m| {
+                            m.keys.iter().any(|d| {
+                                d.fallback.as_deref() == Some(key.as_str())
+                                    || format!("{}.{}", m.module, d.name) == *key
+                            })
+                        })
+                }) || (matches!(level, Level::Node { node, .. } if !members.iter().any(|(id, _)| id == node)))
+            }
+            Level::Module { node, module, key } => match members.iter().find(|(id, _)| id == node) {
+                Some((id, b)) => {
+                    manifests_of(id, b).iter().any(|m| &m.module == module && m.keys.iter().any(|d| &d.name == key))
+                }
+                // A node that left: its values are not "unread by a build", they are gone with it.
+                None => true,
+            },
+        }
+    }
+
+    /// The retiring pass (the leader's, with the renames pass): a stored value that no node's
+    /// build reads any more, and no rename moves, becomes `retiring` and the operator is asked
+    /// once; one that is read again stops retiring.
+    pub fn config_retire_pass(&mut self, wall: Millis) -> Vec<String> {
+        let mut did = Vec::new();
+        if self.cluster.is_none() {
+            return did;
+        }
+        let builds = self.published_builds();
+        let user = self.user_manifests();
+        let renames = config::renames(&builds, &user);
+        let known: BTreeMap<String, Retiring> = self
+            .config_records::<Retiring>(config::RETIRE_PREFIX)
+            .into_iter()
+            .map(|(_, r)| (r.level.clone(), r))
+            .collect();
+        let entries = self.config_entries();
+        for level in entries.keys() {
+            let name = level.name();
+            let unread = !self.level_is_read(level, &builds, &user) && config::renamed_level(level, &renames).is_none();
+            match (unread, known.contains_key(&name)) {
+                (true, false) => {
+                    let r = Retiring { level: name.clone(), since: wall.0, asks: 1, status: "asked".into() };
+                    self.put_setting(wall, format!("{}{name}", config::RETIRE_PREFIX), Some(json!(r)));
+                    self.config_event(wall, json!({"event": "retiring", "level": name, "at": wall.0}));
+                    did.push(format!("retiring {name}"));
+                }
+                (false, true) => {
+                    self.put_setting(wall, format!("{}{name}", config::RETIRE_PREFIX), None);
+                    did.push(format!("read again {name}"));
+                }
+                _ => {}
+            }
+        }
+        for level in known.keys() {
+            if !entries.keys().any(|l| &l.name() == level) {
+                self.put_setting(wall, format!("{}{level}", config::RETIRE_PREFIX), None);
+            }
+        }
+        did
+    }
+
+    fn config_event(&mut self, wall: Millis, event: Value) {
+        let version = self.hlc.next(wall);
+        let key = format!("{}{:016}-{}-{:08}", config::EVENT_PREFIX, version.wall_ms, version.node, version.counter);
+        self.submit_record(wall, Record::Setting(Setting { key, value: event, removed: false, version }));
+    }
+
+    /// `config retiring`: values no build reads any more, asked about for removal.
+    pub fn config_retiring(&self) -> Value {
+        let list: Vec<Retiring> =
+            self.config_records::<Retiring>(config::RETIRE_PREFIX).into_iter().map(|(_, r)| r).collect();
+        json!({ "retiring": list })
+    }
+
+    /// Answer or handle a retiring value: `approve` removes it (`retired` said per node that
+    /// held it), `ask` asks the operator again, `cancel` keeps it and stops asking.
+    pub fn config_retire(
+        &mut self,
+        wall: Millis,
+        level_name: &str,
+        action: &str,
+        account: &str,
+    ) -> Result<Value, ApiError> {
+        self.in_cluster()?;
+        let key = format!("{}{level_name}", config::RETIRE_PREFIX);
+        let Some(mut r) = self
+            .config_records::<Retiring>(config::RETIRE_PREFIX)
+            .into_iter()
+            .map(|(_, r)| r)
+            .find(|r| r.level == level_name)
+        else {
+            return Err(ApiError::new(404, "not_retiring", format!("{level_name} is not retiring")));
+        };
+        match action {
+            "approve" => {
+                let level = Level::parse(level_name)
+                    .ok_or_else(|| ApiError::new(400, "bad_level", format!("{level_name} is not a level")))?;
+                let why = format!("retired: no build reads {level_name} any more");
+                let result = self.config_write(wall, &level, None, &why, account, None, "retire");
+                self.put_setting(wall, key, None);
+                let nodes: Vec<String> = match &level {
+                    Level::Node { node, .. } | Level::Module { node, .. } => vec![node.to_string()],
+                    Level::Mesh { .. } => {
+                        self.members.records().filter(|m| !m.removed).map(|m| m.id.to_string()).collect()
+                    }
+                };
+                for node in &nodes {
+                    self.config_event(
+                        wall,
+                        json!({"event": "retired", "level": level_name, "node": node, "at": wall.0}),
+                    );
+                }
+                Ok(json!({ "retired": level_name, "nodes": nodes, "result": result }))
+            }
+            "ask" => {
+                r.asks += 1;
+                r.status = "asked".into();
+                self.put_setting(wall, key, Some(json!(r)));
+                Ok(json!(r))
+            }
+            "cancel" => {
+                r.status = "cancelled".into();
+                self.put_setting(wall, key, Some(json!(r)));
+                Ok(json!(r))
+            }
+            other => Err(ApiError::new(400, "bad_action", format!("{other:?}: approve, ask or cancel"))),
+        }
     }
 }
