@@ -1333,3 +1333,98 @@ fn apply_config_after_a_clear_goes_back_to_the_built_value() {
     assert_eq!(n.members().config().heartbeat_interval_ms, 2_000);
     assert_eq!(n.base_config().membership.heartbeat_interval_ms, 2_000, "the base stays");
 }
+
+// ---- renames and retiring (the leader's passes) ----
+
+/// This build's manifests with `storage.rescan_every` renamed `rescan_interval` (trusted when
+/// `trusted`) and `meta.keep_entries` dropped.
+fn build_b(trusted: bool) -> Vec<Manifest> {
+    let mut manifests = shoal_core::config::builtin::manifests();
+    for m in manifests.iter_mut() {
+        if m.module == "meta" {
+            m.keys.retain(|d| d.name != "keep_entries");
+        }
+        for d in m.keys.iter_mut().filter(|d| m.module == "storage" && d.name == "rescan_every") {
+            d.name = "rescan_interval".into();
+            d.fallback = Some("storage.rescan_interval".into());
+            d.renamed_from = Some("rescan_every".into());
+            d.trusted = trusted;
+        }
+    }
+    manifests
+}
+
+#[test]
+fn a_rename_moves_the_value_once_with_its_provenance_and_says_renamed_once() {
+    let mut n = member(1);
+    n.config_set(at(1_000), &mesh("storage.rescan_every"), Some(&json!("45m")), "slow disks", "admin").unwrap();
+    n.publish_build(at(1_001));
+    n.set_build("0.2.0", build_b(false));
+    n.publish_build(at(1_002));
+    let did = n.config_rename_pass(at(2_000));
+    assert!(did.iter().any(|d| d.starts_with("renamed")), "{did:?}");
+    assert!(stored(&n, &mesh("storage.rescan_every")).is_none(), "the old name is cleared");
+    let moved = stored(&n, &mesh("storage.rescan_interval")).expect("moved to the new name");
+    assert_eq!(moved.value, json!(45 * 60_000));
+    assert!(moved.why.contains("slow disks"), "provenance kept: {}", moved.why);
+    assert_eq!(own(&n, "storage", "rescan_interval").source, Source::Mesh);
+    // A second pass moves nothing and says nothing more.
+    assert!(n.config_rename_pass(at(3_000)).iter().all(|d| !d.starts_with("renamed")));
+    let events = n.config_events(at(3_000));
+    assert_eq!(events["events"].as_array().unwrap().len(), 1, "{events}");
+    assert_eq!(events["events"][0]["event"], "renamed");
+}
+
+#[test]
+fn a_value_never_approved_does_not_move_onto_a_trusted_name() {
+    let mut n = member(1);
+    n.config_set(at(1_000), &mesh("storage.rescan_every"), Some(&json!("45m")), "slow disks", "admin").unwrap();
+    n.publish_build(at(1_001));
+    n.set_build("0.2.0", build_b(true));
+    n.publish_build(at(1_002));
+    let did = n.config_rename_pass(at(2_000));
+    assert!(did.iter().any(|d| d.starts_with("rename-refused")), "{did:?}");
+    assert!(stored(&n, &mesh("storage.rescan_interval")).is_none(), "nothing moved onto the trusted name");
+    assert!(stored(&n, &mesh("storage.rescan_every")).is_some(), "the value stays where it was");
+    // A finding once the condition held seven days, pending before.
+    let early = n.config_findings(at(3_000));
+    assert_eq!(early["findings"].as_array().unwrap().len(), 0);
+    assert!(early["pending"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{early}");
+    let late = n.config_findings(at(2_000 + 7 * 86_400_000));
+    assert!(late["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{late}");
+}
+
+#[test]
+fn a_value_no_build_reads_is_retiring_asked_once_and_removed_only_on_approval() {
+    let mut n = member(1);
+    n.config_set(at(1_000), &mesh("meta.keep_entries"), Some(&json!(20_000)), "longer log", "admin").unwrap();
+    n.publish_build(at(1_001));
+    // While a member's build reads it, it is not retiring.
+    assert!(n.config_retire_pass(at(1_500)).is_empty());
+    n.set_build("0.2.0", build_b(false));
+    n.publish_build(at(1_600));
+    let did = n.config_retire_pass(at(2_000));
+    assert_eq!(did, vec!["retiring mesh.meta.keep_entries".to_string()]);
+    assert!(n.config_retire_pass(at(2_500)).is_empty(), "asked once");
+    let r = n.config_retiring();
+    assert_eq!((r["retiring"][0]["asks"].as_u64(), r["retiring"][0]["status"].as_str()), (Some(1), Some("asked")));
+    // The newest build drops a key that holds a value: it is withheld, with why.
+    let list = n.config_list(&ConfigFilter::default());
+    assert_eq!(list["predefinedFrom"], "0.1.0");
+    assert!(list["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"));
+    // Asked twice without an answer: a finding.
+    n.config_retire(at(3_000), "mesh.meta.keep_entries", "ask", "admin").unwrap();
+    let f = n.config_findings(at(3_001));
+    assert!(f["findings"].as_array().unwrap().iter().any(|x| x["kind"] == "retiring-unanswered"), "{f}");
+    // Cancel keeps the value; approve removes it.
+    n.config_retire(at(4_000), "mesh.meta.keep_entries", "cancel", "admin").unwrap();
+    assert!(stored(&n, &mesh("meta.keep_entries")).is_some());
+    refused(n.config_retire(at(4_500), "mesh.nothing", "approve", "admin"), 404, "not_retiring");
+    let v = n.config_retire(at(5_000), "mesh.meta.keep_entries", "approve", "admin").unwrap();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 1);
+    assert!(stored(&n, &mesh("meta.keep_entries")).is_none(), "removed on approval");
+    assert_eq!(n.config_list(&ConfigFilter::default())["predefinedFrom"], "0.2.0", "no longer withheld");
+    let events = n.config_events(at(5_001));
+    let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
+    assert!(kinds.contains(&"retiring") && kinds.contains(&"retired"), "{kinds:?}");
+}
