@@ -246,6 +246,12 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// New timings and limits (a config change), taken without a restart.
+    pub fn set_config(&mut self, config: MetaConfig) {
+        self.lease.set_config(config.lease.clone());
+        self.config = config;
+    }
+
     pub fn new(me: NodeId, config: MetaConfig, now: Millis) -> Meta {
         Meta {
             lease: LeaseState::new(me.clone(), config.lease.clone(), now),

@@ -418,6 +418,31 @@ impl Node {
         if cfg.membership.unknown_within_ms < cfg.membership.online_within_ms {
             cfg.membership.unknown_within_ms = cfg.membership.online_within_ms;
         }
+        let meta = &mut cfg.meta;
+        if let Some(v) = set("meta", "lease") {
+            meta.lease.lease_ms = v;
+        }
+        if let Some(v) = set("meta", "lease_renew_every") {
+            meta.lease.renew_every_ms = v;
+        }
+        if let Some(v) = set("meta", "compact_every") {
+            meta.compact_every = v;
+        }
+        if let Some(v) = set("meta", "keep_entries") {
+            meta.keep_entries = v;
+        }
+        // A renewal must come well inside the lease.
+        meta.lease.renew_every_ms = meta.lease.renew_every_ms.min(meta.lease.lease_ms / 2).max(1);
+        for (key, a, b) in [
+            ("lease", self.config.meta.lease.lease_ms, cfg.meta.lease.lease_ms),
+            ("lease_renew_every", self.config.meta.lease.renew_every_ms, cfg.meta.lease.renew_every_ms),
+            ("compact_every", self.config.meta.compact_every, cfg.meta.compact_every),
+            ("keep_entries", self.config.meta.keep_entries, cfg.meta.keep_entries),
+        ] {
+            if a != b {
+                changed.push(format!("meta.{key}={b}"));
+            }
+        }
         let (old, new) = (&self.config.membership, &cfg.membership);
         for (key, a, b) in [
             ("heartbeat_interval", old.heartbeat_interval_ms, new.heartbeat_interval_ms),

@@ -37,7 +37,6 @@ use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
-pub use volumes::AUTO_READ_ONLY_KEY;
 
 pub const ACN_PREFIX: &str = "/cluster/acn/";
 
@@ -579,6 +578,9 @@ impl Node {
     pub(super) fn install_config(&mut self, wall: Millis, config: NodeConfig) {
         let now = self.advance_clocks(wall);
         self.members.set_config(config.membership.clone());
+        if config.meta != self.config.meta {
+            self.meta.set_config(config.meta.clone());
+        }
         self.config = config;
         if self.cluster.is_some() {
             let hb = now.plus(self.config.membership.heartbeat_interval_ms);

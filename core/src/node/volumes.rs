@@ -7,12 +7,10 @@
 use super::{ApiError, Node};
 use crate::ids::VolumeId;
 use crate::meta::records::{Record, RecordKind, Volume};
-use crate::storage::placement::low_space_next;
+use crate::storage::placement::low_space_next_at;
 use crate::time::Millis;
 use serde_json::{json, Value};
 
-/// The cluster-wide switch of the low-space guard (a setting; default on).
-pub const AUTO_READ_ONLY_KEY: &str = "storage.autoReadOnly";
 /// Report usage when free space moved by more than this fraction of capacity...
 const USAGE_REPORT_STEP: f64 = 0.01;
 /// ...or at least this often.
@@ -33,12 +31,23 @@ impl Node {
             .ok_or_else(|| ApiError::new(404, "unknown_volume", format!("no volume {id}")))
     }
 
-    /// Whether the low-space guard is on cluster-wide.
+    /// Whether the low-space guard is on (config `storage.auto_read_only`, default on).
     pub fn auto_read_only(&self) -> bool {
-        match self.meta.state().get(RecordKind::Setting, AUTO_READ_ONLY_KEY) {
-            Some(Record::Setting(s)) if !s.removed => s.value.as_bool().unwrap_or(true),
-            _ => true,
-        }
+        self.config_resolved_own()
+            .get("storage")
+            .and_then(|m| m.get("auto_read_only"))
+            .and_then(|r| r.value.as_ref()?.as_bool())
+            .unwrap_or(true)
+    }
+
+    /// The guard's thresholds as fractions of capacity (config `storage.low_space_enter_pct`,
+    /// `storage.low_space_leave_pct`; 5 % and 7 %).
+    fn low_space_thresholds(&self) -> (f64, f64) {
+        let own = self.config_resolved_own();
+        let pct = |k: &str, d: f64| {
+            own.get("storage").and_then(|m| m.get(k)).and_then(|r| r.value.as_ref()?.as_f64()).unwrap_or(d) / 100.0
+        };
+        (pct("low_space_enter_pct", 5.0), pct("low_space_leave_pct", 7.0))
     }
 
     /// Whether `v` is one of this node's volumes: it names this node, and its usage register
@@ -82,7 +91,8 @@ impl Node {
             return Err(ApiError::new(400, "bad_name", "a volume name is at most 128 bytes"));
         }
         let version = self.hlc.next(wall);
-        let low_space = low_space_next(false, free, capacity, self.auto_read_only());
+        let (enter, leave) = self.low_space_thresholds();
+        let low_space = low_space_next_at(false, free, capacity, self.auto_read_only(), enter, leave);
         let v = Volume {
             id: VolumeId::new(self.rng.uuid_v4()),
             node_id: self.id.clone(),
@@ -169,7 +179,8 @@ impl Node {
         if !self.is_own(&v) {
             return;
         }
-        let low_space = low_space_next(v.low_space, free, capacity, self.auto_read_only());
+        let (enter, leave) = self.low_space_thresholds();
+        let low_space = low_space_next_at(v.low_space, free, capacity, self.auto_read_only(), enter, leave);
         let (last_at, last_free) = self.volume_reported.get(id).copied().unwrap_or((Millis::ZERO, 0));
         let moved = capacity > 0 && (free.abs_diff(last_free) as f64 / capacity as f64) > USAGE_REPORT_STEP;
         let due = wall.since(last_at) >= USAGE_REPORT_EVERY_MS;

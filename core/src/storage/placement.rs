@@ -38,13 +38,18 @@ pub fn fits(v: &Volume, size: u64) -> bool {
 /// the cluster-wide switch; turning it off clears the flag. An admin's read-only is a separate
 /// flag and never touched here.
 pub fn low_space_next(current: bool, free: u64, capacity: u64, enabled: bool) -> bool {
+    low_space_next_at(current, free, capacity, enabled, LOW_SPACE_ENTER, LOW_SPACE_LEAVE)
+}
+
+/// [`low_space_next`] with the thresholds (fractions of capacity) from the config.
+pub fn low_space_next_at(current: bool, free: u64, capacity: u64, enabled: bool, enter: f64, leave: f64) -> bool {
     if !enabled || capacity == 0 {
         return false;
     }
     let frac = free as f64 / capacity as f64;
-    if frac < LOW_SPACE_ENTER {
+    if frac < enter {
         true
-    } else if frac > LOW_SPACE_LEAVE {
+    } else if frac > leave.max(enter) {
         false
     } else {
         current
