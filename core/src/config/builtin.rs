@@ -77,6 +77,16 @@ pub fn manifests() -> Vec<Manifest> {
                     .range(100.0, 7.0 * D as f64),
                 key("tombstone_age", Duration, json!(7 * D), "how long a removed member's record is kept")
                     .range(H as f64, 365.0 * D as f64),
+                key("degraded_cpu_pct", Float, json!(97.0), "CPU use at which a node counts as DEGRADED")
+                    .range(1.0, 100.0),
+                key("degraded_ram_pct", Float, json!(97.0), "RAM use at which a node counts as DEGRADED")
+                    .range(1.0, 100.0),
+                key("degraded_disk_free_pct", Float, json!(2.0), "free disk below which a node counts as DEGRADED")
+                    .range(0.0, 50.0),
+                key("latency_alpha", Float, json!(0.3), "weight of a new sample in the latency average")
+                    .range(0.01, 1.0),
+                key("state_tick", Duration, json!(5 * S), "how often node states are recomputed")
+                    .range(100.0, (10 * MIN) as f64),
             ],
         ),
         manifest(
@@ -87,6 +97,19 @@ pub fn manifests() -> Vec<Manifest> {
                     .range(100.0, (5 * MIN) as f64),
                 key("compact_every", Int, json!(1_000), "compact the log every this many writes").range(10.0, 1e9),
                 key("keep_entries", Int, json!(10_000), "log entries kept after a compaction").range(100.0, 1e9),
+                key("lease_check_every", Duration, json!(5 * S), "how often leases are checked")
+                    .range(100.0, (5 * MIN) as f64),
+                key("request_timeout", Duration, json!(20 * S), "how long a metadata request may take")
+                    .range(100.0, (10 * MIN) as f64),
+                key("submit_retry", Duration, json!(15 * S), "how soon an unanswered submit is sent again")
+                    .range(100.0, (10 * MIN) as f64),
+                key("anti_entropy_every", Duration, json!(30 * S), "how often digests are compared")
+                    .range(1_000.0, D as f64),
+                key("purge_every", Duration, json!(60 * S), "how often old tombstones are purged")
+                    .range(1_000.0, D as f64),
+                key("page_max", Int, json!(500), "log entries per catch-up page").range(1.0, 100_000.0),
+                key("snapshot_page_max", Int, json!(2_000), "records per snapshot page").range(1.0, 1e6),
+                key("batch_max", Int, json!(500), "records per submit or append").range(1.0, 100_000.0),
             ],
         ),
         manifest(
@@ -113,6 +136,10 @@ pub fn manifests() -> Vec<Manifest> {
                 key("backoff_base", Duration, json!(30 * S), "first wait after a failed task").range(1_000.0, D as f64),
                 key("task_lease", Duration, json!(30 * S), "a task's lease, renewed by its worker")
                     .range(1_000.0, H as f64),
+                key("backoff_failures_max", Int, json!(5), "failures after which a file waits give_up")
+                    .range(1.0, 100.0),
+                key("give_up", Duration, json!(H), "how long a file waits after backoff_failures_max failures")
+                    .range(1_000.0, 30.0 * D as f64),
             ],
         ),
     ]

@@ -415,6 +415,28 @@ impl Node {
                 *slot = v;
             }
         }
+        let num = |module: &str, key: &str| -> Option<f64> {
+            let r = own.get(module)?.get(key)?;
+            if r.source == Source::Default || r.source == Source::Unset {
+                return None;
+            }
+            r.value.as_ref()?.as_f64()
+        };
+        if let Some(v) = num("membership", "degraded_cpu_pct") {
+            cfg.membership.degraded_cpu_pct = v;
+        }
+        if let Some(v) = num("membership", "degraded_ram_pct") {
+            cfg.membership.degraded_ram_frac = v / 100.0;
+        }
+        if let Some(v) = num("membership", "degraded_disk_free_pct") {
+            cfg.membership.degraded_disk_free_frac = v / 100.0;
+        }
+        if let Some(v) = num("membership", "latency_alpha") {
+            cfg.membership.latency_alpha = v;
+        }
+        if let Some(v) = set("membership", "state_tick") {
+            cfg.membership.state_tick_ms = v;
+        }
         if cfg.membership.unknown_within_ms < cfg.membership.online_within_ms {
             cfg.membership.unknown_within_ms = cfg.membership.online_within_ms;
         }
@@ -431,6 +453,30 @@ impl Node {
         if let Some(v) = set("meta", "keep_entries") {
             meta.keep_entries = v;
         }
+        if let Some(v) = set("meta", "lease_check_every") {
+            meta.lease.tick_ms = v;
+        }
+        if let Some(v) = set("meta", "request_timeout") {
+            meta.request_timeout_ms = v;
+        }
+        if let Some(v) = set("meta", "submit_retry") {
+            meta.submit_retry_ms = v;
+        }
+        if let Some(v) = set("meta", "anti_entropy_every") {
+            meta.anti_entropy_every_ms = v;
+        }
+        if let Some(v) = set("meta", "purge_every") {
+            meta.purge_every_ms = v;
+        }
+        for (key, slot) in [
+            ("page_max", &mut meta.page_max),
+            ("snapshot_page_max", &mut meta.snapshot_page_max),
+            ("batch_max", &mut meta.batch_max),
+        ] {
+            if let Some(v) = set("meta", key) {
+                *slot = v as usize;
+            }
+        }
         // A renewal must come well inside the lease.
         meta.lease.renew_every_ms = meta.lease.renew_every_ms.min(meta.lease.lease_ms / 2).max(1);
         for (key, a, b) in [
@@ -442,6 +488,12 @@ impl Node {
             if a != b {
                 changed.push(format!("meta.{key}={b}"));
             }
+        }
+        if self.config.membership != cfg.membership && changed.is_empty() {
+            changed.push("membership thresholds".into());
+        }
+        if self.config.meta != cfg.meta && !changed.iter().any(|c| c.starts_with("meta.")) {
+            changed.push("meta timings".into());
         }
         let (old, new) = (&self.config.membership, &cfg.membership);
         for (key, a, b) in [
@@ -480,6 +532,12 @@ impl Node {
         }
         if let Some(v) = num("backoff_base") {
             c.backoff_base_ms = v;
+        }
+        if let Some(v) = num("backoff_failures_max") {
+            c.backoff_failures_max = v as u32;
+        }
+        if let Some(v) = num("give_up") {
+            c.give_up_ms = v;
         }
         c
     }
