@@ -489,12 +489,6 @@ impl Node {
                 changed.push(format!("meta.{key}={b}"));
             }
         }
-        if self.config.membership != cfg.membership && changed.is_empty() {
-            changed.push("membership thresholds".into());
-        }
-        if self.config.meta != cfg.meta && !changed.iter().any(|c| c.starts_with("meta.")) {
-            changed.push("meta timings".into());
-        }
         let (old, new) = (&self.config.membership, &cfg.membership);
         for (key, a, b) in [
             ("heartbeat_interval", old.heartbeat_interval_ms, new.heartbeat_interval_ms),
@@ -506,6 +500,13 @@ impl Node {
             if a != b {
                 changed.push(format!("membership.{key}={b}"));
             }
+        }
+        // Other fields (thresholds, timings) that moved without one of the keys named above.
+        if self.config.membership != cfg.membership && !changed.iter().any(|c| c.starts_with("membership.")) {
+            changed.push("membership thresholds".into());
+        }
+        if self.config.meta != cfg.meta && !changed.iter().any(|c| c.starts_with("meta.")) {
+            changed.push("meta timings".into());
         }
         if !changed.is_empty() {
             // Takes effect at once: the next heartbeat is due no later than one new interval.
