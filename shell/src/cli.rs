@@ -132,6 +132,8 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+    /// The cluster's audit log of admin acts, newest first.
+    Audit,
     /// Modules: the built-in subsystems and user modules installed from a manifest.
     Module {
         #[command(subcommand)]
@@ -740,6 +742,7 @@ impl Api {
             }
             Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
             Cmd::Config { cmd } => self.config(cmd).await?,
+            Cmd::Audit => (self.call("GET", "/audit", None).await?, human_audit),
             Cmd::Module { cmd } => match cmd {
                 ModuleCmd::Install { manifest } => {
                     let text = std::fs::read_to_string(&manifest)
@@ -1116,6 +1119,18 @@ fn human_rescan(v: &Value) -> String {
     }
     if out.is_empty() {
         "this node has no volumes".into()
+    } else {
+        out.trim_end().to_string()
+    }
+}
+
+fn human_audit(v: &Value) -> String {
+    let mut out = String::new();
+    for a in v["audit"].as_array().into_iter().flatten() {
+        out.push_str(&format!("{} {} {} via {}\n", s(&a["at"]), s(&a["act"]), s(&a["account"]), s(&a["node"])));
+    }
+    if out.is_empty() {
+        "no admin acts recorded".into()
     } else {
         out.trim_end().to_string()
     }

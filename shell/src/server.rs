@@ -80,7 +80,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .route("/audit", get(audit_list::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
     Router::new()
         .route("/cluster/acn/{*rest}", any(acn::<E>))
@@ -151,6 +153,26 @@ async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request,
         return error_response(401, "bad_token", "the admin token is wrong");
     }
     next.run(req).await
+}
+
+/// Every admin act that changed something (a POST, PUT or DELETE the API took) goes into the
+/// cluster's audit log, except file contents written with `PUT /v1/files` (data, not acts).
+async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let mutating = method != axum::http::Method::GET && method != axum::http::Method::HEAD;
+    let data_write = method == axum::http::Method::PUT && path.starts_with("/v1/files/");
+    if mutating && !data_write && resp.status().is_success() && !s.disable_cluster {
+        let act = format!("{method} {path}");
+        let status = resp.status().as_u16();
+        s.with_node(|n, now| n.audit(now, &act, "admin", status));
+    }
+    resp
+}
+
+async fn audit_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.audit_list(1000))))
 }
 
 /// A request body read whole, with its failures (too large, broken stream) answered as JSON.

@@ -109,6 +109,11 @@ async fn a_cluster_wide_heartbeat_interval_changes_the_real_period_on_every_node
     }
     let (_, v) = api(&nodes[2], "GET", "/v1/config/resolved", Value::Null).await;
     assert_eq!(v["modules"]["membership"]["heartbeat_interval"]["source"], "mesh", "{v}");
+    eventually("the act is in the audit log on another node", || async {
+        let (_, v) = api(&nodes[2], "GET", "/v1/audit", Value::Null).await;
+        v["audit"].as_array().is_some_and(|a| a.iter().any(|e| e["act"] == "POST /v1/config"))
+    })
+    .await;
     let (_, v) = api(&nodes[0], "GET", "/v1/config/history?key=heartbeat_interval", Value::Null).await;
     assert_eq!(v["history"][0]["why"], "faster failure detection", "{v}");
     assert_eq!(v["history"][0]["value"], 200);

@@ -1086,3 +1086,28 @@ impl Node {
         }
     }
 }
+
+/// Settings keys of the cluster's audit log of admin acts.
+pub const AUDIT_PREFIX: &str = "config/audit/";
+
+impl Node {
+    /// Record an admin act in the cluster's audit log (a replicated record).
+    pub fn audit(&mut self, wall: Millis, act: &str, account: &str, status: u16) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let version = self.hlc.next(wall);
+        let key = format!("{AUDIT_PREFIX}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
+        let value = json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status});
+        self.submit_record(wall, Record::Setting(Setting { key, value, removed: false, version }));
+    }
+
+    /// The audit log, newest first (at most `limit`).
+    pub fn audit_list(&self, limit: usize) -> Value {
+        let mut all: Vec<(crate::hlc::Version, Value)> =
+            self.config_settings(AUDIT_PREFIX).map(|s| (s.version.clone(), s.value.clone())).collect();
+        all.sort_by(|a, b| b.0.cmp(&a.0));
+        all.truncate(limit);
+        json!({ "audit": all.into_iter().map(|(_, v)| v).collect::<Vec<_>>() })
+    }
+}
