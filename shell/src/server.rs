@@ -159,7 +159,12 @@ async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request,
 /// cluster's audit log, except file contents written with `PUT /v1/files` (data, not acts).
 async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
-    let path = req.uri().path().to_string();
+    // Inside the nested /v1 router the prefix is stripped; the act names the whole path.
+    let path = req
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|u| u.0.path().to_string())
+        .unwrap_or_else(|| req.uri().path().to_string());
     let resp = next.run(req).await;
     let mutating = method != axum::http::Method::GET && method != axum::http::Method::HEAD;
     let data_write = method == axum::http::Method::PUT && path.starts_with("/v1/files/");
