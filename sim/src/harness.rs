@@ -366,7 +366,8 @@ impl Harness {
         Ok(lease)
     }
 
-    /// After healing: identical record sets, nothing pending, every acknowledged write present.
+    /// After healing: identical record sets, identical resolved config, nothing pending, every
+    /// acknowledged write present.
     pub fn check_meta_converged(&self) -> Result<(), String> {
         let live = self.live_members();
         let snaps: Vec<(usize, Snapshot)> = live.iter().map(|&i| (i, self.snapshot(i).expect("live"))).collect();
@@ -380,6 +381,11 @@ impl Harness {
                     "metadata differs between n{first_i} ({} records) and n{i} ({} records)",
                     first.meta_records, s.meta_records
                 ));
+            }
+            let resolved = self.read(*i, |n, _| n.config_resolver().resolved().clone());
+            let first_resolved = self.read(*first_i, |n, _| n.config_resolver().resolved().clone());
+            if resolved != first_resolved {
+                return Err(format!("n{first_i} and n{i} resolve the config differently"));
             }
             for (key, (v, origin)) in &self.acked {
                 if self.removed_nodes.contains(origin) {
