@@ -161,22 +161,7 @@ pub async fn write_copy<E: Env>(
         let spool2 = spool.to_path_buf();
         let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
         let data = data.map_err(|e| io_api("read spool", e))?;
-        let sha = hex::encode(Sha256::digest(&data));
-        let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
-        let (s2, node) = (s.clone(), to.node.clone());
-        in_flight.push_back(tokio::spawn(async move {
-            // The chunk's SHA-256 is also its body hash for the signature: hashed once.
-            let prepared = s2
-                .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &node, "POST", &target, data, &sha))
-                .map_err(peer_error);
-            let mut prepared = prepared?;
-            prepared.headers.push((CHUNK_SHA_HEADER, sha));
-            let r = s2.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
-            if r.status != 200 {
-                return Err(answered_error(&r, "store/chunk"));
-            }
-            Ok(())
-        }));
+        in_flight.push_back(send_chunk(s, &to.node, &session, index, data));
     }
     for done in in_flight {
         done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
@@ -189,6 +174,131 @@ pub async fn write_copy<E: Env>(
     }
     tracing::debug!(node = %to.node, commit_ms = s.env.monotonic().since(sent_at), "copy sent");
     Ok(())
+}
+
+/// Send chunk `index` of upload `session` to `node`, in the background.
+fn send_chunk<E: Env>(
+    s: &Arc<Shared<E>>,
+    node: &NodeId,
+    session: &str,
+    index: u64,
+    data: Vec<u8>,
+) -> tokio::task::JoinHandle<Result<(), ApiError>> {
+    let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
+    let (s2, node) = (s.clone(), node.clone());
+    tokio::spawn(async move {
+        // The chunk's SHA-256 is also its body hash for the signature: hashed once.
+        let sha = hex::encode(Sha256::digest(&data));
+        let prepared = s2
+            .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &node, "POST", &target, data, &sha))
+            .map_err(peer_error);
+        let mut prepared = prepared?;
+        prepared.headers.push((CHUNK_SHA_HEADER, sha));
+        let r = s2.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
+        if r.status != 200 {
+            return Err(answered_error(&r, "store/chunk"));
+        }
+        Ok(())
+    })
+}
+
+type Pending = std::collections::VecDeque<tokio::task::JoinHandle<Result<(), ApiError>>>;
+
+async fn settle(in_flight: &mut Pending, keep: usize) -> Result<(), ApiError> {
+    while in_flight.len() > keep {
+        let done = in_flight.pop_front().expect("not empty");
+        done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// Stream a request body of `len` bytes straight into an upload to a peer while spooling it
+/// (for the other copies) and hashing it: the first copy is written as the body arrives, not
+/// after. The whole-file SHA-256 is named at commit; `expect` (the client's) is checked before
+/// the commit, so a wrong body never lands. Returns size and SHA-256.
+#[allow(clippy::too_many_arguments)]
+async fn stream_to<E: Env>(
+    s: &Arc<Shared<E>>,
+    spool: &Path,
+    body: axum::body::Body,
+    len: u64,
+    path: &str,
+    file_id: Option<&FileId>,
+    to: &Placed,
+    expect: Option<&str>,
+) -> Result<(u64, String), ApiError> {
+    let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id.cloned().unwrap_or_default()});
+    let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/begin"));
+    }
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let session = v["sessionId"].as_str().unwrap_or_default().to_string();
+    let result = stream_chunks(s, spool, body, len, &to.node, &session, expect).await;
+    let target = match &result {
+        Ok((_, sum)) => format!("/cluster/acn/store/commit?session={session}&checksum={sum}"),
+        Err(_) => format!("/cluster/acn/store/abort?session={session}"),
+    };
+    let r = signed(s, &to.node, "POST", &target, vec![], vec![]).await;
+    let (size, sum) = result?;
+    let r = r?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/commit"));
+    }
+    Ok((size, sum))
+}
+
+async fn stream_chunks<E: Env>(
+    s: &Arc<Shared<E>>,
+    spool: &Path,
+    body: axum::body::Body,
+    len: u64,
+    node: &NodeId,
+    session: &str,
+    expect: Option<&str>,
+) -> Result<(u64, String), ApiError> {
+    let file = std::fs::File::create(spool).map_err(|e| io_api("create spool file", e))?;
+    let mut out = std::io::BufWriter::with_capacity(READ_BYTES, file);
+    let mut hash = Sha256::new();
+    let mut size = 0u64;
+    let mut chunk: Vec<u8> = Vec::with_capacity(CHUNK_BYTES as usize);
+    let mut index = 0u64;
+    let mut in_flight = Pending::new();
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))?;
+        let Ok(mut data) = frame.into_data() else { continue };
+        size += data.len() as u64;
+        if size > len {
+            return Err(ApiError::new(400, "bad_body", "the body is longer than its content-length"));
+        }
+        hash.update(&data);
+        out.write_all(&data).map_err(|e| io_api("spool", e))?;
+        while !data.is_empty() {
+            let take = (CHUNK_BYTES as usize - chunk.len()).min(data.len());
+            chunk.extend_from_slice(&data.split_to(take));
+            if chunk.len() == CHUNK_BYTES as usize {
+                settle(&mut in_flight, CHUNKS_IN_FLIGHT - 1).await?;
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_BYTES as usize));
+                in_flight.push_back(send_chunk(s, node, session, index, full));
+                index += 1;
+            }
+        }
+    }
+    if size != len {
+        return Err(ApiError::new(400, "bad_body", format!("the body ended after {size} of {len} bytes")));
+    }
+    if !chunk.is_empty() {
+        settle(&mut in_flight, CHUNKS_IN_FLIGHT - 1).await?;
+        in_flight.push_back(send_chunk(s, node, session, index, chunk));
+    }
+    settle(&mut in_flight, 0).await?;
+    out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
+    let sum = hex::encode(hash.finalize());
+    if expect.is_some_and(|e| e != sum) {
+        return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
+    }
+    Ok((size, sum))
 }
 
 /// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
@@ -269,14 +379,33 @@ async fn put_inner<E: Env>(
     std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
     let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
     let t0 = s.env.monotonic();
-    let (size, sum) = spool_body(&spool.0, body).await?;
+    let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
+    let mut exclude: Vec<NodeId> = Vec::new();
+    let mut last_err = None;
+    // A large body of known length whose first copy goes to a peer streams there as it comes.
+    let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let me = s.read_node(|n, _| n.id().clone());
+    let first = match length {
+        Some(len) if len > CHUNK_BYTES => {
+            place(s, len, target.primary.as_ref(), &[]).await.ok().filter(|p| p.node != me)
+        }
+        _ => None,
+    };
+    let (size, sum) = match (first, length) {
+        (Some(to), Some(len)) => {
+            exclude.push(to.node.clone());
+            let r =
+                stream_to(s, &spool.0, body, len, &target.path, target.file_id.as_ref(), &to, expect.as_deref()).await;
+            let (size, sum) = r?;
+            copies.push((to.volume, to.node));
+            (size, sum)
+        }
+        _ => spool_body(&spool.0, body).await?,
+    };
     let t1 = s.env.monotonic();
     if expect.as_ref().is_some_and(|e| *e != sum) {
         return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
-    let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
-    let mut exclude: Vec<NodeId> = Vec::new();
-    let mut last_err = None;
     for _ in 0..target.wanted + 2 {
         if copies.len() >= target.wanted as usize {
             break;

@@ -341,7 +341,23 @@ fn answer<E: Env>(
                 Err(e) => return io_error("read part file", e),
             };
             sessions.remove(id);
-            if !sum.eq_ignore_ascii_case(&sess.checksum) {
+            // The whole-file SHA-256 named at begin, or (for a streamed upload) at commit.
+            let want = if sess.checksum.is_empty() {
+                match q.get("checksum").map(|c| (transfer::check_checksum(c), c)) {
+                    Some((Ok(()), c)) => c.to_ascii_lowercase(),
+                    _ => {
+                        let _ = std::fs::remove_file(&part);
+                        return error_response(
+                            400,
+                            "bad_checksum",
+                            "this upload names its SHA-256 at commit (checksum=)",
+                        );
+                    }
+                }
+            } else {
+                sess.checksum.clone()
+            };
+            if !sum.eq_ignore_ascii_case(&want) {
                 let _ = std::fs::remove_file(&part);
                 return error_response(
                     409,

@@ -179,6 +179,21 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     // Bad input: a wrong checksum, a folder, a missing file, a reserved name.
     let r = call(a, "PUT", "/v1/files/docs/x", b"abc".to_vec(), &[("x-shoal-sha256", &sha(b"other"))]).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("checksum_mismatch")));
+    // A large body streams to its first copy as it arrives; a wrong checksum still lands nothing.
+    let big: Vec<u8> = vec![7u8; 6 * 1024 * 1024];
+    let r = call(a, "PUT", "/v1/files/docs/streamed.bin", big.clone(), &[("x-shoal-sha256", &sha(b"other"))]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("checksum_mismatch")));
+    assert!(on_disk(&c, "/docs/streamed.bin").iter().all(|x| x.is_none()), "nothing lands");
+    for f in c.folders.iter().flatten() {
+        let leftovers = std::fs::read_dir(f.join("docs")).map_or(0, |d| {
+            d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".part-")).count()
+        });
+        assert_eq!(leftovers, 0, "an aborted stream leaves no part file");
+    }
+    assert_eq!(call(a, "GET", "/v1/meta/stat?path=/docs/streamed.bin", vec![], &[]).await.status, 404);
+    let r = call(a, "PUT", "/v1/files/docs/streamed.bin", big.clone(), &[("x-shoal-sha256", &sha(&big))]).await;
+    assert_eq!((r.status, r.json()["copies"].as_u64()), (200, Some(2)), "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(call(c.nodes.last().unwrap(), "GET", "/v1/files/docs/streamed.bin", vec![], &[]).await.body, big);
     let r = call(a, "PUT", "/v1/files/docs", b"abc".to_vec(), &[]).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (409, Some("is_a_folder")));
     let r = call(a, "PUT", "/v1/files/docs/report.bin/inner", b"abc".to_vec(), &[]).await;
