@@ -176,6 +176,13 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     .await;
     assert_eq!(call(a, "GET", "/v1/files/docs/report.bin", vec![], &[]).await.body, newer);
 
+    // An empty file goes up and comes back.
+    let r = call(a, "PUT", "/v1/files/docs/empty", vec![], &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = call(a, "GET", "/v1/files/docs/empty", vec![], &[]).await;
+    assert_eq!((r.status, r.body.len()), (200, 0));
+    assert_eq!(r.headers.get("x-shoal-sha256").unwrap().to_str().unwrap(), sha(b""));
+
     // Bad input: a wrong checksum, a folder, a missing file, a reserved name.
     let r = call(a, "PUT", "/v1/files/docs/x", b"abc".to_vec(), &[("x-shoal-sha256", &sha(b"other"))]).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("checksum_mismatch")));
