@@ -450,7 +450,8 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
         let now = shared.env.now();
         if now >= next_usage {
             // Measure this node's volumes (outside the node lock), then report.
-            next_usage = now.plus(VOLUME_USAGE_EVERY_MS);
+            let every = shared.read_node(|n, _| n.config_number("storage", "usage_every"));
+            next_usage = now.plus(every.map_or(VOLUME_USAGE_EVERY_MS, |v| v as u64));
             let local = shared.read_node(|n, _| n.local_volumes());
             let measured: Vec<_> = local
                 .into_iter()

@@ -413,7 +413,17 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         }
         return result;
     }
-    let published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
+    // The leader may know of the file before this node does: give this node's records a moment
+    // to catch up before deciding the file changed under the pull.
+    let mut published = false;
+    for _ in 0..100 {
+        published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
+        let known = s.read_node(|n, _| n.meta().state().file(&task.path).is_some_and(|f| f.id == task.file));
+        if published || known {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     if !published {
         return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
     }
@@ -498,7 +508,8 @@ fn prune_empty_dirs(root: &Path, file: &Path) {
 async fn reconcile<E: Env>(s: Arc<Shared<E>>) {
     loop {
         reconcile_once(&s).await;
-        if !wait(&s, DISK_EVERY_MS, &s.disk_wake).await {
+        let every = s.read_node(|n, _| n.config_number("storage", "reconcile_every"));
+        if !wait(&s, every.map_or(DISK_EVERY_MS, |v| v as u64), &s.disk_wake).await {
             return;
         }
     }

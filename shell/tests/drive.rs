@@ -46,7 +46,8 @@ fn sha(b: &[u8]) -> String {
 }
 
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
-    for _ in 0..300 {
+    // Generous: CI runs this beside the simulator on two cores.
+    for _ in 0..900 {
         if f().await {
             return;
         }

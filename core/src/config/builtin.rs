@@ -123,6 +123,10 @@ pub fn manifests() -> Vec<Manifest> {
                     .range(0.0, 14.0 * D as f64),
                 key("rescan_every", Duration, json!(30 * MIN), "how often volume folders are rescanned")
                     .range(MIN as f64, 7.0 * D as f64),
+                key("usage_every", Duration, json!(60 * S), "how often a node measures its volumes")
+                    .range(1_000.0, D as f64),
+                key("reconcile_every", Duration, json!(10 * S), "how often a node makes its disks follow the records")
+                    .range(1_000.0, H as f64),
             ],
         ),
         manifest(
