@@ -76,6 +76,14 @@ async fn run_in(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Each node contributes a folder beside its data dir, so `put` and `get` work at once.
+    for (i, d) in daemons.iter().enumerate() {
+        let s = d.shared();
+        let folder = crate::volumes::prepare_folder(&s.data_dir, &root.join(format!("volume-{i}")).to_string_lossy())
+            .map_err(|e| CliError(format!("node {i}'s volume: {}", e.message)))?;
+        let (free, total) = crate::env::Probe::disk_usage(&s.env, std::path::Path::new(&folder));
+        s.with_node(|n, now| n.volume_add(now, &folder, "demo", total, free)).map_err(|e| CliError(e.message))?;
+    }
     let cluster_id = first.read_node(|n, _| n.cluster().map(|c| c.id.to_string()).unwrap_or_default());
     println!("shoal demo: cluster {cluster_id}, {nodes} nodes up after {} ms", started.elapsed().as_millis());
     for (i, d) in daemons.iter().enumerate() {
@@ -87,6 +95,7 @@ async fn run_in(
     println!("  export SHOAL_API={}", d0.url());
     println!("  export SHOAL_TOKEN=$(cat {})", d0.shared().data_dir.join(crate::identity::TOKEN_FILE).display());
     println!("  cargo run --release -- nodes");
+    println!("  cargo run --release -- put README.md cluster:/readme.md && cargo run --release -- ls cluster:/");
     println!("\nCtrl-C stops the demo and removes its data.");
     if !exit_when_ready {
         let _ = tokio::signal::ctrl_c().await;
