@@ -447,7 +447,7 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     assert_eq!(n.authorize_delete(at(1_300), &me, &del(&va, "/d", Some(term))), Ok(dir.clone()));
     n.policy_set(at(1_400), "/", 3).unwrap();
     refused(n.authorize_delete(at(1_500), &me, &del(&va, "/d", Some(term))), 409, "not_authorized");
-    refused(n.check_drop(&file(&n, "/d"), &va), 409, "not_authorized");
+    refused(n.check_drop(at(1_500), &file(&n, "/d"), &va), 409, "not_authorized");
     n.policy_set(at(1_600), "/", 1).unwrap();
 
     // Other copies of older content do not count.

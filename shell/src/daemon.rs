@@ -392,6 +392,12 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         node.restore(now, restored);
     }
     let _ = std::fs::write(opts.data_dir.join(identity::API_URL_FILE), format!("http://{local_addr}\n"));
+    // Spool files of puts cut short by a crash.
+    if let Ok(rd) = std::fs::read_dir(opts.data_dir.join("spool")) {
+        for e in rd.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 
     let (shutdown, _) = watch::channel(false);
     let shared = Arc::new(Shared {

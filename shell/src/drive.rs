@@ -145,6 +145,24 @@ pub async fn write_copy<E: Env>(
     }
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
+    let sent = send_spooled(s, spool, size, to, &session, &v).await;
+    if sent.is_err() {
+        // Free the peer's session and part file now rather than in 30 minutes.
+        let _ =
+            signed(s, &to.node, "POST", &format!("/cluster/acn/store/abort?session={session}"), vec![], vec![]).await;
+    }
+    sent
+}
+
+/// The chunks of a spooled file the peer does not have yet, then the commit.
+async fn send_spooled<E: Env>(
+    s: &Arc<Shared<E>>,
+    spool: &Path,
+    size: u64,
+    to: &Placed,
+    session: &str,
+    v: &Value,
+) -> Result<(), ApiError> {
     let have: Vec<u64> =
         v["have"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).collect()).unwrap_or_default();
     // Chunks go out in order with up to CHUNKS_IN_FLIGHT requests at once, so reading and
@@ -161,7 +179,7 @@ pub async fn write_copy<E: Env>(
         let spool2 = spool.to_path_buf();
         let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
         let data = data.map_err(|e| io_api("read spool", e))?;
-        in_flight.push_back(send_chunk(s, &to.node, &session, index, data));
+        in_flight.push_back(send_chunk(s, &to.node, session, index, data));
     }
     for done in in_flight {
         done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
@@ -384,6 +402,9 @@ async fn put_inner<E: Env>(
     let mut last_err = None;
     // A large body of known length whose first copy goes to a peer streams there as it comes.
     let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|l| l > transfer::FILE_MAX_BYTES) {
+        return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
+    }
     let me = s.read_node(|n, _| n.id().clone());
     let first = match length {
         Some(len) if len > CHUNK_BYTES => {
@@ -551,15 +572,19 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
             at += data.len() as u64;
             if whole {
                 hash.update(&data);
+                // The last piece goes out only once the whole file checked out: with a
+                // content-length, a body that got all its bytes counts as complete, so a
+                // mismatch must cut the stream before the last byte.
+                if at >= end && hex::encode(hash.clone().finalize()) != sum {
+                    tracing::warn!(path = %path2, volume = %src.volume_id, "a copy does not match its checksum; marked stale");
+                    mark_stale(&s2, &path2, &src.volume_id, &sum);
+                    let _ = tx.send(Err(std::io::Error::other("the copy does not match the file's checksum"))).await;
+                    return;
+                }
             }
             if tx.send(Ok(data)).await.is_err() {
                 return; // the client went away
             }
-        }
-        if whole && hex::encode(hash.finalize()) != sum {
-            tracing::warn!(path = %path2, volume = %src.volume_id, "a copy does not match its checksum; marked stale");
-            mark_stale(&s2, &path2, &src.volume_id, &sum);
-            let _ = tx.send(Err(std::io::Error::other("the copy does not match the file's checksum"))).await;
         }
     });
     let mut resp = axum::body::Body::new(body).into_response();

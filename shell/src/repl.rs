@@ -289,15 +289,28 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
                 Ok(b) => b,
                 Err(e) => return error_response(400, "bad_body", format!("{op} body: {e}")),
             };
-            if s.read_node(|n, now| n.leader_term(now)).is_none() {
+            let Some(term) = s.read_node(|n, now| n.leader_term(now)) else {
                 return error_response(409, "not_leader", "this node is not the leader");
+            };
+            if b.task.action.worker() != &sender || b.term > term {
+                return error_response(409, "not_authorized", "the task is not the sender's, or not of a known term");
             }
-            if b.task.action.worker() != &sender {
-                return error_response(409, "not_authorized", "the task is not the sender's");
-            }
+            // Only the task in flight for that file counts: a late report of an expired task, or a
+            // task never given, neither ends nor blocks the current one.
+            let current = lock(&s.repl.in_flight).get(&b.task.file).map(|(t, _)| t.clone());
             if op == "renew" {
-                let until = s.env.monotonic().plus(task_lease_ms(s));
-                lock(&s.repl.in_flight).insert(b.task.file.clone(), (b.task, until));
+                match current {
+                    Some(t) if t != b.task => {
+                        return error_response(409, "not_in_flight", "another task for that file is in flight");
+                    }
+                    // The one in flight, or one begun under an earlier leader: adopted.
+                    _ => {
+                        let until = s.env.monotonic().plus(task_lease_ms(s));
+                        lock(&s.repl.in_flight).insert(b.task.file.clone(), (b.task, until));
+                    }
+                }
+            } else if current.as_ref() != Some(&b.task) {
+                return error_response(409, "not_in_flight", "that task is not in flight (its lease ran out?)");
             } else {
                 if !b.ok {
                     tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
@@ -425,6 +438,16 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     if !published {
+        // Removed, moved or overwritten meanwhile: the bytes just put in place are no copy of
+        // anything the records list there, so they go (unless a current copy is listed there).
+        let listed = s.read_node(|n, _| {
+            n.meta().state().file(&task.path).is_some_and(|f| {
+                !f.removed && f.locations.iter().any(|l| &l.volume_id == target_volume && f.is_current(l))
+            })
+        });
+        if !listed {
+            let _ = std::fs::remove_file(&dest);
+        }
         return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
     }
     Ok(())
@@ -546,26 +569,51 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
 
 // ---- scrubbing and verification ----
 
-/// SHA-256 of a file, reading at most `rate` bytes per second (no limit when `None`).
+/// SHA-256 of a file, reading at most `rate` bytes per second (no limit when `None`). The
+/// reads (and an unlimited hash) run on the blocking pool, never on the runtime's threads.
 async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf, rate: Option<f64>) -> std::io::Result<(u64, String)> {
-    let mut f = std::fs::File::open(&file)?;
+    let Some(rate) = rate.filter(|r| *r > 0.0) else {
+        return s
+            .blocking(move || {
+                let mut f = std::fs::File::open(&file)?;
+                let mut hash = Sha256::new();
+                let mut buf = vec![0u8; HASH_BLOCK];
+                let mut total = 0u64;
+                loop {
+                    let n = f.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok((total, hex::encode(hash.finalize())));
+                    }
+                    hash.update(&buf[..n]);
+                    total += n as u64;
+                }
+            })
+            .await;
+    };
     let mut hash = Sha256::new();
     let mut total = 0u64;
     let started = s.env.monotonic();
-    let mut buf = vec![0u8; HASH_BLOCK];
     loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
+        let (f, at) = (file.clone(), total);
+        let block = s
+            .blocking(move || -> std::io::Result<Vec<u8>> {
+                use std::io::Seek;
+                let mut f = std::fs::File::open(&f)?;
+                f.seek(std::io::SeekFrom::Start(at))?;
+                let mut buf = Vec::with_capacity(HASH_BLOCK);
+                f.take(HASH_BLOCK as u64).read_to_end(&mut buf)?;
+                Ok(buf)
+            })
+            .await?;
+        if block.is_empty() {
             break;
         }
-        hash.update(&buf[..n]);
-        total += n as u64;
-        if let Some(rate) = rate.filter(|r| *r > 0.0) {
-            let due_ms = (total as f64 / rate * 1000.0) as u64;
-            let spent = s.env.monotonic().since(started);
-            if due_ms > spent {
-                tokio::time::sleep(Duration::from_millis(due_ms - spent)).await;
-            }
+        hash.update(&block);
+        total += block.len() as u64;
+        let due_ms = (total as f64 / rate * 1000.0) as u64;
+        let spent = s.env.monotonic().since(started);
+        if due_ms > spent {
+            tokio::time::sleep(Duration::from_millis(due_ms - spent)).await;
         }
     }
     Ok((total, hex::encode(hash.finalize())))

@@ -225,8 +225,11 @@ fn answer<E: Env>(
                 sessions.iter().filter(|(_, (_, x))| x.expired(now)).map(|(k, _)| k.clone()).collect();
             for k in expired {
                 if let Some((_, x)) = sessions.remove(&k) {
-                    if let Ok(p) = confined_path(Path::new(&vol.subpath), &x.path, false) {
-                        let _ = std::fs::remove_file(part_of(&p, &x));
+                    // The part file lies in the expired session's own volume.
+                    if let Some(v) = s.read_node(|n, _| n.local_volume(x.volume.as_str())) {
+                        if let Ok(p) = confined_path(Path::new(&v.subpath), &x.path, false) {
+                            let _ = std::fs::remove_file(part_of(&p, &x));
+                        }
                     }
                 }
             }
@@ -332,15 +335,21 @@ fn answer<E: Env>(
             if sess.missing() > 0 {
                 return transfer_error(TransferError::Incomplete(sess.missing()));
             }
+            // The session is taken out, and the lock let go, before the fsync and the whole-file
+            // hash: other uploads on this node go on meanwhile.
+            sessions.remove(id);
+            drop(sessions);
             let sum = std::fs::File::open(&part).and_then(|mut f| {
                 f.sync_all()?;
                 file_sha(&mut f)
             });
             let sum = match sum {
                 Ok(x) => x,
-                Err(e) => return io_error("read part file", e),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&part);
+                    return io_error("read part file", e);
+                }
             };
-            sessions.remove(id);
             // The whole-file SHA-256 named at begin, or (for a streamed upload) at commit.
             let want = if sess.checksum.is_empty() {
                 match q.get("checksum").map(|c| (transfer::check_checksum(c), c)) {
@@ -366,6 +375,7 @@ fn answer<E: Env>(
                 );
             }
             if let Err(e) = std::fs::rename(&part, &file) {
+                let _ = std::fs::remove_file(&part);
                 return io_error("rename into place", e);
             }
             if let Some(dir) = file.parent() {

@@ -568,16 +568,21 @@ impl Node {
                 if !lease.is_some_and(|l| l.term.0 == term && &l.holder == sender) {
                     return Err(refuse("the sender does not hold the lease of that term"));
                 }
-                self.check_drop(f, &req.volume_id)?;
+                self.check_drop(wall, f, &req.volume_id)?;
             }
         }
         Ok(vol.subpath)
     }
 
-    /// A copy on `volume` may be dropped only while `wanted` other current copies exist.
-    pub fn check_drop(&self, f: &FileRecord, volume: &VolumeId) -> Result<(), ApiError> {
+    /// A copy on `volume` may be dropped only while `wanted` other current copies exist on
+    /// nodes not OFFLINE at wall time `wall`: a copy on a node OFFLINE for less than the stale
+    /// limit still counts against making an extra copy, but never toward deleting one.
+    pub fn check_drop(&self, wall: Millis, f: &FileRecord, volume: &VolumeId) -> Result<(), ApiError> {
+        use crate::membership::NodeState;
         let wanted = namespace::wanted_copies(self.meta.state(), f) as usize;
-        let others = f.locations.iter().filter(|l| &l.volume_id != volume && f.is_current(l)).count();
+        let now = self.clock.peek(wall);
+        let up = |n: &crate::NodeId| *n == self.id || self.members.state(n, now) != NodeState::Offline;
+        let others = f.locations.iter().filter(|l| &l.volume_id != volume && f.is_current(l) && up(&l.node_id)).count();
         if f.removed || others < wanted {
             return Err(ApiError::new(
                 409,
