@@ -644,3 +644,52 @@ fn a_node_removed_while_it_was_down_leaves_when_it_comes_back() {
     assert_eq!(net.sent[2].len(), quiet, "and stopped heartbeating");
     net.assert_all_online(&[0, 1]);
 }
+
+/// A drop is never authorised by copies on an OFFLINE node: the planner still counts them for
+/// a while (no extra copy for a short absence), but a delete needs copies on nodes not OFFLINE.
+#[test]
+fn a_drop_does_not_count_a_copy_on_an_offline_node() {
+    use shoal_core::hlc::Version;
+    use shoal_core::meta::records::{FileRecord, Location, LocationState, Record};
+    use shoal_core::{FileId, VolumeId};
+    let mut net = three_nodes();
+    let at = net.clock(0);
+    let v = Version { wall_ms: at.0, counter: 0, node: net.id(0) };
+    let loc = |vol: &str, node: NodeId| Location {
+        volume_id: VolumeId::new(vol),
+        node_id: node,
+        state: LocationState::Verified,
+        checksum: "a".repeat(64),
+        updated: v.clone(),
+    };
+    let f = FileRecord {
+        id: FileId::new("f1"),
+        path: "/x".into(),
+        is_dir: false,
+        size: 1,
+        mod_time: 0,
+        checksum: "a".repeat(64),
+        owner: String::new(),
+        primary: None,
+        locations: vec![loc("v0", net.id(0)), loc("v2", net.id(2))],
+        replicas: 1,
+        removed: false,
+        version: v.clone(),
+        repl: None,
+    };
+    let v0 = VolumeId::new("v0");
+    // Node 2 up: its copy lets node 0 drop its own.
+    assert!(net.nodes[0].check_drop(at, &f, &v0).is_ok());
+    // Node 2 OFFLINE: its copy no longer counts toward a delete.
+    net.down[2] = true;
+    net.run_for(4 * MINUTE_MS, SECOND_MS);
+    let at = net.clock(0);
+    assert_eq!(net.state(0, 2), NodeState::Offline);
+    let e = net.nodes[0].check_drop(at, &f, &v0).unwrap_err();
+    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    // A copy on an ONLINE node does.
+    let mut g = f.clone();
+    g.locations.push(loc("v1", net.id(1)));
+    assert!(net.nodes[0].check_drop(at, &g, &v0).is_ok());
+    let _ = Record::File(g);
+}

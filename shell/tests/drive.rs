@@ -11,6 +11,10 @@ use shoal_shell::env::TokioEnv;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The tests of this file run one at a time: each starts 3 or 4 nodes, and on a loaded 2-core
+/// machine three clusters at once starve each other's timers.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Reply {
     status: u16,
     body: Vec<u8>,
@@ -126,6 +130,7 @@ fn disk_path(folder: &Path, path: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_range_overwrite_move_remove_across_nodes() {
+    let _serial = SERIAL.lock().await;
     let c = cluster(3).await;
     let a = &c.nodes[0];
     assert_eq!(api(a, "POST", "/v1/policies", json!({"folder": "/docs", "replicas": 2})).await.0, 200);
@@ -241,6 +246,7 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow_the_policy() {
+    let _serial = SERIAL.lock().await;
     let c = cluster(4).await;
     let a = &c.nodes[0];
     let content: Vec<u8> = (0..300_000u32).map(|i| (i % 241) as u8).collect();
@@ -322,6 +328,7 @@ async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
+    let _serial = SERIAL.lock().await;
     let c = cluster(3).await;
     let (a, b) = (&c.nodes[0], &c.nodes[1]);
     let folder = c.folders[1].clone().unwrap();
