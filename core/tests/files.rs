@@ -579,3 +579,18 @@ fn a_re_created_file_starts_without_the_old_files_backoff() {
     let fresh = publish(&mut n, at(4_000), "/r", 'b', &[(va, me)]);
     assert_eq!(n.repl_backoffs().get(&fresh), None, "a new file has no failures behind it");
 }
+
+/// A move, then an overwrite of the new name on the same volume before the holder renamed:
+/// the copy at the old name is superseded, so it is deleted, never renamed over the new bytes.
+#[test]
+fn a_copy_overwritten_at_its_new_name_is_not_renamed_over() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    publish(&mut n, at(1_000), "/a", 'a', &[(va.clone(), me.clone())]);
+    n.file_move(at(2_000), "/a", "/b").unwrap();
+    let rename = DiskAction::Rename { volume: va.clone(), folder: folder(1), from: "/a".into(), to: "/b".into() };
+    assert_eq!(n.disk_actions(), vec![rename]);
+    publish(&mut n, at(3_000), "/b", 'f', &[(va.clone(), me.clone())]);
+    let delete = DiskAction::Delete { volume: va.clone(), folder: folder(1), path: "/a".into() };
+    assert_eq!(n.disk_actions(), vec![delete], "the old bytes go; the new ones at /b stay");
+}

@@ -135,8 +135,10 @@ pub async fn write_copy<E: Env>(
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
             .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
-        let (spool, path, tag) = (spool.to_path_buf(), path.to_string(), format!("{:016x}", s.env.seed()));
-        return s.blocking(move || install_local(Path::new(&vol.subpath), &path, &spool, &tag)).await;
+        let (spool, path2, tag) = (spool.to_path_buf(), path.to_string(), format!("{:016x}", s.env.seed()));
+        s.blocking(move || install_local(Path::new(&vol.subpath), &path2, &spool, &tag)).await?;
+        s.store_service.landed.note(&to.volume, path, sum, shoal_core::Millis(s.env.monotonic().0));
+        return Ok(());
     }
     let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id.cloned().unwrap_or_default()});
     let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;

@@ -413,7 +413,11 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
             return Err(ApiError::new(409, "checksum_mismatch", "the source copy does not match the file's checksum"));
         }
+        if s.store_service.landed.unsettled(s, target_volume, &task.path) {
+            return Err(ApiError::new(409, "busy", "newer bytes landed there; the pull stands down"));
+        }
         std::fs::rename(&part, &dest).map_err(|e| io_api("rename into place", e))?;
+        s.store_service.landed.note(target_volume, &task.path, &task.checksum, shoal_core::Millis(s.env.monotonic().0));
         Ok(())
     }
     .await;
@@ -466,6 +470,9 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
     let req: shoal_core::node::files::DeleteRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("delete body: {e}")))?;
     let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
+    if s.store_service.landed.unsettled(s, &req.volume_id, &req.path) {
+        return Err(ApiError::new(409, "busy", "newer bytes landed there than the records show; try again"));
+    }
     let path = req.path.clone();
     s.blocking(move || remove_copy(Path::new(&folder), &path)).await?;
     s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
@@ -484,6 +491,11 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("rename body: {e}")))?;
     let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
+    if s.store_service.landed.unsettled(s, &b.volume_id, &b.from)
+        || s.store_service.landed.unsettled(s, &b.volume_id, &b.to)
+    {
+        return Err(ApiError::new(409, "busy", "newer bytes landed there than the records show; try again"));
+    }
     let (from, to) = (b.from.clone(), b.to.clone());
     s.blocking(move || move_copy(Path::new(&folder), &from, &to)).await?;
     s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
@@ -542,6 +554,16 @@ async fn reconcile<E: Env>(s: Arc<Shared<E>>) {
 pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     let actions = s.read_node(|n, _| n.disk_actions());
     for a in actions {
+        // Bytes newer than these records lie there: leave them until the records catch up.
+        let busy = match &a {
+            DiskAction::Delete { volume, path, .. } => s.store_service.landed.unsettled(s, volume, path),
+            DiskAction::Rename { volume, from, to, .. } => {
+                s.store_service.landed.unsettled(s, volume, from) || s.store_service.landed.unsettled(s, volume, to)
+            }
+        };
+        if busy {
+            continue;
+        }
         let (volume, path, result) = match a.clone() {
             DiskAction::Delete { volume, folder, path } => {
                 let p = path.clone();

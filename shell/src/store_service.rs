@@ -39,6 +39,8 @@ const SESSIONS_MAX: usize = 256;
 #[derive(Default)]
 pub struct StoreService {
     sessions: Mutex<BTreeMap<String, (NodeId, UploadSession)>>,
+    /// Bytes put in place that the records may not account for yet.
+    pub landed: Landed,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -378,6 +380,7 @@ fn answer<E: Env>(
                 let _ = std::fs::remove_file(&part);
                 return io_error("rename into place", e);
             }
+            svc.landed.note(&sess.volume, &sess.path, &sum, now);
             if let Some(dir) = file.parent() {
                 let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
             }
@@ -496,4 +499,46 @@ fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// New bytes put in place at a (volume, path) that this node's records may not account for yet
+/// (a put's commit whose record is still on its way, a pulled copy being published). While
+/// such bytes are unsettled, nothing deletes or renames over them: a removal or move decided
+/// from records older than those bytes would destroy the newer write.
+#[derive(Default)]
+pub struct Landed {
+    entries: Mutex<BTreeMap<(VolumeId, String), (String, shoal_core::Millis)>>,
+}
+
+/// How long landed bytes stay protected at most, waiting for their record.
+const LANDED_MAX_MS: u64 = 10 * 60_000;
+
+impl Landed {
+    /// Bytes with `checksum` were just put in place at `path` on `volume`.
+    pub fn note(&self, volume: &VolumeId, path: &str, checksum: &str, now: shoal_core::Millis) {
+        let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());
+        lock(&self.entries).insert((volume.clone(), path), (checksum.to_ascii_lowercase(), now));
+    }
+
+    /// Whether bytes landed at `path` on `volume` that the records do not account for yet.
+    pub fn unsettled<E: Env>(&self, s: &Shared<E>, volume: &VolumeId, path: &str) -> bool {
+        let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());
+        let key = (volume.clone(), path.clone());
+        let Some((sum, at)) = lock(&self.entries).get(&key).cloned() else { return false };
+        let now = shoal_core::Millis(s.env.monotonic().0);
+        let accounted = s.read_node(|n, _| {
+            n.meta().state().file(&path).is_some_and(|f| {
+                // A live record with this copy, or one written after the bytes (a later remove
+                // or overwrite knows of them).
+                (!f.removed
+                    && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(&sum)))
+                    || (f.removed && f.checksum.eq_ignore_ascii_case(&sum))
+            })
+        });
+        if accounted || now.since(at) > LANDED_MAX_MS {
+            lock(&self.entries).remove(&key);
+            return false;
+        }
+        true
+    }
 }

@@ -502,11 +502,11 @@ impl Node {
         if own.is_empty() {
             return vec![];
         }
-        let mut live: BTreeMap<(&FileId, &VolumeId), &str> = BTreeMap::new();
+        let mut live: BTreeMap<(&FileId, &VolumeId), (&str, &str)> = BTreeMap::new();
         for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
             for l in f.locations.iter().filter(|l| own.contains_key(&l.volume_id) && l.state != LocationState::Dropped)
             {
-                live.insert((&f.id, &l.volume_id), &f.path);
+                live.insert((&f.id, &l.volume_id), (&f.path, &l.checksum));
             }
         }
         let mut out = Vec::new();
@@ -517,14 +517,18 @@ impl Node {
                     continue;
                 }
                 match live.get(&(&f.id, &l.volume_id)) {
-                    Some(to) if *to != f.path => out.push(DiskAction::Rename {
-                        volume: l.volume_id.clone(),
-                        folder: folder.clone(),
-                        from: f.path.clone(),
-                        to: to.to_string(),
-                    }),
-                    Some(_) => {}
-                    None => out.push(DiskAction::Delete {
+                    // Renamed only while the copy at the new name is still this content: one
+                    // overwritten since supersedes it, and the old bytes just go.
+                    Some((to, sum)) if *to != f.path && sum.eq_ignore_ascii_case(&l.checksum) => {
+                        out.push(DiskAction::Rename {
+                            volume: l.volume_id.clone(),
+                            folder: folder.clone(),
+                            from: f.path.clone(),
+                            to: to.to_string(),
+                        })
+                    }
+                    Some((to, _)) if *to == f.path => {}
+                    Some(_) | None => out.push(DiskAction::Delete {
                         volume: l.volume_id.clone(),
                         folder: folder.clone(),
                         path: f.path.clone(),
