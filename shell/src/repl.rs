@@ -416,6 +416,26 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         if s.store_service.landed.unsettled(s, target_volume, &task.path) {
             return Err(ApiError::new(409, "busy", "newer bytes landed there; the pull stands down"));
         }
+        // Overwritten or removed while this content was pulled: it is no copy of the file now.
+        // (This node's records may lag the leader's: give them a moment to show the file.)
+        let mut still = false;
+        for _ in 0..100 {
+            let (known, current) = s.read_node(|n, _| match n.meta().state().file(&task.path) {
+                Some(f) => (
+                    f.id == task.file || !f.removed,
+                    !f.removed && f.id == task.file && f.checksum.eq_ignore_ascii_case(&task.checksum),
+                ),
+                None => (false, false),
+            });
+            still = current;
+            if known {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if !still {
+            return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+        }
         std::fs::rename(&part, &dest).map_err(|e| io_api("rename into place", e))?;
         s.store_service.landed.note(target_volume, &task.path, &task.checksum, shoal_core::Millis(s.env.monotonic().0));
         Ok(())
