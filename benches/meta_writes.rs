@@ -11,24 +11,12 @@ use base64::Engine;
 use serde_json::{json, Value};
 use shoal_shell::client::HttpClient;
 use shoal_shell::env::TokioEnv;
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Kill(Vec<Child>);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+mod common;
+use common::{port, Kill};
 
 async fn call(c: &HttpClient<TokioEnv>, url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
     let auth = format!("Bearer {token}");

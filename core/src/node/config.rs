@@ -157,10 +157,16 @@ impl Node {
         out
     }
 
-    fn write_history(&mut self, wall: Millis, h: HistoryEntry) {
+    /// Append `value` under `prefix` as a new record keyed by its own version (history, events,
+    /// audit: append-only logs, ordered by key).
+    fn append_record(&mut self, wall: Millis, prefix: &str, value: Value) {
         let version = self.hlc.next(wall);
-        let key = format!("{HISTORY_PREFIX}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
-        self.submit_record(wall, Record::Setting(Setting { key, value: json!(h), removed: false, version }));
+        let key = format!("{prefix}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
+        self.submit_record(wall, Record::Setting(Setting { key, value, removed: false, version }));
+    }
+
+    fn write_history(&mut self, wall: Millis, h: HistoryEntry) {
+        self.append_record(wall, HISTORY_PREFIX, json!(h));
     }
 
     /// Write (or clear) the value at `level` and record it; returns the resolved values moved.
@@ -178,7 +184,6 @@ impl Node {
         let mut r = self.config_resolver();
         let previous = r.value(level).cloned();
         let changes = r.set(level.clone(), value.clone());
-        let version = self.hlc.next(wall);
         let key = format!("{VALUE_PREFIX}{}", level.name());
         let entry = value.as_ref().map(|v| Entry {
             level: level.name(),
@@ -189,9 +194,7 @@ impl Node {
             at: wall.0,
             approved: approved.clone(),
         });
-        let setting =
-            Setting { key, value: entry.as_ref().map_or(Value::Null, |e| json!(e)), removed: entry.is_none(), version };
-        self.submit_record(wall, Record::Setting(setting));
+        self.put_setting(wall, key, entry.as_ref().map(|e| json!(e)));
         let moved: Vec<String> = changes.iter().map(|c| format!("{}:{}.{}", c.node, c.module, c.key)).collect();
         self.write_history(
             wall,
@@ -260,9 +263,7 @@ impl Node {
     }
 
     fn put_proposal(&mut self, wall: Millis, p: &Proposal) {
-        let version = self.hlc.next(wall);
-        let key = format!("{PROPOSAL_PREFIX}{}", p.id);
-        self.submit_record(wall, Record::Setting(Setting { key, value: json!(p), removed: false, version }));
+        self.put_setting(wall, format!("{PROPOSAL_PREFIX}{}", p.id), Some(json!(p)));
     }
 
     /// `config propose`: judged as a set would be (a trusted key may be proposed), kept with the
@@ -567,9 +568,8 @@ impl Node {
     pub fn module_install(&mut self, wall: Millis, m: &crate::config::resolve::Manifest) -> Result<Value, ApiError> {
         self.in_cluster()?;
         let checked = crate::config::check_manifest(m, &self.predefined_in_force().0).map_err(api)?;
-        let version = self.hlc.next(wall);
         let key = format!("{}{}", crate::config::MODULE_PREFIX, checked.module);
-        self.submit_record(wall, Record::Setting(Setting { key, value: json!(checked), removed: false, version }));
+        self.put_setting(wall, key, Some(json!(checked)));
         Ok(json!({ "module": checked.module, "keys": checked.keys.len() }))
     }
 
@@ -635,8 +635,7 @@ impl Node {
         if current.as_ref() == Some(&mine) {
             return false;
         }
-        let version = self.hlc.next(wall);
-        self.submit_record(wall, Record::Setting(Setting { key, value: json!(mine), removed: false, version }));
+        self.put_setting(wall, key, Some(json!(mine)));
         true
     }
 
@@ -687,6 +686,7 @@ struct Finding {
 }
 
 impl Node {
+    /// Write (or with `None`, remove) one of the config plane's records.
     fn put_setting(&mut self, wall: Millis, key: String, value: Option<Value>) {
         let version = self.hlc.next(wall);
         let removed = value.is_none();
@@ -774,10 +774,7 @@ impl Node {
                 },
             );
             let event = json!({"event": "renamed", "module": r.module, "from": r.from, "to": r.to, "level": to.name(), "at": wall.0});
-            let version = self.hlc.next(wall);
-            let key =
-                format!("{}{:016}-{}-{:08}", config::EVENT_PREFIX, version.wall_ms, version.node, version.counter);
-            self.submit_record(wall, Record::Setting(Setting { key, value: event, removed: false, version }));
+            self.config_event(wall, event);
             self.event(super::Event::ConfigChanged { level: to.name(), moved: 0 });
             did.push(format!("renamed {} -> {}", level.name(), to.name()));
         }
@@ -1019,9 +1016,7 @@ impl Node {
     }
 
     fn config_event(&mut self, wall: Millis, event: Value) {
-        let version = self.hlc.next(wall);
-        let key = format!("{}{:016}-{}-{:08}", config::EVENT_PREFIX, version.wall_ms, version.node, version.counter);
-        self.submit_record(wall, Record::Setting(Setting { key, value: event, removed: false, version }));
+        self.append_record(wall, config::EVENT_PREFIX, event);
     }
 
     /// `config retiring`: values no build reads any more, asked about for removal.
@@ -1096,10 +1091,8 @@ impl Node {
         if self.cluster.is_none() {
             return;
         }
-        let version = self.hlc.next(wall);
-        let key = format!("{AUDIT_PREFIX}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
         let value = json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status});
-        self.submit_record(wall, Record::Setting(Setting { key, value, removed: false, version }));
+        self.append_record(wall, AUDIT_PREFIX, value);
     }
 
     /// The audit log, newest first (at most `limit`).
