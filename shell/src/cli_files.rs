@@ -197,9 +197,18 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
     let mut name = local.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".part-get");
     let part = local.with_file_name(name);
-    let mut out = std::fs::File::create(&part)
+    let out = std::fs::File::create(&part)
         .map(|f| std::io::BufWriter::with_capacity(BLOCK, f))
         .map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+    // The file is written on its own thread while this one hashes what comes in.
+    let (to_disk, from_net) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let (mut out, mut from_net) = (out, from_net);
+        while let Some(data) = from_net.blocking_recv() {
+            out.write_all(&data)?;
+        }
+        out.flush()
+    });
     let pb = bar(size, quiet);
     let mut hash = Sha256::new();
     let mut body = resp.into_body();
@@ -208,17 +217,35 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
         let _ = std::fs::remove_file(&part);
         (CliError(e), true)
     };
+    let mut broke = None;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| failed(format!("download of {remote} broke off: {e}")))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let data = match frame {
+            Ok(f) => match f.into_data() {
+                Ok(d) => d,
+                Err(_) => continue,
+            },
+            Err(e) => {
+                broke = Some(format!("download of {remote} broke off: {e}"));
+                break;
+            }
+        };
         hash.update(&data);
         got += data.len() as u64;
         pb.inc(data.len() as u64);
-        out.write_all(&data).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+        if to_disk.send(data).await.is_err() {
+            break; // the writer failed; its error is below
+        }
     }
+    drop(to_disk);
     pb.finish_and_clear();
-    out.flush().map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
-    drop(out);
+    let written = writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&part);
+        return Err((CliError(format!("{}: {e}", part.display())), false));
+    }
+    if let Some(e) = broke {
+        return Err(failed(e));
+    }
     let sum = hex::encode(hash.finalize());
     if got != size || sum != want {
         return Err(failed(format!("the copy {copy} did not match the file's checksum")));

@@ -121,11 +121,11 @@ impl<N: Net> HttpClient<N> {
         method: &str,
         target: &str,
         headers: &[(&str, &str)],
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
         timeout_ms: u64,
     ) -> Result<Response, ClientError> {
         let (authority, prefix) = split_url(base_url)?;
-        let fut = self.request_inner(&authority, &prefix, method, target, headers, body);
+        let fut = self.request_inner(&authority, &prefix, method, target, headers, body.into());
         match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
             Ok(r) => r,
             Err(_) => Err(ClientError::Timeout(base_url.to_string(), timeout_ms)),
@@ -139,7 +139,7 @@ impl<N: Net> HttpClient<N> {
         method: &str,
         target: &str,
         headers: &[(&str, &str)],
-        body: Vec<u8>,
+        body: Bytes,
     ) -> Result<Response, ClientError> {
         let mut sender = self.connection(authority).await?;
         let uri = format!("{prefix}{target}");
@@ -150,8 +150,7 @@ impl<N: Net> HttpClient<N> {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req =
-            req.body(Full::new(Bytes::from(body))).map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
+        let req = req.body(Full::new(body)).map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let resp = sender.send_request(req).await.map_err(|e| ClientError::Request(uri.clone(), e.to_string()))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();

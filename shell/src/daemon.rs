@@ -186,7 +186,7 @@ impl<E: Env> Shared<E> {
                         method: req.method.to_string(),
                         target: req.target.clone(),
                         headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
-                        body: req.body,
+                        body: req.body.into(),
                     };
                     tokio::spawn(async move {
                         let res = shared.transport.send(prepared, req.timeout_ms).await;

@@ -40,7 +40,9 @@ use std::sync::Arc;
 pub const SHA_HEADER: &str = "x-shoal-sha256";
 const PEER_TIMEOUT_MS: u64 = 60_000;
 /// Chunk uploads to one peer in flight at once.
-const CHUNKS_IN_FLIGHT: usize = 2;
+const CHUNKS_IN_FLIGHT: usize = 4;
+/// Pieces of a get fetched ahead of the one going out.
+const PIECES_AHEAD: usize = 3;
 /// Read size for local copies while streaming.
 const READ_BYTES: usize = 1 << 20;
 
@@ -204,49 +206,76 @@ fn send_chunk<E: Env>(
     index: u64,
     data: Vec<u8>,
 ) -> tokio::task::JoinHandle<Result<(), ApiError>> {
-    let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
-    let (s2, node) = (s.clone(), node.clone());
+    let (s2, node, session) = (s.clone(), node.clone(), session.to_string());
     tokio::spawn(async move {
-        // The chunk's SHA-256 is also its body hash for the signature: hashed once.
+        let data = Bytes::from(data);
         let sha = hex::encode(Sha256::digest(&data));
-        let prepared = s2
-            .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &node, "POST", &target, data, &sha))
-            .map_err(peer_error);
-        let mut prepared = prepared?;
-        prepared.headers.push((CHUNK_SHA_HEADER, sha));
-        let r = s2.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
-        if r.status != 200 {
-            return Err(answered_error(&r, "store/chunk"));
-        }
-        Ok(())
+        send_chunk_hashed(&s2, &node, &session, index, data, sha).await
     })
 }
 
-type Pending = std::collections::VecDeque<tokio::task::JoinHandle<Result<(), ApiError>>>;
-
-async fn settle(in_flight: &mut Pending, keep: usize) -> Result<(), ApiError> {
-    while in_flight.len() > keep {
-        let done = in_flight.pop_front().expect("not empty");
-        done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
+/// Send chunk `index` of upload `session`, whose SHA-256 is `sha`, to `node`. The chunk's
+/// SHA-256 is also its body hash for the signature: hashed once.
+async fn send_chunk_hashed<E: Env>(
+    s: &Arc<Shared<E>>,
+    node: &NodeId,
+    session: &str,
+    index: u64,
+    data: Bytes,
+    sha: String,
+) -> Result<(), ApiError> {
+    let target = format!("/cluster/acn/store/chunk?session={session}&index={index}");
+    let prepared = s
+        .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, node, "POST", &target, data, &sha))
+        .map_err(peer_error);
+    let mut prepared = prepared?;
+    prepared.headers.push((CHUNK_SHA_HEADER, sha));
+    let r = s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/chunk"));
     }
     Ok(())
 }
 
-/// Stream a request body of `len` bytes straight into an upload to a peer while spooling it
-/// (for the other copies) and hashing it: the first copy is written as the body arrives, not
-/// after. The whole-file SHA-256 is named at commit; `expect` (the client's) is checked before
-/// the commit, so a wrong body never lands. Returns size and SHA-256.
-#[allow(clippy::too_many_arguments)]
-async fn stream_to<E: Env>(
+/// One copy a streamed put is writing as the body arrives: a part file in one of this node's
+/// volumes, or a peer's upload session.
+enum Sink {
+    Local { placed: Placed, path: String, part: PathBuf, dest: PathBuf, file: Arc<std::fs::File> },
+    Peer { placed: Placed, session: String },
+}
+
+impl Sink {
+    fn placed(&self) -> &Placed {
+        match self {
+            Sink::Local { placed, .. } | Sink::Peer { placed, .. } => placed,
+        }
+    }
+}
+
+/// Start writing a copy of `len` bytes at `path` where `to` says.
+async fn open_sink<E: Env>(
     s: &Arc<Shared<E>>,
-    spool: &Path,
-    body: axum::body::Body,
-    len: u64,
-    path: &str,
-    file_id: Option<&FileId>,
     to: &Placed,
-    expect: Option<&str>,
-) -> Result<(u64, String), ApiError> {
+    path: &str,
+    len: u64,
+    file_id: Option<&FileId>,
+) -> Result<Sink, ApiError> {
+    let me = s.read_node(|n, _| n.id().clone());
+    if to.node == me {
+        let vol = s
+            .read_node(|n, _| n.local_volume(to.volume.as_str()))
+            .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
+        let (path2, tag) = (path.to_string(), format!("{:016x}", s.env.seed()));
+        let (dest, part, file) = s
+            .blocking(move || -> Result<_, ApiError> {
+                let dest = confined_path(Path::new(&vol.subpath), &path2, true)?;
+                let part = part_path(&dest, &tag);
+                let file = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
+                Ok((dest, part, file))
+            })
+            .await?;
+        return Ok(Sink::Local { placed: to.clone(), path: path.to_string(), part, dest, file: Arc::new(file) });
+    }
     let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id.cloned().unwrap_or_default()});
     let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
     if r.status != 200 {
@@ -254,36 +283,177 @@ async fn stream_to<E: Env>(
     }
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
-    let result = stream_chunks(s, spool, body, len, &to.node, &session, expect).await;
-    let target = match &result {
-        Ok((_, sum)) => format!("/cluster/acn/store/commit?session={session}&checksum={sum}"),
-        Err(_) => format!("/cluster/acn/store/abort?session={session}"),
-    };
-    let r = signed(s, &to.node, "POST", &target, vec![], vec![]).await;
-    let (size, sum) = result?;
-    let r = r?;
-    if r.status != 200 {
-        return Err(answered_error(&r, "store/commit"));
+    Ok(Sink::Peer { placed: to.clone(), session })
+}
+
+/// Write chunk `index` to each of the `live` sinks at once, hashing it once. Answers the
+/// sinks that failed, with why.
+fn write_chunk<E: Env>(
+    s: &Arc<Shared<E>>,
+    sinks: &Arc<Vec<Sink>>,
+    live: Vec<usize>,
+    index: u64,
+    data: Bytes,
+) -> tokio::task::JoinHandle<Vec<(usize, ApiError)>> {
+    let (s, sinks) = (s.clone(), sinks.clone());
+    tokio::spawn(async move {
+        let needs_sha = live.iter().any(|&i| matches!(sinks[i], Sink::Peer { .. }));
+        let sha = if needs_sha {
+            let d = data.clone();
+            s.blocking(move || hex::encode(Sha256::digest(&d))).await
+        } else {
+            String::new()
+        };
+        let writes: Vec<_> = live
+            .iter()
+            .map(|&i| {
+                let (s, sinks, data, sha) = (s.clone(), sinks.clone(), data.clone(), sha.clone());
+                tokio::spawn(async move {
+                    let r = match &sinks[i] {
+                        Sink::Peer { placed, session } => {
+                            send_chunk_hashed(&s, &placed.node, session, index, data, sha).await
+                        }
+                        Sink::Local { file, .. } => {
+                            let file = file.clone();
+                            s.blocking(move || {
+                                use std::os::unix::fs::FileExt;
+                                file.write_all_at(&data, index * CHUNK_BYTES)?;
+                                crate::store_service::start_writeback(&file, index * CHUNK_BYTES, data.len() as u64);
+                                Ok(())
+                            })
+                            .await
+                            .map_err(|e| io_api("write copy", e))
+                        }
+                    };
+                    (i, r)
+                })
+            })
+            .collect();
+        let mut failed = Vec::new();
+        for w in writes {
+            match w.await {
+                Ok((_, Ok(()))) => {}
+                Ok((i, Err(e))) => failed.push((i, e)),
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        }
+        failed
+    })
+}
+
+/// Chunk writes in flight, oldest first, and the sinks that failed so far.
+struct Fanout {
+    sinks: Arc<Vec<Sink>>,
+    dead: Vec<Option<ApiError>>,
+    in_flight: std::collections::VecDeque<tokio::task::JoinHandle<Vec<(usize, ApiError)>>>,
+}
+
+impl Fanout {
+    fn live(&self) -> Vec<usize> {
+        (0..self.sinks.len()).filter(|&i| self.dead[i].is_none()).collect()
     }
-    Ok((size, sum))
+
+    /// Wait until at most `keep` chunk writes are in flight; fails once no sink is left.
+    async fn settle(&mut self, keep: usize) -> Result<(), ApiError> {
+        while self.in_flight.len() > keep {
+            let done = self.in_flight.pop_front().expect("not empty");
+            let failed = match done.await {
+                Ok(f) => f,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            };
+            for (i, e) in failed {
+                tracing::warn!(node = %self.sinks[i].placed().node, error = %e.message, "a copy could not be written");
+                self.dead[i].get_or_insert(e);
+            }
+        }
+        if self.live().is_empty() {
+            return Err(self
+                .dead
+                .iter()
+                .flatten()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file")));
+        }
+        Ok(())
+    }
+}
+
+/// Stream a request body of `len` bytes to every placed copy at once as it arrives, hashing
+/// it, with no spool: each chunk is hashed once and written to a local part file or sent to a
+/// peer's upload session. `expect` (the client's SHA-256) is checked before any commit, so a
+/// wrong body never lands. A copy that fails is left out; at least one must succeed. Returns
+/// size, SHA-256 and the copies made.
+async fn stream_copies<E: Env>(
+    s: &Arc<Shared<E>>,
+    body: axum::body::Body,
+    len: u64,
+    path: &str,
+    file_id: Option<&FileId>,
+    targets: &[Placed],
+    expect: Option<&str>,
+) -> Result<(u64, String, Vec<(VolumeId, NodeId)>), ApiError> {
+    let mut sinks = Vec::new();
+    let mut last_err = None;
+    for to in targets {
+        match open_sink(s, to, path, len, file_id).await {
+            Ok(sink) => sinks.push(sink),
+            Err(e) => {
+                tracing::warn!(node = %to.node, error = %e.message, "a copy could not be started");
+                last_err = Some(e);
+            }
+        }
+    }
+    if sinks.is_empty() {
+        return Err(
+            last_err.unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file"))
+        );
+    }
+    let n = sinks.len();
+    let mut out = Fanout { sinks: Arc::new(sinks), dead: vec![None; n], in_flight: Default::default() };
+    let streamed = stream_chunks(s, &mut out, body, len, expect).await;
+    let sum = match streamed {
+        Ok(sum) => sum,
+        Err(e) => {
+            for sink in out.sinks.iter() {
+                abort_sink(s, sink).await;
+            }
+            return Err(e);
+        }
+    };
+    let mut copies = Vec::new();
+    for (i, sink) in out.sinks.iter().enumerate() {
+        if let Some(e) = &out.dead[i] {
+            last_err = Some(e.clone());
+            abort_sink(s, sink).await;
+            continue;
+        }
+        match commit_sink(s, sink, &sum, len).await {
+            Ok(()) => copies.push((sink.placed().volume.clone(), sink.placed().node.clone())),
+            Err(e) => {
+                tracing::warn!(node = %sink.placed().node, error = %e.message, "a copy could not be committed");
+                abort_sink(s, sink).await;
+                last_err = Some(e);
+            }
+        }
+    }
+    if copies.is_empty() {
+        return Err(last_err.expect("every sink failed with an error"));
+    }
+    Ok((len, sum, copies))
 }
 
 async fn stream_chunks<E: Env>(
     s: &Arc<Shared<E>>,
-    spool: &Path,
+    out: &mut Fanout,
     body: axum::body::Body,
     len: u64,
-    node: &NodeId,
-    session: &str,
     expect: Option<&str>,
-) -> Result<(u64, String), ApiError> {
-    let file = std::fs::File::create(spool).map_err(|e| io_api("create spool file", e))?;
-    let mut out = std::io::BufWriter::with_capacity(READ_BYTES, file);
+) -> Result<String, ApiError> {
     let mut hash = Sha256::new();
     let mut size = 0u64;
-    let mut chunk: Vec<u8> = Vec::with_capacity(CHUNK_BYTES as usize);
+    let mut chunk = bytes::BytesMut::with_capacity(CHUNK_BYTES as usize);
     let mut index = 0u64;
-    let mut in_flight = Pending::new();
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))?;
@@ -293,14 +463,13 @@ async fn stream_chunks<E: Env>(
             return Err(ApiError::new(400, "bad_body", "the body is longer than its content-length"));
         }
         hash.update(&data);
-        out.write_all(&data).map_err(|e| io_api("spool", e))?;
         while !data.is_empty() {
             let take = (CHUNK_BYTES as usize - chunk.len()).min(data.len());
             chunk.extend_from_slice(&data.split_to(take));
             if chunk.len() == CHUNK_BYTES as usize {
-                settle(&mut in_flight, CHUNKS_IN_FLIGHT - 1).await?;
-                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_BYTES as usize));
-                in_flight.push_back(send_chunk(s, node, session, index, full));
+                out.settle(CHUNKS_IN_FLIGHT - 1).await?;
+                let full = std::mem::replace(&mut chunk, bytes::BytesMut::with_capacity(CHUNK_BYTES as usize));
+                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), index, full.freeze()));
                 index += 1;
             }
         }
@@ -308,25 +477,72 @@ async fn stream_chunks<E: Env>(
     if size != len {
         return Err(ApiError::new(400, "bad_body", format!("the body ended after {size} of {len} bytes")));
     }
-    if !chunk.is_empty() {
-        settle(&mut in_flight, CHUNKS_IN_FLIGHT - 1).await?;
-        in_flight.push_back(send_chunk(s, node, session, index, chunk));
+    if !chunk.is_empty() || index == 0 {
+        out.settle(CHUNKS_IN_FLIGHT - 1).await?;
+        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), index, chunk.freeze()));
     }
-    settle(&mut in_flight, 0).await?;
-    out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
+    out.settle(0).await?;
     let sum = hex::encode(hash.finalize());
     if expect.is_some_and(|e| e != sum) {
         return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
-    Ok((size, sum))
+    Ok(sum)
+}
+
+/// Put a fully written copy in place: a local part file is fsynced and renamed; a peer is
+/// asked to commit, naming the SHA-256.
+async fn commit_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink, sum: &str, size: u64) -> Result<(), ApiError> {
+    match sink {
+        Sink::Peer { placed, session } => {
+            let target = format!("/cluster/acn/store/commit?session={session}&checksum={sum}");
+            let r = signed(s, &placed.node, "POST", &target, vec![], vec![]).await?;
+            if r.status != 200 {
+                return Err(answered_error(&r, "store/commit"));
+            }
+            Ok(())
+        }
+        Sink::Local { placed, path, part, dest, file } => {
+            let (part, dest, file) = (part.clone(), dest.clone(), file.clone());
+            s.blocking(move || -> std::io::Result<()> {
+                if file.metadata()?.len() != size {
+                    return Err(std::io::Error::other("the part file has the wrong length"));
+                }
+                file.sync_all()?;
+                std::fs::rename(&part, &dest)?;
+                if let Some(dir) = dest.parent() {
+                    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| io_api("write copy", e))?;
+            s.store_service.landed.note(&placed.volume, path, sum, shoal_core::Millis(s.env.monotonic().0));
+            Ok(())
+        }
+    }
+}
+
+/// Give up a copy: free the peer's session now rather than in 30 minutes, or remove the part file.
+async fn abort_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink) {
+    match sink {
+        Sink::Peer { placed, session } => {
+            let target = format!("/cluster/acn/store/abort?session={session}");
+            let _ = signed(s, &placed.node, "POST", &target, vec![], vec![]).await;
+        }
+        Sink::Local { part, .. } => {
+            let part = part.clone();
+            s.blocking(move || {
+                let _ = std::fs::remove_file(part);
+            })
+            .await;
+        }
+    }
 }
 
 /// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
 fn install_local(folder: &Path, path: &str, spool: &Path, tag: &str) -> Result<(), ApiError> {
     let dest = confined_path(folder, path, true)?;
-    let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!("{}{tag}", transfer::PART_MARK));
-    let part = dest.with_file_name(name);
+    let part = part_path(&dest, tag);
     let done = std::fs::copy(spool, &part)
         .and_then(|_| std::fs::File::open(&part)?.sync_all())
         .and_then(|_| std::fs::rename(&part, &dest));
@@ -338,6 +554,13 @@ fn install_local(folder: &Path, path: &str, spool: &Path, tag: &str) -> Result<(
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
     Ok(())
+}
+
+/// The part file beside `dest` that a copy is written to before it is renamed into place.
+fn part_path(dest: &Path, tag: &str) -> PathBuf {
+    let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(format!("{}{tag}", transfer::PART_MARK));
+    dest.with_file_name(name)
 }
 
 fn read_range(file: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
@@ -395,36 +618,41 @@ async fn put_inner<E: Env>(
     if let Some(e) = &expect {
         transfer::check_checksum(e).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
     }
-    let dir = s.data_dir.join("spool");
-    std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
-    let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
     let t0 = s.env.monotonic();
     let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
     let mut exclude: Vec<NodeId> = Vec::new();
     let mut last_err = None;
-    // A large body of known length whose first copy goes to a peer streams there as it comes.
     let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if length.is_some_and(|l| l > transfer::FILE_MAX_BYTES) {
         return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
     }
-    let me = s.read_node(|n, _| n.id().clone());
-    let first = match length {
-        Some(len) if len > CHUNK_BYTES => {
-            place(s, len, target.primary.as_ref(), &[]).await.ok().filter(|p| p.node != me)
+    // A large body of known length streams to every copy at once as it arrives, with no spool.
+    if let Some(len) = length.filter(|l| *l > CHUNK_BYTES) {
+        let mut targets: Vec<Placed> = Vec::new();
+        for _ in 0..target.wanted {
+            match place(s, len, target.primary.as_ref(), &exclude).await {
+                Ok(p) => {
+                    exclude.push(p.node.clone());
+                    targets.push(p);
+                }
+                Err(e) => {
+                    if targets.is_empty() {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
         }
-        _ => None,
-    };
-    let (size, sum) = match (first, length) {
-        (Some(to), Some(len)) => {
-            exclude.push(to.node.clone());
-            let r =
-                stream_to(s, &spool.0, body, len, &target.path, target.file_id.as_ref(), &to, expect.as_deref()).await;
-            let (size, sum) = r?;
-            copies.push((to.volume, to.node));
-            (size, sum)
-        }
-        _ => spool_body(&spool.0, body).await?,
-    };
+        let file_id = target.file_id.as_ref();
+        let (size, sum, copies) =
+            stream_copies(s, body, len, &target.path, file_id, &targets, expect.as_deref()).await?;
+        return publish(s, &target, size, &sum, &copies, t0);
+    }
+    // Otherwise the body is spooled first, then copied to each placed volume in turn.
+    let dir = s.data_dir.join("spool");
+    std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
+    let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
+    let (size, sum) = spool_body(&spool.0, body).await?;
     let t1 = s.env.monotonic();
     if expect.as_ref().is_some_and(|e| *e != sum) {
         return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
@@ -454,10 +682,22 @@ async fn put_inner<E: Env>(
             last_err.unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file"))
         );
     }
+    tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), "spooled");
+    publish(s, &target, size, &sum, &copies, t0)
+}
+
+/// Publish the record of a put whose copies are in place.
+fn publish<E: Env>(
+    s: &Arc<Shared<E>>,
+    target: &shoal_core::node::files::PutTarget,
+    size: u64,
+    sum: &str,
+    copies: &[(VolumeId, NodeId)],
+    t0: shoal_core::Millis,
+) -> Result<Value, ApiError> {
     let mod_time = s.env.now().0;
-    let v = s.with_node(|n, now| n.file_publish(now, &target.path, size, &sum, mod_time, &copies))?;
-    let t2 = s.env.monotonic();
-    tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), copies_ms = t2.since(t1), "put");
+    let v = s.with_node(|n, now| n.file_publish(now, &target.path, size, sum, mod_time, copies))?;
+    tracing::debug!(path = %target.path, size, copies = copies.len(), put_ms = s.env.monotonic().since(t0), "put");
     if copies.len() < target.wanted as usize {
         s.repl_kick();
     }
@@ -543,14 +783,22 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         let mut hash = Sha256::new();
         let mut at = start;
         let mut piece = Some(first);
-        // The next piece is fetched while this one goes out.
-        let mut next: Option<tokio::task::JoinHandle<Result<Bytes, ApiError>>> = None;
+        // The next pieces are fetched (and their SHA-256 checked) while this one goes out.
+        let mut ahead: std::collections::VecDeque<tokio::task::JoinHandle<Result<Bytes, ApiError>>> =
+            Default::default();
+        let mut asked = (start + CHUNK_BYTES).min(end);
         while at < end {
+            while ahead.len() < PIECES_AHEAD && asked < end {
+                let (s3, src3, path3) = (s2.clone(), src.clone(), path2.clone());
+                let (off, len) = (asked, (end - asked).min(CHUNK_BYTES));
+                ahead.push_back(tokio::spawn(async move { read_piece(&s3, &src3, &path3, off, len).await }));
+                asked += len;
+            }
             let data = match piece.take() {
                 Some(b) => Ok(b),
-                None => match next.take() {
+                None => match ahead.pop_front() {
                     Some(h) => h.await.unwrap_or_else(|e| Err(ApiError::new(500, "internal", e.to_string()))),
-                    None => read_piece(&s2, &src, &path2, at, (end - at).min(CHUNK_BYTES)).await,
+                    None => Err(ApiError::new(500, "internal", "no piece was asked for")),
                 },
             };
             let data = match data {
@@ -560,13 +808,8 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
                     return;
                 }
             };
-            let after = at + data.len() as u64;
-            if after < end && !data.is_empty() {
-                let (s3, src3, path3) = (s2.clone(), src.clone(), path2.clone());
-                let len = (end - after).min(CHUNK_BYTES);
-                next = Some(tokio::spawn(async move { read_piece(&s3, &src3, &path3, after, len).await }));
-            }
-            if data.is_empty() {
+            // Pieces are asked for back to back: each must come whole.
+            if data.len() as u64 != (end - at).min(CHUNK_BYTES) {
                 let _ = tx.send(Err(std::io::Error::other("the copy is shorter than the file"))).await;
                 mark_stale(&s2, &path2, &src.volume_id, &sum);
                 return;

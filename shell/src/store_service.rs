@@ -38,9 +38,59 @@ const SESSIONS_MAX: usize = 256;
 
 #[derive(Default)]
 pub struct StoreService {
-    sessions: Mutex<BTreeMap<String, (NodeId, UploadSession)>>,
+    sessions: Mutex<BTreeMap<String, Upload>>,
     /// Bytes put in place that the records may not account for yet.
     pub landed: Landed,
+}
+
+/// One open upload session: who opened it, its state, and its whole-file hash so far.
+struct Upload {
+    owner: NodeId,
+    session: UploadSession,
+    hash: Arc<Mutex<InOrderHash>>,
+}
+
+/// The whole-file SHA-256 of an upload, taken as its chunks arrive, so the commit need not
+/// read the file back. Chunks that come ahead of their turn wait (a few, in memory); past
+/// that, or when a chunk is sent again after it was hashed, the hash is given up and the
+/// commit reads the part file instead.
+struct InOrderHash {
+    hasher: Sha256,
+    next: u64,
+    early: BTreeMap<u64, Bytes>,
+    given_up: bool,
+}
+
+/// Most chunks held in memory waiting for an earlier one.
+const EARLY_CHUNKS_MAX: usize = 4;
+
+impl InOrderHash {
+    fn new() -> InOrderHash {
+        InOrderHash { hasher: Sha256::new(), next: 0, early: BTreeMap::new(), given_up: false }
+    }
+
+    /// Chunk `index` (its bytes verified) was written.
+    fn offer(&mut self, index: u64, bytes: Bytes) {
+        if self.given_up {
+            return;
+        }
+        if index < self.next || self.early.contains_key(&index) || self.early.len() >= EARLY_CHUNKS_MAX {
+            // Sent again (perhaps with other bytes), or too far ahead: read the file at commit.
+            self.given_up = true;
+            self.early.clear();
+            return;
+        }
+        self.early.insert(index, bytes);
+        while let Some(b) = self.early.remove(&self.next) {
+            self.hasher.update(&b);
+            self.next += 1;
+        }
+    }
+
+    /// The whole-file SHA-256 when every one of `chunks` chunks was hashed in order.
+    fn finish(&self, chunks: u64) -> Option<String> {
+        (!self.given_up && self.next == chunks).then(|| hex::encode(self.hasher.clone().finalize()))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -184,7 +234,7 @@ pub async fn handle<E: Env>(
     let s2 = s.clone();
     let headers = headers.clone();
     let op = op.to_string();
-    s.blocking(move || answer(&s2, &op, &q, &headers, &body, &body_sha, &sender)).await
+    s.blocking(move || answer(&s2, &op, &q, &headers, body, &body_sha, &sender)).await
 }
 
 fn session_id<E: Env>(s: &Shared<E>) -> String {
@@ -196,7 +246,7 @@ fn answer<E: Env>(
     op: &str,
     q: &BTreeMap<String, String>,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Bytes,
     body_sha: &str,
     sender: &NodeId,
 ) -> Response {
@@ -204,7 +254,7 @@ fn answer<E: Env>(
     let now = shoal_core::Millis(s.env.monotonic().0);
     match op {
         "begin" => {
-            let b: BeginBody = match serde_json::from_slice(body) {
+            let b: BeginBody = match serde_json::from_slice(&body) {
                 Ok(b) => b,
                 Err(e) => return error_response(400, "bad_body", format!("begin body: {e}")),
             };
@@ -224,9 +274,9 @@ fn answer<E: Env>(
             };
             let mut sessions = lock(&svc.sessions);
             let expired: Vec<String> =
-                sessions.iter().filter(|(_, (_, x))| x.expired(now)).map(|(k, _)| k.clone()).collect();
+                sessions.iter().filter(|(_, u)| u.session.expired(now)).map(|(k, _)| k.clone()).collect();
             for k in expired {
-                if let Some((_, x)) = sessions.remove(&k) {
+                if let Some(Upload { session: x, .. }) = sessions.remove(&k) {
                     // The part file lies in the expired session's own volume.
                     if let Some(v) = s.read_node(|n, _| n.local_volume(x.volume.as_str())) {
                         if let Ok(p) = confined_path(Path::new(&v.subpath), &x.path, false) {
@@ -235,11 +285,12 @@ fn answer<E: Env>(
                     }
                 }
             }
-            if let Some((_, x)) =
-                sessions.values_mut().find(|(o, x)| o == sender && x.resumes(&b.volume_id, &path, b.size, &b.checksum))
+            if let Some(u) = sessions
+                .values_mut()
+                .find(|u| &u.owner == sender && u.session.resumes(&b.volume_id, &path, b.size, &b.checksum))
             {
-                x.touched = now;
-                return axum::Json(json!({"sessionId": x.id, "have": x.have})).into_response();
+                u.session.touched = now;
+                return axum::Json(json!({"sessionId": u.session.id, "have": u.session.have})).into_response();
             }
             if !fits(&vol, b.size) {
                 return error_response(507, "insufficient_storage", "the volume has no room for this file");
@@ -267,7 +318,8 @@ fn answer<E: Env>(
                 return io_error("create part file", e);
             }
             let reply = json!({"sessionId": session.id, "have": session.have});
-            sessions.insert(session.id.clone(), (sender.clone(), session));
+            let upload = Upload { owner: sender.clone(), session, hash: Arc::new(Mutex::new(InOrderHash::new())) };
+            sessions.insert(upload.session.id.clone(), upload);
             axum::Json(reply).into_response()
         }
         "chunk" => {
@@ -277,9 +329,9 @@ fn answer<E: Env>(
             let claimed = headers.get(CHUNK_SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
             // The session is looked up and checked under the lock, but the bytes are written
             // without it, so chunks of one upload land in parallel.
-            let (offset, volume, part_path, session) = {
+            let (offset, volume, part_path, session, hash) = {
                 let sessions = lock(&svc.sessions);
-                let Some((owner, sess)) = sessions.get(id) else {
+                let Some(Upload { owner, session: sess, hash }) = sessions.get(id) else {
                     return error_response(404, "unknown_session", "no such upload session (expired?)");
                 };
                 if owner != sender {
@@ -289,7 +341,7 @@ fn answer<E: Env>(
                     Ok(o) => o,
                     Err(e) => return transfer_error(e),
                 };
-                (offset, sess.volume.clone(), sess.path.clone(), sess.clone())
+                (offset, sess.volume.clone(), sess.path.clone(), sess.clone(), hash.clone())
             };
             let Some(vol) = s.read_node(|n, _| n.local_volume(volume.as_str())) else {
                 return error_response(404, "unknown_volume", "the session's volume is gone");
@@ -300,13 +352,17 @@ fn answer<E: Env>(
             };
             let written = std::fs::OpenOptions::new().write(true).open(&part).and_then(|mut f| {
                 f.seek(SeekFrom::Start(offset))?;
-                f.write_all(body)
+                f.write_all(&body)?;
+                start_writeback(&f, offset, body.len() as u64);
+                Ok(())
             });
             if let Err(e) = written {
                 return io_error("write chunk", e);
             }
+            // Hashed before it is marked: once no chunk is missing, all of them were offered.
+            lock(&hash).offer(index, body);
             let mut sessions = lock(&svc.sessions);
-            let Some((_, sess)) = sessions.get_mut(id) else {
+            let Some(Upload { session: sess, .. }) = sessions.get_mut(id) else {
                 return error_response(404, "unknown_session", "the upload session ended meanwhile");
             };
             sess.mark(index, now);
@@ -315,11 +371,10 @@ fn answer<E: Env>(
         "commit" | "abort" => {
             let Some(id) = q.get("session") else { return error_response(400, "bad_query", "needs session=") };
             let mut sessions = lock(&svc.sessions);
-            match sessions.get(id) {
-                Some((owner, _)) if owner == sender => {}
+            let (sess, hash) = match sessions.get(id) {
+                Some(u) if &u.owner == sender => (u.session.clone(), u.hash.clone()),
                 _ => return error_response(404, "unknown_session", "no such upload session"),
-            }
-            let (_, sess) = sessions.get(id).cloned().expect("checked");
+            };
             let Some(vol) = s.read_node(|n, _| n.local_volume(sess.volume.as_str())) else {
                 sessions.remove(id);
                 return error_response(404, "unknown_volume", "the session's volume is gone");
@@ -341,9 +396,13 @@ fn answer<E: Env>(
             // hash: other uploads on this node go on meanwhile.
             sessions.remove(id);
             drop(sessions);
+            let hashed = lock(&hash).finish(transfer::chunk_count(sess.size));
             let sum = std::fs::File::open(&part).and_then(|mut f| {
                 f.sync_all()?;
-                file_sha(&mut f)
+                match hashed {
+                    Some(sum) => Ok(sum),
+                    None => file_sha(&mut f),
+                }
             });
             let sum = match sum {
                 Ok(x) => x,
@@ -487,6 +546,25 @@ fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     file.with_file_name(name)
 }
 
+/// Ask the kernel to start writing a chunk's pages to disk now, so the fsync at commit has
+/// little left to do (with much RAM, dirty pages would otherwise wait for it all).
+#[cfg(target_os = "linux")]
+pub fn start_writeback(f: &std::fs::File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain syscall on a file descriptor we own; it only schedules writeback.
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn start_writeback(_f: &std::fs::File, _offset: u64, _len: u64) {}
+
 fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
     f.seek(SeekFrom::Start(0))?;
     let mut h = Sha256::new();
@@ -540,5 +618,38 @@ impl Landed {
             return false;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(b: &[u8]) -> String {
+        hex::encode(Sha256::digest(b))
+    }
+
+    #[test]
+    fn the_in_order_hash_waits_for_early_chunks_and_gives_up_on_resent_ones() {
+        let parts: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 100])).collect();
+        let whole: Vec<u8> = parts.iter().flat_map(|b| b.to_vec()).collect();
+
+        let mut h = InOrderHash::new();
+        for i in [1, 0, 3, 2] {
+            h.offer(i, parts[i as usize].clone());
+        }
+        assert_eq!(h.finish(4), Some(sha(&whole)), "chunks a little out of order still hash in order");
+        assert_eq!(h.finish(5), None, "a missing chunk means no hash");
+
+        let mut h = InOrderHash::new();
+        h.offer(0, parts[0].clone());
+        h.offer(0, Bytes::from(vec![9u8; 100]));
+        assert_eq!(h.finish(1), None, "a chunk sent again may carry other bytes: read the file instead");
+
+        let mut h = InOrderHash::new();
+        for i in 1..=(EARLY_CHUNKS_MAX as u64 + 1) {
+            h.offer(i, parts[0].clone());
+        }
+        assert!(h.given_up && h.early.is_empty(), "too many early chunks are not kept in memory");
     }
 }

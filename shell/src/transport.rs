@@ -55,7 +55,7 @@ pub struct Prepared {
     pub method: String,
     pub target: String,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+    pub body: bytes::Bytes,
 }
 
 impl<N: Net> Transport<N> {
@@ -70,7 +70,7 @@ impl<N: Net> Transport<N> {
         to: &NodeId,
         method: &str,
         target: &str,
-        body: Vec<u8>,
+        body: bytes::Bytes,
         body_hash: &str,
     ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
@@ -91,7 +91,7 @@ impl<N: Net> Transport<N> {
         let route = route(node, to)?;
         let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
-        Ok(Prepared { route, method: method.to_string(), target: target.to_string(), headers, body })
+        Ok(Prepared { route, method: method.to_string(), target: target.to_string(), headers, body: body.into() })
     }
 
     pub async fn send(&self, p: Prepared, timeout_ms: u64) -> Result<Response, TransportError> {

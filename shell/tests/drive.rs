@@ -207,6 +207,11 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     let r = call(a, "PUT", "/v1/files/docs/streamed.bin", big.clone(), &[("x-shoal-sha256", &sha(&big))]).await;
     assert_eq!((r.status, r.json()["copies"].as_u64()), (200, Some(2)), "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(call(c.nodes.last().unwrap(), "GET", "/v1/files/docs/streamed.bin", vec![], &[]).await.body, big);
+    // Through a node with a volume, the body streams to its own volume and a peer at once.
+    let big2: Vec<u8> = (0..9 * 1024 * 1024 + 3).map(|i: usize| (i % 241) as u8).collect();
+    let r = call(c.nodes.last().unwrap(), "PUT", "/v1/files/docs/both.bin", big2.clone(), &[]).await;
+    assert_eq!((r.status, r.json()["copies"].as_u64()), (200, Some(2)), "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(on_disk(&c, "/docs/both.bin"), vec![None, Some(big2.clone()), Some(big2.clone())]);
     let r = call(a, "PUT", "/v1/files/docs", b"abc".to_vec(), &[]).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (409, Some("is_a_folder")));
     let r = call(a, "PUT", "/v1/files/docs/report.bin/inner", b"abc".to_vec(), &[]).await;
