@@ -139,6 +139,36 @@ fn an_overwrite_keeps_the_id_and_marks_older_copies_elsewhere_stale() {
     assert!(!second.is_current(old));
 }
 
+/// Bytes may replace a file on a volume only when that file is no current copy of other
+/// content, or the writer knew that content (a first write racing another write of the path
+/// may not destroy the other's copy).
+#[test]
+fn a_current_copy_is_replaced_only_by_a_writer_who_knew_its_content() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let (vb, nb) = far(2);
+    assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('b'), None), "no record: nothing to protect");
+    assert_eq!(n.file_put_target("/docs/a.txt").unwrap().replaces, None, "a first write replaces nothing");
+
+    publish(&mut n, at(1_000), "/docs/a.txt", 'a', &[(va.clone(), me.clone()), (vb.clone(), nb.clone())]);
+    assert_eq!(
+        n.file_put_target("/docs/a.txt").unwrap().replaces,
+        Some(sum('a')),
+        "an overwrite knows what it replaces"
+    );
+    assert!(!n.may_replace_copy("/docs/a.txt", &va, &sum('b'), None), "a first write racing the path may not");
+    assert!(!n.may_replace_copy("/docs/a.txt", &va, &sum('b'), Some(&sum('c'))), "nor one that knew other content");
+    assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('b'), Some(&sum('a'))), "an overwrite of what is there may");
+    assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('a'), None), "the same bytes again may");
+    assert!(n.may_replace_copy("/docs/other.txt", &va, &sum('b'), None), "another path is not protected");
+
+    // Once the copy on `va` is stale (the content moved on elsewhere), it may be repaired over.
+    n.file_publish(at(2_000), "/docs/a.txt", 20, &sum('c'), 7, &[(vb.clone(), nb.clone())]).unwrap();
+    assert_eq!(loc(&file(&n, "/docs/a.txt"), &va).state, LocationState::Stale);
+    assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('c'), None));
+    assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('d'), None), "stale bytes are not worth keeping");
+}
+
 // ---- 2. concurrent first writes ----
 
 /// Two nodes each write a new path and publish; whichever order the records meet in, one

@@ -2,12 +2,15 @@
 //! `GET` (with `Range`) and `DELETE` on `/v1/files/{path}`, plus move and mkdir. Bytes stream;
 //! a file is never held in memory whole.
 //!
-//! A put spools the body to `DATA/spool` while hashing it, asks the metadata leader where each
-//! copy goes (`store/place`, excluding nodes that already took one), writes the copies (into a
-//! local volume directly, to a peer with the signed chunked protocol), and only then publishes
-//! the record, so the namespace never shows a half-written file. It makes as many copies as
-//! the folder policy wants when enough nodes can take them, and at least one; the planner
-//! makes up the rest.
+//! A put asks the metadata leader where each copy goes (`store/place`, excluding nodes that
+//! already took one), writes the copies, and only then publishes the record, so the namespace
+//! never shows a half-written file. A large body of known length streams to every copy at once
+//! as it arrives: each chunk is hashed once and written to a local part file or a peer's upload
+//! session (signed chunked protocol). Other bodies are spooled to `DATA/spool` while hashing,
+//! then copied. It makes as many copies as the folder policy wants when enough nodes can take
+//! them, and at least one; the planner makes up the rest. Bytes are renamed into place only
+//! through [`crate::store_service::Landed::land`], which keeps racing writes of one path from
+//! leaving one's record over the other's bytes.
 //!
 //! A get reads the best copy (this node's, then ONLINE peers), hashing as it streams; a copy
 //! that cannot be read is skipped for the next, and one whose bytes do not match the file's
@@ -19,7 +22,7 @@
 use crate::client::ChannelBody;
 use crate::daemon::Shared;
 use crate::env::Env;
-use crate::store_service::{confined_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
+use crate::store_service::{confined_path, copy_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use crate::transport::Transport;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -28,10 +31,10 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
-use shoal_core::node::files::Source;
+use shoal_core::node::files::{PutTarget, Source};
 use shoal_core::node::ApiError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
-use shoal_core::{FileId, NodeId, VolumeId};
+use shoal_core::{NodeId, VolumeId};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +79,9 @@ pub async fn signed<E: Env>(
 fn answered_error(r: &crate::client::Response, what: &str) -> ApiError {
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
+    if r.status == 409 && v["error"]["code"] == "write_conflict" {
+        return ApiError::new(409, "write_conflict", format!("{what}: {msg}"));
+    }
     let status = if r.status == 507 { 507 } else { 502 };
     ApiError::new(status, if status == 507 { "insufficient_storage" } else { "peer_refused" }, format!("{what}: {msg}"))
 }
@@ -126,30 +132,33 @@ pub async fn place<E: Env>(
 pub async fn write_copy<E: Env>(
     s: &Arc<Shared<E>>,
     spool: &Path,
-    path: &str,
+    target: &PutTarget,
     size: u64,
     sum: &str,
-    file_id: Option<&FileId>,
     to: &Placed,
 ) -> Result<(), ApiError> {
     let me = s.read_node(|n, _| n.id().clone());
+    let path = target.path.as_str();
     if to.node == me {
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
             .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
-        let (spool, path2, tag) = (spool.to_path_buf(), path.to_string(), format!("{:016x}", s.env.seed()));
-        s.blocking(move || install_local(Path::new(&vol.subpath), &path2, &spool, &tag)).await?;
-        s.store_service.landed.note(&to.volume, path, sum, shoal_core::Millis(s.env.monotonic().0));
-        return Ok(());
+        if let Some(dest) = copy_path(s, &to.volume, path) {
+            s.store_service.landed.wait_settled(s, &to.volume, path, sum, target.replaces.as_deref(), &dest).await;
+        }
+        let (s2, to, sum, target) = (s.clone(), to.clone(), sum.to_string(), target.clone());
+        let (spool, tag) = (spool.to_path_buf(), format!("{:016x}", s.env.seed()));
+        return s.blocking(move || install_local(&s2, Path::new(&vol.subpath), &to, &target, &sum, &spool, &tag)).await;
     }
-    let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id.cloned().unwrap_or_default()});
+    let file_id = target.file_id.clone().unwrap_or_default();
+    let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id});
     let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
     if r.status != 200 {
         return Err(answered_error(&r, "store/begin"));
     }
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
-    let sent = send_spooled(s, spool, size, to, &session, &v).await;
+    let sent = send_spooled(s, spool, size, to, &session, target.replaces.as_deref(), &v).await;
     if sent.is_err() {
         // Free the peer's session and part file now rather than in 30 minutes.
         let _ =
@@ -165,6 +174,7 @@ async fn send_spooled<E: Env>(
     size: u64,
     to: &Placed,
     session: &str,
+    replaces: Option<&str>,
     v: &Value,
 ) -> Result<(), ApiError> {
     let have: Vec<u64> =
@@ -189,13 +199,25 @@ async fn send_spooled<E: Env>(
         done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
     }
     let sent_at = s.env.monotonic();
-    let r =
-        signed(s, &to.node, "POST", &format!("/cluster/acn/store/commit?session={session}"), vec![], vec![]).await?;
+    let r = signed(s, &to.node, "POST", &commit_target(session, None, replaces), vec![], vec![]).await?;
     if r.status != 200 {
         return Err(answered_error(&r, "store/commit"));
     }
     tracing::debug!(node = %to.node, commit_ms = s.env.monotonic().since(sent_at), "copy sent");
     Ok(())
+}
+
+/// `store/commit` of upload `session`, naming the SHA-256 when the upload did not at begin, and
+/// the content the write replaces when the path held a file.
+fn commit_target(session: &str, checksum: Option<&str>, replaces: Option<&str>) -> String {
+    let mut t = format!("/cluster/acn/store/commit?session={session}");
+    if let Some(c) = checksum {
+        t.push_str(&format!("&checksum={c}"));
+    }
+    if let Some(r) = replaces {
+        t.push_str(&format!("&replaces={r}"));
+    }
+    t
 }
 
 /// Send chunk `index` of upload `session` to `node`, in the background.
@@ -253,13 +275,8 @@ impl Sink {
 }
 
 /// Start writing a copy of `len` bytes at `path` where `to` says.
-async fn open_sink<E: Env>(
-    s: &Arc<Shared<E>>,
-    to: &Placed,
-    path: &str,
-    len: u64,
-    file_id: Option<&FileId>,
-) -> Result<Sink, ApiError> {
+async fn open_sink<E: Env>(s: &Arc<Shared<E>>, to: &Placed, target: &PutTarget, len: u64) -> Result<Sink, ApiError> {
+    let path = target.path.as_str();
     let me = s.read_node(|n, _| n.id().clone());
     if to.node == me {
         let vol = s
@@ -276,7 +293,8 @@ async fn open_sink<E: Env>(
             .await?;
         return Ok(Sink::Local { placed: to.clone(), path: path.to_string(), part, dest, file: Arc::new(file) });
     }
-    let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id.cloned().unwrap_or_default()});
+    let file_id = target.file_id.clone().unwrap_or_default();
+    let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id});
     let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
     if r.status != 200 {
         return Err(answered_error(&r, "store/begin"));
@@ -388,15 +406,14 @@ async fn stream_copies<E: Env>(
     s: &Arc<Shared<E>>,
     body: axum::body::Body,
     len: u64,
-    path: &str,
-    file_id: Option<&FileId>,
+    target: &PutTarget,
     targets: &[Placed],
     expect: Option<&str>,
 ) -> Result<(u64, String, Vec<(VolumeId, NodeId)>), ApiError> {
     let mut sinks = Vec::new();
     let mut last_err = None;
     for to in targets {
-        match open_sink(s, to, path, len, file_id).await {
+        match open_sink(s, to, target, len).await {
             Ok(sink) => sinks.push(sink),
             Err(e) => {
                 tracing::warn!(node = %to.node, error = %e.message, "a copy could not be started");
@@ -428,7 +445,7 @@ async fn stream_copies<E: Env>(
             abort_sink(s, sink).await;
             continue;
         }
-        match commit_sink(s, sink, &sum, len).await {
+        match commit_sink(s, sink, &sum, len, target.replaces.as_deref()).await {
             Ok(()) => copies.push((sink.placed().volume.clone(), sink.placed().node.clone())),
             Err(e) => {
                 tracing::warn!(node = %sink.placed().node, error = %e.message, "a copy could not be committed");
@@ -491,10 +508,16 @@ async fn stream_chunks<E: Env>(
 
 /// Put a fully written copy in place: a local part file is fsynced and renamed; a peer is
 /// asked to commit, naming the SHA-256.
-async fn commit_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink, sum: &str, size: u64) -> Result<(), ApiError> {
+async fn commit_sink<E: Env>(
+    s: &Arc<Shared<E>>,
+    sink: &Sink,
+    sum: &str,
+    size: u64,
+    replaces: Option<&str>,
+) -> Result<(), ApiError> {
     match sink {
         Sink::Peer { placed, session } => {
-            let target = format!("/cluster/acn/store/commit?session={session}&checksum={sum}");
+            let target = commit_target(session, Some(sum), replaces);
             let r = signed(s, &placed.node, "POST", &target, vec![], vec![]).await?;
             if r.status != 200 {
                 return Err(answered_error(&r, "store/commit"));
@@ -502,22 +525,29 @@ async fn commit_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink, sum: &str, size: u
             Ok(())
         }
         Sink::Local { placed, path, part, dest, file } => {
+            s.store_service.landed.wait_settled(s, &placed.volume, path, sum, replaces, dest).await;
+            let (s2, placed, path, sum) = (s.clone(), placed.clone(), path.clone(), sum.to_string());
+            let replaces = replaces.map(str::to_string);
             let (part, dest, file) = (part.clone(), dest.clone(), file.clone());
-            s.blocking(move || -> std::io::Result<()> {
-                if file.metadata()?.len() != size {
-                    return Err(std::io::Error::other("the part file has the wrong length"));
-                }
-                file.sync_all()?;
-                std::fs::rename(&part, &dest)?;
+            s.blocking(move || -> Result<(), ApiError> {
+                let synced = file.metadata().and_then(|m| {
+                    if m.len() != size {
+                        return Err(std::io::Error::other("the part file has the wrong length"));
+                    }
+                    file.sync_all()
+                });
+                synced.map_err(|e| io_api("write copy", e))?;
+                let landed =
+                    s2.store_service.landed.land(&s2, &placed.volume, &path, &sum, replaces.as_deref(), &dest, || {
+                        std::fs::rename(&part, &dest)
+                    });
+                landed.map_err(|c| c.api_error())?.map_err(|e| io_api("write copy", e))?;
                 if let Some(dir) = dest.parent() {
                     let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
                 }
                 Ok(())
             })
             .await
-            .map_err(|e| io_api("write copy", e))?;
-            s.store_service.landed.note(&placed.volume, path, sum, shoal_core::Millis(s.env.monotonic().0));
-            Ok(())
         }
     }
 }
@@ -540,15 +570,30 @@ async fn abort_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink) {
 }
 
 /// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
-fn install_local(folder: &Path, path: &str, spool: &Path, tag: &str) -> Result<(), ApiError> {
-    let dest = confined_path(folder, path, true)?;
+fn install_local<E: Env>(
+    s: &Shared<E>,
+    folder: &Path,
+    to: &Placed,
+    target: &PutTarget,
+    sum: &str,
+    spool: &Path,
+    tag: &str,
+) -> Result<(), ApiError> {
+    let dest = confined_path(folder, &target.path, true)?;
     let part = part_path(&dest, tag);
-    let done = std::fs::copy(spool, &part)
-        .and_then(|_| std::fs::File::open(&part)?.sync_all())
-        .and_then(|_| std::fs::rename(&part, &dest));
+    let copied = std::fs::copy(spool, &part).and_then(|_| std::fs::File::open(&part)?.sync_all());
+    let (volume, path, replaces) = (&to.volume, target.path.as_str(), target.replaces.as_deref());
+    let done = match copied {
+        Ok(()) => s.store_service.landed.land(s, volume, path, sum, replaces, &dest, || std::fs::rename(&part, &dest)),
+        Err(e) => Ok(Err(e)),
+    };
+    let done = match done {
+        Ok(r) => r.map_err(|e| io_api("write copy", e)),
+        Err(conflict) => Err(conflict.api_error()),
+    };
     if let Err(e) = done {
         let _ = std::fs::remove_file(&part);
-        return Err(io_api("write copy", e));
+        return Err(e);
     }
     if let Some(dir) = dest.parent() {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
@@ -643,9 +688,7 @@ async fn put_inner<E: Env>(
                 }
             }
         }
-        let file_id = target.file_id.as_ref();
-        let (size, sum, copies) =
-            stream_copies(s, body, len, &target.path, file_id, &targets, expect.as_deref()).await?;
+        let (size, sum, copies) = stream_copies(s, body, len, &target, &targets, expect.as_deref()).await?;
         return publish(s, &target, size, &sum, &copies, t0);
     }
     // Otherwise the body is spooled first, then copied to each placed volume in turn.
@@ -669,7 +712,7 @@ async fn put_inner<E: Env>(
             }
         };
         exclude.push(to.node.clone());
-        match write_copy(s, &spool.0, &target.path, size, &sum, target.file_id.as_ref(), &to).await {
+        match write_copy(s, &spool.0, &target, size, &sum, &to).await {
             Ok(()) => copies.push((to.volume, to.node)),
             Err(e) => {
                 tracing::warn!(node = %to.node, error = %e.message, "a copy could not be written");
@@ -689,7 +732,7 @@ async fn put_inner<E: Env>(
 /// Publish the record of a put whose copies are in place.
 fn publish<E: Env>(
     s: &Arc<Shared<E>>,
-    target: &shoal_core::node::files::PutTarget,
+    target: &PutTarget,
     size: u64,
     sum: &str,
     copies: &[(VolumeId, NodeId)],

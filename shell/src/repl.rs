@@ -69,6 +69,8 @@ pub struct ReplState {
     running: Mutex<BTreeSet<FileId>>,
     /// Figures for `repl status`.
     stats: Mutex<ReplStats>,
+    /// When this process started its loops: part files older than that belong to no upload.
+    started: Mutex<Option<std::time::SystemTime>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -102,6 +104,7 @@ impl ReplState {
 
 /// Start the loops (leader, disk reconciler, scrubber, rescans).
 pub fn spawn<E: Env>(s: &Arc<Shared<E>>) -> Vec<tokio::task::JoinHandle<()>> {
+    *lock(&s.repl.started) = Some(std::time::SystemTime::now());
     vec![
         tokio::spawn(lead(s.clone())),
         tokio::spawn(reconcile(s.clone())),
@@ -436,8 +439,11 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         if !still {
             return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
         }
-        std::fs::rename(&part, &dest).map_err(|e| io_api("rename into place", e))?;
-        s.store_service.landed.note(target_volume, &task.path, &task.checksum, shoal_core::Millis(s.env.monotonic().0));
+        let landed = s
+            .store_service
+            .landed
+            .land(s, target_volume, &task.path, &task.checksum, None, &dest, || std::fs::rename(&part, &dest));
+        landed.map_err(|c| c.api_error())?.map_err(|e| io_api("rename into place", e))?;
         Ok(())
     }
     .await;
@@ -765,6 +771,9 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
 
 // ---- rescans ----
 
+/// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
+const PART_FILE_MAX_AGE_MS: u64 = 60 * 60_000;
+
 async fn rescan_loop<E: Env>(s: Arc<Shared<E>>) {
     if !wait(&s, 20_000, &s.rescan_wake).await {
         return;
@@ -786,7 +795,20 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
     for (volume, folder) in s.read_node(|n, _| n.local_volumes()) {
         let facts = s.read_node(|n, _| n.volume_facts(&volume));
         let root = PathBuf::from(&folder);
-        let found = s.blocking(move || walk(&root)).await;
+        // Part files of uploads and pulls cut short: left by an earlier run of this node, or
+        // untouched for longer than any session lives.
+        let started = lock(&s.repl.started).unwrap_or(std::time::UNIX_EPOCH);
+        let cutoff = std::time::SystemTime::now()
+            .checked_sub(Duration::from_millis(PART_FILE_MAX_AGE_MS))
+            .map_or(started, |old| old.max(started));
+        let (found, parts_removed) = s
+            .blocking(move || {
+                let (found, parts) = walk(&root);
+                let old: Vec<PathBuf> = parts.into_iter().filter(|(_, m)| *m < cutoff).map(|(p, _)| p).collect();
+                let removed = old.iter().filter(|p| std::fs::remove_file(p).is_ok()).count();
+                (found, removed)
+            })
+            .await;
         let (mut adopted, mut stale, mut added) = (0u64, 0u64, 0u64);
         for (path, size, mtime_ms) in &found {
             if facts.pending.contains(path) {
@@ -842,15 +864,19 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         if stale > 0 {
             s.repl_kick();
         }
-        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "markedStale": stale}));
+        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
     json!({ "volumes": report })
 }
 
-/// Regular files under `root` as (cluster path, size, mtime ms); symlinks and part files are
-/// skipped, and names that are not valid cluster paths too.
-fn walk(root: &Path) -> Vec<(String, u64, u64)> {
+/// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
+/// shoal writes (with their mtime); symlinks are skipped, and names that are not valid cluster
+/// paths too.
+type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, std::time::SystemTime)>);
+
+fn walk(root: &Path) -> Walked {
     let mut out = Vec::new();
+    let mut parts = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&dir) else { continue };
@@ -858,7 +884,13 @@ fn walk(root: &Path) -> Vec<(String, u64, u64)> {
             let Ok(name) = e.file_name().into_string() else { continue };
             let Ok(md) = e.path().symlink_metadata() else { continue };
             let path = format!("{prefix}/{name}");
-            if md.file_type().is_symlink() || name.contains(transfer::PART_MARK) {
+            if md.file_type().is_symlink() {
+                continue;
+            }
+            if name.contains(transfer::PART_MARK) {
+                if md.is_file() && is_part_file(&name) {
+                    parts.push((e.path(), md.modified().unwrap_or(std::time::UNIX_EPOCH)));
+                }
                 continue;
             }
             if md.is_dir() {
@@ -877,7 +909,15 @@ fn walk(root: &Path) -> Vec<(String, u64, u64)> {
         }
     }
     out.sort();
-    out
+    (out, parts)
+}
+
+/// Whether `name` is one of the part files shoal writes: `<name>.part-<16 hex>` (an upload
+/// session or a put's local copy) or `<name>.part-repl<16 hex>` (a pull).
+fn is_part_file(name: &str) -> bool {
+    let Some((_, tag)) = name.rsplit_once(transfer::PART_MARK) else { return false };
+    let tag = tag.strip_prefix("repl").unwrap_or(tag);
+    tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A file's copies: (volume, node).

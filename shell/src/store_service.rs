@@ -1,17 +1,19 @@
 //! The byte-moving half of the chunked transfer protocol (spec: "Chunked transfer";
 //! reference-facts.md "Chunked store/*"): `store/begin`, `chunk`, `commit`, `abort`, `read`,
-//! `stat` and `checksum` under `/cluster/acn/`, answered by the shell after the core has
-//! verified the request's signature (only members reach them). Rules (chunk sizes, sessions,
-//! paths) come from `shoal_core::storage::transfer`.
+//! `stat`, `checksum`, `list` and `mkdir` under `/cluster/acn/`, answered by the shell after the
+//! core has verified the request's signature (only members reach them). Rules (chunk sizes,
+//! sessions, paths) come from `shoal_core::storage::transfer`; `delete` and `rename` are
+//! `crate::repl`'s, `place` the core's.
 //!
-//! Uploads write `<path>.part-<session>` inside the volume, fsync it, check the whole-file
-//! SHA-256 and only then rename it into place; a session is resumable (same volume, path, size
+//! Uploads write `<path>.part-<session>` inside the volume; the whole-file SHA-256 is taken as
+//! chunks arrive in order ([`InOrderHash`]), and at commit the part file is fsynced, checked and
+//! renamed into place through [`Landed::land`]. A session is resumable (same volume, path, size
 //! and checksum) and expires after 30 minutes idle. A path can never leave its volume: it is
 //! normalised, and every directory it passes through is resolved and checked to lie inside
 //! the volume's folder (no `..`, no symlink escape).
 //!
-//! Not built yet: `list`, `mkdir`, `delete`, `rename` and `place`, which need the leader's task
-//! or a user's request behind them.
+//! [`Landed`] remembers bytes put in place that the records may not account for yet, and keeps
+//! other writes, deletes and renames off them meanwhile.
 
 use crate::daemon::Shared;
 use crate::env::Env;
@@ -231,6 +233,22 @@ pub async fn handle<E: Env>(
     if !method.eq_ignore_ascii_case(want) {
         return error_response(405, "method_not_allowed", format!("store/{op} takes {want}"));
     }
+    if op == "commit" {
+        // Another write's bytes that just landed at this path get a moment to settle.
+        let landing = q.get("session").and_then(|id| {
+            let sessions = lock(&s.store_service.sessions);
+            let u = sessions.get(id).filter(|u| u.owner == sender)?;
+            let sum =
+                if u.session.checksum.is_empty() { q.get("checksum")?.clone() } else { u.session.checksum.clone() };
+            Some((u.session.volume.clone(), u.session.path.clone(), sum))
+        });
+        if let Some((volume, path, sum)) = landing {
+            if let Some(dest) = copy_path(s, &volume, &path) {
+                let replaces = q.get("replaces").map(String::as_str);
+                s.store_service.landed.wait_settled(s, &volume, &path, &sum, replaces, &dest).await;
+            }
+        }
+    }
     let s2 = s.clone();
     let headers = headers.clone();
     let op = op.to_string();
@@ -435,11 +453,20 @@ fn answer<E: Env>(
                     "the uploaded file does not match its SHA-256; upload it again",
                 );
             }
-            if let Err(e) = std::fs::rename(&part, &file) {
-                let _ = std::fs::remove_file(&part);
-                return io_error("rename into place", e);
+            let replaces = q.get("replaces").map(String::as_str);
+            let landed =
+                svc.landed.land(s, &sess.volume, &sess.path, &sum, replaces, &file, || std::fs::rename(&part, &file));
+            match landed {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let _ = std::fs::remove_file(&part);
+                    return io_error("rename into place", e);
+                }
+                Err(conflict) => {
+                    let _ = std::fs::remove_file(&part);
+                    return api_error(conflict.api_error());
+                }
             }
-            svc.landed.note(&sess.volume, &sess.path, &sum, now);
             if let Some(dir) = file.parent() {
                 let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
             }
@@ -540,6 +567,12 @@ fn answer<E: Env>(
     }
 }
 
+/// Where the copy of cluster `path` on this node's `volume` lies on disk, if it can.
+pub fn copy_path<E: Env>(s: &Shared<E>, volume: &VolumeId, path: &str) -> Option<PathBuf> {
+    let vol = s.read_node(|n, _| n.local_volume(volume.as_str()))?;
+    confined_path(Path::new(&vol.subpath), path, false).ok()
+}
+
 fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     let mut name = file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(s.part_name());
@@ -586,12 +619,96 @@ fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
 #[derive(Default)]
 pub struct Landed {
     entries: Mutex<BTreeMap<(VolumeId, String), (String, shoal_core::Millis)>>,
+    /// Held while bytes are checked against the unsettled ones and put in place, so two
+    /// landings at one path never both pass the check.
+    landing: Mutex<()>,
 }
+
+/// Another write's bytes landed at this path moments ago and its record has not settled.
+#[derive(Debug)]
+pub struct WriteConflict;
+
+impl WriteConflict {
+    pub fn api_error(&self) -> ApiError {
+        ApiError::new(
+            409,
+            "write_conflict",
+            "another write of this path landed on this volume moments ago and is not settled yet; try again",
+        )
+    }
+}
+
+/// How long a landing waits for another write's bytes at its path to settle.
+const SETTLE_WAIT_MS: u64 = 2_000;
 
 /// How long landed bytes stay protected at most, waiting for their record.
 const LANDED_MAX_MS: u64 = 10 * 60_000;
 
 impl Landed {
+    /// Put bytes with `checksum` at `dest` (cluster `path` on `volume`) by `place` (a rename),
+    /// written by someone who knew the path's content as `replaces` (none: a first write),
+    /// unless [`Landed::refuses`] says no.
+    #[allow(clippy::too_many_arguments)]
+    pub fn land<E: Env>(
+        &self,
+        s: &Shared<E>,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        replaces: Option<&str>,
+        dest: &Path,
+        place: impl FnOnce() -> std::io::Result<()>,
+    ) -> Result<std::io::Result<()>, WriteConflict> {
+        let _one_at_a_time = lock(&self.landing);
+        if self.refuses(s, volume, path, checksum, replaces, dest) {
+            return Err(WriteConflict);
+        }
+        let placed = place();
+        if placed.is_ok() {
+            self.note(volume, path, checksum, shoal_core::Millis(s.env.monotonic().0));
+        }
+        Ok(placed)
+    }
+
+    /// Whether bytes with `checksum` must not replace the file at `dest` now: other bytes
+    /// landed there that the records do not account for yet, or it is a current copy of other
+    /// content the writer did not know of (`Node::may_replace_copy`). Of two writes of one path
+    /// racing to one volume, the disk then keeps the bytes of the one whose record can win,
+    /// never one's record over the other's bytes.
+    pub fn refuses<E: Env>(
+        &self,
+        s: &Shared<E>,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        replaces: Option<&str>,
+        dest: &Path,
+    ) -> bool {
+        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
+        let other = lock(&self.entries).get(&key).is_some_and(|(sum, _)| !sum.eq_ignore_ascii_case(checksum));
+        if other && self.unsettled(s, volume, path) {
+            return true;
+        }
+        dest.symlink_metadata().is_ok() && !s.read_node(|n, _| n.may_replace_copy(path, volume, checksum, replaces))
+    }
+
+    /// Wait (a little) until [`Landed::refuses`] lets these bytes land, say as records catch up.
+    pub async fn wait_settled<E: Env>(
+        &self,
+        s: &Shared<E>,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        replaces: Option<&str>,
+        dest: &Path,
+    ) {
+        let mut waited = 0;
+        while waited < SETTLE_WAIT_MS && self.refuses(s, volume, path, checksum, replaces, dest) {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            waited += 50;
+        }
+    }
+
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
     pub fn note(&self, volume: &VolumeId, path: &str, checksum: &str, now: shoal_core::Millis) {
         let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());

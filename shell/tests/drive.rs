@@ -334,15 +334,29 @@ async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
     let _serial = SERIAL.lock().await;
+    let before_start = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
     let c = cluster(3).await;
     let (a, b) = (&c.nodes[0], &c.nodes[1]);
     let folder = c.folders[1].clone().unwrap();
     std::fs::create_dir_all(folder.join("inbox")).unwrap();
     std::fs::write(folder.join("inbox/note.txt"), b"dropped in by hand").unwrap();
-    std::fs::write(folder.join("inbox/x.part-123"), b"an upload in progress").unwrap();
+    std::fs::write(folder.join("inbox/x.part-123"), b"not one of shoal's part files").unwrap();
+    // Part files of uploads cut short: one left before this node started, one untouched for two
+    // hours, and one of an upload going on now.
+    let left = folder.join("inbox/a.bin.part-00000000000000aa");
+    std::fs::write(&left, b"left by an earlier run").unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7_200);
+    let idle = folder.join("inbox/b.bin.part-repl00000000000000bb");
+    std::fs::File::create(&idle).unwrap().set_modified(two_hours_ago).unwrap();
+    std::fs::File::options().write(true).open(&left).unwrap().set_modified(before_start).unwrap();
+    let busy = folder.join("inbox/c.bin.part-00000000000000cc");
+    std::fs::write(&busy, b"an upload in progress").unwrap();
     let (s, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["volumes"][0]["adopted"], json!(1), "{v}");
+    assert_eq!(v["volumes"][0]["partFilesRemoved"], json!(2), "{v}");
+    assert!(!left.exists() && !idle.exists(), "stale part files are swept");
+    assert!(busy.exists() && folder.join("inbox/x.part-123").exists(), "a live upload and a user's file stay");
     eventually("the adopted file is readable everywhere", || async {
         call(a, "GET", "/v1/files/inbox/note.txt", vec![], &[]).await.body == b"dropped in by hand"
     })

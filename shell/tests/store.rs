@@ -273,3 +273,71 @@ async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Upload `content` to `path` on `vol` of node `to` in one chunk and commit; the commit's answer.
+async fn upload(
+    from: &Daemon<TokioEnv>,
+    to: &NodeId,
+    vol: &str,
+    path: &str,
+    content: &[u8],
+    replaces: Option<&str>,
+) -> (u16, Value) {
+    let begin = json!({"volumeId": vol, "path": path, "size": content.len(), "checksum": sha(content), "fileId": ""});
+    let (s, body, ..) =
+        signed(from, to, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&begin).unwrap(), None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let session = json_of(&body)["sessionId"].as_str().unwrap().to_string();
+    let t = format!("/cluster/acn/store/chunk?session={session}&index=0");
+    assert_eq!(signed(from, to, "POST", &t, content.to_vec(), Some(sha(content))).await.0, 200);
+    let mut commit = format!("/cluster/acn/store/commit?session={session}");
+    if let Some(r) = replaces {
+        commit.push_str(&format!("&replaces={r}"));
+    }
+    let (s, body, ..) = signed(from, to, "POST", &commit, Vec::new(), None).await;
+    (s, json_of(&body))
+}
+
+#[tokio::test]
+async fn bytes_that_just_landed_are_not_replaced_by_another_write_before_their_record_settles() {
+    let root = tempfile::tempdir().unwrap();
+    let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("b"), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(api(&a, "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
+    let token = api(&a, "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
+    assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
+    let b_id = b.shared().read_node(|n, _| n.id().clone());
+    let folder = root.path().join("vol-b");
+    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!(s, 200, "{v}");
+    let vol = v["id"].as_str().unwrap().to_string();
+
+    // Two first writes of one path race to one volume; no record of either exists yet.
+    let (s, v) = upload(&a, &b_id, &vol, "/docs/race.bin", b"first writer", None).await;
+    assert_eq!(s, 200, "{v}");
+    let started = std::time::Instant::now();
+    let (s, v) = upload(&a, &b_id, &vol, "/docs/race.bin", b"second writer", None).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("write_conflict")), "{v}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1_500), "the second waited for the first to settle");
+    assert_eq!(std::fs::read(folder.join("docs").join("race.bin")).unwrap(), b"first writer");
+    let parts = std::fs::read_dir(folder.join("docs"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".part-"))
+        .count();
+    assert_eq!(parts, 0, "the refused upload leaves no part file");
+    // The same bytes again are no conflict.
+    let (s, v) = upload(&a, &b_id, &vol, "/docs/race.bin", b"first writer", None).await;
+    assert_eq!(s, 200, "{v}");
+
+    // Once a file's record lists the copy, only a write that knew its content replaces it: a
+    // first write that raced it does not, even after the wait.
+    let (s, v) = api(&b, "PUT", "/v1/files/docs/kept.bin", Value::String("kept".into())).await;
+    assert_eq!(s, 200, "{v}");
+    let kept = std::fs::read(folder.join("docs").join("kept.bin")).unwrap();
+    let (s, v) = upload(&a, &b_id, &vol, "/docs/kept.bin", b"a racing first write", None).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("write_conflict")), "{v}");
+    assert_eq!(std::fs::read(folder.join("docs").join("kept.bin")).unwrap(), kept, "the recorded copy is kept");
+    let (s, v) = upload(&a, &b_id, &vol, "/docs/kept.bin", b"an overwrite", Some(&sha(&kept))).await;
+    assert_eq!(s, 200, "an overwrite that knew the content lands: {v}");
+    assert_eq!(std::fs::read(folder.join("docs").join("kept.bin")).unwrap(), b"an overwrite");
+}

@@ -44,6 +44,8 @@ pub struct Source {
 pub struct PutTarget {
     pub path: String,
     pub file_id: Option<FileId>,
+    /// The content the write replaces (the live record's SHA-256), if the path holds a file.
+    pub replaces: Option<String>,
     pub primary: Option<VolumeId>,
     pub wanted: u32,
 }
@@ -130,6 +132,22 @@ impl Node {
             .collect()
     }
 
+    /// Whether bytes with `checksum`, written by someone who knew the path's content as
+    /// `replaces` (none: a first write), may replace the file at `path` on this node's `volume`.
+    /// Not when that file is a current copy of the live record with other content the writer
+    /// did not know of: the writer raced another write of the path, and if its record lost
+    /// the merge, the winner's copy would be gone. (Stale copies and files no record lists
+    /// may be replaced.)
+    pub fn may_replace_copy(&self, path: &str, volume: &VolumeId, checksum: &str, replaces: Option<&str>) -> bool {
+        let Ok(p) = normalize(path) else { return true };
+        let Some(f) = self.live_file(&p) else { return true };
+        let Some(copy) = f.locations.iter().find(|l| &l.volume_id == volume && f.is_current(l)) else {
+            return true;
+        };
+        let held = if copy.checksum.is_empty() { &f.checksum } else { &copy.checksum };
+        held.eq_ignore_ascii_case(checksum) || replaces.is_some_and(|r| r.eq_ignore_ascii_case(held))
+    }
+
     /// Whether `path` can take a file, and how the write goes (see [`PutTarget`]).
     pub fn file_put_target(&self, path: &str) -> Result<PutTarget, ApiError> {
         self.in_cluster()?;
@@ -148,6 +166,7 @@ impl Node {
         Ok(PutTarget {
             path: p,
             file_id: existing.map(|f| f.id.clone()),
+            replaces: existing.map(|f| f.checksum.to_ascii_lowercase()),
             primary: existing.and_then(|f| f.primary.clone()),
             wanted: wanted.max(1),
         })
