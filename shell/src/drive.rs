@@ -43,9 +43,9 @@ use std::sync::Arc;
 pub const SHA_HEADER: &str = "x-shoal-sha256";
 const PEER_TIMEOUT_MS: u64 = 60_000;
 /// Chunk uploads to one peer in flight at once.
-const CHUNKS_IN_FLIGHT: usize = 4;
+const CHUNKS_IN_FLIGHT: usize = 2;
 /// Pieces of a get fetched ahead of the one going out.
-const PIECES_AHEAD: usize = 3;
+const PIECES_AHEAD: usize = 2;
 /// Read size for local copies while streaming.
 const READ_BYTES: usize = 1 << 20;
 
@@ -407,13 +407,25 @@ async fn stream_copies<E: Env>(
     body: axum::body::Body,
     len: u64,
     target: &PutTarget,
-    targets: &[Placed],
     expect: Option<&str>,
 ) -> Result<(u64, String, Vec<(VolumeId, NodeId)>), ApiError> {
+    // Where each copy goes; a node that cannot start one is passed over for another.
     let mut sinks = Vec::new();
     let mut last_err = None;
-    for to in targets {
-        match open_sink(s, to, target, len).await {
+    let mut exclude: Vec<NodeId> = Vec::new();
+    for _ in 0..target.wanted + 2 {
+        if sinks.len() >= target.wanted as usize {
+            break;
+        }
+        let to = match place(s, len, target.primary.as_ref(), &exclude).await {
+            Ok(p) => p,
+            Err(e) => {
+                last_err = Some(e);
+                break;
+            }
+        };
+        exclude.push(to.node.clone());
+        match open_sink(s, &to, target, len).await {
             Ok(sink) => sinks.push(sink),
             Err(e) => {
                 tracing::warn!(node = %to.node, error = %e.message, "a copy could not be started");
@@ -673,22 +685,7 @@ async fn put_inner<E: Env>(
     }
     // A large body of known length streams to every copy at once as it arrives, with no spool.
     if let Some(len) = length.filter(|l| *l > CHUNK_BYTES) {
-        let mut targets: Vec<Placed> = Vec::new();
-        for _ in 0..target.wanted {
-            match place(s, len, target.primary.as_ref(), &exclude).await {
-                Ok(p) => {
-                    exclude.push(p.node.clone());
-                    targets.push(p);
-                }
-                Err(e) => {
-                    if targets.is_empty() {
-                        return Err(e);
-                    }
-                    break;
-                }
-            }
-        }
-        let (size, sum, copies) = stream_copies(s, body, len, &target, &targets, expect.as_deref()).await?;
+        let (size, sum, copies) = stream_copies(s, body, len, &target, expect.as_deref()).await?;
         return publish(s, &target, size, &sum, &copies, t0);
     }
     // Otherwise the body is spooled first, then copied to each placed volume in turn.

@@ -175,10 +175,25 @@ pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, A
                 return Err(ApiError::new(409, "not_a_folder", format!("{} is a file, not a folder", dir.display())))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if create {
-                    std::fs::create_dir(&dir).map_err(|e| io("create folder", e))?;
-                } else {
+                if !create {
                     missing = true;
+                    continue;
+                }
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => {}
+                    // Another write made it meanwhile: it must be a real folder.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::symlink_metadata(&dir) {
+                        Ok(md) if md.file_type().is_symlink() => return Err(escape()),
+                        Ok(md) if md.is_dir() => {}
+                        _ => {
+                            return Err(ApiError::new(
+                                409,
+                                "not_a_folder",
+                                format!("{} is a file, not a folder", dir.display()),
+                            ))
+                        }
+                    },
+                    Err(e) => return Err(io("create folder", e)),
                 }
             }
             Err(e) => return Err(io("inspect folder", e)),

@@ -39,6 +39,28 @@ async fn call(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Vec<u8>, hea
     }
 }
 
+/// PUT `content` to `path` with chunked transfer-encoding (no content-length); the status.
+async fn put_chunked(d: &Daemon<TokioEnv>, path: &str, content: &[u8]) -> u16 {
+    let addr = d.url().trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let (tx, body) = shoal_shell::client::ChannelBody::new(4);
+    let req = hyper::Request::put(path)
+        .header("host", addr)
+        .header("authorization", format!("Bearer {}", d.shared().admin_token))
+        .body(body)
+        .unwrap();
+    let pieces: Vec<bytes::Bytes> = content.chunks(100_000).map(bytes::Bytes::copy_from_slice).collect();
+    tokio::spawn(async move {
+        for p in pieces {
+            tx.send(Ok(p)).await.unwrap();
+        }
+    });
+    let resp = sender.send_request(req).await.unwrap();
+    resp.status().as_u16()
+}
+
 async fn api(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {
     let body = if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap() };
     let r = call(d, method, path, body, &[]).await;
@@ -207,6 +229,11 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     let r = call(a, "PUT", "/v1/files/docs/streamed.bin", big.clone(), &[("x-shoal-sha256", &sha(&big))]).await;
     assert_eq!((r.status, r.json()["copies"].as_u64()), (200, Some(2)), "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(call(c.nodes.last().unwrap(), "GET", "/v1/files/docs/streamed.bin", vec![], &[]).await.body, big);
+    // A body without a length (chunked encoding) is spooled first, then copied.
+    let chunked: Vec<u8> = (0..5 * 1024 * 1024 + 9).map(|i: usize| (i % 239) as u8).collect();
+    let status = put_chunked(a, "/v1/files/docs/chunked.bin", &chunked).await;
+    assert_eq!(status, 200);
+    assert_eq!(on_disk(&c, "/docs/chunked.bin"), vec![None, Some(chunked.clone()), Some(chunked.clone())]);
     // Through a node with a volume, the body streams to its own volume and a peer at once.
     let big2: Vec<u8> = (0..9 * 1024 * 1024 + 3).map(|i: usize| (i % 241) as u8).collect();
     let r = call(c.nodes.last().unwrap(), "PUT", "/v1/files/docs/both.bin", big2.clone(), &[]).await;
