@@ -762,6 +762,26 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_another_write_makes_meanwhile_is_taken() {
+        let root = tempfile::tempdir().unwrap();
+        for round in 0..30 {
+            let threads: Vec<_> = (0..4)
+                .map(|i| {
+                    let r = root.path().to_path_buf();
+                    std::thread::spawn(move || confined_path(&r, &format!("/r{round}/a/b/c/f{i}"), true))
+                })
+                .collect();
+            for t in threads {
+                let made = t.join().unwrap();
+                assert!(made.is_ok(), "{:?}", made.err());
+            }
+        }
+        std::fs::write(root.path().join("r0/a/file"), b"x").unwrap();
+        let e = confined_path(root.path(), "/r0/a/file/g", true).unwrap_err();
+        assert_eq!((e.status, e.code), (409, "not_a_folder"));
+    }
+
+    #[test]
     fn the_in_order_hash_waits_for_early_chunks_and_gives_up_on_resent_ones() {
         let parts: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 100])).collect();
         let whole: Vec<u8> = parts.iter().flat_map(|b| b.to_vec()).collect();
