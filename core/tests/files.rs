@@ -167,6 +167,16 @@ fn a_current_copy_is_replaced_only_by_a_writer_who_knew_its_content() {
     assert_eq!(loc(&file(&n, "/docs/a.txt"), &va).state, LocationState::Stale);
     assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('c'), None));
     assert!(n.may_replace_copy("/docs/a.txt", &va, &sum('d'), None), "stale bytes are not worth keeping");
+
+    // A moved file's copy still waiting at its old path is that file's content: not replaced,
+    // even by a write that knew it, until it is renamed (then its old path is free).
+    publish(&mut n, at(3_000), "/m/old.txt", 'e', &[(va.clone(), me.clone())]);
+    n.file_move(at(3_100), "/m/old.txt", "/m/new.txt").unwrap();
+    assert!(!n.may_replace_copy("/m/old.txt", &va, &sum('f'), None), "the rename is still to come");
+    assert!(!n.may_replace_copy("/m/old.txt", &va, &sum('f'), Some(&sum('e'))));
+    assert!(n.may_replace_copy("/m/old.txt", &vb, &sum('f'), None), "another volume holds no such copy");
+    n.copy_mark(at(3_200), "/m/old.txt", &va, LocationState::Dropped, "");
+    assert!(n.may_replace_copy("/m/old.txt", &va, &sum('f'), None), "renamed: the old path is free");
 }
 
 // ---- 2. concurrent first writes ----

@@ -441,27 +441,40 @@ async fn stream_copies<E: Env>(
     let n = sinks.len();
     let mut out = Fanout { sinks: Arc::new(sinks), dead: vec![None; n], in_flight: Default::default() };
     let streamed = stream_chunks(s, &mut out, body, len, expect).await;
-    let sum = match streamed {
+    // The namespace may have changed while the body came (a move, a folder made there): checked
+    // again before any copy lands, so bytes land only for a record that can be published.
+    let checked = streamed.and_then(|sum| s.read_node(|n, _| n.file_put_target(&target.path)).map(|_| sum));
+    let sum = match checked {
         Ok(sum) => sum,
         Err(e) => {
-            for sink in out.sinks.iter() {
-                abort_sink(s, sink).await;
+            // Every copy is let go (at once) before the put answers, so it leaves nothing behind.
+            let aborts: Vec<_> = (0..out.sinks.len()).map(|i| abort_in_background(s, &out.sinks, i)).collect();
+            for a in aborts {
+                let _ = a.await;
             }
             return Err(e);
         }
     };
-    let mut copies = Vec::new();
-    for (i, sink) in out.sinks.iter().enumerate() {
+    // The copies that failed are let go in the background; the others commit at once.
+    let mut commits = Vec::new();
+    for i in 0..out.sinks.len() {
         if let Some(e) = &out.dead[i] {
             last_err = Some(e.clone());
-            abort_sink(s, sink).await;
+            abort_in_background(s, &out.sinks, i);
             continue;
         }
-        match commit_sink(s, sink, &sum, len, target.replaces.as_deref()).await {
+        let (s2, sinks, sum, replaces) = (s.clone(), out.sinks.clone(), sum.clone(), target.replaces.clone());
+        commits
+            .push((i, tokio::spawn(async move { commit_sink(&s2, &sinks[i], &sum, len, replaces.as_deref()).await })));
+    }
+    let mut copies = Vec::new();
+    for (i, commit) in commits {
+        let sink = &out.sinks[i];
+        match commit.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())) {
             Ok(()) => copies.push((sink.placed().volume.clone(), sink.placed().node.clone())),
             Err(e) => {
                 tracing::warn!(node = %sink.placed().node, error = %e.message, "a copy could not be committed");
-                abort_sink(s, sink).await;
+                abort_in_background(s, &out.sinks, i);
                 last_err = Some(e);
             }
         }
@@ -470,6 +483,12 @@ async fn stream_copies<E: Env>(
         return Err(last_err.expect("every sink failed with an error"));
     }
     Ok((len, sum, copies))
+}
+
+/// Give up copy `i` in the background (a peer that hangs holds up nothing that does not wait).
+fn abort_in_background<E: Env>(s: &Arc<Shared<E>>, sinks: &Arc<Vec<Sink>>, i: usize) -> tokio::task::JoinHandle<()> {
+    let (s, sinks) = (s.clone(), sinks.clone());
+    tokio::spawn(async move { abort_sink(&s, &sinks[i]).await })
 }
 
 async fn stream_chunks<E: Env>(
@@ -661,7 +680,10 @@ async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String
 
 /// `PUT /v1/files/{path}`.
 pub async fn put<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap, body: axum::body::Body) -> Response {
-    crate::server::api_result(put_inner(&s, &path, &headers, body).await)
+    // A put runs to its end even if the client goes away meanwhile: copies that landed are
+    // published, and a body cut short aborts every copy it started.
+    let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body).await });
+    crate::server::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
 }
 
 async fn put_inner<E: Env>(
@@ -736,7 +758,18 @@ fn publish<E: Env>(
     t0: shoal_core::Millis,
 ) -> Result<Value, ApiError> {
     let mod_time = s.env.now().0;
-    let v = s.with_node(|n, now| n.file_publish(now, &target.path, size, sum, mod_time, copies))?;
+    let published = s.with_node(|n, now| n.file_publish(now, &target.path, size, sum, mod_time, copies));
+    let v = match published {
+        Ok(v) => v,
+        Err(e) => {
+            // The bytes that landed here are no copy of anything: they hold no other write back.
+            let me = s.read_node(|n, _| n.id().clone());
+            for (volume, _) in copies.iter().filter(|(_, node)| *node == me) {
+                s.store_service.landed.forget(volume, &target.path, sum);
+            }
+            return Err(e);
+        }
+    };
     tracing::debug!(path = %target.path, size, copies = copies.len(), put_ms = s.env.monotonic().since(t0), "put");
     if copies.len() < target.wanted as usize {
         s.repl_kick();

@@ -476,7 +476,9 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             })
         });
         if !listed {
-            let _ = std::fs::remove_file(&dest);
+            s.store_service.landed.take_back(target_volume, &task.path, &task.checksum, || {
+                let _ = std::fs::remove_file(&dest);
+            });
         }
         return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
     }
@@ -496,11 +498,13 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
     let req: shoal_core::node::files::DeleteRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("delete body: {e}")))?;
     let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
-    if s.store_service.landed.unsettled(s, &req.volume_id, &req.path) {
-        return Err(ApiError::new(409, "busy", "newer bytes landed there than the records show; try again"));
-    }
-    let path = req.path.clone();
-    s.blocking(move || remove_copy(Path::new(&folder), &path)).await?;
+    let (s2, path, volume) = (s.clone(), req.path.clone(), req.volume_id.clone());
+    let done = s
+        .blocking(move || {
+            s2.store_service.landed.unless_unsettled(&s2, &volume, &[&path], || remove_copy(Path::new(&folder), &path))
+        })
+        .await;
+    done.ok_or_else(busy)??;
     s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
 }
@@ -517,15 +521,21 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("rename body: {e}")))?;
     let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
-    if s.store_service.landed.unsettled(s, &b.volume_id, &b.from)
-        || s.store_service.landed.unsettled(s, &b.volume_id, &b.to)
-    {
-        return Err(ApiError::new(409, "busy", "newer bytes landed there than the records show; try again"));
-    }
-    let (from, to) = (b.from.clone(), b.to.clone());
-    s.blocking(move || move_copy(Path::new(&folder), &from, &to)).await?;
+    let (s2, from, to, volume) = (s.clone(), b.from.clone(), b.to.clone(), b.volume_id.clone());
+    let done = s
+        .blocking(move || {
+            s2.store_service
+                .landed
+                .unless_unsettled(&s2, &volume, &[&from, &to], || move_copy(Path::new(&folder), &from, &to))
+        })
+        .await;
+    done.ok_or_else(busy)??;
     s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
+}
+
+fn busy() -> ApiError {
+    ApiError::new(409, "busy", "newer bytes landed there than the records show; try again")
 }
 
 fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {
@@ -581,25 +591,30 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     let actions = s.read_node(|n, _| n.disk_actions());
     for a in actions {
         // Bytes newer than these records lie there: leave them until the records catch up.
-        let busy = match &a {
-            DiskAction::Delete { volume, path, .. } => s.store_service.landed.unsettled(s, volume, path),
-            DiskAction::Rename { volume, from, to, .. } => {
-                s.store_service.landed.unsettled(s, volume, from) || s.store_service.landed.unsettled(s, volume, to)
-            }
-        };
-        if busy {
-            continue;
-        }
+        let s2 = s.clone();
         let (volume, path, result) = match a.clone() {
             DiskAction::Delete { volume, folder, path } => {
-                let p = path.clone();
-                (volume, path, s.blocking(move || remove_copy(Path::new(&folder), &p)).await)
+                let (p, v) = (path.clone(), volume.clone());
+                let r = s
+                    .blocking(move || {
+                        s2.store_service.landed.unless_unsettled(&s2, &v, &[&p], || remove_copy(Path::new(&folder), &p))
+                    })
+                    .await;
+                (volume, path, r)
             }
             DiskAction::Rename { volume, folder, from, to } => {
-                let f = from.clone();
-                (volume, from, s.blocking(move || move_copy(Path::new(&folder), &f, &to)).await)
+                let (f, v) = (from.clone(), volume.clone());
+                let r = s
+                    .blocking(move || {
+                        s2.store_service
+                            .landed
+                            .unless_unsettled(&s2, &v, &[&f, &to], || move_copy(Path::new(&folder), &f, &to))
+                    })
+                    .await;
+                (volume, from, r)
             }
         };
+        let Some(result) = result else { continue };
         match result {
             Ok(()) => {
                 let mut st = lock(&s.repl.stats);

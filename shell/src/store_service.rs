@@ -76,7 +76,8 @@ impl InOrderHash {
         if self.given_up {
             return;
         }
-        if index < self.next || self.early.contains_key(&index) || self.early.len() >= EARLY_CHUNKS_MAX {
+        let too_early = index != self.next && self.early.len() >= EARLY_CHUNKS_MAX;
+        if index < self.next || self.early.contains_key(&index) || too_early {
             // Sent again (perhaps with other bytes), or too far ahead: read the file at commit.
             self.given_up = true;
             self.early.clear();
@@ -156,6 +157,19 @@ pub fn parse_query(q: &str) -> BTreeMap<String, String> {
 /// when `create`. Walked one directory at a time without following symlinks, so nothing is
 /// ever created or read outside the volume, whatever links someone left inside it.
 pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, ApiError> {
+    // A folder this walk made can vanish before the next is made in it (a delete elsewhere
+    // prunes empty folders): then the walk starts again.
+    let mut tries = 0;
+    loop {
+        match confined_path_once(root, path, create) {
+            Err(e) if e.code == "folder_vanished" && tries < 3 => tries += 1,
+            Err(e) if e.code == "folder_vanished" => return Err(ApiError::new(500, "io", e.message)),
+            r => return r,
+        }
+    }
+}
+
+fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, ApiError> {
     let segs =
         transfer::copy_segments(path).map_err(|e| ApiError::new(e.http_status(), "bad_transfer", e.to_string()))?;
     let io = |what: &str, e: std::io::Error| ApiError::new(500, "io", format!("{what}: {e}"));
@@ -193,6 +207,9 @@ pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, A
                             ))
                         }
                     },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(ApiError::new(500, "folder_vanished", format!("create folder: {e}")))
+                    }
                     Err(e) => return Err(io("create folder", e)),
                 }
             }
@@ -724,6 +741,47 @@ impl Landed {
         }
     }
 
+    /// Run `act` (a delete or rename of copies at `paths` on `volume`) unless bytes landed at one
+    /// of them that the records do not account for yet; checked and done under the landing
+    /// lock, so no landing slips in between. `None` when it was not done.
+    pub fn unless_unsettled<E: Env, R>(
+        &self,
+        s: &Shared<E>,
+        volume: &VolumeId,
+        paths: &[&str],
+        act: impl FnOnce() -> R,
+    ) -> Option<R> {
+        let _one_at_a_time = lock(&self.landing);
+        if paths.iter().any(|p| self.unsettled(s, volume, p)) {
+            return None;
+        }
+        Some(act())
+    }
+
+    /// Take back bytes with `checksum` that landed at `path` on `volume` and turned out to be
+    /// no copy of anything (their record could not be published): `remove` runs only if they
+    /// are still the last bytes landed there, and they are forgotten.
+    pub fn take_back(&self, volume: &VolumeId, path: &str, checksum: &str, remove: impl FnOnce()) {
+        let _one_at_a_time = lock(&self.landing);
+        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
+        let mut entries = lock(&self.entries);
+        if entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum)) {
+            entries.remove(&key);
+            drop(entries);
+            remove();
+        }
+    }
+
+    /// Forget bytes with `checksum` landed at `path` on `volume` (their write gave up), so they
+    /// hold no other write back.
+    pub fn forget(&self, volume: &VolumeId, path: &str, checksum: &str) {
+        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
+        let mut entries = lock(&self.entries);
+        if entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum)) {
+            entries.remove(&key);
+        }
+    }
+
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
     pub fn note(&self, volume: &VolumeId, path: &str, checksum: &str, now: shoal_core::Millis) {
         let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());
@@ -803,5 +861,12 @@ mod tests {
             h.offer(i, parts[0].clone());
         }
         assert!(h.given_up && h.early.is_empty(), "too many early chunks are not kept in memory");
+
+        let mut h = InOrderHash::new();
+        for i in 1..=EARLY_CHUNKS_MAX as u64 {
+            h.offer(i, parts[0].clone());
+        }
+        h.offer(0, parts[0].clone());
+        assert!(h.finish(EARLY_CHUNKS_MAX as u64 + 1).is_some(), "the chunk that drains them is taken");
     }
 }

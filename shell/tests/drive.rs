@@ -39,6 +39,23 @@ async fn call(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Vec<u8>, hea
     }
 }
 
+/// PUT `content` to `path` over a raw connection and close it as soon as the body is sent,
+/// before any answer.
+async fn put_and_hang_up(d: &Daemon<TokioEnv>, path: &str, content: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let addr = d.url().trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-length: {}\r\n\r\n",
+        d.shared().admin_token,
+        content.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(content).await.unwrap();
+    stream.shutdown().await.unwrap();
+    drop(stream);
+}
+
 /// PUT `content` to `path` with chunked transfer-encoding (no content-length); the status.
 async fn put_chunked(d: &Daemon<TokioEnv>, path: &str, content: &[u8]) -> u16 {
     let addr = d.url().trim_start_matches("http://").to_string();
@@ -234,6 +251,16 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     let status = put_chunked(a, "/v1/files/docs/chunked.bin", &chunked).await;
     assert_eq!(status, 200);
     assert_eq!(on_disk(&c, "/docs/chunked.bin"), vec![None, Some(chunked.clone()), Some(chunked.clone())]);
+    // A client that hangs up once its body is sent still gets its file: the put runs to its end.
+    let gone: Vec<u8> = (0..6 * 1024 * 1024 + 1).map(|i: usize| (i % 233) as u8).collect();
+    put_and_hang_up(a, "/v1/files/docs/gone.bin", &gone).await;
+    eventually("the put whose client hung up is published", || async {
+        let st = stat(a, "/docs/gone.bin").await;
+        st["record"]["checksum"] == json!(sha(&gone)) && current_copies(&st) == 2
+    })
+    .await;
+    assert_eq!(on_disk(&c, "/docs/gone.bin"), vec![None, Some(gone.clone()), Some(gone.clone())]);
+
     // Through a node with a volume, the body streams to its own volume and a peer at once.
     let big2: Vec<u8> = (0..9 * 1024 * 1024 + 3).map(|i: usize| (i % 241) as u8).collect();
     let r = call(c.nodes.last().unwrap(), "PUT", "/v1/files/docs/both.bin", big2.clone(), &[]).await;

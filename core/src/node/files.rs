@@ -138,8 +138,18 @@ impl Node {
     /// did not know of: the writer raced another write of the path, and if its record lost
     /// the merge, the winner's copy would be gone. (Stale copies and files no record lists
     /// may be replaced.)
+    ///
+    /// Nor when the file is the copy of a moved file still waiting on this volume to be renamed
+    /// to its new path: it is that file's content, whatever the old path's record says now.
     pub fn may_replace_copy(&self, path: &str, volume: &VolumeId, checksum: &str, replaces: Option<&str>) -> bool {
         let Ok(p) = normalize(path) else { return true };
+        if let Some(old) = self.meta.state().file(&p).filter(|f| f.removed) {
+            let here = |f: &FileRecord| {
+                f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+            };
+            let moving = here(old) && self.meta.state().files().any(|g| !g.removed && g.id == old.id && here(g));
+            return !moving;
+        }
         let Some(f) = self.live_file(&p) else { return true };
         let Some(copy) = f.locations.iter().find(|l| &l.volume_id == volume && f.is_current(l)) else {
             return true;
