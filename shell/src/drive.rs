@@ -331,16 +331,11 @@ fn write_chunk<E: Env>(
                         Sink::Peer { placed, session } => {
                             send_chunk_hashed(&s, &placed.node, session, index, data, sha).await
                         }
-                        Sink::Local { file, .. } => {
-                            let file = file.clone();
-                            s.blocking(move || {
-                                use std::os::unix::fs::FileExt;
-                                file.write_all_at(&data, index * CHUNK_BYTES)?;
-                                crate::store_service::start_writeback(&file, index * CHUNK_BYTES, data.len() as u64);
-                                Ok(())
-                            })
-                            .await
-                            .map_err(|e| io_api("write copy", e))
+                        Sink::Local { part, .. } => {
+                            let part = part.clone();
+                            s.blocking(move || crate::store_service::write_at(&part, index * CHUNK_BYTES, &data))
+                                .await
+                                .map_err(|e| io_api("write copy", e))
                         }
                     };
                     (i, r)
@@ -944,7 +939,7 @@ pub async fn read_piece<E: Env>(
         return s
             .blocking(move || {
                 let file = confined_path(&folder, &path, false)?;
-                read_range(&file, offset, len).map(Bytes::from).map_err(|e| io_api("read copy", e))
+                crate::store_service::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
             })
             .await;
     }

@@ -41,7 +41,7 @@ use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, Task};
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::{FileId, Millis, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -400,7 +400,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         })
         .await?;
     let result = async {
-        let mut out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
+        let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
         let mut hash = Sha256::new();
         let mut at = 0u64;
         while at < task.size {
@@ -408,9 +408,12 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             if data.is_empty() {
                 return Err(ApiError::new(502, "short_copy", "the source copy is shorter than the file"));
             }
-            at += data.len() as u64;
             hash.update(&data);
-            out.write_all(&data).map_err(|e| io_api("write part file", e))?;
+            let (p, d) = (part.clone(), data.clone());
+            s.blocking(move || crate::store_service::write_at(&p, at, &d))
+                .await
+                .map_err(|e| io_api("write part file", e))?;
+            at += data.len() as u64;
         }
         out.sync_all().map_err(|e| io_api("sync part file", e))?;
         if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
