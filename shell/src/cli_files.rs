@@ -14,10 +14,12 @@ use hyper_util::rt::TokioIo;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 
 const BLOCK: usize = 1 << 20;
+/// What a download writes at a time.
+const PIECE: usize = 4 << 20;
 const GET_ATTEMPTS: usize = 3;
 
 /// `cluster:/a/b` or `/a/b` as the API path `/a/b`.
@@ -197,17 +199,32 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
     let mut name = local.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".part-get");
     let part = local.with_file_name(name);
-    let out = std::fs::File::create(&part)
-        .map(|f| std::io::BufWriter::with_capacity(BLOCK, f))
-        .map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
-    // The file is written on its own thread while this one hashes what comes in.
+    std::fs::File::create(&part).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
+    // The file is written on its own thread while this one hashes what comes in, in 4 MiB
+    // pieces (straight to the disk where it can: see `store_service::write_at`).
     let (to_disk, from_net) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let part2 = part.clone();
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        let (mut out, mut from_net) = (out, from_net);
+        let mut from_net = from_net;
+        let mut piece: Vec<u8> = Vec::with_capacity(PIECE);
+        let mut at = 0u64;
         while let Some(data) = from_net.blocking_recv() {
-            out.write_all(&data)?;
+            let mut data = &data[..];
+            while !data.is_empty() {
+                let take = (PIECE - piece.len()).min(data.len());
+                piece.extend_from_slice(&data[..take]);
+                data = &data[take..];
+                if piece.len() == PIECE {
+                    crate::store_service::write_at(&part2, at, &piece)?;
+                    at += PIECE as u64;
+                    piece.clear();
+                }
+            }
         }
-        out.flush()
+        if !piece.is_empty() {
+            crate::store_service::write_at(&part2, at, &piece)?;
+        }
+        Ok(())
     });
     let pb = bar(size, quiet);
     let mut hash = Sha256::new();
