@@ -600,14 +600,14 @@ fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     file.with_file_name(name)
 }
 
-/// Write `data` at `offset` of the existing file `path`. Whole aligned chunks go straight to
+/// Write `data` at `offset` of the existing file `path`. Large aligned pieces go straight to
 /// the disk (`O_DIRECT`, through a reused aligned buffer): no copy into the page cache, and
 /// nothing left for the fsync at commit but the device's cache. Where the filesystem refuses
 /// direct I/O, and for a file's last, short chunk, the write is buffered and its writeback
 /// started at once.
 pub fn write_at(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    if direct::fits(offset, data.len()) {
+    if data.len() >= direct::MIN_BYTES && direct::fits(offset, data.len()) {
         if let Some(f) = direct::open(path)? {
             return direct::write_all_at(&f, offset, data);
         }
@@ -643,6 +643,8 @@ mod direct {
 
     /// Alignment of buffers, offsets and lengths for `O_DIRECT`.
     const ALIGN: usize = 4096;
+    /// Smaller pieces go through the page cache (small files stay cached, and cheap to sync).
+    pub const MIN_BYTES: usize = 1 << 20;
     /// Aligned buffers kept for reuse (fresh memory costs page faults on every chunk).
     static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
     const POOL_MAX: usize = 4;
@@ -675,7 +677,7 @@ mod direct {
     /// large and aligned and the filesystem does direct I/O: (file size, bytes).
     pub fn read_at(path: &Path, offset: u64, len: u64) -> std::io::Result<Option<(u64, bytes::Bytes)>> {
         use std::os::unix::fs::FileExt;
-        if !fits(offset, ALIGN) || len < (1 << 20) {
+        if !fits(offset, ALIGN) || len < MIN_BYTES as u64 {
             return Ok(None);
         }
         let Some(f) = open_for(path, false)? else { return Ok(None) };
