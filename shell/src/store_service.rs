@@ -609,7 +609,12 @@ pub fn write_at(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     if data.len() >= direct::MIN_BYTES && direct::fits(offset, data.len()) {
         if let Some(f) = direct::open(path)? {
-            return direct::write_all_at(&f, offset, data);
+            // A filesystem may take O_DIRECT at open and refuse the write (other alignment):
+            // then the piece is written again, buffered (a positional write can be redone).
+            match direct::write_all_at(&f, offset, data) {
+                Err(e) if direct::refused(&e) => {}
+                done => return done,
+            }
         }
     }
     let f = std::fs::OpenOptions::new().write(true).open(path)?;
@@ -623,8 +628,11 @@ pub fn write_at(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
 /// filesystem allows: big files streaming through do not push out what the page cache holds,
 /// and the copy into it is saved. Other reads are buffered, with the next piece read ahead.
 pub fn read_at(path: &Path, offset: u64, len: u64) -> std::io::Result<(u64, Bytes)> {
-    if let Some(r) = direct::read_at(path, offset, len)? {
-        return Ok(r);
+    match direct::read_at(path, offset, len) {
+        Ok(Some(r)) => return Ok(r),
+        Ok(None) => {}
+        Err(e) if direct::refused(&e) => {} // as for writes: read it buffered
+        Err(e) => return Err(e),
     }
     let mut f = std::fs::File::open(path)?;
     let size = f.metadata()?.len();
@@ -649,6 +657,19 @@ mod direct {
     static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
     const POOL_MAX: usize = 4;
 
+    /// Whether an error says the filesystem will not do this direct I/O (not that it failed).
+    pub fn refused(e: &std::io::Error) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EOPNOTSUPP))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = e;
+            false
+        }
+    }
+
     pub fn fits(offset: u64, len: usize) -> bool {
         cfg!(target_os = "linux") && len > 0 && len & (ALIGN - 1) == 0 && offset & (ALIGN as u64 - 1) == 0
     }
@@ -663,7 +684,7 @@ mod direct {
         use std::os::unix::fs::OpenOptionsExt;
         match std::fs::OpenOptions::new().read(!write).write(write).custom_flags(libc::O_DIRECT).open(path) {
             Ok(f) => Ok(Some(f)),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+            Err(e) if refused(&e) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -721,7 +742,9 @@ pub fn read_ahead(f: &std::fs::File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
     // SAFETY: a plain syscall on a file descriptor we own; it only schedules reads.
     unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED);
+        if let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) {
+            libc::posix_fadvise(f.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED);
+        }
     }
 }
 
