@@ -1081,13 +1081,17 @@ fn human_stat(v: &Value) -> String {
 }
 
 fn human_put(v: &Value) -> String {
-    format!(
+    let mut out = format!(
         "cluster:{}  {} bytes, {} of {} copies written",
         s(&v["path"]),
         s(&v["size"]),
         s(&v["copies"]),
         s(&v["wanted"])
-    )
+    );
+    if v["recordReplicated"] == Value::Bool(false) {
+        out.push_str("\n(no metadata leader has the record yet: until it does, it lives on this node only)");
+    }
+    out
 }
 
 fn human_get(v: &Value) -> String {

@@ -703,7 +703,7 @@ async fn put_inner<E: Env>(
     // A large body of known length streams to every copy at once as it arrives, with no spool.
     if let Some(len) = length.filter(|l| *l > CHUNK_BYTES) {
         let (size, sum, copies) = stream_copies(s, body, len, &target, expect.as_deref()).await?;
-        return publish(s, &target, size, &sum, &copies, t0);
+        return publish(s, &target, size, &sum, &copies, t0).await;
     }
     // Otherwise the body is spooled first, then copied to each placed volume in turn.
     let dir = s.data_dir.join("spool");
@@ -740,11 +740,17 @@ async fn put_inner<E: Env>(
         );
     }
     tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), "spooled");
-    publish(s, &target, size, &sum, &copies, t0)
+    publish(s, &target, size, &sum, &copies, t0).await
 }
 
-/// Publish the record of a put whose copies are in place.
-fn publish<E: Env>(
+/// How long a put waits, once its record is published here, for another node (the leader) to
+/// hold the record too before it answers.
+const RECORD_WAIT_MS: u64 = 3_000;
+
+/// Publish the record of a put whose copies are in place, and wait (a little) until the
+/// leader holds it too, so the answer survives losing this node; `recordReplicated` says
+/// whether it did.
+async fn publish<E: Env>(
     s: &Arc<Shared<E>>,
     target: &PutTarget,
     size: u64,
@@ -765,10 +771,18 @@ fn publish<E: Env>(
             return Err(e);
         }
     };
-    tracing::debug!(path = %target.path, size, copies = copies.len(), put_ms = s.env.monotonic().since(t0), "put");
     if copies.len() < target.wanted as usize {
         s.repl_kick();
     }
+    let mut v = v;
+    let since = s.env.monotonic();
+    let mut held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
+    while !held && s.env.monotonic().since(since) < RECORD_WAIT_MS {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
+    }
+    v["recordReplicated"] = json!(held);
+    tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
     Ok(v)
 }
 

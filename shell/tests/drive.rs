@@ -90,8 +90,12 @@ fn sha(b: &[u8]) -> String {
 
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
     // Generous: CI runs this beside the simulator on two cores.
+    let started = std::time::Instant::now();
     for _ in 0..900 {
         if f().await {
+            if started.elapsed() > Duration::from_secs(5) {
+                eprintln!("slow: {:.1} s until {what}", started.elapsed().as_secs_f64());
+            }
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

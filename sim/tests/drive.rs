@@ -263,3 +263,25 @@ fn a_full_volume_takes_no_new_copy() {
     let live = [0, 1, 2, 3];
     wait(&mut h, 300_000, "the volume with room again takes copies", |h| converged_copies(h, &acked, 4, &live).is_ok());
 }
+
+/// A put answers once another node (the leader) holds its record too, and says so; a node cut
+/// off from every other answers after a short wait that its record lives on it alone.
+#[test]
+fn a_put_says_whether_another_node_holds_its_record() {
+    let mut h = drive_cluster(31, 3, 1);
+    for via in 0..3 {
+        let (s, v) = h.put_file(via, &format!("/data/held{via}"), "held").unwrap();
+        assert_eq!((s, &v["recordReplicated"]), (200, &json!(true)), "{v}");
+    }
+    let leader = h.read(0, |n, now| n.meta_leader(now).map(|l| l.holder)).flatten().expect("a leader");
+    let leader = index_of(&h, &leader);
+    for j in (0..3).filter(|&j| j != leader) {
+        h.partition(leader, j);
+    }
+    let (s, v) = h.put_file(leader, "/data/alone", "alone").unwrap();
+    assert_eq!((s, &v["recordReplicated"]), (200, &json!(false)), "{v}");
+    h.heal_network();
+    wait(&mut h, 120_000, "the record reaches the others after heal", |h| {
+        (0..3).all(|i| record(h, i, "/data/alone").is_some())
+    });
+}

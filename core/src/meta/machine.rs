@@ -344,6 +344,24 @@ impl Meta {
         self.lease.valid(now, |id| self.eligible(id))
     }
 
+    /// Whether this node's latest change to the record at (`kind`, `key`) is held by another
+    /// node too: on a follower, the leader took it (nothing of that record is pending here);
+    /// on the leader, some peer acknowledged the entry holding it (or there is no peer, or the
+    /// entry was compacted long ago). An answer that waits for this survives losing this node.
+    pub fn held_elsewhere(&self, kind: RecordKind, key: &str) -> bool {
+        if self.pending.values().any(|r| r.kind() == kind && r.key() == key) {
+            return false;
+        }
+        if self.log_lease.as_ref().is_none_or(|l| l.holder != self.me) {
+            return true; // not pending on a follower: the leader took it
+        }
+        let Some(entry) = self.log.values().rev().find(|e| e.record.kind() == kind && e.record.key() == key) else {
+            return true; // compacted long ago
+        };
+        let alone = self.members.iter().all(|c| c.id == self.me);
+        alone || self.peers.values().any(|p| p.acked_through >= entry.seq)
+    }
+
     pub fn is_leader(&self, now: Millis) -> bool {
         self.leader(now).is_some_and(|l| l.holder == self.me)
     }

@@ -158,6 +158,13 @@ impl Node {
         held.eq_ignore_ascii_case(checksum) || replaces.is_some_and(|r| r.eq_ignore_ascii_case(held))
     }
 
+    /// Whether this node's latest change to the file record at `path` is held by another node
+    /// too ([`crate::meta::machine::Meta::held_elsewhere`]).
+    pub fn file_record_held_elsewhere(&self, path: &str) -> bool {
+        let p = normalize(path).unwrap_or_else(|_| path.to_string());
+        self.meta.held_elsewhere(crate::meta::records::RecordKind::File, &p)
+    }
+
     /// Whether `path` can take a file, and how the write goes (see [`PutTarget`]).
     pub fn file_put_target(&self, path: &str) -> Result<PutTarget, ApiError> {
         self.in_cluster()?;
