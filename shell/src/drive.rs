@@ -778,7 +778,7 @@ async fn publish<E: Env>(
     let since = s.env.monotonic();
     let mut held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
     while !held && s.env.monotonic().since(since) < RECORD_WAIT_MS {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
     }
     v["recordReplicated"] = json!(held);
