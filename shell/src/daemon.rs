@@ -109,6 +109,8 @@ pub struct Shared<E: Env> {
     pub disk_wake: Notify,
     pub scrub_wake: Notify,
     pub rescan_wake: Notify,
+    /// Told whenever a peer's answer to one of this node's requests was handled.
+    pub answers: Notify,
     /// This node's resolved config as last applied and written to `DATA/config/`.
     config_applied: Mutex<
         Option<
@@ -192,6 +194,9 @@ impl<E: Env> Shared<E> {
                         let res = shared.transport.send(prepared, req.timeout_ms).await;
                         let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
                         shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
+                        // Whoever waits on a peer's answer (a put for its record's replication)
+                        // looks again.
+                        shared.answers.notify_waiters();
                     });
                 }
                 Output::Event(e) => log_event(&e),
@@ -421,6 +426,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         disk_wake: Notify::new(),
         scrub_wake: Notify::new(),
         rescan_wake: Notify::new(),
+        answers: Notify::new(),
         config_applied: Mutex::new(None),
         config_due: std::sync::atomic::AtomicBool::new(true),
         shutdown,

@@ -776,10 +776,21 @@ async fn publish<E: Env>(
     }
     let mut v = v;
     let since = s.env.monotonic();
-    let mut held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
+    let held_now = || s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
+    let mut held = held_now();
     while !held && s.env.monotonic().since(since) < RECORD_WAIT_MS {
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        held = s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
+        // Woken by each peer answer this node handles (and every 20 ms regardless); the waiter
+        // is registered before the check, so no answer slips by.
+        let answered = s.answers.notified();
+        held = held_now();
+        if held {
+            break;
+        }
+        tokio::select! {
+            _ = answered => {}
+            _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
+        }
+        held = held_now();
     }
     v["recordReplicated"] = json!(held);
     tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
