@@ -813,6 +813,11 @@ impl WriteConflict {
 /// How long a landing waits for another write's bytes at its path to settle.
 const SETTLE_WAIT_MS: u64 = 2_000;
 
+/// The registry's key for cluster `path` on `volume` (the path normalised).
+fn landed_key(volume: &VolumeId, path: &str) -> (VolumeId, String) {
+    (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()))
+}
+
 /// How long landed bytes stay protected at most, waiting for their record.
 const LANDED_MAX_MS: u64 = 10 * 60_000;
 
@@ -856,7 +861,7 @@ impl Landed {
         replaces: Option<&str>,
         dest: &Path,
     ) -> bool {
-        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
+        let key = landed_key(volume, path);
         let other = lock(&self.entries).get(&key).is_some_and(|(sum, _)| !sum.eq_ignore_ascii_case(checksum));
         if other && self.unsettled(s, volume, path) {
             return true;
@@ -903,39 +908,36 @@ impl Landed {
     /// are still the last bytes landed there, and they are forgotten.
     pub fn take_back(&self, volume: &VolumeId, path: &str, checksum: &str, remove: impl FnOnce()) {
         let _one_at_a_time = lock(&self.landing);
-        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
-        let mut entries = lock(&self.entries);
-        if entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum)) {
-            entries.remove(&key);
-            drop(entries);
+        if self.forget(volume, path, checksum) {
             remove();
         }
     }
 
     /// Forget bytes with `checksum` landed at `path` on `volume` (their write gave up), so they
-    /// hold no other write back.
-    pub fn forget(&self, volume: &VolumeId, path: &str, checksum: &str) {
-        let key = (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()));
+    /// hold no other write back. Whether they were still the last bytes landed there.
+    pub fn forget(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
+        let key = landed_key(volume, path);
         let mut entries = lock(&self.entries);
-        if entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum)) {
+        let ours = entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum));
+        if ours {
             entries.remove(&key);
         }
+        ours
     }
 
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
     pub fn note(&self, volume: &VolumeId, path: &str, checksum: &str, now: shoal_core::Millis) {
-        let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());
-        lock(&self.entries).insert((volume.clone(), path), (checksum.to_ascii_lowercase(), now));
+        lock(&self.entries).insert(landed_key(volume, path), (checksum.to_ascii_lowercase(), now));
     }
 
     /// Whether bytes landed at `path` on `volume` that the records do not account for yet.
     pub fn unsettled<E: Env>(&self, s: &Shared<E>, volume: &VolumeId, path: &str) -> bool {
-        let path = shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string());
-        let key = (volume.clone(), path.clone());
+        let key = landed_key(volume, path);
+        let path = &key.1;
         let Some((sum, at)) = lock(&self.entries).get(&key).cloned() else { return false };
         let now = shoal_core::Millis(s.env.monotonic().0);
         let accounted = s.read_node(|n, _| {
-            n.meta().state().file(&path).is_some_and(|f| {
+            n.meta().state().file(path).is_some_and(|f| {
                 // A live record with this copy, or one written after the bytes (a later remove
                 // or overwrite knows of them).
                 (!f.removed

@@ -48,8 +48,9 @@ fn json_of(b: &[u8]) -> Value {
     serde_json::from_slice(b).unwrap_or(Value::Null)
 }
 
-#[tokio::test]
-async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
+/// Two nodes in one cluster, `b` with a volume: (temp root, a, b, b's id, b's volume folder,
+/// its volume id).
+async fn two_nodes() -> (tempfile::TempDir, Daemon<TokioEnv>, Daemon<TokioEnv>, NodeId, std::path::PathBuf, String) {
     let root = tempfile::tempdir().unwrap();
     let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
     let b = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("b"), "127.0.0.1:0")).await.unwrap();
@@ -61,6 +62,12 @@ async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
     let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
     assert_eq!(s, 200, "{v}");
     let vol = v["id"].as_str().unwrap().to_string();
+    (root, a, b, b_id, folder, vol)
+}
+
+#[tokio::test]
+async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
+    let (root, a, b, b_id, folder, vol) = two_nodes().await;
 
     let content: Vec<u8> = (0..9 * MIB + 123).map(|i| (i * 31 % 251) as u8).collect();
     let begin = json!({"volumeId": vol, "path": "cluster:docs\\big.bin", "size": content.len(), "checksum": sha(&content), "fileId": "f1"});
@@ -300,17 +307,7 @@ async fn upload(
 
 #[tokio::test]
 async fn bytes_that_just_landed_are_not_replaced_by_another_write_before_their_record_settles() {
-    let root = tempfile::tempdir().unwrap();
-    let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
-    let b = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("b"), "127.0.0.1:0")).await.unwrap();
-    assert_eq!(api(&a, "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
-    let token = api(&a, "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
-    assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
-    let b_id = b.shared().read_node(|n, _| n.id().clone());
-    let folder = root.path().join("vol-b");
-    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
-    assert_eq!(s, 200, "{v}");
-    let vol = v["id"].as_str().unwrap().to_string();
+    let (_root, a, b, b_id, folder, vol) = two_nodes().await;
 
     // Two first writes of one path race to one volume; no record of either exists yet.
     let (s, v) = upload(&a, &b_id, &vol, "/docs/race.bin", b"first writer", None).await;
