@@ -345,3 +345,97 @@ pattern = "/.*"
     let h = nodes[1].cli_json(&["config", "history"]);
     assert!(h["history"].as_array().unwrap().iter().any(|e| e["why"] == "faster disks"), "{h}");
 }
+
+/// `n` consecutive free ports on 127.0.0.1 (for `shoal demo --base-port`).
+fn free_ports(n: u16) -> u16 {
+    for _ in 0..50 {
+        let base = free_port();
+        if base.checked_add(n).is_none() {
+            continue;
+        }
+        if (0..n).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// The README's first command: `shoal demo` starts three real nodes, and once it prints its
+/// banner a put through the CLI works at once (a leader and every volume are known), a get from
+/// another node brings it back, and Ctrl-C stops the demo and removes its data.
+#[test]
+fn the_demo_is_ready_for_a_put_when_it_says_so() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = free_ports(3);
+    let mut demo = Command::new(BIN)
+        .args(["demo", "--nodes", "3", "--base-port", &base.to_string()])
+        .env("TMPDIR", tmp.path())
+        .env("SHOAL_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start shoal demo");
+    let stdout = std::io::BufReader::new(demo.stdout.take().unwrap());
+    let (mut api, mut token_file) = (None, None);
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(v) = line.trim().strip_prefix("export SHOAL_API=") {
+            api = Some(v.to_string());
+        }
+        if let Some(v) = line.trim().strip_prefix("export SHOAL_TOKEN=$(cat ") {
+            token_file = Some(v.trim_end_matches(')').to_string());
+        }
+        if line.contains("Ctrl-C stops the demo") {
+            break;
+        }
+    }
+    let (api, token_file) = (api.expect("the banner names an API URL"), token_file.expect("and a token file"));
+    let token_of = |node: usize| {
+        let file = token_file.replace("node-0", &format!("node-{node}"));
+        std::fs::read_to_string(file).unwrap().trim().to_string()
+    };
+    let cli = |api: &str, token: String, args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("--json")
+            .args(args)
+            .env("SHOAL_API", api)
+            .env("SHOAL_TOKEN", token)
+            .output()
+            .expect("run shoal");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let local = tmp.path().join("hello.txt");
+    std::fs::write(&local, b"hello from the demo").unwrap();
+    let (ok, out, err) = cli(&api, token_of(0), &["put", local.to_str().unwrap(), "cluster:/hello.txt"]);
+    assert!(ok, "a put right after the banner failed: {err}{out}");
+    let back = tmp.path().join("back.txt");
+    let other = format!("http://127.0.0.1:{}", base + 1);
+    let (ok, _, err) = cli(&other, token_of(1), &["get", "cluster:/hello.txt", back.to_str().unwrap()]);
+    assert!(ok, "get through another demo node: {err}");
+    assert_eq!(std::fs::read(&back).unwrap(), b"hello from the demo");
+
+    let _ = Command::new("kill").args(["-INT", &demo.id().to_string()]).status();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = demo.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = demo.kill();
+            panic!("the demo did not stop on Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the demo exits cleanly on Ctrl-C: {status}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("shoal-demo-"))
+        .collect();
+    assert!(left.is_empty(), "the demo removed its data");
+}

@@ -403,6 +403,13 @@ impl std::fmt::Display for CliError {
     }
 }
 
+/// Print a line on stdout. A reader that went away (`shoal ls | head -1`, a demo piped into a
+/// closed pager) is no error: the output is dropped rather than the process panicking.
+pub fn say(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -433,7 +440,7 @@ async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     opts.membership.online_within_ms = a.online_within_ms;
     opts.membership.unknown_within_ms = a.unknown_within_ms.max(a.online_within_ms);
     let d = daemon::start(TokioEnv::default(), opts).await.map_err(|e| CliError(e.to_string()))?;
-    println!("shoal node {} listening on {}", d.shared().read_node(|n, _| n.id().clone()), d.url());
+    say(format_args!("shoal node {} listening on {}", d.shared().read_node(|n, _| n.id().clone()), d.url()));
     let stop = d.shared().clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
@@ -542,9 +549,9 @@ impl Api {
                 let v = self.call("POST", &format!("/nodes/{}/probe", path_seg(&id)?), None).await?;
                 let reachable = v["reachable"].as_bool().unwrap_or(false);
                 if !self.json {
-                    println!("{}", human_probe(&v));
+                    say(human_probe(&v));
                 } else {
-                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                    say(serde_json::to_string_pretty(&v).expect("json"));
                 }
                 return if reachable { Ok(()) } else { Err(CliError(format!("node {id} is not reachable"))) };
             }
@@ -775,9 +782,9 @@ impl Api {
             Cmd::Serve(_) | Cmd::Demo { .. } | Cmd::Checksum { .. } => unreachable!("handled in run"),
         };
         if self.json {
-            println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            say(serde_json::to_string_pretty(&v).expect("json"));
         } else {
-            println!("{}", human(&v));
+            say(human(&v));
         }
         Ok(())
     }

@@ -291,12 +291,11 @@ pub fn checksum(local: &Path, json: bool) -> Result<(), CliError> {
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let sum = hex::encode(hash.finalize());
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64})
+        crate::cli::say(
+            serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64}),
         );
     } else {
-        println!("{sum}  {}", local.display());
+        crate::cli::say(format_args!("{sum}  {}", local.display()));
     }
     Ok(())
 }

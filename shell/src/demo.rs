@@ -3,7 +3,7 @@
 //! with a token over real HTTP; the command prints each node's URL and how to point the CLI at
 //! it, then runs until Ctrl-C and cleans up.
 
-use crate::cli::CliError;
+use crate::cli::{say, CliError};
 use crate::daemon::{self, Daemon, ServeOptions};
 use crate::env::TokioEnv;
 use shoal_core::membership::NodeState;
@@ -84,22 +84,38 @@ async fn run_in(
         let (free, total) = crate::env::Probe::disk_usage(&s.env, std::path::Path::new(&folder));
         s.with_node(|n, now| n.volume_add(now, &folder, "demo", total, free)).map_err(|e| CliError(e.message))?;
     }
+    // Ready only once every node knows a metadata leader and every volume: a put right after the
+    // banner would otherwise get 503 `no_leader`.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemons.iter().all(|d| {
+        d.shared().read_node(|n, now| {
+            n.meta_leader(now).is_some() && n.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == nodes
+        })
+    }) {
+        if Instant::now() > deadline {
+            return Err(CliError("the demo cluster found no metadata leader within 30 s".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let cluster_id = first.read_node(|n, _| n.cluster().map(|c| c.id.to_string()).unwrap_or_default());
-    println!("shoal demo: cluster {cluster_id}, {nodes} nodes up after {} ms", started.elapsed().as_millis());
+    say(format_args!("shoal demo: cluster {cluster_id}, {nodes} nodes up after {} ms", started.elapsed().as_millis()));
     for (i, d) in daemons.iter().enumerate() {
         let id = d.shared().read_node(|n, _| n.id().clone());
-        println!("  node {i}  {}  id {id}  data {}", d.url(), d.shared().data_dir.display());
+        say(format_args!("  node {i}  {}  id {id}  data {}", d.url(), d.shared().data_dir.display()));
     }
     let d0 = &daemons[0];
-    println!("\nPoint the CLI at a node, e.g. the first one:");
-    println!("  export SHOAL_API={}", d0.url());
-    println!("  export SHOAL_TOKEN=$(cat {})", d0.shared().data_dir.join(crate::identity::TOKEN_FILE).display());
-    println!("  cargo run --release -- nodes");
-    println!("  cargo run --release -- put README.md cluster:/readme.md && cargo run --release -- ls cluster:/");
-    println!("\nCtrl-C stops the demo and removes its data.");
+    say("\nPoint the CLI at a node, e.g. the first one:");
+    say(format_args!("  export SHOAL_API={}", d0.url()));
+    say(format_args!(
+        "  export SHOAL_TOKEN=$(cat {})",
+        d0.shared().data_dir.join(crate::identity::TOKEN_FILE).display()
+    ));
+    say("  cargo run --release -- nodes");
+    say("  cargo run --release -- put README.md cluster:/readme.md && cargo run --release -- ls cluster:/");
+    say("\nCtrl-C stops the demo and removes its data.");
     if !exit_when_ready {
         let _ = tokio::signal::ctrl_c().await;
-        println!("stopping");
+        say("stopping");
     }
     for d in daemons {
         d.shutdown().await;
