@@ -42,8 +42,13 @@ use std::sync::Arc;
 /// Header carrying a file's SHA-256: sent by a client with a put (checked), answered on a get.
 pub const SHA_HEADER: &str = "x-shoal-sha256";
 const PEER_TIMEOUT_MS: u64 = 60_000;
+/// How long a put waits for a peer to open an upload session.
+const BEGIN_TIMEOUT_MS: u64 = 10_000;
 /// Chunk uploads to one peer in flight at once.
 const CHUNKS_IN_FLIGHT: usize = 2;
+/// How long a streamed put waits for a copy still writing a chunk that another copy already
+/// wrote before it leaves that copy out (made later by replication).
+const STRAGGLER_MS: u64 = 15_000;
 /// Pieces of a get fetched ahead of the one going out.
 const PIECES_AHEAD: usize = 2;
 /// Read size for local copies while streaming.
@@ -69,10 +74,33 @@ pub async fn signed<E: Env>(
     body: Vec<u8>,
     extra: Vec<(&'static str, String)>,
 ) -> Result<crate::client::Response, ApiError> {
+    signed_within(s, to, method, target, body, extra, PEER_TIMEOUT_MS).await
+}
+
+async fn signed_within<E: Env>(
+    s: &Arc<Shared<E>>,
+    to: &NodeId,
+    method: &str,
+    target: &str,
+    body: Vec<u8>,
+    extra: Vec<(&'static str, String)>,
+    timeout_ms: u64,
+) -> Result<crate::client::Response, ApiError> {
     let mut prepared =
         s.with_node(|n, now| Transport::<E>::prepare(n, now, to, method, target, body)).map_err(peer_error)?;
     prepared.headers.extend(extra);
-    s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)
+    s.transport.send(prepared, timeout_ms).await.map_err(peer_error)
+}
+
+/// `store/begin` on peer `to`: a small request a healthy peer answers at once, so a peer that
+/// does not answer within [`BEGIN_TIMEOUT_MS`] is passed over for another.
+async fn begin_upload<E: Env>(s: &Arc<Shared<E>>, to: &NodeId, begin: Value) -> Result<Value, ApiError> {
+    let target = "/cluster/acn/store/begin";
+    let r = signed_within(s, to, "POST", target, begin.to_string().into_bytes(), vec![], BEGIN_TIMEOUT_MS).await?;
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/begin"));
+    }
+    Ok(serde_json::from_slice(&r.body).unwrap_or(Value::Null))
 }
 
 /// The error a peer answered, as ours.
@@ -152,11 +180,7 @@ pub async fn write_copy<E: Env>(
     }
     let file_id = target.file_id.clone().unwrap_or_default();
     let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id});
-    let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
-    if r.status != 200 {
-        return Err(answered_error(&r, "store/begin"));
-    }
-    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let v = begin_upload(s, &to.node, begin).await?;
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
     let sent = send_spooled(s, spool, size, to, &session, target.replaces.as_deref(), &v).await;
     if sent.is_err() {
@@ -295,17 +319,15 @@ async fn open_sink<E: Env>(s: &Arc<Shared<E>>, to: &Placed, target: &PutTarget, 
     }
     let file_id = target.file_id.clone().unwrap_or_default();
     let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id});
-    let r = signed(s, &to.node, "POST", "/cluster/acn/store/begin", begin.to_string().into_bytes(), vec![]).await?;
-    if r.status != 200 {
-        return Err(answered_error(&r, "store/begin"));
-    }
-    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let v = begin_upload(s, &to.node, begin).await?;
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
     Ok(Sink::Peer { placed: to.clone(), session })
 }
 
 /// Write chunk `index` to each of the `live` sinks at once, hashing it once. Answers the
-/// sinks that failed, with why.
+/// sinks that failed, with why. A sink still writing [`STRAGGLER_MS`] after another one wrote
+/// the chunk counts as failed (a peer that hangs would otherwise hold up the whole put until
+/// its 60 s timeout); its write is cut and the planner makes that copy later.
 fn write_chunk<E: Env>(
     s: &Arc<Shared<E>>,
     sinks: &Arc<Vec<Sink>>,
@@ -322,32 +344,52 @@ fn write_chunk<E: Env>(
         } else {
             String::new()
         };
-        let writes: Vec<_> = live
-            .iter()
-            .map(|&i| {
-                let (s, sinks, data, sha) = (s.clone(), sinks.clone(), data.clone(), sha.clone());
-                tokio::spawn(async move {
-                    let r = match &sinks[i] {
-                        Sink::Peer { placed, session } => {
-                            send_chunk_hashed(&s, &placed.node, session, index, data, sha).await
-                        }
-                        Sink::Local { part, .. } => {
-                            let part = part.clone();
-                            s.blocking(move || crate::store_service::write_at(&part, index * CHUNK_BYTES, &data))
-                                .await
-                                .map_err(|e| io_api("write copy", e))
-                        }
-                    };
-                    (i, r)
-                })
-            })
-            .collect();
+        let mut writes = tokio::task::JoinSet::new();
+        for &i in &live {
+            let (s, sinks, data, sha) = (s.clone(), sinks.clone(), data.clone(), sha.clone());
+            writes.spawn(async move {
+                let r = match &sinks[i] {
+                    Sink::Peer { placed, session } => {
+                        send_chunk_hashed(&s, &placed.node, session, index, data, sha).await
+                    }
+                    Sink::Local { part, .. } => {
+                        let part = part.clone();
+                        s.blocking(move || crate::store_service::write_at(&part, index * CHUNK_BYTES, &data))
+                            .await
+                            .map_err(|e| io_api("write copy", e))
+                    }
+                };
+                (i, r)
+            });
+        }
         let mut failed = Vec::new();
-        for w in writes {
-            match w.await {
-                Ok((_, Ok(()))) => {}
-                Ok((i, Err(e))) => failed.push((i, e)),
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
+        let mut pending: std::collections::BTreeSet<usize> = live.iter().copied().collect();
+        let mut deadline = None;
+        loop {
+            let next = match deadline {
+                None => writes.join_next().await,
+                Some(at) => match tokio::time::timeout_at(at, writes.join_next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        writes.abort_all();
+                        for i in std::mem::take(&mut pending) {
+                            let why = format!("fell more than {} s behind the other copies", STRAGGLER_MS / 1000);
+                            failed.push((i, ApiError::new(504, "copy_too_slow", why)));
+                        }
+                        break;
+                    }
+                },
+            };
+            let Some(done) = next else { break };
+            let (i, r) = done.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+            pending.remove(&i);
+            match r {
+                Ok(()) => {
+                    deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + std::time::Duration::from_millis(STRAGGLER_MS)
+                    });
+                }
+                Err(e) => failed.push((i, e)),
             }
         }
         failed

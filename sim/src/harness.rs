@@ -254,6 +254,18 @@ impl Harness {
 
     /// Call node `i`'s admin API from the operator's host, e.g. `api(0, "POST /v1/cluster/create", ..)`.
     pub fn api(&mut self, i: usize, call: &str, body: Option<Value>) -> ApiResult {
+        self.api_with(i, call, body, |_| {})
+    }
+
+    /// [`Harness::api`], calling `between` after each simulation step while the call is under
+    /// way (to inject a fault at a chosen moment of it).
+    pub fn api_with(
+        &mut self,
+        i: usize,
+        call: &str,
+        body: Option<Value>,
+        mut between: impl FnMut(&mut Harness),
+    ) -> ApiResult {
         let token = std::fs::read_to_string(self.nodes[i].dir.join(shoal_shell::identity::TOKEN_FILE))
             .map_err(|e| format!("token of {}: {e}", self.nodes[i].name))?;
         let base = format!("http://{}:{PORT}", self.nodes[i].name);
@@ -264,6 +276,7 @@ impl Harness {
         for _ in 0..(60_000 / self.cfg.tick_ms) {
             self.sim.step().map_err(|e| format!("simulation error: {e}"))?;
             self.sim_ms.store(self.elapsed_ms(), Ordering::SeqCst);
+            between(self);
             if let Ok(r) = rx.try_recv() {
                 self.note(format!(
                     "api n{i} {call} -> {}",

@@ -285,3 +285,67 @@ fn a_put_says_whether_another_node_holds_its_record() {
         (0..3).all(|i| record(h, i, "/data/alone").is_some())
     });
 }
+
+/// A peer that hangs in the middle of a streamed put (its link held: nothing comes back, nothing
+/// fails) is left out 15 s after the other copies wrote the chunk it is stuck on, so the put
+/// answers in seconds with the copies it made instead of waiting out the 60 s peer timeout;
+/// after the link is back the planner makes the missing copy.
+#[test]
+fn a_peer_that_hangs_mid_put_is_left_out_and_its_copy_made_later() {
+    // The part file is made at full length at `store/begin`: n2 is writing once its first
+    // bytes are the file's.
+    hang_during_put(31, 3, |first| first == Some(b'"'));
+}
+
+/// The same when the peer hangs as it opens its upload session (the part file is there, the
+/// answer to `store/begin` is held): after 10 s, not 60 s, the put passes it over for the fourth
+/// node, which takes the third copy.
+#[test]
+fn a_peer_that_hangs_as_it_opens_its_copy_is_passed_over_for_another() {
+    hang_during_put(32, 4, |first| first.is_some());
+}
+
+/// Put a 20 MiB file through n0 of `nodes` nodes with a policy of three copies; hold the link
+/// n0 <-> n2 once `hang_when(first byte of n2's part file)`; the put answers within 25 s with
+/// the copies the other nodes could take, and after release the file converges to three right
+/// copies.
+fn hang_during_put(seed: u64, nodes: usize, hang_when: impl Fn(Option<u8>) -> bool) {
+    let mut h = drive_cluster(seed, nodes, 3);
+    let content = format!("hang {}", "h".repeat(5 * 4 * 1024 * 1024));
+    let path = "/data/hang.bin";
+    let part_dir = h.volume_dir(2).join("data");
+    let mut held_at = None;
+    let (status, v) = h
+        .api_with(0, &format!("PUT /v1/files{path}"), Some(json!(content)), |h| {
+            let first_byte = |e: std::fs::DirEntry| {
+                use std::io::Read;
+                let mut first = [0u8; 1];
+                std::fs::File::open(e.path()).and_then(|mut f| f.read_exact(&mut first)).ok().map(|_| first[0])
+            };
+            let parts = std::fs::read_dir(&part_dir).into_iter().flatten().flatten();
+            let mut parts = parts.filter(|e| e.file_name().to_string_lossy().contains(".part-"));
+            if held_at.is_none() && parts.next().is_some_and(|e| hang_when(first_byte(e))) {
+                h.hold(0, 2);
+                held_at = Some(h.elapsed_ms());
+            }
+        })
+        .unwrap();
+    let answered = h.elapsed_ms();
+    let held_at = held_at.expect("n2 started its copy before the put answered");
+    assert_eq!(status, 200, "seed {seed}: {v}");
+    let others = (nodes - 1).min(3);
+    assert_eq!(v["copies"], json!(others), "seed {seed}: the hung copy is left out: {v}");
+    assert!(
+        answered - held_at < 25_000,
+        "seed {seed}: the put answered {} ms after n2 hung (the 60 s peer timeout, not the 15 s rule)",
+        answered - held_at
+    );
+    h.release(0, 2);
+    let mut acked = Acked::new();
+    acked.insert(path.to_string(), content);
+    let live: Vec<usize> = (0..nodes).collect();
+    wait(&mut h, 300_000, "the file has three copies after the link is back", |h| {
+        check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
+        converged_copies(h, &acked, 3, &live).is_ok()
+    });
+}
