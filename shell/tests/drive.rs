@@ -389,6 +389,55 @@ async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow
     }
 }
 
+/// A get whose copy fails in the middle of the stream (here: cut short on disk after the
+/// answer started) goes on from another copy at the same offset: the client gets the whole,
+/// right file in one response instead of a cut body, and the short copy is marked stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_goes_on_from_another_copy_when_its_copy_fails_midway() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster(3).await;
+    let a = &c.nodes[0];
+    assert_eq!(api(a, "POST", "/v1/policies", json!({"folder": "/big", "replicas": 2})).await.0, 200);
+    eventually("the policy reached node 0", || async {
+        a.shared().read_node(|n, _| !n.policy_list()["policies"].as_array().is_none_or(|p| p.is_empty()))
+    })
+    .await;
+    let content: Vec<u8> = (0..96 * 1024 * 1024u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let r = call(a, "PUT", "/v1/files/big/movie.bin", content.clone(), &[]).await;
+    assert_eq!((r.status, r.json()["copies"].clone()), (200, json!(2)), "{}", String::from_utf8_lossy(&r.body));
+
+    // Start the get; once its answer has started, cut the copy it reads to 8 MiB.
+    let addr = a.url().trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/v1/files/big/movie.bin")
+        .header("host", addr)
+        .header("authorization", format!("Bearer {}", a.shared().admin_token))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let served = resp.headers().get("x-shoal-copy").unwrap().to_str().unwrap().to_string();
+    let i = (1..3)
+        .find(|i| served.starts_with(&c.nodes[*i].shared().read_node(|n, _| n.id().to_string())))
+        .expect("the copy names its node");
+    let file = disk_path(c.folders[i].as_ref().unwrap(), "/big/movie.bin");
+    std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(8 << 20).unwrap();
+    use http_body_util::BodyExt;
+    let body = resp.into_body().collect().await.expect("the whole body, not a cut one").to_bytes();
+    assert_eq!(body.len(), content.len());
+    assert!(body[..] == content[..], "the file comes back byte for byte");
+    eventually("the short copy is marked stale", || async {
+        let st = stat(a, "/big/movie.bin").await;
+        st["copies"].as_array().unwrap().iter().any(|c| c["state"] == json!("stale") && c["copy"] == json!(served))
+    })
+    .await;
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
     let _serial = SERIAL.lock().await;
