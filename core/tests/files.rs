@@ -470,10 +470,18 @@ fn a_users_delete_needs_a_tombstone_that_is_not_a_move() {
 fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     let (mut n, va, term) = leader(1);
     let me = n.id().clone();
-    let (vb, nb) = far(2);
-    let (vc, nc) = far(3);
+    // The other copies are on two more volumes of this node: copies on nodes that are not
+    // reachable members (here: nodes it has never heard of) never count toward a drop.
+    let [vb, vc] = ["/srv/n1-b", "/srv/n1-c"].map(|dir| {
+        let v = n.volume_add(at(500), dir, "", 1 << 40, 1 << 39).expect("add a volume");
+        VolumeId::new(v["id"].as_str().expect("volume id"))
+    });
+    drain(&mut n);
+    let (far_vol, nb) = far(2);
+    publish(&mut n, at(900), "/far", 'a', &[(va.clone(), me.clone()), (far_vol, nb.clone())]);
+    refused(n.check_drop(at(950), &file(&n, "/far"), &va), 409, "not_authorized");
     let dir = folder(1);
-    let three = [(va.clone(), me.clone()), (vb.clone(), nb.clone()), (vc.clone(), nc.clone())];
+    let three = [(va.clone(), me.clone()), (vb.clone(), me.clone()), (vc.clone(), me.clone())];
     publish(&mut n, at(1_000), "/d", 'a', &three);
     assert_eq!(n.meta_leader(at(1_000)).map(|l| l.holder), Some(me.clone()));
 
@@ -503,6 +511,33 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
 
     // Once the lease has lapsed (no renewal for longer than its 30 s), no term warrants a drop.
     refused(n.authorize_delete(at(120 * SECOND_MS), &me, &del(&va, "/d", Some(term))), 409, "not_authorized");
+}
+
+/// A volume is not removed while it holds the only readable current copy of a file: a copy of
+/// older content elsewhere, or a copy on a node that is not a reachable member, does not count.
+#[test]
+fn a_volume_holding_the_only_readable_current_copy_is_not_removed() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
+    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
+    drain(&mut n);
+    // Both volumes hold the file; then an overwrite lands on `va` only: `vb` holds older content.
+    publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone()), (vb.clone(), me.clone())]);
+    n.file_publish(at(1_100), "/f", 10, &sum('b'), 0, &[(va.clone(), me.clone())]).unwrap();
+    assert_eq!(n.files_only_on(at(1_200), &va), vec!["/f".to_string()]);
+    refused(n.volume_remove(at(1_200), va.as_str()), 409, "volume_holds_only_copy");
+    // A copy on a node this one has never heard from does not count either.
+    let (vf, nf) = far(5);
+    publish(&mut n, at(2_000), "/g", 'c', &[(vb.clone(), me.clone()), (vf, nf)]);
+    assert_eq!(n.files_only_on(at(2_100), &vb), vec!["/g".to_string()]);
+    let status = n.volume_evacuation_status(at(2_100), vb.as_str()).unwrap();
+    assert_eq!((status["copiesLeft"].as_u64(), status["onlyCopiesLeft"].as_u64()), (Some(1), Some(1)), "{status}");
+    refused(n.volume_remove(at(2_100), vb.as_str()), 409, "volume_holds_only_copy");
+    // Once `vb`'s copy of /g has a current twin on `va`, `vb` (older /f, /g) may go.
+    assert!(n.copy_publish(at(2_200), "/g", &file(&n, "/g").id, &sum('c'), &va));
+    assert!(n.files_only_on(at(2_300), &vb).is_empty());
+    n.volume_remove(at(2_300), vb.as_str()).expect("nothing lives only on vb");
 }
 
 // ---- 8. replication backoff ----

@@ -645,10 +645,11 @@ fn a_node_removed_while_it_was_down_leaves_when_it_comes_back() {
     net.assert_all_online(&[0, 1]);
 }
 
-/// A drop is never authorised by copies on an OFFLINE node: the planner still counts them for
-/// a while (no extra copy for a short absence), but a delete needs copies on nodes not OFFLINE.
+/// A drop is never authorised by copies on an UNKNOWN or OFFLINE node: the planner still
+/// counts them for a while (no extra copy for a short absence), but a delete needs copies on
+/// nodes reachable now.
 #[test]
-fn a_drop_does_not_count_a_copy_on_an_offline_node() {
+fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     use shoal_core::hlc::Version;
     use shoal_core::meta::records::{FileRecord, Location, LocationState, Record};
     use shoal_core::{FileId, VolumeId};
@@ -680,9 +681,14 @@ fn a_drop_does_not_count_a_copy_on_an_offline_node() {
     let v0 = VolumeId::new("v0");
     // Node 2 up: its copy lets node 0 drop its own.
     assert!(net.nodes[0].check_drop(at, &f, &v0).is_ok());
-    // Node 2 OFFLINE: its copy no longer counts toward a delete.
+    // Node 2 silent for a minute (UNKNOWN), then OFFLINE: its copy no longer counts.
     net.down[2] = true;
-    net.run_for(4 * MINUTE_MS, SECOND_MS);
+    net.run_for(MINUTE_MS, SECOND_MS);
+    let at = net.clock(0);
+    assert_eq!(net.state(0, 2), NodeState::Unknown);
+    let e = net.nodes[0].check_drop(at, &f, &v0).unwrap_err();
+    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    net.run_for(3 * MINUTE_MS, SECOND_MS);
     let at = net.clock(0);
     assert_eq!(net.state(0, 2), NodeState::Offline);
     let e = net.nodes[0].check_drop(at, &f, &v0).unwrap_err();

@@ -210,6 +210,30 @@ fn evacuating_volumes_and_draining_nodes_are_emptied_copy_first() {
     );
 }
 
+/// An evacuating copy is let go only once enough copies are on nodes reachable now: a copy on
+/// an UNKNOWN (or briefly OFFLINE) node holds back an extra copy but never stands in for the
+/// one being emptied.
+#[test]
+fn an_evacuation_never_drops_the_last_copy_on_a_reachable_node() {
+    let mut w = World::new(3, 100 * G);
+    w.policy("/", 1);
+    w.set_volume(0, |v| v.evacuating = true);
+    w.file("/a", &[(0, Committed), (1, Committed)]);
+    assert_eq!(drops(&w.plan()), vec![("v0".to_string(), Reason::Evacuate)]);
+    for (state, offline_for) in [(NodeState::Unknown, 0), (NodeState::Offline, 2 * 60_000)] {
+        w.set_node(1, state, offline_for);
+        let p = w.plan();
+        assert!(drops(&p).is_empty(), "{state:?}: the evacuating copy is the only reachable one: {:?}", p.tasks);
+        assert!(pull_target(&p).is_empty(), "{state:?}: and the absent copy still counts against an extra one");
+    }
+    let mut d = World::new(3, 100 * G);
+    d.policy("/", 1);
+    d.set_node(0, NodeState::Draining, 0);
+    d.set_node(1, NodeState::Unknown, 0);
+    d.file("/b", &[(0, Committed), (1, Committed)]);
+    assert!(drops(&d.plan()).is_empty(), "a draining node keeps its copy while the other is UNKNOWN");
+}
+
 /// A copy is never deleted while it is the only healthy one.
 #[test]
 fn the_only_healthy_copy_is_never_dropped_even_when_evacuating_with_no_target() {

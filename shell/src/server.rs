@@ -666,7 +666,7 @@ async fn volume_evacuate<E: Env>(State(s): S<E>, Path(id): Path<String>, body: B
 }
 
 async fn volume_evacuate_status<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
-    api_result(s.read_node(|n, _| n.volume_evacuation_status(&id)))
+    api_result(s.read_node(|n, now| n.volume_evacuation_status(now, &id)))
 }
 
 // ---- replication ----

@@ -615,13 +615,14 @@ impl Node {
     }
 
     /// A copy on `volume` may be dropped only while `wanted` other current copies exist on
-    /// nodes not OFFLINE at wall time `wall`: a copy on a node OFFLINE for less than the stale
-    /// limit still counts against making an extra copy, but never toward deleting one.
+    /// this node or on nodes ONLINE or DEGRADED at wall time `wall`: a copy on a node UNKNOWN,
+    /// briefly OFFLINE, in maintenance or draining still counts against making an extra copy,
+    /// but never toward deleting one.
     pub fn check_drop(&self, wall: Millis, f: &FileRecord, volume: &VolumeId) -> Result<(), ApiError> {
-        use crate::membership::NodeState;
         let wanted = namespace::wanted_copies(self.meta.state(), f) as usize;
         let now = self.clock.peek(wall);
-        let up = |n: &crate::NodeId| *n == self.id || self.members.state(n, now) != NodeState::Offline;
+        let up =
+            |n: &crate::NodeId| *n == self.id || crate::storage::placement::node_usable(self.members.state(n, now));
         let others = f.locations.iter().filter(|l| &l.volume_id != volume && f.is_current(l) && up(&l.node_id)).count();
         if f.removed || others < wanted {
             return Err(ApiError::new(

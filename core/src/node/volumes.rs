@@ -136,24 +136,30 @@ impl Node {
         Ok(json!(v))
     }
 
-    /// Files (live) whose only healthy copy is on volume `id`.
-    pub fn files_only_on(&self, id: &VolumeId) -> Vec<String> {
+    /// Live files with a current copy on volume `id` and none elsewhere that can be read now:
+    /// copies of older content, and copies on nodes not ONLINE or DEGRADED (UNKNOWN, OFFLINE,
+    /// in maintenance, draining, or not members at all), do not count.
+    pub fn files_only_on(&self, wall: Millis, id: &VolumeId) -> Vec<String> {
+        let now = self.clock.peek(wall);
+        let reachable =
+            |n: &crate::NodeId| *n == self.id || crate::storage::placement::node_usable(self.members.state(n, now));
         self.meta
             .state()
             .files()
             .filter(|f| !f.removed && !f.is_dir)
             .filter(|f| {
-                let mut healthy = f.healthy_locations();
-                matches!((healthy.next(), healthy.next()), (Some(l), None) if &l.volume_id == id)
+                let mut current = f.locations.iter().filter(|l| f.is_current(l));
+                current.clone().any(|l| &l.volume_id == id)
+                    && !current.any(|l| &l.volume_id != id && reachable(&l.node_id))
             })
             .map(|f| f.path.clone())
             .collect()
     }
 
-    /// Retire a volume; refused while it holds the only healthy copy of any file.
+    /// Retire a volume; refused while it holds the only readable current copy of any file.
     pub fn volume_remove(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
         let mut v = self.volume(id)?;
-        let only = self.files_only_on(&v.id);
+        let only = self.files_only_on(wall, &v.id);
         if !only.is_empty() {
             let sample: Vec<&String> = only.iter().take(3).collect();
             return Err(ApiError::new(
@@ -204,20 +210,21 @@ impl Node {
         v.evacuating = on;
         v.version = self.hlc.next(wall);
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
-        Ok(self.volume_evacuation_status(id).unwrap_or_else(|_| json!(v)))
+        Ok(self.volume_evacuation_status(wall, id).unwrap_or_else(|_| json!(v)))
     }
 
-    /// How far an evacuation has come: copies still on the volume, and files for which it
-    /// still holds the only healthy copy.
-    pub fn volume_evacuation_status(&self, id: &str) -> Result<Value, ApiError> {
+    /// How far an evacuation has come: current copies still on the volume (what the planner
+    /// moves; copies of older content are not moved and go with the volume), and files for
+    /// which it still holds the only readable current copy.
+    pub fn volume_evacuation_status(&self, wall: Millis, id: &str) -> Result<Value, ApiError> {
         let v = self.volume(id)?;
         let copies = self
             .meta
             .state()
             .files()
-            .filter(|f| !f.removed && f.locations.iter().any(|l| l.volume_id == v.id && l.state.is_healthy()))
+            .filter(|f| !f.removed && f.locations.iter().any(|l| l.volume_id == v.id && f.is_current(l)))
             .count();
-        let only = self.files_only_on(&v.id).len();
+        let only = self.files_only_on(wall, &v.id).len();
         Ok(json!({
             "volume": v.id,
             "evacuating": v.evacuating,

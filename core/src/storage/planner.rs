@@ -337,8 +337,13 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         if busy.contains(&f.id) {
             continue;
         }
-        // Enough copies elsewhere: empty evacuating volumes and draining nodes.
-        if let Some((vol, node)) = evac.iter().copied().find(|(_, n)| usable(n) || is_draining(input, n)) {
+        // Enough copies elsewhere: empty evacuating volumes and draining nodes. Copies on nodes
+        // not reachable now (UNKNOWN, briefly OFFLINE) hold back an extra copy but never let
+        // one go: the copies left must be on usable nodes.
+        let reachable_enough = on_usable.len() >= wanted;
+        if let Some((vol, node)) =
+            evac.iter().copied().filter(|_| reachable_enough).find(|(_, n)| usable(n) || is_draining(input, n))
+        {
             if budget.node_has_room(node) && !budget.full() {
                 budget.take(node);
                 out.tasks.push(drop_task(f, node, vol, Reason::Evacuate));
