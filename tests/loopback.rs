@@ -233,7 +233,7 @@ fn the_drive_through_the_real_cli() {
     assert_eq!(copies.len(), 2);
     assert!(copies.iter().all(|c| c["copy"].as_str().unwrap().ends_with("/docs/in.bin")), "{st}");
     let (ok, human, _) = nodes[1].cli(&["stat", "cluster:/docs/in.bin"]);
-    assert!(ok && human.contains("committed") || human.contains("verified"), "{human}");
+    assert!(ok && (human.contains("committed") || human.contains("verified")), "{human}");
 
     nodes[0].cli_json(&["mv", "cluster:/docs/in.bin", "cluster:/docs/moved.bin"]);
     let verify = nodes[0].cli_json(&["verify", "cluster:/docs"]);

@@ -410,6 +410,19 @@ fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
     let rec = volume_record(&mut n, at(11), &forged, &me, &nb, "/etc");
     n.submit_meta_record(at(11), Record::Volume(rec)).unwrap();
     assert_eq!(n.local_volumes(), vec![(va.clone(), dir.clone())]);
+    // Nor does a record that also forges this node as the writer of its usage register, or
+    // one that moves this node's own volume to another folder: only `volume add` here counts.
+    let forged_too = VolumeId::new("forged-too");
+    let rec = volume_record(&mut n, at(12), &forged_too, &me, &me, "/");
+    n.submit_meta_record(at(12), Record::Volume(rec)).unwrap();
+    assert_eq!(n.local_volumes(), vec![(va.clone(), dir.clone())]);
+    assert!(n.local_volume(forged_too.as_str()).is_none());
+    let moved = volume_record(&mut n, at(13), &va, &me, &me, "/root");
+    n.submit_meta_record(at(13), Record::Volume(moved)).unwrap();
+    assert!(n.local_volumes().is_empty(), "a moved folder is not this node's volume any more");
+    let back = volume_record(&mut n, at(14), &va, &me, &me, &dir);
+    n.submit_meta_record(at(14), Record::Volume(back)).unwrap();
+    assert_eq!(n.local_volumes(), vec![(va.clone(), dir.clone())]);
 
     let copies = [(va.clone(), me.clone()), (vb.clone(), nb.clone()), (forged.clone(), me.clone())];
     publish(&mut n, at(1_000), "/gone.txt", 'a', &copies);
@@ -470,9 +483,10 @@ fn a_users_delete_needs_a_tombstone_that_is_not_a_move() {
 fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     let (mut n, va, term) = leader(1);
     let me = n.id().clone();
-    // The other copies are on two more volumes of this node: copies on nodes that are not
-    // reachable members (here: nodes it has never heard of) never count toward a drop.
-    let [vb, vc] = ["/srv/n1-b", "/srv/n1-c"].map(|dir| {
+    // The other copy is on a second volume of this node (counted as one node: this one);
+    // copies on nodes that are not reachable members (here: a node it has never heard of)
+    // never count toward a drop. How copies on other members count is in `tests/node.rs`.
+    let [vb] = ["/srv/n1-b"].map(|dir| {
         let v = n.volume_add(at(500), dir, "", 1 << 40, 1 << 39).expect("add a volume");
         VolumeId::new(v["id"].as_str().expect("volume id"))
     });
@@ -481,8 +495,8 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     publish(&mut n, at(900), "/far", 'a', &[(va.clone(), me.clone()), (far_vol, nb.clone())]);
     refused(n.check_drop(at(950), &file(&n, "/far"), &va), 409, "not_authorized");
     let dir = folder(1);
-    let three = [(va.clone(), me.clone()), (vb.clone(), me.clone()), (vc.clone(), me.clone())];
-    publish(&mut n, at(1_000), "/d", 'a', &three);
+    let two = [(va.clone(), me.clone()), (vb.clone(), me.clone())];
+    publish(&mut n, at(1_000), "/d", 'a', &two);
     assert_eq!(n.meta_leader(at(1_000)).map(|l| l.holder), Some(me.clone()));
 
     assert_eq!(n.authorize_delete(at(1_100), &me, &del(&va, "/d", Some(term))), Ok(dir.clone()));
@@ -490,19 +504,17 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     refused(n.authorize_delete(at(1_100), &me, &del(&va, "/d", Some(term + 1))), 409, "not_authorized");
     refused(n.authorize_delete(at(1_100), &me, &del(&va, "/d", Some(term - 1))), 409, "not_authorized");
 
-    // Wanted 2: two others remain. Wanted 3: only two others, the copy stays.
-    n.policy_set(at(1_200), "/", 2).unwrap();
-    assert_eq!(n.authorize_delete(at(1_300), &me, &del(&va, "/d", Some(term))), Ok(dir.clone()));
-    n.policy_set(at(1_400), "/", 3).unwrap();
+    // Wanted 2: the other copy is on one node only, the copy stays.
+    n.policy_set(at(1_400), "/", 2).unwrap();
     refused(n.authorize_delete(at(1_500), &me, &del(&va, "/d", Some(term))), 409, "not_authorized");
     refused(n.check_drop(at(1_500), &file(&n, "/d"), &va), 409, "not_authorized");
     n.policy_set(at(1_600), "/", 1).unwrap();
 
     // Other copies of older content do not count.
-    publish(&mut n, at(2_000), "/s", 'a', &three);
+    publish(&mut n, at(2_000), "/s", 'a', &two);
     n.file_publish(at(2_100), "/s", 10, &sum('b'), 0, &[(va.clone(), me.clone())]).unwrap();
     refused(n.authorize_delete(at(2_200), &me, &del(&va, "/s", Some(term))), 409, "not_authorized");
-    assert!(n.copy_publish(at(2_300), "/s", &file(&n, "/s").id, &sum('b'), &vb));
+    n.file_publish(at(2_300), "/s", 10, &sum('b'), 0, &two).unwrap();
     assert_eq!(n.authorize_delete(at(2_400), &me, &del(&va, "/s", Some(term))), Ok(dir.clone()));
 
     // A tombstone is no drop task's business.
@@ -534,10 +546,27 @@ fn a_volume_holding_the_only_readable_current_copy_is_not_removed() {
     let status = n.volume_evacuation_status(at(2_100), vb.as_str()).unwrap();
     assert_eq!((status["copiesLeft"].as_u64(), status["onlyCopiesLeft"].as_u64()), (Some(1), Some(1)), "{status}");
     refused(n.volume_remove(at(2_100), vb.as_str()), 409, "volume_holds_only_copy");
-    // Once `vb`'s copy of /g has a current twin on `va`, `vb` (older /f, /g) may go.
-    assert!(n.copy_publish(at(2_200), "/g", &file(&n, "/g").id, &sum('c'), &va));
+    // Once /g has a current copy on `va` as well, `vb` (older /f, /g) may go.
+    n.file_publish(at(2_200), "/g", 10, &sum('c'), 0, &[(va.clone(), me.clone()), (vb.clone(), me.clone())]).unwrap();
     assert!(n.files_only_on(at(2_300), &vb).is_empty());
     n.volume_remove(at(2_300), vb.as_str()).expect("nothing lives only on vb");
+}
+
+/// A node holds at most one current copy of a file: the same file found in a second of its
+/// volume folders (a rescan) is not added, so N copies always mean N nodes.
+#[test]
+fn a_second_copy_on_the_same_node_is_not_counted() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
+    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
+    drain(&mut n);
+    let id = publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
+    assert!(!n.copy_publish(at(1_100), "/f", &id, &sum('a'), &vb), "a second copy on this node");
+    assert_eq!(file(&n, "/f").locations.len(), 1);
+    // Once the first copy is stale, the other volume may hold the current one.
+    assert!(n.copy_mark(at(1_200), "/f", &va, LocationState::Stale, &sum('a')));
+    assert!(n.copy_publish(at(1_300), "/f", &id, &sum('a'), &vb));
 }
 
 // ---- 8. replication backoff ----
@@ -559,6 +588,11 @@ fn replication_failures_back_off_in_the_replicated_record_and_a_success_clears_i
         assert_eq!((r.attempts, r.next_at_ms), (b.attempts, b.next_at_ms));
     }
     assert_eq!(delays[4], HOUR_MS);
+    // The plan `repl plan` shows is the one the leader would make: the file waits out its backoff.
+    n.policy_set(at(60_001), "/", 2).unwrap();
+    let shown = n.replication_plan(at(60_002), &[]);
+    assert_eq!(shown["plan"]["stats"]["waitingBackoff"], 1, "{shown}");
+    assert_eq!(shown["plan"]["tasks"].as_array().map(|t| t.len()), Some(0), "{shown}");
 
     // An overwrite of the metadata does not reset it: it is a register of its own.
     n.file_publish(at(100_000), "/r", 30, &sum('b'), 0, &[(va.clone(), me.clone())]).unwrap();

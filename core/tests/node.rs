@@ -697,5 +697,13 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     let mut g = f.clone();
     g.locations.push(loc("v1", net.id(1)));
     assert!(net.nodes[0].check_drop(at, &g, &v0).is_ok());
+    // Copies count once per node: with two wanted, a second copy on node 1 is no second node.
+    let mut h = g.clone();
+    h.replicas = 2;
+    h.locations.push(loc("v1b", net.id(1)));
+    let e = net.nodes[0].check_drop(at, &h, &v0).unwrap_err();
+    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    // Node 1 may let its second copy go: node 1 still holds one, and node 0 another.
+    assert!(net.nodes[0].check_drop(at, &h, &VolumeId::new("v1b")).is_ok());
     let _ = Record::File(g);
 }

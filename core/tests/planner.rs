@@ -234,6 +234,34 @@ fn an_evacuation_never_drops_the_last_copy_on_a_reachable_node() {
     assert!(drops(&d.plan()).is_empty(), "a draining node keeps its copy while the other is UNKNOWN");
 }
 
+/// Copies count once per node: two on one node make one, so the file gets a copy on another
+/// node, and then the second copy on the first node is dropped.
+#[test]
+fn two_copies_on_one_node_count_as_one() {
+    let mut w = World::new(3, 100 * G);
+    let mut extra = volume(0, 100 * G);
+    extra.id = VolumeId::new("v0b");
+    w.state.apply(&Record::Volume(extra));
+    w.policy("/", 2);
+    w.file("/a", &[(0, Committed)]);
+    let mut f = w.state.file("/a").cloned().unwrap();
+    let mut second = f.locations[0].clone();
+    second.volume_id = VolumeId::new("v0b");
+    f.locations.push(second);
+    f.version = v(3);
+    w.state.apply(&Record::File(f.clone()));
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 1, "{:?}", p.tasks);
+    assert!(matches!(&p.tasks[0].action, Action::Pull { target_node, .. } if target_node.as_str() != "n0"));
+    let mut third = f.locations[0].clone();
+    third.volume_id = VolumeId::new("v1");
+    third.node_id = NodeId::new("n1");
+    f.locations.push(third);
+    f.version = v(4);
+    w.state.apply(&Record::File(f));
+    assert_eq!(drops(&w.plan()), vec![("v0b".to_string(), Reason::Drop)]);
+}
+
 /// A copy is never deleted while it is the only healthy one.
 #[test]
 fn the_only_healthy_copy_is_never_dropped_even_when_evacuating_with_no_target() {

@@ -165,13 +165,18 @@ fn expire<E: Env>(s: &Arc<Shared<E>>, mono: Millis) {
     }
 }
 
+/// The tasks this node dispatched that have not ended yet (on the leader).
+pub fn in_flight<E: Env>(s: &Arc<Shared<E>>) -> Vec<InFlight> {
+    lock(&s.repl.in_flight)
+        .values()
+        .map(|(t, _)| InFlight { file: t.file.clone(), node: t.action.worker().clone() })
+        .collect()
+}
+
 /// One planner pass: plan, write marks, dispatch tasks.
 pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
     let Some(term) = s.read_node(|n, now| n.leader_term(now)) else { return };
-    let in_flight: Vec<InFlight> = lock(&s.repl.in_flight)
-        .values()
-        .map(|(t, _)| InFlight { file: t.file.clone(), node: t.action.worker().clone() })
-        .collect();
+    let in_flight = in_flight(s);
     let plan = s.read_node(|n, now| {
         let nodes = n.planner_nodes(now);
         let backoff = n.repl_backoffs();

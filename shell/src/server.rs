@@ -672,12 +672,14 @@ async fn volume_evacuate_status<E: Env>(State(s): S<E>, Path(id): Path<String>) 
 // ---- replication ----
 
 async fn repl_plan<E: Env>(State(s): S<E>) -> Response {
-    api_result(Ok(s.read_node(|n, now| n.replication_plan(now))))
+    let in_flight = crate::repl::in_flight(&s);
+    api_result(Ok(s.read_node(|n, now| n.replication_plan(now, &in_flight))))
 }
 
 async fn repl_status<E: Env>(State(s): S<E>) -> Response {
+    let in_flight = crate::repl::in_flight(&s);
     api_result(Ok(s.read_node(|n, now| {
-        let p = n.replication_plan(now);
+        let p = n.replication_plan(now, &in_flight);
         json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0), "thisNode": s.repl.stats() })
     })))
 }

@@ -1,5 +1,6 @@
 //! Persistence of the node's cluster state in redb (`DATA/cluster.redb`): the cluster info,
-//! member records, join tokens and purged ids. The core says what to write
+//! member records, join tokens, purged ids and the folders this node contributed as volumes
+//! (its own list, which no replicated record can change). The core says what to write
 //! ([`PersistOp`]); this module writes each drained batch in one transaction.
 //!
 //! Leaving the cluster (`ClearCluster`) empties these tables only.
@@ -13,6 +14,10 @@ const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
+/// Volume id -> folder, for this node's own volumes.
+const OWN_VOLUMES: TableDefinition<&str, &str> = TableDefinition::new("own_volumes");
+/// Key in `cluster` saying `own_volumes` was written (an empty list is a list).
+const OWN_VOLUMES_KEPT: &str = "own_volumes_kept";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -42,6 +47,7 @@ impl Store {
             txn.open_table(NODES)?;
             txn.open_table(TOKENS)?;
             txn.open_table(PURGED)?;
+            txn.open_table(OWN_VOLUMES)?;
         }
         txn.commit()?;
         Ok(Store { db: Arc::new(db), durable })
@@ -78,6 +84,14 @@ impl Store {
             let (k, _) = row?;
             out.purged.push(shoal_core::NodeId::new(k.value()));
         }
+        if cluster.get(OWN_VOLUMES_KEPT)?.is_some() {
+            let mut own = Vec::new();
+            for row in txn.open_table(OWN_VOLUMES)?.iter()? {
+                let (k, v) = row?;
+                own.push((shoal_core::VolumeId::new(k.value()), v.value().to_string()));
+            }
+            out.own_volumes = Some(own);
+        }
         Ok(out)
     }
 
@@ -95,6 +109,7 @@ impl Store {
             let mut nodes = txn.open_table(NODES)?;
             let mut tokens = txn.open_table(TOKENS)?;
             let mut purged = txn.open_table(PURGED)?;
+            let mut own_volumes = txn.open_table(OWN_VOLUMES)?;
             for op in ops {
                 match op {
                     PersistOp::PutCluster(c) => {
@@ -105,6 +120,7 @@ impl Store {
                         nodes.retain(|_, _| false)?;
                         tokens.retain(|_, _| false)?;
                         purged.retain(|_, _| false)?;
+                        own_volumes.retain(|_, _| false)?;
                     }
                     PersistOp::PutRecord(r) => {
                         nodes.insert(r.id.as_str(), serde_json::to_vec(r).expect("serialise").as_slice())?;
@@ -120,6 +136,13 @@ impl Store {
                     }
                     PersistOp::DeleteToken(id) => {
                         tokens.remove(id.as_str())?;
+                    }
+                    PersistOp::PutOwnVolumes(list) => {
+                        own_volumes.retain(|_, _| false)?;
+                        for (id, folder) in list {
+                            own_volumes.insert(id.as_str(), folder.as_str())?;
+                        }
+                        cluster.insert(OWN_VOLUMES_KEPT, b"1".as_slice())?;
                     }
                 }
             }

@@ -387,7 +387,7 @@ fn answer<E: Env>(
                 if owner != sender {
                     return error_response(404, "unknown_session", "no such upload session");
                 }
-                let offset = match sess.check_chunk(index, body.len() as u64, claimed, body_sha) {
+                let offset = match sess.check_chunk(now, index, body.len() as u64, claimed, body_sha) {
                     Ok(o) => o,
                     Err(e) => return transfer_error(e),
                 };
@@ -420,6 +420,11 @@ fn answer<E: Env>(
                 Some(u) if &u.owner == sender => (u.session.clone(), u.hash.clone()),
                 _ => return error_response(404, "unknown_session", "no such upload session"),
             };
+            if op == "commit" {
+                if let Err(e) = sess.check_alive(now) {
+                    return transfer_error(e);
+                }
+            }
             let Some(vol) = s.read_node(|n, _| n.local_volume(sess.volume.as_str())) else {
                 sessions.remove(id);
                 return error_response(404, "unknown_volume", "the session's volume is gone");

@@ -131,3 +131,45 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
     assert_eq!(s, 404);
     d.shutdown().await;
 }
+
+/// A node knows its own volumes from its own list, kept beside the replicated records: after a
+/// restart its volume is still its own, and a data dir from before the list was kept (no list
+/// written) adopts its volumes once from the records and keeps them from then on.
+#[tokio::test]
+async fn a_nodes_own_volumes_survive_a_restart_and_an_old_data_dir_adopts_them() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let folder = root.path().join("disk1");
+    let d = daemon::start(TokioEnv::default(), ServeOptions::new(data.clone(), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    d.shutdown().await;
+
+    let own_after_restart = |forget_list: bool| {
+        let (data, id) = (data.clone(), id.clone());
+        async move {
+            if forget_list {
+                // What a data dir written before the list was kept looks like.
+                let db = redb::Database::create(data.join(shoal_shell::identity::DB_FILE)).unwrap();
+                let txn = db.begin_write().unwrap();
+                {
+                    let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("cluster");
+                    let mut t = txn.open_table(def).unwrap();
+                    assert!(t.remove("own_volumes_kept").unwrap().is_some(), "the list was kept");
+                }
+                txn.commit().unwrap();
+            }
+            let d = daemon::start(TokioEnv::default(), ServeOptions::new(data, "127.0.0.1:0")).await.unwrap();
+            let (_, list) = call(&d, "GET", "/v1/volumes", Value::Null).await;
+            let local = list["volumes"].as_array().unwrap().iter().any(|v| v["id"] == id && v["local"] == true);
+            let measured = d.shared().read_node(|n, _| n.local_volumes().len());
+            d.shutdown().await;
+            local && measured == 1
+        }
+    };
+    assert!(own_after_restart(false).await, "the volume is still this node's after a restart");
+    assert!(own_after_restart(true).await, "an old data dir adopts its volume");
+    assert!(own_after_restart(false).await, "and keeps it");
+}

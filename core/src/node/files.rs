@@ -465,6 +465,12 @@ impl Node {
         if &f.id != file || !f.checksum.eq_ignore_ascii_case(checksum) {
             return false;
         }
+        // Copies count once per node: a second current copy on another volume of this node
+        // (a rescan finding the file in two of its folders) would stand in for a copy on
+        // another node.
+        if f.locations.iter().any(|l| l.node_id == self.id && &l.volume_id != volume && f.is_current(l)) {
+            return false;
+        }
         let version = self.hlc.next(wall);
         let loc = Location {
             volume_id: volume.clone(),
@@ -614,21 +620,28 @@ impl Node {
         Ok(vol.subpath)
     }
 
-    /// A copy on `volume` may be dropped only while `wanted` other current copies exist on
-    /// this node or on nodes ONLINE or DEGRADED at wall time `wall`: a copy on a node UNKNOWN,
-    /// briefly OFFLINE, in maintenance or draining still counts against making an extra copy,
-    /// but never toward deleting one.
+    /// A copy on `volume` may be dropped only while current copies on other volumes remain on
+    /// `wanted` different nodes, each this node or ONLINE or DEGRADED at wall time `wall`: a
+    /// copy on a node UNKNOWN, briefly OFFLINE, in maintenance or draining still counts against
+    /// making an extra copy, but never toward deleting one.
     pub fn check_drop(&self, wall: Millis, f: &FileRecord, volume: &VolumeId) -> Result<(), ApiError> {
         let wanted = namespace::wanted_copies(self.meta.state(), f) as usize;
         let now = self.clock.peek(wall);
         let up =
             |n: &crate::NodeId| *n == self.id || crate::storage::placement::node_usable(self.members.state(n, now));
-        let others = f.locations.iter().filter(|l| &l.volume_id != volume && f.is_current(l) && up(&l.node_id)).count();
+        // Copies count once per node: N copies mean N nodes.
+        let others: std::collections::BTreeSet<&crate::NodeId> = f
+            .locations
+            .iter()
+            .filter(|l| &l.volume_id != volume && f.is_current(l) && up(&l.node_id))
+            .map(|l| &l.node_id)
+            .collect();
+        let others = others.len();
         if f.removed || others < wanted {
             return Err(ApiError::new(
                 409,
                 "not_authorized",
-                format!("only {others} other current copies (wanted {wanted}); the copy stays"),
+                format!("only {others} other node(s) hold a current copy (wanted {wanted}); the copy stays"),
             ));
         }
         Ok(())

@@ -65,6 +65,9 @@ pub enum PersistOp {
     PutPurged(NodeId),
     PutToken(TokenRecord),
     DeleteToken(TokenId),
+    /// The folders this node contributed as volumes, whole: kept beside (never in) the
+    /// replicated metadata, so no record another member writes can add to it.
+    PutOwnVolumes(Vec<(crate::ids::VolumeId, String)>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -315,6 +318,9 @@ pub struct Node {
     meta: Meta,
     /// When and at what free space each local volume's usage was last reported.
     volume_reported: BTreeMap<crate::ids::VolumeId, (Millis, u64)>,
+    /// The folders this node itself contributed as volumes (`volume add` here), by volume id.
+    /// A volume record counts as this node's only when it names one of these with its folder.
+    own_volumes: BTreeMap<crate::ids::VolumeId, String>,
 }
 
 /// What the shell read back from disk.
@@ -325,6 +331,9 @@ pub struct Restored {
     pub tokens: Vec<TokenRecord>,
     pub purged: Vec<NodeId>,
     pub meta: MetaRestored,
+    /// This node's own volumes as persisted; `None` when never written (a data dir from before
+    /// the list was kept: it is adopted once from the volume records).
+    pub own_volumes: Option<Vec<(crate::ids::VolumeId, String)>>,
 }
 
 /// The headers of a request with its canonical string, for checking its signature later.
@@ -375,6 +384,7 @@ impl Node {
             clock: MonoClock::default(),
             meta: Meta::new(id_for_meta, meta_config, Millis::ZERO),
             volume_reported: BTreeMap::new(),
+            own_volumes: BTreeMap::new(),
         }
     }
 
@@ -398,6 +408,10 @@ impl Node {
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
         if self.cluster.is_some() {
             self.meta.restore(r.meta, &mut self.hlc);
+            match r.own_volumes {
+                Some(own) => self.own_volumes = own.into_iter().collect(),
+                None => self.adopt_own_volumes(),
+            }
         } else if !r.meta.records.is_empty()
             || !r.meta.pending.is_empty()
             || r.meta.log_meta.is_some()
@@ -850,6 +864,7 @@ impl Node {
         self.heartbeat_due = None;
         self.tick_due = None;
         self.last_states.clear();
+        self.own_volumes.clear();
         self.persist(PersistOp::ClearCluster);
         let now = self.clock.peek(self.clock.last_wall.unwrap_or_default());
         self.meta.clear(now);
@@ -1217,6 +1232,8 @@ impl Node {
         self.members.insert(rec.clone());
         self.cluster = Some(info.clone());
         self.persist(PersistOp::PutCluster(info));
+        self.own_volumes.clear();
+        self.persist_own_volumes();
         self.persist(PersistOp::PutRecord(Box::new(rec)));
         self.start_timers(now);
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
@@ -1428,6 +1445,8 @@ impl Node {
         }
         self.cluster = Some(reply.cluster.clone());
         self.persist(PersistOp::PutCluster(reply.cluster.clone()));
+        self.own_volumes.clear();
+        self.persist_own_volumes();
         self.persist(PersistOp::PutRecord(Box::new(own)));
         self.apply_merge(wall, out);
         self.start_timers(now);

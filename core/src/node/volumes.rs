@@ -50,11 +50,29 @@ impl Node {
         (pct("low_space_enter_pct", 5.0), pct("low_space_leave_pct", 7.0))
     }
 
-    /// Whether `v` is one of this node's volumes: it names this node, and its usage register
-    /// (only ever written by the volume's own node) was written here. Another member cannot
-    /// make this node measure, read or write a folder of its choosing by naming it.
+    /// Whether `v` is one of this node's volumes: it names this node, and its id and folder
+    /// are one this node added itself (kept in its own list, outside the replicated records).
+    /// Another member cannot make this node measure, read or write a folder of its choosing by
+    /// writing a volume record that names it, nor move one of its volumes to another folder.
     fn is_own(&self, v: &Volume) -> bool {
-        v.node_id == self.id && v.usage_version.node == self.id
+        v.node_id == self.id && self.own_volumes.get(&v.id) == Some(&v.subpath)
+    }
+
+    /// A data dir from before this node kept its own list: take the volume records that name
+    /// this node and whose usage register it wrote (the rule used until then), once.
+    pub(super) fn adopt_own_volumes(&mut self) {
+        self.own_volumes = self
+            .volumes()
+            .filter(|v| v.node_id == self.id && v.usage_version.node == self.id)
+            .map(|v| (v.id.clone(), v.subpath.clone()))
+            .collect();
+        self.persist_own_volumes();
+    }
+
+    /// Have the shell write this node's own list of volumes, whole.
+    pub(super) fn persist_own_volumes(&mut self) {
+        let own = self.own_volumes.iter().map(|(id, folder)| (id.clone(), folder.clone())).collect();
+        self.persist(super::PersistOp::PutOwnVolumes(own));
     }
 
     /// This node's own volumes: (id, folder).
@@ -74,12 +92,12 @@ impl Node {
         if self.cluster.is_none() {
             return Err(ApiError::not_in_cluster());
         }
-        if let Some(v) = self.volumes().find(|v| v.node_id == self.id && v.subpath == folder) {
+        if let Some(v) = self.volumes().find(|v| self.is_own(v) && v.subpath == folder) {
             return Err(ApiError::new(409, "volume_exists", format!("{folder} is already volume {}", v.id)));
         }
         let within = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
         if let Some(v) =
-            self.volumes().find(|v| v.node_id == self.id && (within(folder, &v.subpath) || within(&v.subpath, folder)))
+            self.volumes().find(|v| self.is_own(v) && (within(folder, &v.subpath) || within(&v.subpath, folder)))
         {
             return Err(ApiError::new(
                 409,
@@ -108,6 +126,8 @@ impl Node {
             low_space,
             usage_version: version,
         };
+        self.own_volumes.insert(v.id.clone(), v.subpath.clone());
+        self.persist_own_volumes();
         self.volume_reported.insert(v.id.clone(), (wall, free));
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
         Ok(json!(v))
@@ -119,7 +139,7 @@ impl Node {
             .volumes()
             .map(|v| {
                 let mut j = json!(v);
-                j["local"] = json!(v.node_id == self.id);
+                j["local"] = json!(self.is_own(v));
                 j["path"] = json!(format!("{}:{}", v.node_id, v.id));
                 j
             })
@@ -175,6 +195,9 @@ impl Node {
         v.version = self.hlc.next(wall);
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
         self.volume_reported.remove(&v.id);
+        if self.own_volumes.remove(&v.id).is_some() {
+            self.persist_own_volumes();
+        }
         Ok(json!({ "removed": v.id }))
     }
 
@@ -259,12 +282,14 @@ impl Node {
             .collect()
     }
 
-    /// The replication plan as the leader would make it now (nothing is carried out yet).
-    pub fn replication_plan(&self, wall: Millis) -> Value {
+    /// The replication plan as the leader would make it now (nothing is carried out yet), with
+    /// each file's backoff (from its record) and the tasks in flight (`in_flight`: known on the
+    /// leader that dispatched them; empty elsewhere).
+    pub fn replication_plan(&self, wall: Millis, in_flight: &[crate::storage::planner::InFlight]) -> Value {
         use crate::storage::planner::{plan, PlanInput};
         let nodes = self.planner_nodes(wall);
-        let backoff = std::collections::BTreeMap::new();
-        let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &[], backoff: &backoff };
+        let backoff = self.repl_backoffs();
+        let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight, backoff: &backoff };
         let p = plan(self.meta.state(), &input, &self.planner_config());
         let leader = self.meta.leader(self.clock.peek(wall)).map(|l| l.holder.clone());
         json!({ "leader": leader, "plan": p })

@@ -237,6 +237,8 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         let mut sources: Vec<(&VolumeId, &NodeId)> = Vec::new();
         let mut holders: BTreeSet<&NodeId> = BTreeSet::new();
         let mut stale_here: Vec<&Volume> = Vec::new();
+        // Further current copies on a node that holds one already: they count once.
+        let mut duplicates: Vec<(&Volume, &NodeId)> = Vec::new();
         for l in &f.locations {
             if l.state == LocationState::Dropped {
                 continue;
@@ -254,7 +256,12 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                     });
                     continue;
                 }
-                holders.insert(&l.node_id);
+                if !holders.insert(&l.node_id) {
+                    if node_usable(node.state) {
+                        duplicates.push((vol, &l.node_id));
+                    }
+                    continue;
+                }
                 // DRAINING nodes take no new copies but still serve reads.
                 if node_usable(node.state) || node.state == NodeState::Draining {
                     sources.push((&l.volume_id, &l.node_id));
@@ -335,6 +342,16 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         }
         out.stats.healthy += 1;
         if busy.contains(&f.id) {
+            continue;
+        }
+        // A second copy on one node adds nothing: it goes first.
+        if let Some((vol, node)) = duplicates.first().copied() {
+            if budget.node_has_room(node) && !budget.full() {
+                budget.take(node);
+                out.tasks.push(drop_task(f, node, vol, Reason::Drop));
+            } else {
+                out.stats.deferred += 1;
+            }
             continue;
         }
         // Enough copies elsewhere: empty evacuating volumes and draining nodes. Copies on nodes

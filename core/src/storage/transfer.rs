@@ -52,12 +52,15 @@ pub enum TransferError {
     Incomplete(u64),
     #[error("read length must be 1 byte to 8 MiB")]
     ReadLength,
+    #[error("the upload session expired (30 minutes idle)")]
+    Expired,
 }
 
 impl TransferError {
     pub fn http_status(&self) -> u16 {
         match self {
             TransferError::Incomplete(_) => 409,
+            TransferError::Expired => 404,
             _ => 400,
         }
     }
@@ -151,9 +154,27 @@ impl UploadSession {
         now.since(self.touched) > SESSION_IDLE_MS
     }
 
-    /// Check a chunk before it is written: index, length, and its SHA-256 against the one
-    /// the sender claimed (`claimed`) and the one the receiver computed (`actual`).
-    pub fn check_chunk(&self, index: u64, len: u64, claimed: &str, actual: &str) -> Result<u64, TransferError> {
+    /// An expired session takes no more chunks and no commit, even before it is swept.
+    pub fn check_alive(&self, now: Millis) -> Result<(), TransferError> {
+        if self.expired(now) {
+            Err(TransferError::Expired)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Check a chunk before it is written, at `now`: the session is alive, index, length, and
+    /// its SHA-256 against the one the sender claimed (`claimed`) and the one the receiver
+    /// computed (`actual`).
+    pub fn check_chunk(
+        &self,
+        now: Millis,
+        index: u64,
+        len: u64,
+        claimed: &str,
+        actual: &str,
+    ) -> Result<u64, TransferError> {
+        self.check_alive(now)?;
         let want = chunk_len(self.size, index).ok_or(TransferError::ChunkOutOfRange(index))?;
         if len != want {
             return Err(TransferError::ChunkLength { index, want, got: len });
@@ -216,19 +237,24 @@ mod tests {
             Millis(0),
         )
         .unwrap();
-        assert_eq!(s.check_chunk(1, 4 * MIB, C, C), Ok(4 * MIB));
+        assert_eq!(s.check_chunk(Millis(0), 1, 4 * MIB, C, C), Ok(4 * MIB));
         assert_eq!(
-            s.check_chunk(2, 4 * MIB, C, C),
+            s.check_chunk(Millis(0), 2, 4 * MIB, C, C),
             Err(TransferError::ChunkLength { index: 2, want: MIB, got: 4 * MIB })
         );
-        assert_eq!(s.check_chunk(3, MIB, C, C), Err(TransferError::ChunkOutOfRange(3)));
-        assert_eq!(s.check_chunk(0, 4 * MIB, C, &C.replace('e', "f")), Err(TransferError::ChunkChecksum(0)));
+        assert_eq!(s.check_chunk(Millis(0), 3, MIB, C, C), Err(TransferError::ChunkOutOfRange(3)));
+        assert_eq!(s.check_chunk(Millis(0), 0, 4 * MIB, C, &C.replace('e', "f")), Err(TransferError::ChunkChecksum(0)));
         s.mark(0, Millis(10));
         assert_eq!(s.missing(), 2);
         assert!(s.resumes(&VolumeId::new("v"), "/a", 9 * MIB, &C.to_uppercase()));
         assert!(!s.resumes(&VolumeId::new("v"), "/a", 9 * MIB + 1, C));
         assert!(!s.expired(Millis(10 + SESSION_IDLE_MS)));
         assert!(s.expired(Millis(11 + SESSION_IDLE_MS)));
+        // Expired before any begin swept it: no more chunks, no commit.
+        assert_eq!(s.check_chunk(Millis(10 + SESSION_IDLE_MS), 1, 4 * MIB, C, C), Ok(4 * MIB));
+        assert_eq!(s.check_chunk(Millis(11 + SESSION_IDLE_MS), 1, 4 * MIB, C, C), Err(TransferError::Expired));
+        assert_eq!(s.check_alive(Millis(11 + SESSION_IDLE_MS)), Err(TransferError::Expired));
+        assert_eq!(TransferError::Expired.http_status(), 404);
         assert_eq!(
             UploadSession::new(
                 "s".into(),
