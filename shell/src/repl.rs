@@ -810,7 +810,8 @@ async fn rescan_loop<E: Env>(s: Arc<Shared<E>>) {
     }
 }
 
-/// Walk this node's volume folders: adopt files with no record, mark copies that vanished or
+/// Walk this node's volume folders: adopt files with no record, add right copies the records
+/// do not list, restore stale copies whose bytes are right again, mark copies that vanished or
 /// changed stale.
 pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
     lock(&s.repl.stats).rescans += 1;
@@ -832,7 +833,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                 (found, removed)
             })
             .await;
-        let (mut adopted, mut stale, mut added) = (0u64, 0u64, 0u64);
+        let (mut adopted, mut stale, mut added, mut restored) = (0u64, 0u64, 0u64, 0u64);
         for (path, size, mtime_ms) in &found {
             if facts.pending.contains(path) {
                 continue; // a delete or rename is on its way
@@ -853,6 +854,17 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                                 });
                                 stale += 1;
                             }
+                        }
+                    }
+                    Some(c) if c.of_this_content && *size == live.size => {
+                        // Stale, of the file's present content (marked while this node was
+                        // away, or found corrupt): if the bytes are right it is a copy again,
+                        // with no transfer; a corrupt one stays stale until repaired.
+                        let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                        if sum == live.checksum
+                            && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
+                        {
+                            restored += 1;
                         }
                     }
                     Some(_) => {}
@@ -884,10 +896,10 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             }
         }
         lock(&s.repl.stats).adopted += adopted;
-        if stale > 0 {
+        if stale > 0 || restored > 0 {
             s.repl_kick();
         }
-        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "markedStale": stale, "partFilesRemoved": parts_removed}));
+        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
     json!({ "volumes": report })
 }

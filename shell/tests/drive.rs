@@ -439,7 +439,7 @@ async fn a_get_goes_on_from_another_copy_when_its_copy_fails_midway() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
+async fn a_rescan_adopts_dropped_in_files_marks_vanished_copies_stale_and_restores_right_ones() {
     let _serial = SERIAL.lock().await;
     let before_start = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
     let c = cluster(3).await;
@@ -485,6 +485,20 @@ async fn a_rescan_adopts_dropped_in_files_and_marks_vanished_copies_stale() {
     })
     .await;
     let _ = st;
+
+    // The bytes come back (a disk remounted): a stale copy of the file's content that is right
+    // again is restored with no transfer; wrong bytes of the same size are not.
+    std::fs::write(folder.join("inbox/note.txt"), b"dropped in by HAND").unwrap();
+    let (_, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(v["volumes"][0]["copiesRestored"], json!(0), "{v}");
+    std::fs::write(folder.join("inbox/note.txt"), b"dropped in by hand").unwrap();
+    let (_, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(v["volumes"][0]["copiesRestored"], json!(1), "{v}");
+    eventually("the restored copy is current again", || async {
+        stat(a, "/inbox/note.txt").await["copies"][0]["state"] == json!("verified")
+    })
+    .await;
+    assert_eq!(call(a, "GET", "/v1/files/inbox/note.txt", vec![], &[]).await.body, b"dropped in by hand");
     for d in c.nodes {
         d.shutdown().await;
     }

@@ -721,7 +721,11 @@ impl Node {
                     id: f.id.clone(),
                     size: f.size,
                     checksum: f.checksum.clone(),
-                    copy: here.map(|l| CopyFact { current: f.is_current(l), checked_ms: l.updated.wall_ms }),
+                    copy: here.map(|l| CopyFact {
+                        current: f.is_current(l),
+                        of_this_content: l.checksum.eq_ignore_ascii_case(&f.checksum),
+                        checked_ms: l.updated.wall_ms,
+                    }),
                 },
             );
         }
@@ -772,6 +776,9 @@ pub struct LiveFile {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CopyFact {
     pub current: bool,
+    /// The copy was recorded with the file's present content (a stale one of those may be
+    /// right again: marked stale while its node was away).
+    pub of_this_content: bool,
     /// When the copy was last written or verified (unix ms).
     pub checked_ms: u64,
 }
