@@ -1,4 +1,6 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S]`: a long seed sweep. `SEED=n` runs one.
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N]]`: a long seed sweep
+//! (membership and metadata, or with `--drive` the cluster drive, one write in N over 4 MiB).
+//! `SEED=n` runs one.
 
 use std::time::Instant;
 
@@ -11,10 +13,13 @@ fn main() {
         Some(seed) => (seed, 1),
         None => (arg("--from").unwrap_or(1), arg("--seeds").unwrap_or(100)),
     };
+    let drive = args.iter().any(|a| a == "--drive");
+    let opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
     let started = Instant::now();
     let mut failed = 0u64;
     for seed in from..from + count {
-        match shoal_sim::run_seed(seed) {
+        let run = if drive { shoal_sim::run_drive_seed_with(seed, &opts) } else { shoal_sim::run_seed(seed) };
+        match run {
             Ok(r) => println!(
                 "seed {seed}: ok, {} faults, {} s simulated, digest {}",
                 r.faults,

@@ -15,8 +15,9 @@
 use serde_json::json;
 use shoal_core::meta::records::FileRecord;
 use shoal_core::NodeId;
+use shoal_sim::drive_run::{check_no_file_lost, converged_copies, Acked};
 use shoal_sim::{Harness, SimConfig};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 const INTERVAL: u64 = 15_000;
 
@@ -54,22 +55,6 @@ fn wait(h: &mut Harness, bound_ms: u64, what: &str, mut cond: impl FnMut(&mut Ha
     }
 }
 
-/// Acknowledged files and what they hold.
-type Acked = BTreeMap<String, String>;
-
-/// Every acknowledged file has a right copy on some node not in `lost`.
-fn check_no_file_lost(h: &Harness, acked: &Acked, lost: &BTreeSet<usize>) -> Result<(), String> {
-    for (path, content) in acked {
-        let want = Harness::file_bytes(content);
-        let holders: Vec<usize> =
-            (0..h.node_count()).filter(|i| !lost.contains(i) && h.stored(*i, path).as_ref() == Some(&want)).collect();
-        if holders.is_empty() {
-            return Err(format!("seed {}: no right copy of {path} left on any node", h.cfg.seed));
-        }
-    }
-    Ok(())
-}
-
 /// Run `ms`, checking that no acknowledged file lost its last right copy, every second.
 fn run_watching(h: &mut Harness, ms: u64, acked: &Acked, lost: &BTreeSet<usize>) {
     for _ in 0..ms.div_ceil(1_000) {
@@ -86,32 +71,6 @@ fn record(h: &Harness, i: usize, path: &str) -> Option<FileRecord> {
 /// Node index of an id.
 fn index_of(h: &Harness, id: &NodeId) -> usize {
     h.ids.iter().position(|x| x == id).expect("a known node")
-}
-
-/// Every acknowledged file has exactly `n` current copies on `n` different live nodes, in the
-/// records of every live node, and those nodes' disks hold the right bytes.
-fn converged_copies(h: &Harness, acked: &Acked, n: usize, live: &[usize]) -> Result<(), String> {
-    for (path, content) in acked {
-        let want = Harness::file_bytes(content);
-        for &i in live {
-            let f = record(h, i, path).ok_or_else(|| format!("n{i} has no record of {path}"))?;
-            let holders: Vec<usize> =
-                f.locations.iter().filter(|l| f.is_current(l)).map(|l| index_of(h, &l.node_id)).collect();
-            let distinct: BTreeSet<usize> = holders.iter().copied().collect();
-            if holders.len() != n || distinct.len() != n {
-                return Err(format!("n{i} sees {path} on {holders:?}, wanted {n} different nodes"));
-            }
-            for j in distinct {
-                if !live.contains(&j) {
-                    return Err(format!("{path} counts a copy on n{j}, which is gone"));
-                }
-                if h.stored(j, path).as_ref() != Some(&want) {
-                    return Err(format!("n{j}'s copy of {path} is not right on disk"));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Writes during a partition and a crash; after heal every file has exactly N right copies on
@@ -348,4 +307,30 @@ fn hang_during_put(seed: u64, nodes: usize, hang_when: impl Fn(Option<u8>) -> bo
         check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
         converged_copies(h, &acked, 3, &live).is_ok()
     });
+}
+
+/// The bounded CI sweep of the drive: `SHOAL_SIM_DRIVE_SEEDS` seeds (default 3) of random
+/// writes under partitions, held links, crashes, flipped bytes and full disks; no acknowledged
+/// file is ever without a right copy, and after heal every one has N right copies on N nodes.
+/// `SEED=n` runs only seed n. Longer sweeps: `shoal-sim --drive --seeds K [--big N]`.
+#[test]
+fn drive_seed_sweep_keeps_every_acknowledged_file() {
+    let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => {
+            let n: u64 = std::env::var("SHOAL_SIM_DRIVE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+            (1..=n).collect()
+        }
+    };
+    let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed(s).err()).collect();
+    assert!(failures.is_empty(), "{} of {} seeds failed:\n{}", failures.len(), seeds.len(), failures.join("\n\n"));
+}
+
+/// A drive seed replays: the same seed gives the same faults, writes and answers, in order.
+#[test]
+fn a_drive_seed_gives_the_same_digest_twice() {
+    let opts = shoal_sim::DriveOptions { chaos_ms: 40_000, ..Default::default() };
+    let a = shoal_sim::run_drive_seed_with(7, &opts).unwrap();
+    let b = shoal_sim::run_drive_seed_with(7, &opts).unwrap();
+    assert_eq!(a.digest, b.digest);
 }
