@@ -1095,6 +1095,9 @@ fn human_put(v: &Value) -> String {
         s(&v["copies"]),
         s(&v["wanted"])
     );
+    if v["copies"].as_u64() < v["wanted"].as_u64() {
+        out.push_str("\n(fewer copies than the folder policy wants: the others are made when nodes can take them)");
+    }
     if v["recordReplicated"] == Value::Bool(false) {
         out.push_str("\n(no metadata leader has the record yet: until it does, it lives on this node only)");
     }
@@ -1144,5 +1147,20 @@ fn human_audit(v: &Value) -> String {
         "no admin acts recorded".into()
     } else {
         out.trim_end().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_put_short_of_copies_or_of_a_replicated_record_says_so() {
+        let full = json!({"path": "/a", "size": 3, "copies": 2, "wanted": 2, "recordReplicated": true});
+        assert_eq!(human_put(&full), "cluster:/a  3 bytes, 2 of 2 copies written");
+        let short = json!({"path": "/a", "size": 3, "copies": 1, "wanted": 2, "recordReplicated": false});
+        let text = human_put(&short);
+        assert!(text.contains("1 of 2 copies") && text.contains("fewer copies"), "{text}");
+        assert!(text.contains("lives on this node only"), "{text}");
     }
 }
