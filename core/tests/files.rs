@@ -569,6 +569,27 @@ fn a_second_copy_on_the_same_node_is_not_counted() {
     assert!(n.copy_publish(at(1_300), "/f", &id, &sum('a'), &vb));
 }
 
+/// An evacuating volume is done once no live file holds a current copy on it; a retired
+/// volume takes no copy any more, from a put's publish or a pull's, since a copy recorded there
+/// would be forgotten.
+#[test]
+fn an_evacuated_volume_is_done_when_empty_and_a_retired_one_takes_no_copy() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
+    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
+    drain(&mut n);
+    let id = publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
+    n.volume_evacuate(at(1_100), va.as_str(), true).unwrap();
+    assert!(n.evacuated_volumes().is_empty(), "it still holds /f");
+    n.file_publish(at(1_200), "/f", 10, &sum('a'), 0, &[(vb.clone(), me.clone())]).unwrap();
+    assert!(n.copy_mark(at(1_300), "/f", &va, LocationState::Dropped, ""));
+    assert_eq!(n.evacuated_volumes(), vec![va.clone()]);
+    n.volume_remove(at(1_400), va.as_str()).expect("nothing lives only there");
+    refused(n.file_publish(at(1_500), "/g", 10, &sum('b'), 0, &[(va.clone(), me.clone())]), 409, "volume_removed");
+    assert!(!n.copy_publish(at(1_600), "/f", &id, &sum('a'), &va));
+}
+
 // ---- 8. replication backoff ----
 
 #[test]

@@ -596,6 +596,7 @@ async fn reconcile<E: Env>(s: Arc<Shared<E>>) {
 
 /// Carry out what the records ask of this node's disks once.
 pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
+    retire_evacuated(s);
     let actions = s.read_node(|n, _| n.disk_actions());
     for a in actions {
         // Bytes newer than these records lie there: leave them until the records catch up.
@@ -634,6 +635,22 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                 s.with_node(|n, now| n.copy_mark(now, &path, &volume, LocationState::Dropped, ""));
             }
             Err(e) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
+        }
+    }
+}
+
+/// Retire this node's evacuated volumes: evacuating, no current copy left on them in the
+/// records, and nothing being written to them (no upload session, no landed bytes the records
+/// may not show yet). A put whose copy on one is still on its way cannot publish it
+/// (`volume_removed`), so no acknowledged copy is forgotten with the volume.
+fn retire_evacuated<E: Env>(s: &Arc<Shared<E>>) {
+    for id in s.read_node(|n, _| n.evacuated_volumes()) {
+        if s.store_service.busy_with(&id) {
+            continue;
+        }
+        match s.with_node(|n, now| n.volume_remove(now, id.as_str())) {
+            Ok(_) => tracing::info!(volume = %id, "an evacuated volume was retired"),
+            Err(e) => tracing::warn!(volume = %id, error = %e.message, "an evacuated volume could not be retired"),
         }
     }
 }

@@ -45,6 +45,16 @@ pub struct StoreService {
     pub landed: Landed,
 }
 
+impl StoreService {
+    /// Whether anything may still be writing to `volume`: an open upload session, or bytes
+    /// landed there that the records may not account for yet. A volume is retired only when
+    /// neither.
+    pub fn busy_with(&self, volume: &VolumeId) -> bool {
+        lock(&self.sessions).values().any(|u| &u.session.volume == volume)
+            || lock(&self.landed.entries).keys().any(|(v, _)| v == volume)
+    }
+}
+
 /// One open upload session: who opened it, its state, and its whole-file hash so far.
 struct Upload {
     owner: NodeId,

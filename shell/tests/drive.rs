@@ -389,6 +389,39 @@ async fn a_corrupt_copy_is_skipped_marked_stale_and_repaired_and_replicas_follow
     }
 }
 
+/// Evacuation end to end: the copies on an evacuating volume are made again elsewhere, then
+/// dropped from it, and the volume, now empty, is retired; the file reads back right throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evacuated_volume_is_emptied_and_then_retired() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster(3).await;
+    let a = &c.nodes[0];
+    let content: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let r = call(a, "PUT", "/v1/files/keep/me.bin", content.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let st = stat(a, "/keep/me.bin").await;
+    let copy = st["copies"][0]["copy"].as_str().unwrap().to_string();
+    let (node_id, rest) = copy.split_once(':').unwrap();
+    let volume = rest.split('/').next().unwrap().to_string();
+    let i = (1..3).find(|i| c.nodes[*i].shared().read_node(|n, _| n.id().to_string()) == node_id).unwrap();
+    let (s, v) = api(a, "POST", &format!("/v1/volumes/{volume}/evacuate"), json!({})).await;
+    assert_eq!((s, v["copiesLeft"].as_u64()), (200, Some(1)), "{v}");
+    eventually("the copy is moved off, and the emptied volume retired", || async {
+        api(a, "POST", "/v1/repl/run", Value::Null).await;
+        let (_, list) = api(a, "GET", "/v1/volumes", Value::Null).await;
+        let gone = list["volumes"].as_array().unwrap().iter().all(|v| v["id"] != json!(volume));
+        gone && current_copies(&stat(a, "/keep/me.bin").await) == 1
+    })
+    .await;
+    let other = 3 - i;
+    assert!(on_disk(&c, "/keep/me.bin")[other].as_deref() == Some(&content[..]), "the copy is on the other node");
+    assert!(on_disk(&c, "/keep/me.bin")[i].is_none(), "and no longer on the evacuated volume");
+    assert_eq!(call(a, "GET", "/v1/files/keep/me.bin", vec![], &[]).await.body, content);
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
 /// A get whose copy fails in the middle of the stream (here: cut short on disk after the
 /// answer started) goes on from another copy at the same offset: the client gets the whole,
 /// right file in one response instead of a cut body, and the short copy is marked stale.

@@ -206,6 +206,10 @@ impl Node {
         let Some((primary, _)) = copies.first() else {
             return Err(ApiError::new(400, "no_copies", "a file is published with at least one copy"));
         };
+        if let Some((v, _)) = copies.iter().find(|(v, _)| self.volume_removed(v)) {
+            // Retired while the bytes were on their way: a copy there would be forgotten.
+            return Err(ApiError::new(409, "volume_removed", format!("volume {v} was retired during the write")));
+        }
         let version = self.hlc.next(wall);
         let old = self.meta.state().file(&target.path).cloned();
         let id = target.file_id.clone().unwrap_or_else(|| FileId::new(self.rng.uuid_v4()));
@@ -462,7 +466,7 @@ impl Node {
     /// that id and content.
     pub fn copy_publish(&mut self, wall: Millis, path: &str, file: &FileId, checksum: &str, volume: &VolumeId) -> bool {
         let Some(f) = self.live_file(path).cloned() else { return false };
-        if &f.id != file || !f.checksum.eq_ignore_ascii_case(checksum) {
+        if &f.id != file || !f.checksum.eq_ignore_ascii_case(checksum) || self.volume_removed(volume) {
             return false;
         }
         // Copies count once per node: a second current copy on another volume of this node

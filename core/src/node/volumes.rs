@@ -257,6 +257,30 @@ impl Node {
         }))
     }
 
+    /// This node's evacuating volumes that no live file holds a current copy on any more: done,
+    /// to be retired (the shell first checks no upload or landing is under way on them).
+    pub fn evacuated_volumes(&self) -> Vec<VolumeId> {
+        let own: Vec<VolumeId> =
+            self.volumes().filter(|v| v.evacuating && self.is_own(v)).map(|v| v.id.clone()).collect();
+        own.into_iter()
+            .filter(|id| {
+                !self
+                    .meta
+                    .state()
+                    .files()
+                    .any(|f| !f.removed && f.locations.iter().any(|l| &l.volume_id == id && f.is_current(l)))
+            })
+            .collect()
+    }
+
+    /// Whether volume `id` was removed (its record says so).
+    pub fn volume_removed(&self, id: &VolumeId) -> bool {
+        self.meta
+            .state()
+            .of_kind(RecordKind::Volume)
+            .any(|r| matches!(r, Record::Volume(v) if &v.id == id && v.removed))
+    }
+
     /// What each member looks like to the replication planner.
     pub fn planner_nodes(
         &self,
