@@ -13,7 +13,7 @@
 //! - a full volume takes no new copy.
 
 use serde_json::json;
-use shoal_core::meta::records::FileRecord;
+use shoal_core::meta::records::{FileRecord, LocationState};
 use shoal_core::NodeId;
 use shoal_sim::drive_run::{check_no_file_lost, converged_copies, Acked};
 use shoal_sim::{Harness, SimConfig};
@@ -333,4 +333,54 @@ fn a_drive_seed_gives_the_same_digest_twice() {
     let a = shoal_sim::run_drive_seed_with(7, &opts).unwrap();
     let b = shoal_sim::run_drive_seed_with(7, &opts).unwrap();
     assert_eq!(a.digest, b.digest);
+}
+
+/// A node OFFLINE for over 10 minutes: its copies turn stale (never deleted) and are made again
+/// on other nodes; when it comes back, a rescan finds its bytes right and restores them with
+/// no transfer, the planner drops what is now beyond the policy, and every file ends at exactly
+/// N right copies on N nodes with no stale copy left behind.
+#[test]
+fn copies_of_a_node_offline_for_ten_minutes_turn_stale_then_are_restored_when_it_returns() {
+    let seed = 41;
+    let mut h = drive_cluster(seed, 4, 2);
+    let mut acked = Acked::new();
+    for k in 0..6 {
+        let (path, content) = (format!("/data/away{k}"), format!("away {k} {}", "a".repeat(2_000 + k)));
+        let (s, v) = h.put_file(0, &path, &content).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        acked.insert(path, content);
+    }
+    // The node (not n0) holding the most copies goes away.
+    let away = (1..4).max_by_key(|&i| acked.keys().filter(|p| h.stored(i, p).is_some()).count()).unwrap();
+    let held: Vec<String> = acked.keys().filter(|p| h.stored(away, p).is_some()).cloned().collect();
+    assert!(!held.is_empty());
+    h.crash(away);
+    let live: Vec<usize> = (0..4).filter(|&i| i != away).collect();
+    run_watching(&mut h, 14 * 60_000, &acked, &BTreeSet::new());
+    wait(&mut h, 120_000, "the copies of the node away are stale and made again elsewhere", |h| {
+        converged_copies(h, &acked, 2, &live).is_ok()
+            && held.iter().all(|p| {
+                record(h, 0, p).is_some_and(|f| {
+                    f.locations.iter().any(|l| index_of(h, &l.node_id) == away && l.state == LocationState::Stale)
+                })
+            })
+    });
+    assert!(held.iter().all(|p| h.stored(away, p).is_some()), "a stale copy is never deleted");
+
+    h.bounce(away);
+    wait(&mut h, 60_000, "the node is back in the cluster", |h| {
+        h.read(away, |n, now| n.meta_leader(now).is_some()).unwrap_or(false)
+    });
+    let (s, v) = h.api(away, "POST /v1/rescan", None).unwrap();
+    assert_eq!(s, 200, "{v}");
+    let restored: u64 = v["volumes"].as_array().unwrap().iter().map(|x| x["copiesRestored"].as_u64().unwrap()).sum();
+    assert_eq!(restored, held.len() as u64, "every right copy is restored: {v}");
+    let all: Vec<usize> = (0..4).collect();
+    wait(&mut h, 300_000, "exactly N right copies on N nodes, no stale copy left", |h| {
+        check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
+        converged_copies(h, &acked, 2, &all).is_ok()
+            && acked
+                .keys()
+                .all(|p| record(h, 0, p).is_some_and(|f| f.locations.iter().all(|l| l.state != LocationState::Stale)))
+    });
 }
