@@ -590,6 +590,21 @@ fn an_evacuated_volume_is_done_when_empty_and_a_retired_one_takes_no_copy() {
     assert!(!n.copy_publish(at(1_600), "/f", &id, &sum('a'), &va));
 }
 
+/// A copy not checked for more than 14 days is reported overdue (the scrub's promise broken);
+/// a scrub's verified mark makes it current again, and copies on other nodes are not counted.
+#[test]
+fn copies_unchecked_for_more_than_14_days_are_reported_overdue() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let (vf, nf) = far(3);
+    publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone()), (vf, nf)]);
+    let day = 24 * HOUR_MS;
+    assert_eq!(n.scrub_overdue(at(1_000 + 14 * day)), 0);
+    assert_eq!(n.scrub_overdue(at(2_000 + 14 * day)), 1, "only this node's copy counts");
+    assert!(n.copy_mark(at(2_000 + 14 * day), "/f", &va, LocationState::Verified, &sum('a')));
+    assert_eq!(n.scrub_overdue(at(3_000 + 14 * day)), 0);
+}
+
 // ---- 8. replication backoff ----
 
 #[test]

@@ -27,6 +27,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+/// Every copy is re-checked at least this often (issue 4 "Scrubbing": 14 days).
+pub const SCRUB_BOUND_MS: u64 = 14 * 24 * 3600 * 1000;
+
 /// A readable copy of a file's current content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -689,6 +692,23 @@ impl Node {
 
     /// This node's copies of current content due for a scrub (last checked at least
     /// `min_age_ms` ago), least recently checked first.
+    /// This node's current copies not checked (written, pulled, scrubbed or verified) for
+    /// longer than [`SCRUB_BOUND_MS`]: nonzero means the scrub's settings or this node's load
+    /// broke the promise that every copy is re-checked within 14 days.
+    pub fn scrub_overdue(&self, wall: Millis) -> u64 {
+        let own: std::collections::BTreeSet<VolumeId> = self.local_volumes().into_iter().map(|(v, _)| v).collect();
+        let mut n = 0;
+        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
+            n += f
+                .locations
+                .iter()
+                .filter(|l| f.is_current(l) && own.contains(&l.volume_id))
+                .filter(|l| wall.0.saturating_sub(l.updated.wall_ms) > SCRUB_BOUND_MS)
+                .count() as u64;
+        }
+        n
+    }
+
     pub fn scrub_queue(&self, wall: Millis, min_age_ms: u64) -> Vec<LocalCopy> {
         let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
         let mut out: Vec<(u64, LocalCopy)> = Vec::new();
