@@ -205,6 +205,8 @@ fn the_drive_through_the_real_cli() {
         n.cli_json(&["volume", "add", vol.to_str().unwrap()]);
     }
     nodes[0].cli_json(&["policy", "set", "cluster:/docs", "2"]);
+    // Plan every 2 s rather than every minute, so a repair below comes at once.
+    nodes[0].cli_json(&["config", "set", "--key", "replication.plan_every", "--value", "2s", "--why", "a quick test"]);
     wait_for(Duration::from_secs(20), || {
         nodes.iter().all(|n| {
             let v = n.cli_json(&["volume", "list"]);
@@ -225,6 +227,24 @@ fn the_drive_through_the_real_cli() {
     let got = nodes[1].cli_json(&["get", "cluster:/docs/in.bin", out.to_str().unwrap()]);
     assert_eq!(got["size"].as_u64(), Some(content.len() as u64));
     assert!(std::fs::read(&out).unwrap() == content, "the file comes back byte for byte");
+
+    // Rot node 1's own copy: its get reads that copy first, finds the bytes wrong at the end
+    // (the copy is marked stale), tries again and gets the file from node 0's copy.
+    let mine = root.path().join("vol1/docs/in.bin");
+    let mut rotten = std::fs::read(&mine).unwrap();
+    rotten[1_000_000] ^= 0x01;
+    std::fs::write(&mine, &rotten).unwrap();
+    let out2 = root.path().join("out2.bin");
+    let (ok, _, err) = nodes[1].cli(&["get", "cluster:/docs/in.bin", out2.to_str().unwrap()]);
+    assert!(ok, "the get falls back to the good copy: {err}");
+    assert!(std::fs::read(&out2).unwrap() == content, "and brings the right bytes");
+    assert!(err.contains("trying again"), "after one failed attempt: {err}");
+    wait_for(Duration::from_secs(90), || {
+        let st = nodes[0].cli_json(&["stat", "cluster:/docs/in.bin"]);
+        let good = |c: &&Value| matches!(c["state"].as_str(), Some("committed" | "verified"));
+        st["copies"].as_array().is_some_and(|c| c.iter().filter(good).count() == 2)
+            && std::fs::read(&mine).is_ok_and(|b| b == content)
+    });
 
     let ls = nodes[1].cli_json(&["ls", "cluster:/docs"]);
     assert_eq!(ls["entries"][0]["name"], "in.bin");

@@ -128,22 +128,27 @@ async fn wait<E: Env>(s: &Arc<Shared<E>>, ms: u64, kick: &tokio::sync::Notify) -
 // ---- leader ----
 
 async fn lead<E: Env>(s: Arc<Shared<E>>) {
-    let mut next_plan = Millis::ZERO;
+    let mut last_plan: Option<Millis> = None;
     let mut kicked = false;
     loop {
         let mono = s.env.monotonic();
         let term = s.read_node(|n, now| n.leader_term(now));
+        // A follower looks again in 5 s (or when kicked); a leader plans every `plan_every`,
+        // read each time so a new value applies within seconds.
+        let mut sleep = 5_000;
         if term.is_none() {
             lock(&s.repl.in_flight).clear();
         } else {
             expire(&s, mono);
-            if kicked || mono >= next_plan {
-                let every = s.read_node(|n, _| n.config_number("replication", "plan_every"));
-                next_plan = mono.plus(every.map_or(PLAN_EVERY_MS, |v| v as u64));
+            let every = s.read_node(|n, _| n.config_number("replication", "plan_every"));
+            let every = every.map_or(PLAN_EVERY_MS, |v| v as u64);
+            if kicked || last_plan.is_none_or(|t| mono >= t.plus(every)) {
+                last_plan = Some(mono);
                 pass(&s).await;
             }
+            let next_plan = last_plan.map_or(mono, |t| t.plus(every));
+            sleep = next_plan.since(s.env.monotonic()).clamp(1, 5_000);
         }
-        let sleep = next_plan.since(mono).clamp(1, 5_000);
         let before = s.env.monotonic();
         if !wait(&s, sleep, &s.repl_wake).await {
             return;

@@ -519,6 +519,19 @@ async fn a_rescan_adopts_dropped_in_files_marks_vanished_copies_stale_and_restor
     .await;
     let _ = st;
 
+    // A current copy changed in place (same size, newer mtime, other bytes) is marked stale too.
+    let (s2, v) = api(b, "PUT", "/v1/files/inbox/edit.txt", json!("hello")).await;
+    assert_eq!(s2, 200, "{v}");
+    let edit = folder.join("inbox/edit.txt");
+    let before = std::fs::read(&edit).unwrap();
+    let mut after = before.clone();
+    after[2] ^= 0x20;
+    std::fs::write(&edit, &after).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(10);
+    std::fs::File::options().write(true).open(&edit).unwrap().set_modified(later).unwrap();
+    let (_, v) = api(b, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(v["volumes"][0]["markedStale"], json!(1), "{v}");
+
     // The bytes come back (a disk remounted): a stale copy of the file's content that is right
     // again is restored with no transfer; wrong bytes of the same size are not.
     std::fs::write(folder.join("inbox/note.txt"), b"dropped in by HAND").unwrap();
