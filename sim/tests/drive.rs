@@ -384,3 +384,42 @@ fn copies_of_a_node_offline_for_ten_minutes_turn_stale_then_are_restored_when_it
                 .all(|p| record(h, 0, p).is_some_and(|f| f.locations.iter().all(|l| l.state != LocationState::Stale)))
     });
 }
+
+/// A holder silent for under 3 minutes (ONLINE, then UNKNOWN, never OFFLINE) causes no extra
+/// copy: nothing is pulled elsewhere while it is away and nothing is dropped when it is back
+/// (reference weakness 11).
+#[test]
+fn a_node_briefly_unknown_causes_no_extra_copy() {
+    let seed = 51;
+    let mut h = drive_cluster(seed, 4, 2);
+    let mut acked = Acked::new();
+    for k in 0..6 {
+        let (path, content) = (format!("/data/brief{k}"), format!("brief {k} {}", "b".repeat(1_000 + k)));
+        let (s, v) = h.put_file(0, &path, &content).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        acked.insert(path, content);
+    }
+    let away = (1..4).max_by_key(|&i| acked.keys().filter(|p| h.stored(i, p).is_some()).count()).unwrap();
+    let held: Vec<String> = acked.keys().filter(|p| h.stored(away, p).is_some()).cloned().collect();
+    assert!(!held.is_empty());
+    let copies_on_disk = |h: &Harness, p: &str| (0..4).filter(|&i| h.stored(i, p).is_some()).count();
+    h.crash(away);
+    let mut was_unknown = false;
+    for _ in 0..170 {
+        h.run_checked(1_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let state = h.read(0, |n, now| n.node_state(&h.ids[away], now)).unwrap();
+        was_unknown |= state == shoal_core::membership::NodeState::Unknown;
+        assert_ne!(state, shoal_core::membership::NodeState::Offline, "seed {seed}: the test is about a short absence");
+        for p in acked.keys() {
+            assert_eq!(copies_on_disk(&h, p), 2, "seed {seed}: {p} got an extra copy while n{away} was away");
+        }
+    }
+    assert!(was_unknown, "seed {seed}: n{away} was UNKNOWN for a while");
+    h.bounce(away);
+    run_watching(&mut h, 120_000, &acked, &BTreeSet::new());
+    for p in &held {
+        assert!(h.stored(away, p).is_some(), "seed {seed}: {p} was dropped from n{away} after it came back");
+    }
+    let all: Vec<usize> = (0..4).collect();
+    converged_copies(&h, &acked, 2, &all).unwrap();
+}
