@@ -423,3 +423,58 @@ fn a_node_briefly_unknown_causes_no_extra_copy() {
     let all: Vec<usize> = (0..4).collect();
     converged_copies(&h, &acked, 2, &all).unwrap();
 }
+
+/// A worker lost in the middle of a pull: the task's 30 s lease runs out on the leader, which
+/// counts a failure in the file's backoff register and later gives the copy to another node;
+/// the file ends with N right copies on live nodes.
+#[test]
+fn a_pull_whose_worker_is_lost_midway_runs_out_its_lease_and_is_made_elsewhere() {
+    let seed = 61;
+    let mut h = drive_cluster(seed, 4, 1);
+    let path = "/data/pull.bin";
+    let content = format!("pull {}", "p".repeat(5 * 1024 * 1024));
+    let (s, v) = h.put_file(0, path, &content).unwrap();
+    assert_eq!((s, &v["copies"]), (200, &json!(1)), "{v}");
+    // Slow links, so the pull takes a while.
+    for a in 0..4 {
+        for b in a + 1..4 {
+            h.set_latency(a, b, 150);
+        }
+    }
+    let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 2}))).unwrap();
+    assert_eq!(s, 200, "{v}");
+    let pulling = |h: &Harness| {
+        (0..4).find(|&i| {
+            std::fs::read_dir(h.volume_dir(i).join("data"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().contains(".part-repl"))
+        })
+    };
+    let mut worker = None;
+    for _ in 0..120_000 / 10 {
+        h.step_for(10).unwrap();
+        if let Some(w) = pulling(&h) {
+            worker = Some(w);
+            break;
+        }
+    }
+    let worker = worker.expect("a pull started within 2 minutes");
+    h.crash(worker);
+    let mut acked = Acked::new();
+    acked.insert(path.to_string(), content);
+    let live: Vec<usize> = (0..4).filter(|&i| i != worker).collect();
+    let mut failure_counted = false;
+    wait(&mut h, 400_000, "the copy is made on another live node", |h| {
+        let leader = live.iter().copied().find(|&i| h.read(i, |n, now| n.leader_term(now).is_some()).unwrap_or(false));
+        failure_counted |= leader.is_some_and(|l| {
+            h.read(l, |n, _| n.meta().state().file(path).and_then(|f| f.repl.clone()))
+                .flatten()
+                .is_some_and(|r| r.attempts >= 1)
+        });
+        check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
+        converged_copies(h, &acked, 2, &live).is_ok()
+    });
+    assert!(failure_counted, "seed {seed}: the lost pull counted as a failure in the file's backoff");
+}
