@@ -582,11 +582,23 @@ fn an_evacuated_volume_is_done_when_empty_and_a_retired_one_takes_no_copy() {
     let id = publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
     n.volume_evacuate(at(1_100), va.as_str(), true).unwrap();
     assert!(n.evacuated_volumes().is_empty(), "it still holds /f");
+    assert_eq!(n.volume_retire(at(1_150), &va), Ok(false));
+    // A stale copy of /f's present content, with no current copy elsewhere: a rescan may yet
+    // restore it, so the volume is still needed.
+    assert!(n.copy_mark(at(1_160), "/f", &va, LocationState::Stale, &sum('a')));
+    assert!(n.evacuated_volumes().is_empty(), "its stale copy of /f is the only one");
     n.file_publish(at(1_200), "/f", 10, &sum('a'), 0, &[(vb.clone(), me.clone())]).unwrap();
-    assert!(n.copy_mark(at(1_300), "/f", &va, LocationState::Dropped, ""));
-    assert_eq!(n.evacuated_volumes(), vec![va.clone()]);
-    n.volume_remove(at(1_400), va.as_str()).expect("nothing lives only there");
-    refused(n.file_publish(at(1_500), "/g", 10, &sum('b'), 0, &[(va.clone(), me.clone())]), 409, "volume_removed");
+    assert_eq!(n.evacuated_volumes(), vec![va.clone()], "a current copy is elsewhere now");
+    // An admin's cancel between the candidate list and the retirement is honoured.
+    n.volume_evacuate(at(1_250), va.as_str(), false).unwrap();
+    assert_eq!(n.volume_retire(at(1_260), &va), Ok(false));
+    n.volume_evacuate(at(1_270), va.as_str(), true).unwrap();
+    assert_eq!(n.volume_retire(at(1_400), &va), Ok(true));
+    // A retired volume takes no copy: left out of a publish, which fails only if nothing is left.
+    refused(n.file_publish(at(1_500), "/g", 10, &sum('b'), 0, &[(va.clone(), me.clone())]), 503, "volume_removed");
+    let v = n.file_publish(at(1_550), "/h", 10, &sum('c'), 0, &[(va.clone(), me.clone()), (vb.clone(), me.clone())]);
+    assert_eq!(v.unwrap()["copies"], 1);
+    assert!(file(&n, "/h").locations.iter().all(|l| l.volume_id == vb));
     assert!(!n.copy_publish(at(1_600), "/f", &id, &sum('a'), &va));
 }
 

@@ -703,7 +703,7 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     h.locations.push(loc("v1b", net.id(1)));
     let e = net.nodes[0].check_drop(at, &h, &v0).unwrap_err();
     assert_eq!((e.status, e.code), (409, "not_authorized"));
-    // Node 1 may let its second copy go: node 1 still holds one, and node 0 another.
-    assert!(net.nodes[0].check_drop(at, &h, &VolumeId::new("v1b")).is_ok());
+    // Node 1 may let its second copy go: it still holds one, and node 0 another.
+    assert!(net.nodes[1].check_drop(net.clock(1), &h, &VolumeId::new("v1b")).is_ok());
     let _ = Record::File(g);
 }

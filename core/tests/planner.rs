@@ -258,8 +258,11 @@ fn two_copies_on_one_node_count_as_one() {
     third.node_id = NodeId::new("n1");
     f.locations.push(third);
     f.version = v(4);
-    w.state.apply(&Record::File(f));
+    w.state.apply(&Record::File(f.clone()));
     assert_eq!(drops(&w.plan()), vec![("v0b".to_string(), Reason::Drop)]);
+    // When the node's first copy (by volume id) is on an evacuating volume, that one goes.
+    w.set_volume(0, |v| v.evacuating = true);
+    assert_eq!(drops(&w.plan()), vec![("v0".to_string(), Reason::Drop)]);
 }
 
 /// A copy is never deleted while it is the only healthy one.

@@ -286,8 +286,19 @@ async fn send_chunk_hashed<E: Env>(
 /// One copy a streamed put is writing as the body arrives: a part file in one of this node's
 /// volumes, or a peer's upload session.
 enum Sink {
-    Local { placed: Placed, path: String, part: PathBuf, dest: PathBuf, file: Arc<std::fs::File> },
-    Peer { placed: Placed, session: String },
+    Local {
+        placed: Placed,
+        path: String,
+        part: PathBuf,
+        dest: PathBuf,
+        file: Arc<std::fs::File>,
+        /// The volume is not retired while this copy is written.
+        _writing: crate::store_service::WriteGuard,
+    },
+    Peer {
+        placed: Placed,
+        session: String,
+    },
 }
 
 impl Sink {
@@ -303,6 +314,7 @@ async fn open_sink<E: Env>(s: &Arc<Shared<E>>, to: &Placed, target: &PutTarget, 
     let path = target.path.as_str();
     let me = s.read_node(|n, _| n.id().clone());
     if to.node == me {
+        let writing = s.store_service.writing(&to.volume);
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
             .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
@@ -315,7 +327,8 @@ async fn open_sink<E: Env>(s: &Arc<Shared<E>>, to: &Placed, target: &PutTarget, 
                 Ok((dest, part, file))
             })
             .await?;
-        return Ok(Sink::Local { placed: to.clone(), path: path.to_string(), part, dest, file: Arc::new(file) });
+        let (placed, path) = (to.clone(), path.to_string());
+        return Ok(Sink::Local { placed, path, part, dest, file: Arc::new(file), _writing: writing });
     }
     let file_id = target.file_id.clone().unwrap_or_default();
     let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id});
@@ -327,11 +340,14 @@ async fn open_sink<E: Env>(s: &Arc<Shared<E>>, to: &Placed, target: &PutTarget, 
 /// Write chunk `index` to each of the `live` sinks at once, hashing it once. Answers the
 /// sinks that failed, with why. A sink still writing [`STRAGGLER_MS`] after another one wrote
 /// the chunk counts as failed (a peer that hangs would otherwise hold up the whole put until
-/// its 60 s timeout); its write is cut and the planner makes that copy later.
+/// its 60 s timeout); its write is cut and the planner makes that copy later. That happens only
+/// while `keep` sinks wrote the chunk: a put never gives up a copy to be quicker when that would
+/// leave it fewer than `keep` (two, or the one wanted).
 fn write_chunk<E: Env>(
     s: &Arc<Shared<E>>,
     sinks: &Arc<Vec<Sink>>,
     live: Vec<usize>,
+    keep: usize,
     index: u64,
     data: Bytes,
 ) -> tokio::task::JoinHandle<Vec<(usize, ApiError)>> {
@@ -365,11 +381,17 @@ fn write_chunk<E: Env>(
         let mut failed = Vec::new();
         let mut pending: std::collections::BTreeSet<usize> = live.iter().copied().collect();
         let mut deadline = None;
+        let mut written = 0;
         loop {
             let next = match deadline {
                 None => writes.join_next().await,
                 Some(at) => match tokio::time::timeout_at(at, writes.join_next()).await {
                     Ok(next) => next,
+                    Err(_) if written < keep => {
+                        // Too few copies have it to give up on the others: wait for them.
+                        deadline = None;
+                        continue;
+                    }
                     Err(_) => {
                         writes.abort_all();
                         for i in std::mem::take(&mut pending) {
@@ -385,6 +407,7 @@ fn write_chunk<E: Env>(
             pending.remove(&i);
             match r {
                 Ok(()) => {
+                    written += 1;
                     deadline.get_or_insert_with(|| {
                         tokio::time::Instant::now() + std::time::Duration::from_millis(STRAGGLER_MS)
                     });
@@ -399,6 +422,8 @@ fn write_chunk<E: Env>(
 /// Chunk writes in flight, oldest first, and the sinks that failed so far.
 struct Fanout {
     sinks: Arc<Vec<Sink>>,
+    /// Copies a chunk must reach before a lagging one is given up (see [`write_chunk`]).
+    keep: usize,
     dead: Vec<Option<ApiError>>,
     in_flight: std::collections::VecDeque<tokio::task::JoinHandle<Vec<(usize, ApiError)>>>,
 }
@@ -476,7 +501,8 @@ async fn stream_copies<E: Env>(
         );
     }
     let n = sinks.len();
-    let mut out = Fanout { sinks: Arc::new(sinks), dead: vec![None; n], in_flight: Default::default() };
+    let keep = (target.wanted as usize).clamp(1, 2);
+    let mut out = Fanout { sinks: Arc::new(sinks), keep, dead: vec![None; n], in_flight: Default::default() };
     let streamed = stream_chunks(s, &mut out, body, len, expect).await;
     // The namespace may have changed while the body came (a move, a folder made there): checked
     // again before any copy lands, so bytes land only for a record that can be published.
@@ -554,7 +580,7 @@ async fn stream_chunks<E: Env>(
             if chunk.len() == CHUNK_BYTES as usize {
                 out.settle(CHUNKS_IN_FLIGHT - 1).await?;
                 let full = std::mem::replace(&mut chunk, bytes::BytesMut::with_capacity(CHUNK_BYTES as usize));
-                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), index, full.freeze()));
+                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, full.freeze()));
                 index += 1;
             }
         }
@@ -564,7 +590,7 @@ async fn stream_chunks<E: Env>(
     }
     if !chunk.is_empty() || index == 0 {
         out.settle(CHUNKS_IN_FLIGHT - 1).await?;
-        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), index, chunk.freeze()));
+        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, chunk.freeze()));
     }
     out.settle(0).await?;
     let sum = hex::encode(hash.finalize());
@@ -592,7 +618,7 @@ async fn commit_sink<E: Env>(
             }
             Ok(())
         }
-        Sink::Local { placed, path, part, dest, file } => {
+        Sink::Local { placed, path, part, dest, file, .. } => {
             s.store_service.landed.wait_settled(s, &placed.volume, path, sum, replaces, dest).await;
             let (s2, placed, path, sum) = (s.clone(), placed.clone(), path.clone(), sum.to_string());
             let replaces = replaces.map(str::to_string);
@@ -647,6 +673,7 @@ fn install_local<E: Env>(
     spool: &Path,
     tag: &str,
 ) -> Result<(), ApiError> {
+    let _writing = s.store_service.writing(&to.volume);
     let dest = confined_path(folder, &target.path, true)?;
     let part = part_path(&dest, tag);
     let copied = std::fs::copy(spool, &part).and_then(|_| std::fs::File::open(&part)?.sync_all());
@@ -962,6 +989,32 @@ struct GetStream<E: Env> {
 /// A piece asked for ahead: its offset and length, the copy asked, the answer to come.
 type PieceTask = (u64, u64, usize, tokio::task::JoinHandle<Result<Bytes, ApiError>>);
 
+/// The pieces asked for ahead; those still coming when the stream ends (cut, or the client
+/// gone) are called off.
+#[derive(Default)]
+struct Ahead(std::collections::VecDeque<PieceTask>);
+
+impl std::ops::Deref for Ahead {
+    type Target = std::collections::VecDeque<PieceTask>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ahead {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        for (_, _, _, h) in &self.0 {
+            h.abort();
+        }
+    }
+}
+
 impl<E: Env> GetStream<E> {
     async fn run(
         mut self,
@@ -974,7 +1027,7 @@ impl<E: Env> GetStream<E> {
         let mut hash = Sha256::new();
         let mut at = start;
         let mut piece = Some((self.cur, first));
-        let mut ahead: std::collections::VecDeque<PieceTask> = Default::default();
+        let mut ahead = Ahead::default();
         let mut asked = (start + CHUNK_BYTES).min(end);
         while at < end {
             while ahead.len() < PIECES_AHEAD && asked < end {

@@ -644,17 +644,18 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     }
 }
 
-/// Retire this node's evacuated volumes: evacuating, no current copy left on them in the
-/// records, and nothing being written to them (no upload session, no landed bytes the records
-/// may not show yet). A put whose copy on one is still on its way cannot publish it
-/// (`volume_removed`), so no acknowledged copy is forgotten with the volume.
+/// Retire this node's evacuated volumes: evacuating, nothing a file may need left on them in
+/// the records, and nothing being written to them (no write under way, no live upload session,
+/// no landed bytes the records do not show yet). A put whose copy on one still lands after all
+/// publishes its other copies only (`file_publish` leaves out copies on removed volumes).
 fn retire_evacuated<E: Env>(s: &Arc<Shared<E>>) {
     for id in s.read_node(|n, _| n.evacuated_volumes()) {
-        if s.store_service.busy_with(&id) {
+        if s.store_service.busy_with(s, &id) {
             continue;
         }
-        match s.with_node(|n, now| n.volume_remove(now, id.as_str())) {
-            Ok(_) => tracing::info!(volume = %id, "an evacuated volume was retired"),
+        match s.with_node(|n, now| n.volume_retire(now, &id)) {
+            Ok(true) => tracing::info!(volume = %id, "an evacuated volume was retired"),
+            Ok(false) => {}
             Err(e) => tracing::warn!(volume = %id, error = %e.message, "an evacuated volume could not be retired"),
         }
     }

@@ -43,15 +43,49 @@ pub struct StoreService {
     sessions: Mutex<BTreeMap<String, Upload>>,
     /// Bytes put in place that the records may not account for yet.
     pub landed: Landed,
+    /// Writes under way per volume that no session shows (a local copy of a put, a commit
+    /// between its session and its landing).
+    writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
+}
+
+/// A write to a volume under way, until dropped: the volume is not retired meanwhile.
+pub struct WriteGuard {
+    writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
+    volume: VolumeId,
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        let mut w = lock(&self.writers);
+        if let Some(n) = w.get_mut(&self.volume) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.volume);
+            }
+        }
+    }
 }
 
 impl StoreService {
-    /// Whether anything may still be writing to `volume`: an open upload session, or bytes
-    /// landed there that the records may not account for yet. A volume is retired only when
-    /// neither.
-    pub fn busy_with(&self, volume: &VolumeId) -> bool {
-        lock(&self.sessions).values().any(|u| &u.session.volume == volume)
-            || lock(&self.landed.entries).keys().any(|(v, _)| v == volume)
+    /// Mark a write to `volume` under way until the guard is dropped.
+    pub fn writing(&self, volume: &VolumeId) -> WriteGuard {
+        *lock(&self.writers).entry(volume.clone()).or_default() += 1;
+        WriteGuard { writers: self.writers.clone(), volume: volume.clone() }
+    }
+
+    /// Whether anything may still be writing to `volume`: a write under way, an upload session
+    /// not expired, or bytes landed there that the records do not account for yet. A volume
+    /// is retired only when none.
+    pub fn busy_with<E: Env>(&self, s: &Shared<E>, volume: &VolumeId) -> bool {
+        let now = shoal_core::Millis(s.env.monotonic().0);
+        if lock(&self.writers).contains_key(volume)
+            || lock(&self.sessions).values().any(|u| &u.session.volume == volume && !u.session.expired(now))
+        {
+            return true;
+        }
+        let paths: Vec<String> =
+            lock(&self.landed.entries).keys().filter(|(v, _)| v == volume).map(|(_, p)| p.clone()).collect();
+        paths.iter().any(|p| self.landed.unsettled(s, volume, p))
     }
 }
 
@@ -453,7 +487,9 @@ fn answer<E: Env>(
                 return transfer_error(TransferError::Incomplete(sess.missing()));
             }
             // The session is taken out, and the lock let go, before the fsync and the whole-file
-            // hash: other uploads on this node go on meanwhile.
+            // hash: other uploads on this node go on meanwhile. The volume shows a write under
+            // way until the bytes have landed (or not).
+            let _writing = svc.writing(&sess.volume);
             sessions.remove(id);
             drop(sessions);
             let hashed = lock(&hash).finish(transfer::chunk_count(sess.size));

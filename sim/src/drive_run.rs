@@ -5,7 +5,7 @@
 //! files through random nodes while faults come every few seconds: partitions, held links,
 //! latency, crashes and restarts (data kept), a byte flipped in a stored copy (only while the
 //! file has another right copy somewhere, so the fault itself cannot be what loses it), volumes
-//! going low on space and back. Every simulated second each acknowledged file must still have
+//! going low on space and back, one volume evacuated (emptied, then retired). Every simulated second each acknowledged file must still have
 //! a right copy on some node's disk. Then everything heals and every acknowledged file must
 //! converge to exactly N current copies on N different nodes with the right bytes on disk, and
 //! read back right. `SEED=n` (with `--drive`) replays one run: the same faults, writes and
@@ -160,6 +160,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let none = BTreeSet::new();
     let mut faults = 0usize;
     let mut writes = 0u64;
+    let mut evacuated: Option<usize> = None;
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
         for _ in 0..rng.below(5) {
@@ -214,8 +215,20 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     }
                 }
             }
-            84..=91 => h.set_disk(a, 1 << 30, 100 << 30),
-            _ => h.set_disk(a, 1 << 40, 2 << 40),
+            84..=90 => h.set_disk(a, 1 << 30, 100 << 30),
+            91..=96 => h.set_disk(a, 1 << 40, 2 << 40),
+            _ => {
+                // One volume emptied and retired, while enough nodes are left to hold N copies.
+                if evacuated.is_none() && n > policy && h.is_running(a) {
+                    let vol = h.read(a, |node, _| node.local_volumes().first().map(|v| v.0.clone())).flatten();
+                    if let Some(vol) = vol {
+                        let call = format!("POST /v1/volumes/{vol}/evacuate");
+                        if let Ok((200, _)) = h.api(a, &call, Some(json!({}))) {
+                            evacuated = Some(a);
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -206,13 +206,20 @@ impl Node {
     ) -> Result<Value, ApiError> {
         let target = self.file_put_target(path)?;
         transfer::check_checksum(checksum).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
-        let Some((primary, _)) = copies.first() else {
+        if copies.is_empty() {
             return Err(ApiError::new(400, "no_copies", "a file is published with at least one copy"));
-        };
-        if let Some((v, _)) = copies.iter().find(|(v, _)| self.volume_removed(v)) {
-            // Retired while the bytes were on their way: a copy there would be forgotten.
-            return Err(ApiError::new(409, "volume_removed", format!("volume {v} was retired during the write")));
         }
+        // A copy on a volume retired while the bytes were on their way would be forgotten at
+        // once: it is left out, and the others published.
+        let copies: Vec<(VolumeId, NodeId)> = copies.iter().filter(|(v, _)| !self.volume_removed(v)).cloned().collect();
+        let Some((primary, _)) = copies.first() else {
+            return Err(ApiError::new(
+                503,
+                "volume_removed",
+                "every volume written was retired meanwhile; put it again",
+            ));
+        };
+        let copies = copies.as_slice();
         let version = self.hlc.next(wall);
         let old = self.meta.state().file(&target.path).cloned();
         let id = target.file_id.clone().unwrap_or_else(|| FileId::new(self.rng.uuid_v4()));

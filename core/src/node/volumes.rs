@@ -194,10 +194,9 @@ impl Node {
         v.removed = true;
         v.version = self.hlc.next(wall);
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
+        // Kept in this node's own list: if the removal record is lost in a crash, the volume
+        // is still this node's to retire again.
         self.volume_reported.remove(&v.id);
-        if self.own_volumes.remove(&v.id).is_some() {
-            self.persist_own_volumes();
-        }
         Ok(json!({ "removed": v.id }))
     }
 
@@ -257,20 +256,36 @@ impl Node {
         }))
     }
 
-    /// This node's evacuating volumes that no live file holds a current copy on any more: done,
-    /// to be retired (the shell first checks no upload or landing is under way on them).
+    /// This node's evacuating volumes that hold nothing a file may still need: no current
+    /// copy, and no stale copy of a file's present content while that file has no current copy
+    /// on another volume (a rescan may yet restore it). Candidates to retire; the shell first
+    /// checks no write is under way on them, then calls [`Node::volume_retire`].
     pub fn evacuated_volumes(&self) -> Vec<VolumeId> {
         let own: Vec<VolumeId> =
             self.volumes().filter(|v| v.evacuating && self.is_own(v)).map(|v| v.id.clone()).collect();
-        own.into_iter()
-            .filter(|id| {
-                !self
-                    .meta
-                    .state()
-                    .files()
-                    .any(|f| !f.removed && f.locations.iter().any(|l| &l.volume_id == id && f.is_current(l)))
-            })
-            .collect()
+        own.into_iter().filter(|id| !self.volume_still_needed(id)).collect()
+    }
+
+    fn volume_still_needed(&self, id: &VolumeId) -> bool {
+        self.meta.state().files().filter(|f| !f.removed).any(|f| {
+            let here = f.locations.iter().filter(|l| &l.volume_id == id);
+            let current_elsewhere = || f.locations.iter().any(|l| &l.volume_id != id && f.is_current(l));
+            here.clone().any(|l| f.is_current(l))
+                || (here.clone().any(|l| {
+                    l.state != crate::meta::records::LocationState::Dropped
+                        && l.checksum.eq_ignore_ascii_case(&f.checksum)
+                }) && !current_elsewhere())
+        })
+    }
+
+    /// Retire evacuated volume `id` of this node, checking again under the same call that it
+    /// is still evacuating and holds nothing needed. `Ok(false)` when it may not go (yet).
+    pub fn volume_retire(&mut self, wall: Millis, id: &VolumeId) -> Result<bool, ApiError> {
+        let ready = self.volumes().any(|v| &v.id == id && v.evacuating && self.is_own(v));
+        if !ready || self.volume_still_needed(id) {
+            return Ok(false);
+        }
+        self.volume_remove(wall, id.as_str()).map(|_| true)
     }
 
     /// Whether volume `id` was removed (its record says so).

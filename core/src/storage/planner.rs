@@ -257,10 +257,25 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                     continue;
                 }
                 if !holders.insert(&l.node_id) {
-                    if node_usable(node.state) {
-                        duplicates.push((vol, &l.node_id));
+                    // The node's earlier copy is on an evacuating volume and this one is not:
+                    // this one counts, and the evacuating one is the extra to drop.
+                    let evacuating_twin = (!vol.evacuating && node.state != NodeState::Draining)
+                        .then(|| evac.iter().position(|(_, n)| *n == &l.node_id))
+                        .flatten();
+                    match evacuating_twin {
+                        Some(k) => {
+                            let twin = evac.remove(k);
+                            if node_usable(node.state) {
+                                duplicates.push(twin);
+                            }
+                        }
+                        None => {
+                            if node_usable(node.state) {
+                                duplicates.push((vol, &l.node_id));
+                            }
+                            continue;
+                        }
                     }
-                    continue;
                 }
                 // DRAINING nodes take no new copies but still serve reads.
                 if node_usable(node.state) || node.state == NodeState::Draining {
