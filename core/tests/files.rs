@@ -617,6 +617,23 @@ fn copies_unchecked_for_more_than_14_days_are_reported_overdue() {
     assert_eq!(n.scrub_overdue(at(3_000 + 14 * day)), 0);
 }
 
+/// `meta/file?path=` says whether this node's records hold a live file there (a rescan asks
+/// the leader before it adopts bytes it found with no record).
+#[test]
+fn the_leader_says_whether_a_path_holds_a_live_file() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    publish(&mut n, at(1_000), "/a b/f", 'a', &[(va.clone(), me.clone())]);
+    let r = n.answer_file_exists("/cluster/acn/meta/file?path=/a%20b/f");
+    assert_eq!((r.status, r.body["live"].clone()), (200, serde_json::json!(true)), "{:?}", r.body);
+    let r = n.answer_file_exists("/cluster/acn/meta/file?path=/a%20b/g");
+    assert_eq!(r.body["live"], serde_json::json!(false));
+    n.file_remove(at(2_000), "/a b/f", false).unwrap();
+    let r = n.answer_file_exists("/cluster/acn/meta/file?path=/a%20b/f");
+    assert_eq!(r.body["live"], serde_json::json!(false), "a removed file is not live");
+    assert_eq!(n.answer_file_exists("/cluster/acn/meta/file?path=/a/%00").status, 400);
+}
+
 // ---- 8. replication backoff ----
 
 #[test]

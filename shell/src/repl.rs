@@ -903,6 +903,11 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                     }
                 },
                 None => {
+                    // This node's records may lag (it just came back, or is cut off): a file
+                    // the cluster already has is not adopted over it.
+                    if !unknown_to_leader(s, path).await {
+                        continue;
+                    }
                     let Ok((size, sum)) = hash_file(s, file, None).await else { continue };
                     let mod_time = *mtime_ms;
                     if s.with_node(|n, now| n.copy_adopt(now, path, &volume, size, &sum, mod_time)).is_ok() {
@@ -925,6 +930,23 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
     json!({ "volumes": report })
+}
+
+/// Whether the metadata leader holds no live file at `path` (this node's own records, when it
+/// is the leader). No leader known, or no clear answer: not unknown, so nothing is adopted.
+async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) -> bool {
+    let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now).map(|l| l.holder.clone())));
+    let Some(leader) = leader else { return false };
+    if leader == me {
+        return s.read_node(|n, _| n.meta().state().file(path).is_none_or(|f| f.removed));
+    }
+    let target = format!("/cluster/acn/meta/file?path={}", crate::drive::encode_query(path));
+    match crate::drive::signed(s, &leader, "GET", &target, vec![], vec![]).await {
+        Ok(r) if r.status == 200 => {
+            serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["live"] == Value::Bool(false))
+        }
+        _ => false,
+    }
 }
 
 /// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files

@@ -141,6 +141,37 @@ pub fn converged_copies(h: &Harness, acked: &Acked, n: usize, live: &[usize]) ->
     Ok(())
 }
 
+/// With `SHOAL_SIM_DEBUG_PATH=/data/fN`: print, whenever it changes, which disks hold that
+/// file right and what each running node's record says of its copies.
+fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
+    let Ok(path) = std::env::var("SHOAL_SIM_DEBUG_PATH") else { return };
+    let right = acked.get(&path).map(|c| right_copies(h, &path, c));
+    let on_disk: Vec<usize> = (0..h.node_count()).filter(|&i| h.stored(i, &path).is_some()).collect();
+    let recs: Vec<String> = (0..h.node_count())
+        .map(|i| match record(h, i, &path) {
+            Some(f) => format!(
+                "n{i}:[{}]",
+                f.locations
+                    .iter()
+                    .map(|l| format!(
+                        "{}:{:?}{}",
+                        index_of(h, &l.node_id).unwrap_or(99),
+                        l.state,
+                        if f.is_current(l) { "" } else { "(old)" }
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => format!("n{i}:-"),
+        })
+        .collect();
+    let now = format!("right {right:?} on disk {on_disk:?} records {}", recs.join(" "));
+    if now != *last {
+        eprintln!("WATCH [{} ms] {now}", h.elapsed_ms());
+        *last = now;
+    }
+}
+
 fn fail(h: &Harness, seed: u64, why: String) -> String {
     let tail: Vec<String> = h.log.iter().rev().take(40).rev().cloned().collect();
     format!("drive seed {seed} failed (replay with SEED={seed} --drive): {why}\nlast events:\n{}", tail.join("\n"))
@@ -161,6 +192,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut faults = 0usize;
     let mut writes = 0u64;
     let mut evacuated: Option<usize> = None;
+    let mut watched = String::new();
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
         for _ in 0..rng.below(5) {
@@ -182,6 +214,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
         let until = h.elapsed_ms() + 1_000 + rng.below(14_000);
         while h.elapsed_ms() < until {
             h.run_checked(1_000).map_err(|e| fail(&h, seed, e))?;
+            debug_watch(&h, &acked, &mut watched);
             check_no_file_lost(&h, &acked, &none).map_err(|e| fail(&h, seed, e))?;
         }
         let a = rng.below(n as u64) as usize;
@@ -211,7 +244,19 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     let holders = right_copies(&h, path, content);
                     if holders.len() >= 2 {
                         let (path, at) = (path.clone(), rng.below(1 << 20) as usize);
-                        h.flip_byte(holders[rng.below(holders.len() as u64) as usize], &path, at);
+                        let victim = holders[rng.below(holders.len() as u64) as usize];
+                        if std::env::var("SHOAL_SIM_DEBUG").is_ok() {
+                            let rec = record(&h, victim, &path).map(|f| {
+                                f.locations
+                                    .iter()
+                                    .map(|l| format!("{}:{:?}", index_of(&h, &l.node_id).unwrap_or(99), l.state))
+                                    .collect::<Vec<_>>()
+                            });
+                            eprintln!(
+                                "DEBUG flip {path} on n{victim}; right on disks {holders:?}; n{victim} record {rec:?}"
+                            );
+                        }
+                        h.flip_byte(victim, &path, at);
                     }
                 }
             }
@@ -243,6 +288,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let live: Vec<usize> = (0..n).collect();
     let mut last = String::new();
     let converged = wait_until(&mut h, 600_000, "every file has exactly N right copies on N nodes", |h| {
+        debug_watch(h, &acked, &mut watched);
         check_no_file_lost(h, &acked, &none)?;
         match converged_copies(h, &acked, policy, &live) {
             Ok(()) => Ok(true),

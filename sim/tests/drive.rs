@@ -480,3 +480,15 @@ fn a_pull_whose_worker_is_lost_midway_runs_out_its_lease_and_is_made_elsewhere()
     });
     assert!(failure_counted, "seed {seed}: the lost pull counted as a failure in the file's backoff");
 }
+
+/// Regression (drive seed 233, one write in 10 streamed): a node cut off while a put landed a
+/// copy on it, then crashed, comes back with that copy rotten and no record of the file; its
+/// first rescan must not adopt the bytes as a new file (a newer record that would have made
+/// the right copies elsewhere "older content" and had them repaired from the rotten one).
+#[test]
+fn drive_seed_233_a_node_back_with_an_unknown_rotten_copy_does_not_adopt_it() {
+    let opts = shoal_sim::DriveOptions { big_every: 10, ..Default::default() };
+    if let Err(e) = shoal_sim::run_drive_seed_with(233, &opts) {
+        panic!("{e}");
+    }
+}

@@ -894,7 +894,7 @@ impl Node {
         let want = match endpoint {
             "hello" | "members" | "latency" => "GET",
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
-            "meta/log" | "meta/snapshot" => "GET",
+            "meta/log" | "meta/snapshot" | "meta/file" => "GET",
             "meta/lease" | "meta/append" | "meta/submit" | "store/place" => "POST",
             _ => return Reply::error(404, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
@@ -919,6 +919,7 @@ impl Node {
             "evict" => self.answer_evict(wall, now, &sender, body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             "store/place" => self.answer_place(wall, &sender, body),
+            "meta/file" => self.answer_file_exists(target),
             "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
                 self.answer_meta(wall, now, endpoint, &sender, query, body)
