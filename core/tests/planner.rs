@@ -336,6 +336,16 @@ fn backoff_really_escalates_and_holds_the_file_back() {
     assert_eq!(p.stats.waiting_backoff, 1);
     w.backoff.insert(FileId::new("id-/a"), Backoff { attempts: 2, next_at_ms: 999_999 });
     assert_eq!(w.plan().tasks.len(), 1);
+
+    // A drop that failed backs off too, instead of being sent again at every pass.
+    let mut o = World::new(3, 100 * G);
+    o.policy("/", 1);
+    o.file("/b", &[(0, Committed), (1, Committed)]);
+    assert_eq!(drops(&o.plan()).len(), 1);
+    o.backoff.insert(FileId::new("id-/b"), Backoff { attempts: 1, next_at_ms: 1_030_000 });
+    let p = o.plan();
+    assert!(p.tasks.is_empty(), "{:?}", p.tasks);
+    assert_eq!(p.stats.waiting_backoff, 1);
 }
 
 /// The nearest folder policy decides; a file's own count overrides it.

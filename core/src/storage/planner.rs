@@ -359,47 +359,41 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         if busy.contains(&f.id) {
             continue;
         }
-        // A second copy on one node adds nothing: it goes first.
-        if let Some((vol, node)) = duplicates.first().copied() {
-            if budget.node_has_room(node) && !budget.full() {
-                budget.take(node);
-                out.tasks.push(drop_task(f, node, vol, Reason::Drop));
-            } else {
-                out.stats.deferred += 1;
-            }
-            continue;
-        }
-        // Enough copies elsewhere: empty evacuating volumes and draining nodes. Copies on nodes
-        // not reachable now (UNKNOWN, briefly OFFLINE) hold back an extra copy but never let
-        // one go: the copies left must be on usable nodes.
+        // The copy to let go, if any: a second copy on one node first (it adds nothing), then
+        // an evacuating or draining copy once enough copies are elsewhere (on nodes reachable
+        // now: copies on UNKNOWN or briefly OFFLINE nodes hold back an extra copy but never let
+        // one go), then the copy on the fullest non-primary volume beyond the policy.
         let reachable_enough = on_usable.len() >= wanted;
-        if let Some((vol, node)) =
+        let candidate = if let Some((vol, node)) = duplicates.first().copied() {
+            Some((vol, node, Reason::Drop))
+        } else if let Some((vol, node)) =
             evac.iter().copied().filter(|_| reachable_enough).find(|(_, n)| usable(n) || is_draining(input, n))
         {
-            if budget.node_has_room(node) && !budget.full() {
-                budget.take(node);
-                out.tasks.push(drop_task(f, node, vol, Reason::Evacuate));
-            } else {
-                out.stats.deferred += 1;
-            }
-            continue;
-        }
-        if on_usable.len() > wanted {
+            Some((vol, node, Reason::Evacuate))
+        } else if on_usable.len() > wanted {
             out.stats.over += 1;
             let primary = f.primary.as_ref();
-            let fullest = on_usable
+            on_usable
                 .iter()
                 .copied()
                 .filter(|(v, _)| Some(&v.id) != primary)
-                .min_by(|(a, _), (b, _)| free_frac(a).total_cmp(&free_frac(b)).then_with(|| a.id.cmp(&b.id)));
-            if let Some((vol, node)) = fullest {
-                if budget.node_has_room(node) && !budget.full() {
-                    budget.take(node);
-                    out.tasks.push(drop_task(f, node, vol, Reason::Drop));
-                } else {
-                    out.stats.deferred += 1;
-                }
-            }
+                .min_by(|(a, _), (b, _)| free_frac(a).total_cmp(&free_frac(b)).then_with(|| a.id.cmp(&b.id)))
+                .map(|(vol, node)| (vol, node, Reason::Drop))
+        } else {
+            None
+        };
+        let Some((vol, node, reason)) = candidate else { continue };
+        // A drop that failed (the holder saw fewer copies than this plan did) backs off like a
+        // pull, instead of being sent again at every pass.
+        if input.backoff.get(&f.id).is_some_and(|b| b.next_at_ms > input.now_ms) {
+            out.stats.waiting_backoff += 1;
+            continue;
+        }
+        if budget.node_has_room(node) && !budget.full() {
+            budget.take(node);
+            out.tasks.push(drop_task(f, node, vol, reason));
+        } else {
+            out.stats.deferred += 1;
         }
     }
     out
