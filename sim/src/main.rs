@@ -1,5 +1,6 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N]]`: a long seed sweep
-//! (membership and metadata, or with `--drive` the cluster drive, one write in N over 4 MiB).
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS]]`: a
+//! long seed sweep (membership and metadata, or with `--drive` the cluster drive, one write in N
+//! over 4 MiB, faults for MS simulated milliseconds).
 //! `SEED=n` runs one.
 
 use std::time::Instant;
@@ -14,7 +15,10 @@ fn main() {
         None => (arg("--from").unwrap_or(1), arg("--seeds").unwrap_or(100)),
     };
     let drive = args.iter().any(|a| a == "--drive");
-    let opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
+    let mut opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
+    if let Some(ms) = arg("--chaos-ms") {
+        opts.chaos_ms = ms;
+    }
     let started = Instant::now();
     let mut failed = 0u64;
     for seed in from..from + count {
