@@ -72,6 +72,13 @@ fn far(k: u8) -> (VolumeId, NodeId) {
     (VolumeId::new(format!("far-volume-{k}")), NodeId::new(format!("bbbbbbbb-bbbb-4bbb-8bbb-{:012x}", k)))
 }
 
+/// One more volume of node `n`, at `dir`.
+fn another_volume(n: &mut Node, dir: &str) -> VolumeId {
+    let v = n.volume_add(at(100), dir, "", 1 << 40, 1 << 39).expect("add a volume");
+    drain(n);
+    VolumeId::new(v["id"].as_str().expect("volume id"))
+}
+
 fn file(n: &Node, path: &str) -> FileRecord {
     n.meta().state().file(path).cloned().unwrap_or_else(|| panic!("a record at {path}"))
 }
@@ -486,11 +493,7 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
     // The other copy is on a second volume of this node (counted as one node: this one);
     // copies on nodes that are not reachable members (here: a node it has never heard of)
     // never count toward a drop. How copies on other members count is in `tests/node.rs`.
-    let [vb] = ["/srv/n1-b"].map(|dir| {
-        let v = n.volume_add(at(500), dir, "", 1 << 40, 1 << 39).expect("add a volume");
-        VolumeId::new(v["id"].as_str().expect("volume id"))
-    });
-    drain(&mut n);
+    let vb = another_volume(&mut n, "/srv/n1-b");
     let (far_vol, nb) = far(2);
     publish(&mut n, at(900), "/far", 'a', &[(va.clone(), me.clone()), (far_vol, nb.clone())]);
     refused(n.check_drop(at(950), &file(&n, "/far"), &va), 409, "not_authorized");
@@ -531,9 +534,7 @@ fn a_drop_task_needs_the_leader_of_its_term_and_enough_other_current_copies() {
 fn a_volume_holding_the_only_readable_current_copy_is_not_removed() {
     let (mut n, va) = member(1);
     let me = n.id().clone();
-    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
-    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
-    drain(&mut n);
+    let vb = another_volume(&mut n, "/srv/n1-b");
     // Both volumes hold the file; then an overwrite lands on `va` only: `vb` holds older content.
     publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone()), (vb.clone(), me.clone())]);
     n.file_publish(at(1_100), "/f", 10, &sum('b'), 0, &[(va.clone(), me.clone())]).unwrap();
@@ -558,9 +559,7 @@ fn a_volume_holding_the_only_readable_current_copy_is_not_removed() {
 fn a_second_copy_on_the_same_node_is_not_counted() {
     let (mut n, va) = member(1);
     let me = n.id().clone();
-    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
-    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
-    drain(&mut n);
+    let vb = another_volume(&mut n, "/srv/n1-b");
     let id = publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
     assert!(!n.copy_publish(at(1_100), "/f", &id, &sum('a'), &vb), "a second copy on this node");
     assert_eq!(file(&n, "/f").locations.len(), 1);
@@ -576,9 +575,7 @@ fn a_second_copy_on_the_same_node_is_not_counted() {
 fn an_evacuated_volume_is_done_when_empty_and_a_retired_one_takes_no_copy() {
     let (mut n, va) = member(1);
     let me = n.id().clone();
-    let v = n.volume_add(at(100), "/srv/n1-b", "", 1 << 40, 1 << 39).expect("add a volume");
-    let vb = VolumeId::new(v["id"].as_str().expect("volume id"));
-    drain(&mut n);
+    let vb = another_volume(&mut n, "/srv/n1-b");
     let id = publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
     n.volume_evacuate(at(1_100), va.as_str(), true).unwrap();
     assert!(n.evacuated_volumes().is_empty(), "it still holds /f");

@@ -157,37 +157,7 @@ fn io_error(what: &str, e: std::io::Error) -> Response {
 
 /// `a=1&b=x%2Fy` into a map, percent-decoded.
 pub fn parse_query(q: &str) -> BTreeMap<String, String> {
-    fn decode(s: &str) -> String {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            match b[i] {
-                b'%' if i + 2 < b.len() => {
-                    let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-                    match hex {
-                        Some(v) => {
-                            out.push(v);
-                            i += 3;
-                        }
-                        None => {
-                            out.push(b'%');
-                            i += 1;
-                        }
-                    }
-                }
-                b'+' => {
-                    out.push(b' ');
-                    i += 1;
-                }
-                c => {
-                    out.push(c);
-                    i += 1;
-                }
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
+    let decode = transfer::decode_query_value;
     q.split('&')
         .filter(|kv| !kv.is_empty())
         .map(|kv| {

@@ -337,6 +337,22 @@ fn a_drive_seed_gives_the_same_digest_twice() {
     assert_eq!(a.digest, b.digest);
 }
 
+/// Six files with two copies each, put through n0 of a 4-node cluster; the node (not n0)
+/// holding the most of them, and the files it holds.
+fn six_files_and_their_busiest_holder(h: &mut Harness, name: &str) -> (Acked, usize, Vec<String>) {
+    let mut acked = Acked::new();
+    for k in 0..6 {
+        let (path, content) = (format!("/data/{name}{k}"), format!("{name} {k} {}", "x".repeat(1_000 + k)));
+        let (s, v) = h.put_file(0, &path, &content).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        acked.insert(path, content);
+    }
+    let away = (1..4).max_by_key(|&i| acked.keys().filter(|p| h.stored(i, p).is_some()).count()).unwrap();
+    let held: Vec<String> = acked.keys().filter(|p| h.stored(away, p).is_some()).cloned().collect();
+    assert!(!held.is_empty());
+    (acked, away, held)
+}
+
 /// A node OFFLINE for over 10 minutes: its copies turn stale (never deleted) and are made again
 /// on other nodes; when it comes back, a rescan finds its bytes right and restores them with
 /// no transfer, the planner drops what is now beyond the policy, and every file ends at exactly
@@ -345,17 +361,7 @@ fn a_drive_seed_gives_the_same_digest_twice() {
 fn copies_of_a_node_offline_for_ten_minutes_turn_stale_then_are_restored_when_it_returns() {
     let seed = 41;
     let mut h = drive_cluster(seed, 4, 2);
-    let mut acked = Acked::new();
-    for k in 0..6 {
-        let (path, content) = (format!("/data/away{k}"), format!("away {k} {}", "a".repeat(2_000 + k)));
-        let (s, v) = h.put_file(0, &path, &content).unwrap();
-        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
-        acked.insert(path, content);
-    }
-    // The node (not n0) holding the most copies goes away.
-    let away = (1..4).max_by_key(|&i| acked.keys().filter(|p| h.stored(i, p).is_some()).count()).unwrap();
-    let held: Vec<String> = acked.keys().filter(|p| h.stored(away, p).is_some()).cloned().collect();
-    assert!(!held.is_empty());
+    let (acked, away, held) = six_files_and_their_busiest_holder(&mut h, "away");
     h.crash(away);
     let live: Vec<usize> = (0..4).filter(|&i| i != away).collect();
     run_watching(&mut h, 14 * 60_000, &acked, &BTreeSet::new());
@@ -394,16 +400,7 @@ fn copies_of_a_node_offline_for_ten_minutes_turn_stale_then_are_restored_when_it
 fn a_node_briefly_unknown_causes_no_extra_copy() {
     let seed = 51;
     let mut h = drive_cluster(seed, 4, 2);
-    let mut acked = Acked::new();
-    for k in 0..6 {
-        let (path, content) = (format!("/data/brief{k}"), format!("brief {k} {}", "b".repeat(1_000 + k)));
-        let (s, v) = h.put_file(0, &path, &content).unwrap();
-        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
-        acked.insert(path, content);
-    }
-    let away = (1..4).max_by_key(|&i| acked.keys().filter(|p| h.stored(i, p).is_some()).count()).unwrap();
-    let held: Vec<String> = acked.keys().filter(|p| h.stored(away, p).is_some()).cloned().collect();
-    assert!(!held.is_empty());
+    let (acked, away, held) = six_files_and_their_busiest_holder(&mut h, "brief");
     let copies_on_disk = |h: &Harness, p: &str| (0..4).filter(|&i| h.stored(i, p).is_some()).count();
     h.crash(away);
     let mut was_unknown = false;

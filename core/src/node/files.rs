@@ -706,7 +706,7 @@ impl Node {
     pub fn answer_file_exists(&self, target: &str) -> super::Reply {
         let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
         let raw = query.split('&').find_map(|kv| kv.strip_prefix("path=")).unwrap_or("");
-        let decoded = percent_decode(raw);
+        let decoded = transfer::decode_query_value(raw);
         match normalize(&decoded) {
             Ok(p) => super::Reply::ok(json!({ "path": p, "live": self.live_file(&p).is_some() })),
             Err(e) => super::Reply::error(400, "bad_path", e.to_string()),
@@ -826,27 +826,4 @@ pub struct CopyFact {
     pub of_this_content: bool,
     /// When the copy was last written or verified (unix ms).
     pub checked_ms: u64,
-}
-
-/// `%XX` escapes of a query value, decoded (bytes that do not form UTF-8 are replaced).
-fn percent_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
-            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
-            .flatten();
-        match hex {
-            Some(x) => {
-                out.push(x);
-                i += 3;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

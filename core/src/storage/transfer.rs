@@ -80,6 +80,30 @@ pub fn copy_segments(path: &str) -> Result<Vec<String>, TransferError> {
     Ok(segs)
 }
 
+/// A percent-encoded query value decoded (`%XX` escapes, `+` as a space); bytes that do not
+/// form UTF-8 are replaced. One decoder for every query shoal's endpoints read.
+pub fn decode_query_value(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%' && i + 2 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+            .flatten();
+        match (hex, b[i]) {
+            (Some(x), _) => {
+                out.push(x);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, c) => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 pub fn check_checksum(c: &str) -> Result<(), TransferError> {
     if c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(())
@@ -205,6 +229,14 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
     const C: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(decode_query_value("/a%20b/c%2Bd+e"), "/a b/c+d e");
+        assert_eq!(decode_query_value("100%"), "100%");
+        assert_eq!(decode_query_value("%zz%4"), "%zz%4");
+        assert_eq!(decode_query_value("%FF"), "\u{fffd}");
+    }
 
     #[test]
     fn files_split_into_4_mib_chunks() {
