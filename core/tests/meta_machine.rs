@@ -41,6 +41,8 @@ struct Node {
     /// The members this node sees, with their eligibility.
     view: Vec<(NodeId, bool)>,
     persisted: Vec<MetaPersist>,
+    /// What this node reported refusing (`what: why`).
+    refusals: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +104,7 @@ impl Net {
             joined,
             view: Vec::new(),
             persisted: Vec::new(),
+            refusals: Vec::new(),
         };
         self.nodes.insert(id(name), node);
         let view: Vec<(NodeId, bool)> = self.nodes.keys().map(|k| (k.clone(), true)).collect();
@@ -183,6 +186,7 @@ impl Net {
         while let Some(o) = node.meta.poll_output() {
             match o {
                 MetaOutput::Persist(p) => node.persisted.push(p),
+                MetaOutput::Refused { what, why, .. } => node.refusals.push(format!("{what}: {why}")),
                 MetaOutput::Send { to, method, target, body, purpose } => {
                     self.queue.push_back(Msg { from: n.clone(), to, method, target, body, purpose })
                 }
@@ -858,6 +862,10 @@ fn malformed_bodies_and_queries_to_every_answer_are_refused_with_400_and_change_
     let all = [400, 400, 400];
     // A well-formed lease body with a malformed append part is still a good lease push.
     let not_append = [200, 400, 400];
+    // An append whose entries are read one by one: an unreadable entry is refused alone.
+    let bad_entry = [200, 200, 400];
+    // A submit whose records are read one by one: an unreadable record is refused alone.
+    let bad_record = [400, 400, 200];
     let cases: Vec<(Vec<u8>, [u16; 3])> = vec![
         (b"".to_vec(), all),
         (b"not json".to_vec(), all),
@@ -874,11 +882,11 @@ fn malformed_bodies_and_queries_to_every_answer_are_refused_with_400_and_change_
         (json!({"lease": {"holder": 7, "term": 1}}).to_string().into_bytes(), all),
         (json!({"lease": a_lease, "entries": [], "lastSeq": "one"}).to_string().into_bytes(), all),
         (json!({"lease": a_lease, "entries": "x", "lastSeq": last}).to_string().into_bytes(), not_append),
-        (json!({"lease": a_lease, "entries": [{"seq": 1}], "lastSeq": last}).to_string().into_bytes(), not_append),
+        (json!({"lease": a_lease, "entries": [{"seq": 1}], "lastSeq": last}).to_string().into_bytes(), bad_entry),
         (json!({"lease": a_lease, "lastSeq": last}).to_string().into_bytes(), not_append),
         (json!({"records": 5}).to_string().into_bytes(), all),
-        (json!({"records": [{"kind": "nope", "payload": {}}]}).to_string().into_bytes(), all),
-        (json!({"records": [{"kind": "setting", "payload": {"key": 1}}]}).to_string().into_bytes(), all),
+        (json!({"records": [{"kind": "nope", "payload": {}}]}).to_string().into_bytes(), bad_record),
+        (json!({"records": [{"kind": "setting", "payload": {"key": 1}}]}).to_string().into_bytes(), bad_record),
         (lease[..lease.len() - 1].to_vec(), all),
         (append[..append.len() / 2].to_vec(), all),
         (submit[..submit.len() - 1].to_vec(), all),
@@ -970,4 +978,178 @@ proptest! {
         net.collect(&id("a"));
         net.collect(&id("b"));
     }
+}
+
+// ---- one bad entry never blocks the log ----
+
+/// A JSON value nested `depth` levels (a scalar is 1).
+fn nested(depth: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 1..depth {
+        v = Value::Array(vec![v]);
+    }
+    v
+}
+
+/// The text of an append from `a` carrying `entries` (raw JSON each) up to `last`.
+fn append_text(entries: &[String], last: u64) -> Vec<u8> {
+    format!(r#"{{"lease":{{"holder":"a","term":1}},"entries":[{}],"lastSeq":{last}}}"#, entries.join(",")).into_bytes()
+}
+
+fn entry_text(seq: u64, key: &str, value: &str, wall: u64) -> String {
+    format!(
+        r#"{{"seq":{seq},"term":1,"kind":"setting","payload":{{"key":"{key}","value":{value},"version":{{"wallMs":{wall},"counter":0,"node":"a"}}}},"version":{{"wallMs":{wall},"counter":0,"node":"a"}},"origin":"a"}}"#
+    )
+}
+
+/// Issue 11: a setting nested ~125 levels, wrapped in an append, went past the follower's
+/// parser depth, and every later append was refused for ever. Entries are now read one by one:
+/// the one that cannot be read is refused alone (and reported), its position passed over, and
+/// the entries after it are taken.
+#[test]
+fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let last = net.meta("b").last_seq().0;
+    let wall = net.wall().0;
+    let deep = "[".repeat(130) + &"]".repeat(130);
+    let body = append_text(
+        &[entry_text(last + 1, "deep", &deep, wall), entry_text(last + 2, "after", "7", wall + 1)],
+        last + 2,
+    );
+    let now = net.now;
+    let node = net.node_mut("b");
+    let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["lastSeq"], json!(last + 2), "the follower is past both entries");
+    net.collect(&id("b"));
+    assert!(net.queue.is_empty(), "no catch-up is needed: {:?}", net.queue);
+    assert_eq!(setting_of(net.meta("b"), "after").map(|s| s.value), Some(json!(7)));
+    assert_eq!(setting_of(net.meta("b"), "deep"), None);
+    let status = net.meta("b").status(now);
+    assert_eq!(status["refused"], json!(1));
+    assert!(status["lastRefusal"].as_str().unwrap().contains(&format!("entry {}", last + 1)), "{status}");
+    assert_eq!(net.node("b").refusals.len(), 1, "the refusal is reported for the log");
+
+    // A record that parses but is out of bounds (nested past the record bound) is refused too.
+    let too_deep = nested(shoal_core::meta::records::RECORD_VALUE_DEPTH_MAX + 1).to_string();
+    let body = append_text(&[entry_text(last + 3, "deep2", &too_deep, wall + 2)], last + 3);
+    let node = net.node_mut("b");
+    let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
+    assert_eq!(r.body["lastSeq"], json!(last + 3));
+    assert_eq!(setting_of(net.meta("b"), "deep2"), None);
+    assert_eq!(net.meta("b").status(now)["refused"], json!(2));
+}
+
+/// The same on catch-up: a page read entry by entry.
+#[test]
+fn a_log_page_with_an_unreadable_entry_still_brings_the_follower_to_the_end() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let last = net.meta("b").last_seq().0;
+    let wall = net.wall().0;
+    let deep = "{\"x\":".repeat(130) + "1" + &"}".repeat(130);
+    let page = format!(
+        r#"{{"entries":[{},{}],"lastSeq":{},"term":1,"holder":"a"}}"#,
+        entry_text(last + 1, "deep", &deep, wall),
+        entry_text(last + 2, "after", "8", wall + 1),
+        last + 2
+    );
+    let now = net.now;
+    let node = net.node_mut("b");
+    node.meta.on_response(now, &id("a"), MetaPurpose::CatchUp, Ok((200, page.into_bytes())), &mut node.hlc);
+    assert_eq!(net.meta("b").last_seq(), LogIndex(last + 2));
+    assert_eq!(setting_of(net.meta("b"), "after").map(|s| s.value), Some(json!(8)));
+    assert_eq!(net.meta("b").status(now)["refused"], json!(1));
+}
+
+/// A submit carrying a record out of bounds (or unreadable) among good ones: the good ones are
+/// appended, the bad one is named in the answer, and the submitter drops it from its queue and
+/// reports it, so its queue never sticks on it.
+#[test]
+fn a_submitted_record_out_of_bounds_is_refused_alone_and_the_submitter_moves_on() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let good = net.setting("b", "good", json!(1));
+    let wall = net.wall().0;
+    let bad = format!(
+        r#"{{"kind":"setting","payload":{{"key":"bad","value":{},"version":{{"wallMs":{wall},"counter":9,"node":"b"}}}}}}"#,
+        nested(shoal_core::meta::records::RECORD_VALUE_DEPTH_MAX + 1)
+    );
+    let body = format!(r#"{{"records":[{bad},{}]}}"#, serde_json::to_string(&good).unwrap());
+    let now = net.now;
+    let node = net.node_mut("a");
+    let r = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["refused"][0]["index"], json!(0));
+    assert_eq!(setting_of(net.meta("a"), "good").map(|s| s.value), Some(json!(1)));
+    assert_eq!(setting_of(net.meta("a"), "bad"), None);
+    assert_eq!(net.meta("a").status(now)["refused"], json!(1));
+
+    // The submitter reads the refusal in the answer and reports it.
+    let node = net.node_mut("b");
+    let answer = serde_json::to_vec(&r.body).unwrap();
+    node.meta.on_response(now, &id("a"), MetaPurpose::Submit { ids: vec![] }, Ok((200, answer)), &mut node.hlc);
+    net.collect(&id("b"));
+    assert!(net.node("b").refusals.iter().any(|r| r.contains("our submitted record")), "{:?}", net.node("b").refusals);
+}
+
+/// A local write out of bounds is never stored, queued or sent (the commands refuse it first
+/// with a clear error; this is the last guard), and it is reported.
+#[test]
+fn a_local_write_out_of_bounds_is_neither_stored_nor_sent() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    for n in ["a", "b"] {
+        let r = net.setting(n, "deep", nested(shoal_core::meta::records::RECORD_VALUE_DEPTH_MAX + 1));
+        let before = net.node(n).persisted.len();
+        net.submit(n, r);
+        assert!(net.queue.is_empty(), "{n}: nothing sent");
+        assert_eq!(net.node(n).persisted.len(), before, "{n}: nothing stored");
+        assert_eq!(setting_of(net.meta(n), "deep"), None);
+        assert_eq!(net.meta(n).pending_len(), 0);
+        assert_eq!(net.node(n).refusals.len(), 1, "{n}: reported");
+    }
+    // At the bound it is taken.
+    let r = net.setting("b", "ok", nested(shoal_core::meta::records::RECORD_VALUE_DEPTH_MAX));
+    net.submit("b", r);
+    net.run();
+    assert!(setting_of(net.meta("a"), "ok").is_some());
+}
+
+/// Records and pending submits out of bounds on disk (an older build stored them) are dropped
+/// at restore, deleted from disk and reported: the node starts, and never serves them.
+#[test]
+fn records_out_of_bounds_on_disk_are_dropped_at_restore_not_fatal() {
+    let mut net = Net::new(&["a"], MetaConfig::default());
+    let deep = net.setting("a", "deep", nested(100));
+    let fine = net.setting("a", "fine", json!(2));
+    let mut hlc = Hlc::new(id("a"));
+    let mut meta = Meta::new(id("a"), MetaConfig::default(), net.now);
+    meta.restore(
+        MetaRestored {
+            records: vec![deep.clone(), fine],
+            pending: vec![shoal_core::meta::log::Pending { id: 4, record: deep }],
+            ..MetaRestored::default()
+        },
+        &mut hlc,
+    );
+    assert_eq!(setting_of(&meta, "fine").map(|s| s.value), Some(json!(2)));
+    assert_eq!(setting_of(&meta, "deep"), None);
+    assert_eq!(meta.pending_len(), 0);
+    let mut outputs = Vec::new();
+    while let Some(o) = meta.poll_output() {
+        outputs.push(o);
+    }
+    assert!(outputs.iter().any(|o| matches!(o, MetaOutput::Persist(MetaPersist::DeleteRecord(k)) if k.1 == "deep")));
+    assert!(outputs.iter().any(|o| matches!(o, MetaOutput::Persist(MetaPersist::DeletePending(4)))));
+    assert_eq!(outputs.iter().filter(|o| matches!(o, MetaOutput::Refused { .. })).count(), 2);
+}
+
+/// "Log a refused append": a peer's 400 to what we sent is reported with its message.
+#[test]
+fn a_peer_refusing_our_append_is_reported_with_its_reason() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let now = net.now;
+    let body = br#"{"error":{"code":"bad_body","message":"append body: recursion limit exceeded"}}"#.to_vec();
+    let node = net.node_mut("a");
+    node.meta.on_response(now, &id("b"), MetaPurpose::Append { through: LogIndex(1) }, Ok((400, body)), &mut node.hlc);
+    net.collect(&id("a"));
+    assert_eq!(net.node("a").refusals, vec!["our append: append body: recursion limit exceeded".to_string()]);
 }

@@ -296,6 +296,10 @@ fn log_event(e: &Event) {
         }
         Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
         Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
+        Event::MetaRefused { from, what, why } => match from {
+            Some(peer) => tracing::warn!(peer = %peer, what = %what, why = %why, "metadata refused"),
+            None => tracing::warn!(what = %what, why = %why, "metadata refused"),
+        },
     }
 }
 
@@ -347,6 +351,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         .map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
     let meta_loaded =
         meta_store.load().map_err(|e| StartError::Store(db_path.clone(), StoreError::Db(e.to_string())))?;
+    for row in &meta_loaded.skipped {
+        tracing::warn!(row = %row, "metadata row passed over at start");
+    }
     restored.meta = MetaRestored {
         records: meta_loaded.records,
         entries: meta_loaded.entries,

@@ -90,6 +90,9 @@ pub enum MetaStoreError {
     Db(String),
     #[error("stored {0} is corrupt: {1}")]
     Corrupt(String, String),
+    /// Well-formed JSON nested deeper than this build reads (see [`MetaLoaded::skipped`]).
+    #[error("{0} nests too deeply to read: {1}")]
+    TooDeep(String, String),
     #[error("cannot encode {0}: {1}")]
     Encode(String, String),
 }
@@ -110,6 +113,9 @@ pub struct MetaLoaded {
     pub log_meta: Option<LogMeta>,
     /// Purged keys with their tombstones' versions, in row key order.
     pub purged: Vec<(RecordKey, Version)>,
+    /// Rows passed over: well-formed JSON nested too deeply for this build to read (an older
+    /// build stored them), each named with why. The start goes on without them.
+    pub skipped: Vec<String>,
 }
 
 /// The row key of a record (or of a purged key): `"kind/key"`.
@@ -839,7 +845,9 @@ impl MetaStore {
         });
         for row in merged(table, o.records.iter().map(|(k, op)| (k.clone(), *op))) {
             let (key, src) = row?;
-            out.records.push(decode_record(&key, &src)?);
+            if let Some(r) = skip_too_deep(decode_record(&key, &src), &mut out.skipped)? {
+                out.records.push(r);
+            }
         }
 
         let log = txn.open_table(LOG)?;
@@ -850,7 +858,9 @@ impl MetaStore {
         });
         for row in merged(table, o.entries.iter().map(|(k, raw)| (*k, Some(*raw)))) {
             let (seq, src) = row?;
-            out.entries.push(decode_entry(seq, &src)?);
+            if let Some(e) = skip_too_deep(decode_entry(seq, &src), &mut out.skipped)? {
+                out.entries.push(e);
+            }
         }
 
         let pending = txn.open_table(PENDING)?;
@@ -860,7 +870,9 @@ impl MetaStore {
         });
         for row in merged(table, o.pending.iter().map(|(k, op)| (*k, *op))) {
             let (id, src) = row?;
-            out.pending.push(decode_pending(id, &src)?);
+            if let Some(p) = skip_too_deep(decode_pending(id, &src), &mut out.skipped)? {
+                out.pending.push(p);
+            }
         }
 
         let src = match o.log_meta {
@@ -906,7 +918,10 @@ impl MetaStore {
         let journal = o.entries.range((Bound::Excluded(after), Bound::Unbounded)).map(|(k, raw)| (*k, Some(*raw)));
         for row in merged(table, journal).take(limit) {
             let (seq, src) = row?;
-            out.push(decode_entry(seq, &src)?);
+            // A peer reading past one gets a gap, and a snapshot.
+            if let Some(e) = skip_too_deep(decode_entry(seq, &src), &mut Vec::new())? {
+                out.push(e);
+            }
         }
         Ok(out)
     }
@@ -974,8 +989,34 @@ fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreE
     Ok(())
 }
 
+/// serde_json's fixed nesting limit.
+const SERDE_JSON_DEPTH_LIMIT: usize = 128;
+
+/// Decode one row. Well-formed JSON too deep for serde_json's fixed limit (only an older build
+/// could store it: records are bounded now) is [`MetaStoreError::TooDeep`]; anything else that
+/// does not decode is corrupt.
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: impl FnOnce() -> String) -> Result<T, MetaStoreError> {
-    serde_json::from_slice(bytes).map_err(|e| MetaStoreError::Corrupt(what(), e.to_string()))
+    serde_json::from_slice(bytes).map_err(|e| {
+        // Skipping over a value never recurses, so this reads any depth.
+        let well_formed = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+        if well_formed && shoal_core::meta::records::json_text_depth(bytes) >= SERDE_JSON_DEPTH_LIMIT - 8 {
+            MetaStoreError::TooDeep(what(), e.to_string())
+        } else {
+            MetaStoreError::Corrupt(what(), e.to_string())
+        }
+    })
+}
+
+/// A row too deep to read is noted in `skipped` and passed over; other errors stand.
+fn skip_too_deep<T>(row: Result<T, MetaStoreError>, skipped: &mut Vec<String>) -> Result<Option<T>, MetaStoreError> {
+    match row {
+        Ok(v) => Ok(Some(v)),
+        Err(e @ MetaStoreError::TooDeep(..)) => {
+            skipped.push(e.to_string());
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn decode_record(key: &str, src: &Src<'_, '_>) -> Result<Record, MetaStoreError> {
@@ -1580,6 +1621,39 @@ mod tests {
         assert_eq!(lock(&meta.buffer).records["setting/a"], Some(setting("a", 2)));
     }
 
+    /// Issue 11: an older build stored a setting nested ~125 levels; its log entry is past
+    /// serde_json's depth limit, and the leader's restart failed on it. Such a row (well-formed
+    /// JSON, only too deep) is now passed over and named; the rest loads.
+    #[test]
+    fn a_row_too_deep_to_read_is_passed_over_at_load_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        let deep = "[".repeat(126) + &"]".repeat(126);
+        let e = serde_json::to_string(&entry(3)).unwrap();
+        let deep_entry = e.replacen("\"value\":3", &format!("\"value\":{deep}"), 1);
+        assert_ne!(e, deep_entry, "the value was replaced");
+        let txn = meta.db.begin_write().unwrap();
+        {
+            let mut log = txn.open_table(LOG).unwrap();
+            log.insert(3, deep_entry.as_bytes()).unwrap();
+            log.insert(4, serde_json::to_vec(&entry(4)).unwrap().as_slice()).unwrap();
+            let mut records = txn.open_table(RECORDS).unwrap();
+            let r = serde_json::to_string(&setting("x", 1)).unwrap().replacen(
+                "\"value\":1",
+                &format!("\"value\":{deep}"),
+                1,
+            );
+            records.insert("setting/x", r.as_bytes()).unwrap();
+        }
+        txn.commit().unwrap();
+        let loaded = meta.load().unwrap();
+        assert_eq!(seqs(&loaded.entries), vec![4]);
+        assert!(loaded.records.is_empty());
+        assert_eq!(loaded.skipped.len(), 2, "{:?}", loaded.skipped);
+        assert!(loaded.skipped.iter().any(|s| s.contains("log entry 3")), "{:?}", loaded.skipped);
+        assert_eq!(seqs(&meta.entries_after(0, 10).unwrap()), vec![4]);
+    }
+
     #[test]
     fn corrupt_rows_are_errors_naming_the_row() {
         let dir = tempfile::tempdir().unwrap();
@@ -1735,6 +1809,7 @@ mod tests {
                 pending: self.pending.values().cloned().collect(),
                 log_meta: self.log_meta.clone(),
                 purged: self.purged.values().cloned().collect(),
+                skipped: Vec::new(),
             }
         }
 

@@ -18,6 +18,13 @@
 //!   7 days on every node; each purged key is persisted with its tombstone's version
 //!   ([`MetaPersist::PutPurged`]) and put back by [`Meta::restore`], so an older copy from a
 //!   stale peer is refused after a restart too.
+//! - One bad entry never blocks the log. Every record kept or sent keeps [`Record::shape_ok`]
+//!   (bounded JSON depth and size), so every stored or sent form decodes by construction. Entries
+//!   and submitted records from a peer are still decoded one by one: an entry this build cannot
+//!   read, or a record out of bounds, is refused on its own (counted in `status`, and reported as
+//!   [`MetaOutput::Refused`] for the shell to log) and the log goes on past it; a peer that
+//!   refuses an append or a submit is reported the same way. A stored record or pending submit
+//!   out of bounds (written by an older build) is dropped at restore, reported, never fatal.
 
 use crate::hlc::{Hlc, Version};
 use crate::ids::{LogIndex, NodeId, Term};
@@ -27,6 +34,7 @@ use crate::meta::records::{Record, RecordKey, RecordKind, RecordSet};
 use crate::meta::state::MetaState;
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -82,8 +90,21 @@ pub enum MetaPurpose {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetaOutput {
-    Send { to: NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose },
+    Send {
+        to: NodeId,
+        method: &'static str,
+        target: String,
+        body: Vec<u8>,
+        purpose: MetaPurpose,
+    },
     Persist(MetaPersist),
+    /// Something was refused: an entry or record from `from` (or stored on disk, `from: None`),
+    /// or one of ours by `from`. The log went on past it; the shell logs this.
+    Refused {
+        from: Option<NodeId>,
+        what: String,
+        why: String,
+    },
 }
 
 /// A JSON answer to a peer.
@@ -134,24 +155,28 @@ struct LeaseBody {
     digest: String,
 }
 
+/// An append as sent (`E` = [`Entry`]) and as read (`E` = raw JSON, each entry decoded on its
+/// own by [`read_entries`]).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AppendBody {
+struct AppendBody<E> {
     lease: Lease,
-    entries: Vec<Entry>,
+    entries: Vec<E>,
     last_seq: LogIndex,
 }
 
+/// A submit as sent (`R` = [`Record`]) and as read (raw JSON, each record decoded on its own).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SubmitBody {
-    records: Vec<Record>,
+struct SubmitBody<R> {
+    records: Vec<R>,
 }
 
+/// One page of `meta/log` as sent (`E` = [`Entry`]) and as read (raw JSON).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LogPage {
-    entries: Vec<Entry>,
+struct LogPage<E> {
+    entries: Vec<E>,
     last_seq: LogIndex,
     term: Term,
     #[serde(default)]
@@ -171,6 +196,54 @@ struct Snapshot {
     holder: Option<NodeId>,
     #[serde(default)]
     next: Option<String>,
+}
+
+/// An entry from a peer, decoded on its own.
+enum PeerEntry {
+    Read(Entry),
+    /// This build cannot read it (or its record is out of bounds); `seq` when that much is
+    /// readable.
+    Refused {
+        seq: Option<LogIndex>,
+        why: String,
+    },
+}
+
+/// Decode each raw entry on its own, so one that cannot be read does not cost the others.
+/// (serde_json skips over a raw value without recursion, so no depth stops the outer parse.)
+fn read_entries(raw: Vec<Box<RawValue>>) -> Vec<PeerEntry> {
+    #[derive(Deserialize)]
+    struct SeqOnly {
+        seq: LogIndex,
+    }
+    raw.into_iter()
+        .map(|r| match serde_json::from_str::<Entry>(r.get()) {
+            Ok(e) => match e.record.shape_error() {
+                None => PeerEntry::Read(e),
+                Some(why) => PeerEntry::Refused { seq: Some(e.seq), why: why.to_string() },
+            },
+            Err(err) => PeerEntry::Refused {
+                seq: serde_json::from_str::<SeqOnly>(r.get()).ok().map(|s| s.seq),
+                why: format!("unreadable entry: {err}"),
+            },
+        })
+        .collect()
+}
+
+/// The error message of a peer's JSON answer, for a report.
+fn answer_message(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Answer {
+        error: Option<ErrorBody>,
+    }
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        message: Option<String>,
+    }
+    match serde_json::from_slice::<Answer>(body) {
+        Ok(Answer { error: Some(ErrorBody { message: Some(m) }) }) => m,
+        _ => String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+    }
 }
 
 /// A snapshot being read page by page: the log position it stands for (from its first page).
@@ -240,6 +313,9 @@ pub struct Meta {
     purge_due: Millis,
     snapshots_adopted: u64,
     snapshot_progress: Option<SnapshotProgress>,
+    /// Entries and records refused (see the module doc), and the last reason.
+    refused: u64,
+    last_refusal: Option<String>,
     /// The latest monotonic time this machine was handed.
     now: Millis,
     outputs: VecDeque<MetaOutput>,
@@ -275,6 +351,8 @@ impl Meta {
             purge_due: now,
             snapshots_adopted: 0,
             snapshot_progress: None,
+            refused: 0,
+            last_refusal: None,
             now,
             outputs: VecDeque::new(),
         }
@@ -290,6 +368,13 @@ impl Meta {
             self.persist(MetaPersist::DeletePurged(key));
         }
         for rec in &r.records {
+            if let Some(why) = rec.shape_error() {
+                // Written by an older build: serving it could stop a peer's catch-up.
+                self.refuse(None, format!("stored record {}/{}", rec.kind().as_str(), rec.key()), why);
+                let key = (rec.kind(), rec.key());
+                self.persist(MetaPersist::DeleteRecord(key));
+                continue;
+            }
             for v in rec.versions() {
                 hlc.observe(v);
             }
@@ -308,6 +393,11 @@ impl Meta {
         }
         for p in r.pending {
             self.next_pending_id = self.next_pending_id.max(p.id.saturating_add(1));
+            if let Some(why) = p.record.shape_error() {
+                self.refuse(None, format!("stored pending submit {}", p.id), why);
+                self.persist(MetaPersist::DeletePending(p.id));
+                continue;
+            }
             self.pending.insert(p.id, p.record);
         }
     }
@@ -380,6 +470,8 @@ impl Meta {
             "compactedThrough": self.compacted_through,
             "digest": self.state.digest(),
             "snapshotsAdopted": self.snapshots_adopted,
+            "refused": self.refused,
+            "lastRefusal": self.last_refusal,
         })
     }
 
@@ -464,6 +556,13 @@ impl Meta {
         self.outputs.push_back(MetaOutput::Persist(p));
     }
 
+    /// Count and report a refusal (see the module doc).
+    fn refuse(&mut self, from: Option<NodeId>, what: String, why: &str) {
+        self.refused += 1;
+        self.last_refusal = Some(format!("{what}: {why}"));
+        self.outputs.push_back(MetaOutput::Refused { from, what, why: why.to_string() });
+    }
+
     fn send(&mut self, to: &NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose) {
         self.outputs.push_back(MetaOutput::Send { to: to.clone(), method, target, body, purpose });
     }
@@ -508,6 +607,12 @@ impl Meta {
     /// A local change: applied at once, then replicated. `now` is monotonic time.
     pub fn submit(&mut self, now: Millis, record: Record) {
         self.now = self.now.max(now);
+        if let Some(why) = record.shape_error() {
+            // The commands check their input first; this is the last guard that keeps every
+            // stored and sent record decodable.
+            self.refuse(None, format!("local write of {}/{}", record.kind().as_str(), record.key()), why);
+            return;
+        }
         if let Some(stored) = self.state.apply(&record) {
             let stored = stored.clone();
             self.persist(MetaPersist::PutRecord(stored));
@@ -659,9 +764,25 @@ impl Meta {
 
     /// Entries from the leader whose numbering we follow: apply, and extend the log if they
     /// continue it. Returns false when there is a gap before them.
-    fn take_entries(&mut self, entries: Vec<Entry>, hlc: &mut Hlc) -> bool {
+    fn take_entries(&mut self, from: &NodeId, entries: Vec<PeerEntry>, hlc: &mut Hlc) -> bool {
         let mut contiguous = true;
         for e in entries {
+            let e = match e {
+                PeerEntry::Read(e) => e,
+                PeerEntry::Refused { seq, why } => {
+                    let what = seq.map_or("an entry".to_string(), |s| format!("entry {}", s.0));
+                    self.refuse(Some(from.clone()), what, &why);
+                    // Its position is passed over (a hole in this node's log, which a peer
+                    // reading this range later fills from a snapshot), so the log goes on.
+                    if let Some(seq) = seq.filter(|s| Some(s.0) == self.last_seq.0.checked_add(1) && contiguous) {
+                        self.last_seq = seq;
+                        self.after_append();
+                    } else if seq.is_none_or(|s| s > self.last_seq) {
+                        contiguous = false;
+                    }
+                    continue;
+                }
+            };
             for v in e.record.versions() {
                 hlc.observe(v);
             }
@@ -736,7 +857,7 @@ impl Meta {
     /// `POST meta/append`.
     pub fn answer_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
         self.now = self.now.max(now);
-        let b: AppendBody = match serde_json::from_slice(body) {
+        let b: AppendBody<Box<RawValue>> = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return bad(format!("append body: {e}")),
         };
@@ -748,10 +869,16 @@ impl Meta {
         }
         if self.log_lease.as_ref() != Some(&b.lease) {
             // Another leader's numbering: the records are still good, the positions are not.
-            let records: Vec<Record> = b.entries.into_iter().map(|e| e.record).collect();
+            let records: Vec<Record> = read_entries(b.entries)
+                .into_iter()
+                .filter_map(|e| match e {
+                    PeerEntry::Read(e) => Some(e.record),
+                    PeerEntry::Refused { .. } => None,
+                })
+                .collect();
             self.apply_remote(records, hlc);
             self.request_snapshot(&b.lease.holder);
-        } else if !self.take_entries(b.entries, hlc) || self.last_seq < b.last_seq {
+        } else if !self.take_entries(from, read_entries(b.entries), hlc) || self.last_seq < b.last_seq {
             self.request_catch_up(&b.lease.holder);
         }
         reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
@@ -766,20 +893,43 @@ impl Meta {
                 json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}),
             );
         }
-        let b: SubmitBody = match serde_json::from_slice(body) {
+        let b: SubmitBody<Box<RawValue>> = match serde_json::from_slice(body) {
             Ok(b) => b,
             Err(e) => return bad(format!("submit body: {e}")),
         };
         if b.records.len() > self.config.batch_max * 4 {
             return bad("too many records in one submit");
         }
-        for r in b.records {
+        // Each record on its own: one that cannot be taken is refused (and named in the
+        // answer, so the submitter drops it and logs why) without holding up the others.
+        let mut refused = Vec::new();
+        for (i, raw) in b.records.into_iter().enumerate() {
+            let r = match serde_json::from_str::<Record>(raw.get()) {
+                Ok(r) => match r.shape_error() {
+                    None => r,
+                    Some(why) => {
+                        refused.push(json!({"index": i, "why": why}));
+                        self.refuse(
+                            Some(from.clone()),
+                            format!("submitted record {}/{}", r.kind().as_str(), r.key()),
+                            why,
+                        );
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    let why = format!("unreadable record: {e}");
+                    refused.push(json!({"index": i, "why": why}));
+                    self.refuse(Some(from.clone()), format!("submitted record {i}"), &why);
+                    continue;
+                }
+            };
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
             }
         }
         self.pump_appends();
-        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known()}))
+        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
     }
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
@@ -796,7 +946,7 @@ impl Meta {
         // `after` comes from the peer: `after + 1` would overflow on u64::MAX.
         let range = (std::ops::Bound::Excluded(LogIndex(after)), std::ops::Bound::Unbounded);
         let entries: Vec<Entry> = self.log.range(range).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
-        let page = LogPage {
+        let page = LogPage::<Entry> {
             entries,
             last_seq: self.last_seq,
             term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
@@ -852,16 +1002,38 @@ impl Meta {
         self.now = self.now.max(now);
         // A transport failure reads as status 0 with no body.
         let (status, body) = result.unwrap_or_default();
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         if status == 409 {
-            if let Some(l) = v.get("lease").and_then(|l| serde_json::from_value::<Lease>(l.clone()).ok()) {
+            #[derive(Deserialize)]
+            struct Refusal {
+                lease: Option<Lease>,
+            }
+            if let Ok(Refusal { lease: Some(l) }) = serde_json::from_slice::<Refusal>(&body) {
                 self.lease.on_refused(now, l);
             }
+        } else if (400..500).contains(&status) {
+            // A peer refused what we sent (it is sent again): say so.
+            let what = match &purpose {
+                MetaPurpose::LeasePush => "our lease push",
+                MetaPurpose::Append { .. } => "our append",
+                MetaPurpose::Submit { .. } => "our submit",
+                MetaPurpose::CatchUp => "our catch-up request",
+                MetaPurpose::Snapshot { .. } => "our snapshot request",
+            };
+            self.refuse(Some(peer.clone()), what.to_string(), &answer_message(&body));
         }
+        // Small answers are read whole; a log page is read entry by entry below.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Answer {
+            last_seq: Option<LogIndex>,
+            #[serde(default)]
+            refused: Vec<Value>,
+        }
+        let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
         match purpose {
             MetaPurpose::LeasePush => {}
             MetaPurpose::Append { through } => {
-                let reported = v.get("lastSeq").and_then(|s| s.as_u64()).map(LogIndex);
+                let reported = answer(&body).and_then(|a| a.last_seq);
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
                     if status == 200 {
@@ -879,6 +1051,9 @@ impl Meta {
             MetaPurpose::Submit { ids } => {
                 self.submit_in_flight = None;
                 if status == 200 {
+                    for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
+                        self.refuse(Some(peer.clone()), "our submitted record".to_string(), &r.to_string());
+                    }
                     for id in ids {
                         if self.pending.remove(&id).is_some() {
                             self.persist(MetaPersist::DeletePending(id));
@@ -894,7 +1069,7 @@ impl Meta {
                 self.catch_up_in_flight = None;
                 match status {
                     200 => {
-                        let Ok(page) = serde_json::from_value::<LogPage>(v) else { return };
+                        let Ok(page) = serde_json::from_slice::<LogPage<Box<RawValue>>>(&body) else { return };
                         let same_numbering = self.log_lease.as_ref().is_some_and(|l| {
                             l.term == page.term && page.holder.as_ref().is_none_or(|h| h == &l.holder)
                         });
@@ -903,7 +1078,7 @@ impl Meta {
                             return;
                         }
                         let got = !page.entries.is_empty();
-                        let contiguous = self.take_entries(page.entries, hlc);
+                        let contiguous = self.take_entries(peer, read_entries(page.entries), hlc);
                         if !contiguous {
                             self.request_snapshot(peer);
                         } else if got && self.last_seq < page.last_seq {
@@ -915,7 +1090,7 @@ impl Meta {
                 }
             }
             MetaPurpose::Snapshot { after } => {
-                let page = (status == 200).then(|| serde_json::from_value::<Snapshot>(v).ok()).flatten();
+                let page = (status == 200).then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
                 let Some(page) = page else {
                     self.catch_up_in_flight = None;
                     self.snapshot_progress = None;

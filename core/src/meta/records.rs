@@ -21,6 +21,59 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// Deepest nesting of a JSON value inside a record (a scalar is 1, `[1]` is 2). Every wire and
+/// journal form of a record wraps its values in at most 8 more levels (an append body, its
+/// entry list, the entry, the payload), so a record within this bound always decodes under
+/// serde_json's fixed limit of 128 levels: records are decodable by construction.
+pub const RECORD_VALUE_DEPTH_MAX: usize = 64;
+/// Deepest nesting of a JSON value the API takes from a client (a setting, a job's arguments):
+/// below [`RECORD_VALUE_DEPTH_MAX`], so the config plane's and the job runtime's own wrapping
+/// of a client's value still fits a record.
+pub const API_VALUE_DEPTH_MAX: usize = 32;
+
+/// How deeply `v` nests (a scalar is 1, `[]` and `{}` are 1, `[1]` is 2), counted without
+/// recursion so that no value can exhaust the stack here.
+pub fn json_depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(v, 1)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|x| (x, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|x| (x, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// How many arrays and objects nest in the JSON text `bytes` (`[1]` is 1), read without
+/// parsing or recursion (brackets inside strings do not count). For text that may be too deep to parse at all.
+pub fn json_text_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum LocationState {
@@ -327,11 +380,28 @@ impl Record {
         out
     }
 
-    /// Bounds every record must keep, checked on records that arrive from peers (what this
-    /// node writes itself is checked by its commands): a normalised path or folder, a setting
-    /// key of at most 256 bytes and a value of at most 64 KiB, at most 64 copies wanted, at
-    /// most 64 locations, labels of at most 4 KiB, job bodies of at most 1 MiB.
+    /// Bounds every record must keep, checked on records that arrive from peers and on the
+    /// node's own writes before they are stored or sent (its commands check their input first,
+    /// with a clear error): a normalised path or folder, a setting key of at most 256 bytes and
+    /// a value of at most 64 KiB, at most 64 copies wanted, at most 64 locations, labels of at
+    /// most 4 KiB, job bodies of at most 1 MiB, and no JSON value nested deeper than
+    /// [`RECORD_VALUE_DEPTH_MAX`].
     pub fn shape_ok(&self) -> bool {
+        self.shape_error().is_none()
+    }
+
+    /// What breaks the bounds of [`Record::shape_ok`], if anything.
+    pub fn shape_error(&self) -> Option<&'static str> {
+        let deep = |v: &Value| json_depth(v) > RECORD_VALUE_DEPTH_MAX;
+        match self {
+            Record::Job(j) if deep(&j.spec) || deep(&j.state) => return Some("a job value nests too deeply"),
+            Record::Setting(s) if deep(&s.value) => return Some("a setting value nests too deeply"),
+            _ => {}
+        }
+        (!self.shape_ok_but_depth()).then_some("a field is malformed or over its size bound")
+    }
+
+    fn shape_ok_but_depth(&self) -> bool {
         let norm = |p: &str| crate::meta::namespace::normalize(p).is_ok_and(|n| n == p);
         let label = |s: &str| s.len() <= 4096;
         let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);

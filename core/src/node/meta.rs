@@ -60,6 +60,9 @@ impl Node {
                 MetaOutput::Send { to, method, target, body, purpose } => {
                     self.new_request(wall, now, &to, method, &target, body, Purpose::Meta(purpose));
                 }
+                MetaOutput::Refused { from, what, why } => {
+                    self.push_output(Output::Event(super::Event::MetaRefused { from, what, why }))
+                }
             }
         }
     }
@@ -146,6 +149,16 @@ impl Node {
         if let Some(v) = &value {
             if serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX) > SETTING_VALUE_MAX_BYTES {
                 return Err(ApiError::new(400, "bad_value", "a setting value is at most 64 KiB of JSON"));
+            }
+            if crate::meta::records::json_depth(v) > crate::meta::records::API_VALUE_DEPTH_MAX {
+                return Err(ApiError::new(
+                    400,
+                    "bad_value",
+                    format!(
+                        "a setting value nests at most {} levels of arrays and objects",
+                        crate::meta::records::API_VALUE_DEPTH_MAX
+                    ),
+                ));
             }
         }
         let removed = value.is_none();

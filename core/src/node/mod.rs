@@ -86,6 +86,13 @@ pub enum Event {
         level: String,
         moved: usize,
     },
+    /// The metadata store refused an entry or record (from a peer, from disk, or one of ours by
+    /// a peer) and went on past it.
+    MetaRefused {
+        from: Option<NodeId>,
+        what: String,
+        why: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
