@@ -80,6 +80,9 @@ pub struct Snapshot {
     pub meta_records: usize,
     pub pending: usize,
     pub snapshots_adopted: u64,
+    /// Entries and records this node's metadata store refused (none, while every node keeps
+    /// the record bounds).
+    pub meta_refused: u64,
     /// Every setting (tombstones too) with its version.
     pub settings: BTreeMap<String, Version>,
 }
@@ -308,17 +311,22 @@ impl Harness {
 
     /// Write a setting through node `i`'s API; a 200 is an acknowledged write.
     pub fn write_setting(&mut self, i: usize, key: &str, value: Value) -> Result<bool, String> {
+        Ok(self.write_setting_status(i, key, value)? == 200)
+    }
+
+    /// [`Harness::write_setting`], answering the HTTP status.
+    pub fn write_setting_status(&mut self, i: usize, key: &str, value: Value) -> Result<u16, String> {
         let (status, body) =
             self.api(i, &format!("PUT /v1/settings/{key}"), Some(serde_json::json!({ "value": value })))?;
         if status != 200 {
-            return Ok(false);
+            return Ok(status);
         }
         let v: Version = serde_json::from_value(body["version"].clone()).map_err(|e| format!("setting reply: {e}"))?;
         let entry = self.acked.entry(key.to_string()).or_insert((v.clone(), i));
         if v > entry.0 {
             *entry = (v, i);
         }
-        Ok(true)
+        Ok(200)
     }
 
     /// Remove node `j` from the cluster through node `i`.
@@ -578,6 +586,7 @@ impl Harness {
                 meta_records: n.meta().state().len(),
                 pending: n.meta().pending_len(),
                 snapshots_adopted: n.meta().snapshots_adopted(),
+                meta_refused: n.meta().status(now)["refused"].as_u64().unwrap_or(0),
                 settings: n
                     .meta()
                     .state()

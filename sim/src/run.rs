@@ -4,7 +4,26 @@
 
 use crate::env::ClockFault;
 use crate::harness::{Harness, SimConfig};
+use serde_json::Value;
+use shoal_core::meta::records::{json_depth, API_VALUE_DEPTH_MAX};
 use shoal_core::SeededRng;
+
+/// A setting value: mostly a number; else nested arrays and objects of a random depth (up to
+/// past serde_json's own limit of 128) or a long string (up to past the 64 KiB bound).
+fn random_value(rng: &mut SeededRng) -> Value {
+    match rng.below(10) {
+        0..=5 => serde_json::json!(rng.below(1_000_000)),
+        6..=8 => {
+            let depth = 1 + rng.below(140) as usize;
+            let mut v = serde_json::json!(rng.below(100));
+            for d in 1..depth {
+                v = if d % 2 == 0 { Value::Array(vec![v]) } else { serde_json::json!({ "k": v }) };
+            }
+            v
+        }
+        _ => Value::String("x".repeat(rng.below(80 * 1024) as usize)),
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct RunReport {
@@ -66,12 +85,20 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
         // Some writes, through any running node (partitioned or not). They come at least a
         // second before the next fault: a crash within the 50 ms write-behind window of an
         // unreplicated write may lose it, by design.
+        // Values of random depth and size: those out of the API's bounds must be refused with
+        // a 400 and never reach the log; the rest must never be refused as bad values.
         for _ in 0..rng.below(4) {
             let w = rng.below(n as u64) as usize;
             if h.is_running(w) {
                 let key = format!("k{}", rng.below(12));
-                let value = serde_json::json!(rng.below(1_000_000));
-                h.write_setting(w, &key, value).map_err(|e| fail(&h, seed, e))?;
+                let value = random_value(&mut rng);
+                let in_bounds = json_depth(&value) <= API_VALUE_DEPTH_MAX
+                    && value.to_string().len() <= shoal_core::node::SETTING_VALUE_MAX_BYTES;
+                let status = h.write_setting_status(w, &key, value).map_err(|e| fail(&h, seed, e))?;
+                if (in_bounds && status == 400) || (!in_bounds && status == 200) {
+                    let why = format!("a setting value in bounds: {in_bounds}, answered {status}");
+                    return Err(fail(&h, seed, why));
+                }
             }
         }
         let wait = 1_000 + rng.below(19_000);
@@ -175,6 +202,12 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
         h.step_for(1_000).map_err(|e| fail(&h, seed, e))?;
         h.check_always().map_err(|e| fail(&h, seed, e))?;
         h.check_meta_always().map_err(|e| fail(&h, seed, e))?;
+    }
+    // A follower never stalled on an entry it could not read: none was ever refused.
+    for i in h.live_members() {
+        if let Some(refused) = h.snapshot(i).map(|s| s.meta_refused).filter(|r| *r > 0) {
+            return Err(fail(&h, seed, format!("n{i} refused {refused} metadata entries or records")));
+        }
     }
     let want = n - usize::from(removed_one);
     if h.live_members().len() != want {

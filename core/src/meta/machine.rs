@@ -563,6 +563,12 @@ impl Meta {
         self.outputs.push_back(MetaOutput::Refused { from, what, why: why.to_string() });
     }
 
+    /// Report that a peer refused what we sent (it is sent again); not counted in `refused`,
+    /// which counts what this node refused.
+    fn refused_by(&mut self, peer: &NodeId, what: &str, why: String) {
+        self.outputs.push_back(MetaOutput::Refused { from: Some(peer.clone()), what: what.to_string(), why });
+    }
+
     fn send(&mut self, to: &NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose) {
         self.outputs.push_back(MetaOutput::Send { to: to.clone(), method, target, body, purpose });
     }
@@ -1010,8 +1016,8 @@ impl Meta {
             if let Ok(Refusal { lease: Some(l) }) = serde_json::from_slice::<Refusal>(&body) {
                 self.lease.on_refused(now, l);
             }
-        } else if (400..500).contains(&status) {
-            // A peer refused what we sent (it is sent again): say so.
+        } else if matches!(status, 400 | 413) {
+            // A peer refused what we sent as malformed (it is sent again): say so.
             let what = match &purpose {
                 MetaPurpose::LeasePush => "our lease push",
                 MetaPurpose::Append { .. } => "our append",
@@ -1019,7 +1025,7 @@ impl Meta {
                 MetaPurpose::CatchUp => "our catch-up request",
                 MetaPurpose::Snapshot { .. } => "our snapshot request",
             };
-            self.refuse(Some(peer.clone()), what.to_string(), &answer_message(&body));
+            self.refused_by(peer, what, answer_message(&body));
         }
         // Small answers are read whole; a log page is read entry by entry below.
         #[derive(Deserialize)]
@@ -1052,7 +1058,7 @@ impl Meta {
                 self.submit_in_flight = None;
                 if status == 200 {
                     for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
-                        self.refuse(Some(peer.clone()), "our submitted record".to_string(), &r.to_string());
+                        self.refused_by(peer, "our submitted record", r.to_string());
                     }
                     for id in ids {
                         if self.pending.remove(&id).is_some() {

@@ -32,6 +32,7 @@ pub mod config;
 pub mod files;
 mod meta;
 mod volumes;
+pub use meta::SETTING_VALUE_MAX_BYTES;
 
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
