@@ -54,6 +54,8 @@ pub struct ServeOptions {
     /// Run as another build with these built-in manifests (the simulator's rolling upgrades);
     /// `None` runs the manifests compiled into this binary.
     pub build: Option<(String, Vec<shoal_core::config::resolve::Manifest>)>,
+    /// Timeouts and the connection cap of the HTTP listener.
+    pub limits: crate::listener::ServeLimits,
 }
 
 impl ServeOptions {
@@ -69,6 +71,7 @@ impl ServeOptions {
             membership: MembershipConfig::default(),
             meta: MetaConfig::default(),
             build: None,
+            limits: crate::listener::ServeLimits::default(),
         }
     }
 }
@@ -442,14 +445,10 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     tracing::info!(node = %ident.id, listen = %local_addr, advertise = %advertise, "node started");
 
     let router = crate::server::router(shared.clone());
-    let mut stop = shared.shutdown_requested();
+    let stop = shared.shutdown_requested();
+    let limits = opts.limits.clone();
     let server = tokio::spawn(async move {
-        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        });
-        if let Err(e) = serve.await {
-            tracing::error!(error = %e, "server stopped");
-        }
+        crate::listener::serve(listener, router, limits, stop).await;
     });
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];

@@ -32,10 +32,13 @@ async fn run_in(
     started: Instant,
 ) -> Result<(), CliError> {
     let mut daemons: Vec<Daemon<TokioEnv>> = Vec::new();
+    let fds = crate::listener::raise_fd_limit();
     for i in 0..nodes {
         let mut opts =
             ServeOptions::new(root.join(format!("node-{i}")), format!("127.0.0.1:{}", base_port as usize + i));
         opts.name = Some(format!("demo-{i}"));
+        // The demo's nodes share one process: the cap is split between them.
+        opts.limits = crate::listener::ServeLimits::for_fd_limit(fds / nodes.max(1) as u64);
         match daemon::start(TokioEnv::default(), opts).await {
             Ok(d) => daemons.push(d),
             Err(e) => {

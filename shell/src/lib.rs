@@ -3,6 +3,7 @@
 //! - [`env`]: the `Net` + `Clock` + `Probe` environment the shell is generic over;
 //! - [`daemon`]: one node: identity, redb store, HTTP listener, driver task;
 //! - [`store`] / [`meta_store`]: membership tables, and the metadata tables written behind;
+//! - [`listener`]: the accept loop, connection cap and timeouts of the one HTTP listener;
 //! - [`server`]: the ACN endpoints and the admin API;
 //! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
 //! - [`cli`] and [`demo`]: the `shoal` command line.
@@ -15,6 +16,7 @@ pub mod demo;
 pub mod drive;
 pub mod env;
 pub mod identity;
+pub mod listener;
 pub mod meta_store;
 pub mod probe;
 pub mod repl;

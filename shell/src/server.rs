@@ -138,12 +138,19 @@ async fn method_not_allowed() -> Response {
     error_response(405, "method_not_allowed", "this endpoint does not take that method")
 }
 
+/// The credentials of `Authorization: Bearer T`; the scheme is case-insensitive (RFC 9110
+/// 11.1), spaces after it are skipped.
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, rest) = authorization.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
 /// The admin token, as `Authorization: Bearer T` (or `X-Shoal-Token: T`), compared in constant time.
 async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request, next: Next) -> Response {
     let presented = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer)
         .or_else(|| headers.get("x-shoal-token").and_then(|v| v.to_str().ok()));
     let Some(presented) = presented else {
         return error_response(401, "no_token", "this API needs the admin token (Authorization: Bearer <token>)");

@@ -1,0 +1,163 @@
+//! Hostile clients against a real `shoal serve` process on loopback (issue 11): connections
+//! held half-open under a low file limit, requests hyper refuses before the router sees them,
+//! and the odd spellings of a valid request.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shoal");
+
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `shoal serve` on a free port, under a file limit of `fds` (soft and hard) when given.
+fn serve(dir: &Path, fds: Option<u32>) -> Serve {
+    let port = free_port();
+    let mut cmd = Command::new("sh");
+    let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
+    cmd.arg("-c")
+        .arg(format!("{limit}exec \"$0\" serve --data \"$1\" --listen 127.0.0.1:{port}"))
+        .arg(BIN)
+        .arg(dir)
+        .env("SHOAL_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = cmd.spawn().expect("start shoal serve");
+    let s = Serve { child, port };
+    let until = Instant::now() + Duration::from_secs(20);
+    while raw(port, b"GET /cluster/acn/hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").is_none() {
+        assert!(Instant::now() < until, "the node did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+/// Send `request` on a new connection and read the whole answer: (status, head, body).
+fn raw(port: u16, request: &[u8]) -> Option<(u16, String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(request).ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, head.to_string(), body.to_string()))
+}
+
+fn token(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("admin.token")).unwrap().trim().to_string()
+}
+
+fn is_json_error(body: &str) -> bool {
+    serde_json::from_str::<Value>(body).is_ok_and(|v| v["error"]["code"].is_string() && v["error"]["message"].is_string())
+}
+
+/// Issue 11: with a 256-file limit, 300 connections that send half a request used to stop the
+/// node answering anyone, for minutes. Now 500 of them (nothing, half a head, a head and half a
+/// body) leave `hello` and `/v1` answering within a second, and each is closed within the
+/// timeouts (10 s for a head, 10 s per window of a body).
+#[test]
+fn five_hundred_half_open_connections_under_a_low_file_limit_do_not_stop_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(dir.path(), Some(256));
+    let token = token(dir.path());
+    let mut held = Vec::new();
+    for i in 0..500 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", node.port)) else { continue };
+        let part: &[u8] = match i % 3 {
+            0 => b"",
+            1 => b"GET /v1/nodes HTTP/1.1\r\nhost: x\r\nauthori",
+            _ => b"PUT /v1/settings/k HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n{\"value\": ",
+        };
+        let _ = s.write_all(part);
+        held.push(s);
+    }
+    assert!(held.len() >= 450, "the test could open only {} connections", held.len());
+    let started = Instant::now();
+    let (status, _, body) = raw(node.port, b"GET /cluster/acn/hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .expect("hello answered");
+    assert_eq!(status, 200, "{body}");
+    let req = format!("GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    let (status, _, body) = raw(node.port, req.as_bytes()).expect("/v1 answered");
+    assert_eq!(status, 200, "{body}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "hello and /v1 took {took:?} with 500 half-open connections");
+
+    // Every held connection is closed by the node within the timeouts (plus slack).
+    let deadline = Instant::now() + Duration::from_secs(14);
+    for (i, s) in held.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
+        s.set_read_timeout(Some(left)).unwrap();
+        let mut buf = [0u8; 4096];
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue, // an error answer before the close
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                    break false
+                }
+                Err(_) => break true, // reset
+            }
+        };
+        assert!(closed, "held connection {i} is still open after the timeouts");
+    }
+    // And the node still answers.
+    let (status, _, _) = raw(node.port, b"GET /cluster/acn/hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .expect("hello answered");
+    assert_eq!(status, 200);
+}
+
+/// Issue 11: requests hyper refuses before the router sees them (bad syntax, a head too large)
+/// used to get an empty body; they get the JSON error every other answer has. And the `Bearer`
+/// scheme is read case-insensitively.
+#[test]
+fn refusals_before_the_router_are_json_and_the_bearer_scheme_is_case_insensitive() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(dir.path(), None);
+    let big_header = format!("GET /v1/nodes HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(600 * 1024));
+    let long_uri = format!("GET /v1/{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(600 * 1024));
+    let many: String = (0..200).map(|i| format!("x-h{i}: 1\r\n")).collect();
+    let many = format!("GET /v1/nodes HTTP/1.1\r\nhost: x\r\n{many}\r\n");
+    for (what, req) in [
+        ("bad syntax", b"GARBAGE\r\n\r\n".to_vec()),
+        ("bad header", b"GET / HTTP/1.1\r\nbad header line\r\n\r\n".to_vec()),
+        ("a header too large", big_header.into_bytes()),
+        ("a target too long", long_uri.into_bytes()),
+        ("too many headers", many.into_bytes()),
+        ("HTTP/2 preface-like version", b"GET / HTTP/3.0\r\nhost: x\r\n\r\n".to_vec()),
+    ] {
+        let (status, head, body) = raw(node.port, &req).unwrap_or_else(|| panic!("{what}: no answer"));
+        assert!((400..500).contains(&status) || status == 505, "{what}: {status}");
+        assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{what}: {head}");
+        assert!(is_json_error(&body), "{what}: not a JSON error: {body:?}");
+    }
+    let token = token(dir.path());
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let req =
+            format!("GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: {scheme} {token}\r\nconnection: close\r\n\r\n");
+        let (status, _, body) = raw(node.port, req.as_bytes()).unwrap();
+        assert_eq!(status, 200, "{scheme}: {body}");
+    }
+    let req = format!("GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Basic {token}\r\nconnection: close\r\n\r\n");
+    let (status, _, body) = raw(node.port, req.as_bytes()).unwrap();
+    assert_eq!(status, 401, "{body}");
+    assert!(is_json_error(&body));
+}
