@@ -67,7 +67,8 @@ fn token(dir: &Path) -> String {
 }
 
 fn is_json_error(body: &str) -> bool {
-    serde_json::from_str::<Value>(body).is_ok_and(|v| v["error"]["code"].is_string() && v["error"]["message"].is_string())
+    serde_json::from_str::<Value>(body)
+        .is_ok_and(|v| v["error"]["code"].is_string() && v["error"]["message"].is_string())
 }
 
 /// Issue 11: with a 256-file limit, 300 connections that send half a request used to stop the
@@ -95,7 +96,9 @@ fn five_hundred_half_open_connections_under_a_low_file_limit_do_not_stop_the_nod
     let (status, _, body) = raw(node.port, b"GET /cluster/acn/hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
         .expect("hello answered");
     assert_eq!(status, 200, "{body}");
-    let req = format!("GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    let req = format!(
+        "GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n"
+    );
     let (status, _, body) = raw(node.port, req.as_bytes()).expect("/v1 answered");
     assert_eq!(status, 200, "{body}");
     let took = started.elapsed();
@@ -156,7 +159,9 @@ fn refusals_before_the_router_are_json_and_the_bearer_scheme_is_case_insensitive
         let (status, _, body) = raw(node.port, req.as_bytes()).unwrap();
         assert_eq!(status, 200, "{scheme}: {body}");
     }
-    let req = format!("GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Basic {token}\r\nconnection: close\r\n\r\n");
+    let req = format!(
+        "GET /v1/cluster/status HTTP/1.1\r\nhost: x\r\nauthorization: Basic {token}\r\nconnection: close\r\n\r\n"
+    );
     let (status, _, body) = raw(node.port, req.as_bytes()).unwrap();
     assert_eq!(status, 401, "{body}");
     assert!(is_json_error(&body));

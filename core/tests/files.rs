@@ -7,6 +7,7 @@ use shoal_core::hlc::Version;
 use shoal_core::meta::records::{FileRecord, LocationState, Record, Volume};
 use shoal_core::meta::state::MetaState;
 use shoal_core::node::files::{DeleteRequest, DiskAction};
+use shoal_core::node::volumes::FolderFacts;
 use shoal_core::node::{ApiError, Node, NodeConfig, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
@@ -33,7 +34,7 @@ fn bare_node(i: u8) -> Node {
 fn member(i: u8) -> (Node, VolumeId) {
     let mut n = bare_node(i);
     n.create_cluster(T0, "c").expect("create the cluster");
-    let v = n.volume_add(T0, &folder(i), "", 1 << 40, 1 << 39).expect("add a volume");
+    let v = n.volume_add(T0, &folder(i), &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("add a volume");
     let vol = VolumeId::new(v["id"].as_str().expect("volume id"));
     assert_eq!(n.local_volumes(), vec![(vol.clone(), folder(i))], "the volume is the node's own");
     drain(&mut n);
@@ -74,7 +75,7 @@ fn far(k: u8) -> (VolumeId, NodeId) {
 
 /// One more volume of node `n`, at `dir`.
 fn another_volume(n: &mut Node, dir: &str) -> VolumeId {
-    let v = n.volume_add(at(100), dir, "", 1 << 40, 1 << 39).expect("add a volume");
+    let v = n.volume_add(at(100), dir, &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("add a volume");
     drain(n);
     VolumeId::new(v["id"].as_str().expect("volume id"))
 }

@@ -378,7 +378,7 @@ fn the_low_space_guard_flips_a_volume_and_leaves_an_admins_read_only_alone() {
     let mut node = Node::new(NodeId::new("11111111-1111-4111-8111-111111111111"), key, 1, cfg, me);
     let t0 = shoal_core::Millis(1_800_000_000_000);
     node.create_cluster(t0, "c").unwrap();
-    let v = node.volume_add(t0, "/srv/a", "", 1000, 500).unwrap();
+    let v = node.volume_add(t0, "/srv/a", &shoal_core::node::volumes::FolderFacts::default(), "", 1000, 500).unwrap();
     let id = VolumeId::new(v["id"].as_str().unwrap());
     let low = |n: &Node| n.volume_list()["volumes"][0]["lowSpace"].as_bool().unwrap();
     node.volume_usage(shoal_core::Millis(t0.0 + 1), &id, 1000, 40);

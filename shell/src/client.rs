@@ -16,6 +16,10 @@ use std::time::Duration;
 /// Largest response body accepted.
 pub const RESPONSE_MAX_BYTES: usize = 64 * 1024 * 1024;
 const IDLE_PER_HOST_MAX: usize = 32;
+/// A kept-alive connection idle longer than this is not reused: servers close idle ones (shoal
+/// after 10 s, `listener::ServeLimits::header_read_ms`), and a request sent just as the server
+/// closes would fail.
+const IDLE_REUSE_MAX: Duration = Duration::from_secs(4);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
@@ -65,7 +69,7 @@ pub fn split_url(url: &str) -> Result<(String, String), ClientError> {
 }
 
 /// Kept-alive connections by `host:port`.
-type IdlePool = HashMap<String, Vec<SendRequest<Full<Bytes>>>>;
+type IdlePool = HashMap<String, Vec<(tokio::time::Instant, SendRequest<Full<Bytes>>)>>;
 
 #[derive(Clone)]
 pub struct HttpClient<N: Net> {
@@ -84,8 +88,8 @@ impl<N: Net> HttpClient<N> {
                 let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 idle.get_mut(authority).and_then(|v| v.pop())
             };
-            let Some(mut s) = pooled else { break };
-            if s.ready().await.is_ok() {
+            let Some((since, mut s)) = pooled else { break };
+            if since.elapsed() < IDLE_REUSE_MAX && s.ready().await.is_ok() {
                 return Ok(s);
             }
         }
@@ -109,8 +113,9 @@ impl<N: Net> HttpClient<N> {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let v = idle.entry(authority.to_string()).or_default();
+        v.retain(|(since, _)| since.elapsed() < IDLE_REUSE_MAX);
         if v.len() < IDLE_PER_HOST_MAX {
-            v.push(s);
+            v.push((tokio::time::Instant::now(), s));
         }
     }
 

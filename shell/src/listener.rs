@@ -516,7 +516,9 @@ mod tests {
         let json = String::from_utf8(json_for_bare_error(bare).unwrap()).unwrap();
         assert!(json.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"), "{json}");
         assert!(json.contains("content-type: application/json"), "{json}");
-        assert!(json.ends_with(r#"{"error":{"code":"headers_too_large","message":"the request's headers are too large"}}"#));
+        assert!(
+            json.ends_with(r#"{"error":{"code":"headers_too_large","message":"the request's headers are too large"}}"#)
+        );
         let ours = b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n";
         assert_eq!(json_for_bare_error(ours), None);
         assert_eq!(json_for_bare_error(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"), None);

@@ -631,9 +631,9 @@ async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
         if s.read_node(|n, _| n.cluster().is_none()) {
             return Err(ApiError::new(409, "not_in_cluster", "this node is not in a cluster"));
         }
-        let folder = crate::volumes::prepare_folder(&s.data_dir, &b.path)?;
+        let (folder, facts) = crate::volumes::prepare_folder(&s.data_dir, &b.path)?;
         let (free, total) = s.env.disk_usage(std::path::Path::new(&folder));
-        s.with_node(|n, now| n.volume_add(now, &folder, &b.name, total, free))
+        s.with_node(|n, now| n.volume_add(now, &folder, &facts, &b.name, total, free))
     })())
 }
 

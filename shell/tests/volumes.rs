@@ -173,3 +173,63 @@ async fn a_nodes_own_volumes_survive_a_restart_and_an_old_data_dir_adopts_them()
     assert!(own_after_restart(true).await, "an old data dir adopts its volume");
     assert!(own_after_restart(false).await, "and keeps it");
 }
+
+/// Issue 11: `volume add` took system folders, pseudo-filesystems and other nodes' data dirs,
+/// and a rescan then published what was there (a node's private key became readable through
+/// `shoal get`). Those are refused now, nothing is created for them, and a rescan never adopts
+/// a node's key, token or database wherever it lies.
+#[tokio::test]
+async fn system_folders_and_data_dirs_are_refused_and_a_rescan_never_adopts_a_nodes_secrets() {
+    let root = tempfile::tempdir().unwrap();
+    let d =
+        daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("data"), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+
+    // Another node's data dir, a folder holding one two levels down, and one inside one.
+    let other = root.path().join("other-node");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("node.key"), b"00").unwrap();
+    let holder = root.path().join("holder");
+    std::fs::create_dir_all(holder.join("a").join("b")).unwrap();
+    std::fs::write(holder.join("a").join("b").join("cluster.redb"), b"").unwrap();
+    let not_created = std::path::PathBuf::from("/etc/shoal-volume-test-never-made");
+    for bad in [
+        "/".to_string(),
+        "/etc".to_string(),
+        not_created.to_string_lossy().into_owned(),
+        "/proc".to_string(),
+        "/proc/self".to_string(),
+        "/sys/kernel".to_string(),
+        "/dev/shm".to_string(),
+        "/usr/lib".to_string(),
+        "/tmp".to_string(),
+        "/var".to_string(),
+        other.to_string_lossy().into_owned(),
+        other.join("inside").to_string_lossy().into_owned(),
+        holder.to_string_lossy().into_owned(),
+    ] {
+        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad })).await;
+        assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_path")), "{bad}: {v}");
+    }
+    assert!(!not_created.exists(), "nothing is created for a refused folder");
+    assert!(!other.join("inside").exists());
+
+    // A right folder whose files include a node's secrets: only the other files are adopted.
+    let folder = root.path().join("disk");
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!(s, 200, "{v}");
+    std::fs::create_dir_all(folder.join("sub")).unwrap();
+    for name in ["node.key", "admin.token", "cluster.redb", "node.id", "photo.jpg"] {
+        std::fs::write(folder.join("sub").join(name), b"secret bytes").unwrap();
+    }
+    let (s, v) = call(&d, "POST", "/v1/rescan", Value::Null).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["volumes"][0]["adopted"], json!(1), "only photo.jpg: {v}");
+    for name in ["node.key", "admin.token", "cluster.redb", "node.id"] {
+        let (s, _) = call(&d, "GET", &format!("/v1/meta/stat?path=/sub/{name}"), Value::Null).await;
+        assert_eq!(s, 404, "{name} was published");
+    }
+    let (s, _) = call(&d, "GET", "/v1/meta/stat?path=/sub/photo.jpg", Value::Null).await;
+    assert_eq!(s, 200);
+    d.shutdown().await;
+}

@@ -509,6 +509,11 @@ impl Node {
         mod_time: u64,
     ) -> Result<Value, ApiError> {
         let p = normalize(path).map_err(bad_path)?;
+        let name = p.rsplit('/').next().unwrap_or_default();
+        if super::volumes::NEVER_ADOPTED.contains(&name) {
+            // A node's key, token or database dropped into a volume is never published.
+            return Err(ApiError::new(403, "never_adopted", format!("{name} files are never adopted")));
+        }
         if let Some(f) = self.live_file(&p).cloned() {
             // Known file, copy unknown here: add it when it holds the current content.
             if f.is_dir || !f.checksum.eq_ignore_ascii_case(checksum) {

@@ -31,7 +31,7 @@ use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 pub mod config;
 pub mod files;
 mod meta;
-mod volumes;
+pub mod volumes;
 pub use meta::SETTING_VALUE_MAX_BYTES;
 
 use ed25519_dalek::SigningKey;

@@ -11,6 +11,94 @@ use crate::storage::placement::low_space_next_at;
 use crate::time::Millis;
 use serde_json::{json, Value};
 
+/// What the shell found out about a folder an admin offers as a volume (issue 11): the rule
+/// that judges it is [`volume_folder_refusal`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FolderFacts {
+    /// The type of the filesystem holding it (`ext4`, `tmpfs`, `proc`...; empty: unknown).
+    pub fs_type: String,
+    /// A folder at, above or just below it that holds a shoal data dir (a `node.key`,
+    /// `admin.token` or `cluster.redb`), if any.
+    pub shoal_data: Option<String>,
+}
+
+/// Filesystems that hold no files of their own (kernel views and devices): never a volume.
+pub const PSEUDO_FILESYSTEMS: &[&str] = &[
+    "proc",
+    "sysfs",
+    "devtmpfs",
+    "devpts",
+    "cgroup",
+    "cgroup2",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "pstore",
+    "bpf",
+    "configfs",
+    "fusectl",
+    "mqueue",
+    "hugetlbfs",
+    "autofs",
+    "binfmt_misc",
+    "efivarfs",
+    "nsfs",
+    "rpc_pipefs",
+    "selinuxfs",
+    "ramfs",
+];
+
+/// System trees: neither they nor anything under them is a volume.
+pub const SYSTEM_TREES: &[&str] = &[
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc",
+    "/boot",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr",
+    "/run",
+    "/var/run",
+    "/var/lock",
+    "/var/log",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+    "/var/cache",
+    "/var/spool",
+];
+
+/// Folders that are not volumes themselves (a folder under them can be).
+pub const SYSTEM_ROOTS: &[&str] =
+    &["/", "/var", "/var/lib", "/var/tmp", "/home", "/tmp", "/root", "/mnt", "/media", "/srv", "/opt"];
+
+/// Files a rescan never adopts, wherever they lie: a node's secrets and database.
+pub const NEVER_ADOPTED: &[&str] = &["node.key", "admin.token", "cluster.redb", "node.id"];
+
+/// Why `folder` (absolute, canonical) cannot be a volume, if it cannot: a pseudo-filesystem, a
+/// system folder, or a folder holding (or inside) a shoal data dir. Another volume of this node
+/// is refused by [`Node::volume_add`].
+pub fn volume_folder_refusal(folder: &str, facts: &FolderFacts) -> Option<String> {
+    let under = |root: &str| folder == root || folder.starts_with(&format!("{root}/"));
+    if PSEUDO_FILESYSTEMS.contains(&facts.fs_type.as_str()) {
+        return Some(format!("{folder} is on a {} filesystem, which holds no files of its own", facts.fs_type));
+    }
+    if let Some(t) = SYSTEM_TREES.iter().find(|t| under(t)) {
+        return Some(format!("{folder} is a system folder (under {t})"));
+    }
+    if SYSTEM_ROOTS.contains(&folder) {
+        return Some(format!("{folder} is a system folder; contribute a folder under it"));
+    }
+    if let Some(d) = &facts.shoal_data {
+        return Some(format!("{folder} overlaps a shoal data dir at {d} (its node key and database)"));
+    }
+    None
+}
+
 /// Report usage when free space moved by more than this fraction of capacity...
 const USAGE_REPORT_STEP: f64 = 0.01;
 /// ...or at least this often.
@@ -85,12 +173,16 @@ impl Node {
         &mut self,
         wall: Millis,
         folder: &str,
+        facts: &FolderFacts,
         name: &str,
         capacity: u64,
         free: u64,
     ) -> Result<Value, ApiError> {
         if self.cluster.is_none() {
             return Err(ApiError::not_in_cluster());
+        }
+        if let Some(why) = volume_folder_refusal(folder, facts) {
+            return Err(ApiError::new(400, "bad_path", why));
         }
         if let Some(v) = self.volumes().find(|v| self.is_own(v) && v.subpath == folder) {
             return Err(ApiError::new(409, "volume_exists", format!("{folder} is already volume {}", v.id)));
