@@ -88,7 +88,7 @@ fn main() {
             .await
             .expect("b");
         a.shared().with_node(|n, now| n.create_cluster(now, "bench")).expect("create");
-        let token = a.shared().with_node(|n, now| n.new_token(now, Some(1))).expect("token")["token"]
+        let token = a.shared().with_node(|n, now| n.new_token(now, Some(1), None)).expect("token")["token"]
             .as_str()
             .unwrap()
             .to_string();

@@ -65,6 +65,10 @@ pub enum TokenError {
     BadSecret,
     #[error("too many join tokens; revoke some first")]
     TooMany,
+    #[error("join token has been used as many times as it allows")]
+    UsedUp,
+    #[error("a token's uses are between 1 and 1000")]
+    BadUses,
 }
 
 impl JoinToken {
@@ -105,12 +109,89 @@ impl JoinToken {
     }
 }
 
-/// `http://` or `https://`, a host, no trailing slash, no whitespace.
+/// A node's base URL (an advertised URL, a join token's issuer): exactly
+/// `http[s]://host[:port]` — no user, path, query or fragment, so a URL can never point a
+/// request at another endpoint than the one shoal appends (issue 11) — with a host that is a
+/// DNS name, an IPv4 address or a bracketed IPv6 address, and never a link-local address (the
+/// cloud metadata service lives at 169.254.169.254) or an unspecified one.
 pub fn valid_base_url(u: &str) -> bool {
-    let rest = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://"));
-    match rest {
-        Some(r) => !r.is_empty() && !u.ends_with('/') && !u.chars().any(|c| c.is_whitespace()) && u.len() <= 2048,
-        None => false,
+    base_url_error(u).is_none()
+}
+
+/// Why `u` is not a valid base URL (see [`valid_base_url`]).
+pub fn base_url_error(u: &str) -> Option<&'static str> {
+    let Some(authority) = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://")) else {
+        return Some("a URL starts with http:// or https://");
+    };
+    if u.len() > 2048 {
+        return Some("a URL is at most 2048 bytes");
+    }
+    if authority.is_empty() {
+        return Some("a URL names a host");
+    }
+    if authority.contains(['/', '?', '#', '@', '\\']) || authority.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Some("a node URL is scheme://host[:port], with no user, path, query or fragment");
+    }
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let Some((h, after)) = rest.split_once(']') else { return Some("an IPv6 host is written [addr]") };
+        let Ok(ip) = h.parse::<std::net::Ipv6Addr>() else { return Some("not an IPv6 address in brackets") };
+        if !ip_allowed(std::net::IpAddr::V6(ip)) {
+            return Some("a link-local or unspecified address is not a node URL");
+        }
+        match after {
+            "" => (h, None),
+            p => match p.strip_prefix(':') {
+                Some(p) => (h, Some(p)),
+                None => return Some("junk after the IPv6 address"),
+            },
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if let Some(p) = port {
+        if !p.parse::<u16>().is_ok_and(|p| p > 0) || p.starts_with('+') {
+            return Some("a port is a number from 1 to 65535");
+        }
+    }
+    if authority.starts_with('[') {
+        return None;
+    }
+    if host.is_empty() || host.len() > 253 {
+        return Some("a host name is 1 to 253 characters");
+    }
+    if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+        return (!ip_allowed(std::net::IpAddr::V4(ip)))
+            .then_some("a link-local or unspecified address is not a node URL");
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if !host.trim_end_matches('.').split('.').all(label_ok) {
+        return Some("a host is a DNS name, an IPv4 address or [an IPv6 address]");
+    }
+    None
+}
+
+/// Whether shoal may send a request to `ip`: anything but link-local (169.254.0.0/16,
+/// fe80::/10, also IPv4-mapped) and unspecified addresses. The transport checks every address
+/// a name resolves to with this too, so a DNS name cannot lead there either.
+pub fn ip_allowed(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => !v4.is_link_local() && !v4.is_unspecified() && !v4.is_broadcast(),
+        std::net::IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return ip_allowed(std::net::IpAddr::V4(v4));
+            }
+            (v6.segments()[0] & 0xffc0) != 0xfe80 && !v6.is_unspecified()
+        }
     }
 }
 
@@ -131,7 +212,13 @@ pub struct TokenRecord {
     pub uses: u64,
     #[serde(default)]
     pub revoked: bool,
+    /// How many joins it allows (`None`: any number until it expires).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_uses: Option<u64>,
 }
+
+/// Most uses a token can be issued with.
+pub const USES_MAX: u64 = 1_000;
 
 /// The issuer's join tokens.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -158,6 +245,7 @@ impl TokenBook {
         &mut self,
         now: Millis,
         ttl_hours: Option<u64>,
+        max_uses: Option<u64>,
         cluster: &ClusterId,
         cluster_name: &str,
         issuer_url: Option<&str>,
@@ -166,6 +254,9 @@ impl TokenBook {
         let ttl = ttl_hours.unwrap_or(TTL_DEFAULT_HOURS);
         if !(TTL_MIN_HOURS..=TTL_MAX_HOURS).contains(&ttl) {
             return Err(TokenError::BadTtl);
+        }
+        if max_uses.is_some_and(|m| !(1..=USES_MAX).contains(&m)) {
+            return Err(TokenError::BadUses);
         }
         let url = issuer_url.map(|u| u.trim_end_matches('/')).filter(|u| valid_base_url(u));
         let url = url.ok_or(TokenError::NoIssuerUrl)?;
@@ -187,6 +278,7 @@ impl TokenBook {
             expires: now.plus(ttl * HOUR_MS).as_secs(),
             uses: 0,
             revoked: false,
+            max_uses,
         };
         self.tokens.insert(record.id.clone(), record.clone());
         Ok((token, record))
@@ -205,6 +297,9 @@ impl TokenBook {
         }
         if now.as_secs() >= rec.expires {
             return Err(TokenError::Expired);
+        }
+        if rec.max_uses.is_some_and(|m| rec.uses >= m) {
+            return Err(TokenError::UsedUp);
         }
         Ok(())
     }
@@ -248,7 +343,7 @@ mod tests {
     fn book_with_token(now: Millis, ttl: Option<u64>) -> (TokenBook, JoinToken) {
         let mut book = TokenBook::default();
         let (t, _) = book
-            .create(now, ttl, &ClusterId::new(C), "home", Some("http://10.0.0.1:7000/"), &mut SeededRng::new(1))
+            .create(now, ttl, None, &ClusterId::new(C), "home", Some("http://10.0.0.1:7000/"), &mut SeededRng::new(1))
             .unwrap();
         (book, t)
     }
@@ -273,11 +368,75 @@ mod tests {
         let c = ClusterId::new(C);
         let mut rng = SeededRng::new(1);
         let url = Some("http://h:1");
-        assert_eq!(book.create(Millis(0), Some(0), &c, "", url, &mut rng).unwrap_err(), TokenError::BadTtl);
-        assert_eq!(book.create(Millis(0), Some(721), &c, "", url, &mut rng).unwrap_err(), TokenError::BadTtl);
-        assert!(book.create(Millis(0), Some(720), &c, "", url, &mut rng).is_ok());
-        assert!(book.create(Millis(0), Some(1), &c, "", url, &mut rng).is_ok());
-        assert_eq!(book.create(Millis(0), None, &c, "", None, &mut rng).unwrap_err(), TokenError::NoIssuerUrl);
+        assert_eq!(book.create(Millis(0), Some(0), None, &c, "", url, &mut rng).unwrap_err(), TokenError::BadTtl);
+        assert_eq!(book.create(Millis(0), Some(721), None, &c, "", url, &mut rng).unwrap_err(), TokenError::BadTtl);
+        assert!(book.create(Millis(0), Some(720), None, &c, "", url, &mut rng).is_ok());
+        assert!(book.create(Millis(0), Some(1), None, &c, "", url, &mut rng).is_ok());
+        assert_eq!(book.create(Millis(0), None, None, &c, "", None, &mut rng).unwrap_err(), TokenError::NoIssuerUrl);
+    }
+
+    #[test]
+    fn a_token_with_a_use_cap_is_refused_once_used_up() {
+        let (c, url, mut rng) = (ClusterId::new(C), Some("http://10.0.0.1:7000"), SeededRng::new(3));
+        let mut book = TokenBook::default();
+        assert_eq!(book.create(Millis(0), None, Some(0), &c, "", url, &mut rng).unwrap_err(), TokenError::BadUses);
+        assert_eq!(book.create(Millis(0), None, Some(1001), &c, "", url, &mut rng).unwrap_err(), TokenError::BadUses);
+        let (t, _) = book.create(Millis(0), None, Some(2), &c, "", url, &mut rng).unwrap();
+        for _ in 0..2 {
+            assert_eq!(book.check(Millis(1_000), &t.token_id, &t.secret), Ok(()));
+            book.count_use(&t.token_id);
+        }
+        assert_eq!(book.check(Millis(1_000), &t.token_id, &t.secret), Err(TokenError::UsedUp));
+    }
+
+    /// Issue 11: an issuer or advertised URL with a path or query pointed the joiner's POST at
+    /// another endpoint; a link-local address reached the cloud metadata service.
+    #[test]
+    fn node_urls_are_scheme_host_and_port_only_and_never_link_local() {
+        for good in [
+            "http://10.0.0.1:7000",
+            "https://a.lan",
+            "http://node-1.example.org:443",
+            "http://127.0.0.1:7300",
+            "http://[::1]:7300",
+            "http://[fd00::5]",
+            "http://host.",
+        ] {
+            assert_eq!(base_url_error(good), None, "{good}");
+        }
+        for bad in [
+            "http://10.0.0.1:7000/evil",
+            "http://10.0.0.1:7000?x=1",
+            "http://10.0.0.1:7000#f",
+            "http://user@10.0.0.1",
+            "http://10.0.0.1:7000/",
+            "http://169.254.169.254",
+            "http://169.254.1.1:80",
+            "http://[fe80::1]:7000",
+            "http://[::ffff:169.254.169.254]",
+            "http://0.0.0.0:7000",
+            "http://[::]:7000",
+            "http://h:0",
+            "http://h:65536",
+            "http://h:+80",
+            "http://bad_host-.lan",
+            "http://a b",
+            "ftp://h",
+            "http://",
+            "http://[::1",
+            "http://[::1]x",
+        ] {
+            assert!(base_url_error(bad).is_some(), "{bad}");
+        }
+        // A token naming such an issuer does not parse.
+        let t = JoinToken {
+            cluster: ClusterId::new(C),
+            name: "x".into(),
+            issuer_url: "http://10.0.0.1:7000/cluster/acn/heartbeat?x=".into(),
+            token_id: TokenId::new("0011223344556677"),
+            secret: "00".repeat(32),
+        };
+        assert_eq!(JoinToken::parse(&t.encode()).unwrap_err(), TokenError::BadField("u (issuer URL)"));
     }
 
     #[test]
@@ -317,7 +476,7 @@ mod tests {
         fn any_issued_token_round_trips(seed in any::<u64>(), name in "[ -~]{0,40}", port in 1u16..65535, ttl in 1u64..=720) {
             let mut book = TokenBook::default();
             let url = format!("http://127.0.0.1:{port}");
-            let (t, _) = book.create(Millis(5_000), Some(ttl), &ClusterId::new(C), &name, Some(&url), &mut SeededRng::new(seed)).unwrap();
+            let (t, _) = book.create(Millis(5_000), Some(ttl), None, &ClusterId::new(C), &name, Some(&url), &mut SeededRng::new(seed)).unwrap();
             let s = t.encode();
             prop_assert!(s.starts_with(TOKEN_PREFIX));
             prop_assert_eq!(JoinToken::parse(&s).unwrap(), t);

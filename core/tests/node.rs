@@ -174,7 +174,7 @@ impl Net {
 
     fn token(&mut self, issuer: usize) -> String {
         let at = self.clock(issuer);
-        let t = self.nodes[issuer].new_token(at, None).expect("issue a token");
+        let t = self.nodes[issuer].new_token(at, None, None).expect("issue a token");
         self.pump();
         t["token"].as_str().unwrap().to_string()
     }

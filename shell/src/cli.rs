@@ -372,6 +372,9 @@ pub enum TokenCmd {
         /// Lifetime in hours, 1 to 720.
         #[arg(long)]
         ttl_hours: Option<u64>,
+        /// How many nodes may join with it (1 to 1000; default: any number until it expires).
+        #[arg(long)]
+        uses: Option<u64>,
     },
     List,
     Revoke {
@@ -523,8 +526,8 @@ impl Api {
                     (self.call("POST", "/cluster/config", Some(body)).await?, human_kv)
                 }
             }
-            Cmd::Token { cmd: TokenCmd::New { ttl_hours } } => {
-                let v = self.call("POST", "/tokens", Some(json!({"ttlHours": ttl_hours}))).await?;
+            Cmd::Token { cmd: TokenCmd::New { ttl_hours, uses } } => {
+                let v = self.call("POST", "/tokens", Some(json!({"ttlHours": ttl_hours, "uses": uses}))).await?;
                 (json!({"token": v["token"]}), |v| s(&v["token"]))
             }
             Cmd::Token { cmd: TokenCmd::List } => (self.call("GET", "/tokens", None).await?, human_tokens),

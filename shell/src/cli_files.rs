@@ -196,9 +196,8 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
     let copy = resp.headers().get("x-shoal-copy").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let size: u64 =
         resp.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let mut name = local.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(".part-get");
-    let part = local.with_file_name(name);
+    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let part = local.with_file_name(shoal_core::storage::transfer::part_file_name(&name, "get"));
     std::fs::File::create(&part).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
     // The file is written on its own thread while this one hashes what comes in, in 4 MiB
     // pieces (straight to the disk where it can: see `store_service::write_at`).

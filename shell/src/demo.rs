@@ -52,7 +52,8 @@ async fn run_in(
     let first = daemons[0].shared().clone();
     first.with_node(|n, now| n.create_cluster(now, "demo")).map_err(|e| CliError(e.message))?;
     for (i, d) in daemons.iter().enumerate().skip(1) {
-        let token = first.with_node(|n, now| n.new_token(now, Some(1))).map_err(|e| CliError(e.message))?["token"]
+        let token = first.with_node(|n, now| n.new_token(now, Some(1), None)).map_err(|e| CliError(e.message))?
+            ["token"]
             .as_str()
             .unwrap_or_default()
             .to_string();

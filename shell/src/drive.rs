@@ -698,9 +698,8 @@ fn install_local<E: Env>(
 
 /// The part file beside `dest` that a copy is written to before it is renamed into place.
 fn part_path(dest: &Path, tag: &str) -> PathBuf {
-    let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(format!("{}{tag}", transfer::PART_MARK));
-    dest.with_file_name(name)
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(transfer::part_file_name(&name, tag))
 }
 
 fn read_range(file: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {

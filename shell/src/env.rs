@@ -57,7 +57,17 @@ impl Net for TokioEnv {
     type Addr = std::net::SocketAddr;
 
     async fn connect(&self, host_port: String) -> io::Result<Self::Stream> {
-        let s = tokio::net::TcpStream::connect(host_port).await?;
+        // Every address a name resolves to passes the core's rule (no link-local or
+        // unspecified target), so a DNS name cannot lead where a URL may not (issue 11).
+        let addrs: Vec<std::net::SocketAddr> =
+            tokio::net::lookup_host(&host_port).await?.filter(|a| shoal_core::token::ip_allowed(a.ip())).collect();
+        if addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{host_port} resolves to no address shoal may connect to (link-local or unspecified)"),
+            ));
+        }
+        let s = tokio::net::TcpStream::connect(&addrs[..]).await?;
         s.set_nodelay(true)?;
         Ok(s)
     }

@@ -399,13 +399,12 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     let src_folder = s.read_node(|n, _| n.local_volume(source_volume.as_str())).map(|v| v.subpath);
     let src = Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder };
     let (folder, path) = (PathBuf::from(&vol.subpath), task.path.clone());
-    let tag = format!("{}repl{:016x}", transfer::PART_MARK, s.env.seed());
+    let tag = format!("repl{:016x}", s.env.seed());
     let (dest, part) = s
         .blocking(move || {
             let dest = confined_path(&folder, &path, true)?;
-            let mut name = dest.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-            name.push(&tag);
-            let part = dest.with_file_name(name);
+            let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let part = dest.with_file_name(transfer::part_file_name(&name, &tag));
             Ok::<_, ApiError>((dest, part))
         })
         .await?;

@@ -392,13 +392,15 @@ async fn cluster_config_set<E: Env>(State(s): S<E>, body: Body) -> Response {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct TokenBody {
     ttl_hours: Option<u64>,
+    /// How many joins the token allows (1 to 1000; absent: any number until it expires).
+    uses: Option<u64>,
 }
 
 async fn tokens_new<E: Env>(State(s): S<E>, body: Body) -> Response {
     api_result((|| {
         cluster_enabled(&s)?;
         let b: TokenBody = parse_body(&body)?;
-        s.with_node(|n, now| n.new_token(now, b.ttl_hours))
+        s.with_node(|n, now| n.new_token(now, b.ttl_hours, b.uses))
     })())
 }
 

@@ -616,9 +616,8 @@ pub fn copy_path<E: Env>(s: &Shared<E>, volume: &VolumeId, path: &str) -> Option
 }
 
 fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
-    let mut name = file.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-    name.push(s.part_name());
-    file.with_file_name(name)
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    file.with_file_name(transfer::part_file_name(&name, &s.part_tag()))
 }
 
 /// Write `data` at `offset` of the existing file `path`. Large aligned pieces go straight to

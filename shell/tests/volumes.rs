@@ -233,3 +233,35 @@ async fn system_folders_and_data_dirs_are_refused_and_a_rescan_never_adopts_a_no
     assert_eq!(s, 200);
     d.shutdown().await;
 }
+
+/// Issue 11: names of 234–255 bytes answered 507, because the part file's suffix took the name
+/// over the file system's 255-byte limit. Every valid name can be written now; 256 bytes is a
+/// 400.
+#[tokio::test]
+async fn names_up_to_255_bytes_can_be_written_and_longer_ones_are_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let d =
+        daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("data"), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+    let folder = root.path().join("disk");
+    assert_eq!(call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await.0, 200);
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    for (len, want) in [(233usize, 200u16), (234, 200), (250, 200), (255, 200), (256, 400)] {
+        let name = "n".repeat(len);
+        let body = format!("file of {len}");
+        let r = client
+            .request(&d.url(), "PUT", &format!("/v1/files/{name}"), &[("authorization", &auth)], body.clone(), 10_000)
+            .await
+            .unwrap();
+        assert_eq!(r.status, want, "{len}: {}", String::from_utf8_lossy(&r.body));
+        if want == 200 {
+            let r = client
+                .request(&d.url(), "GET", &format!("/v1/files/{name}"), &[("authorization", &auth)], vec![], 10_000)
+                .await
+                .unwrap();
+            assert_eq!((r.status, r.body.as_ref()), (200, body.as_bytes()), "{len}");
+        }
+    }
+    d.shutdown().await;
+}

@@ -173,6 +173,7 @@ impl From<TokenError> for ApiError {
         let status = match e {
             TokenError::Unknown => 404,
             TokenError::NoIssuerUrl => 409,
+            TokenError::UsedUp | TokenError::Revoked | TokenError::Expired | TokenError::BadSecret => 403,
             _ => 400,
         };
         ApiError::new(status, "bad_token", e.to_string())
@@ -1251,12 +1252,12 @@ impl Node {
         Ok(self.status(wall))
     }
 
-    pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>) -> Result<Value, ApiError> {
+    pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>, max_uses: Option<u64>) -> Result<Value, ApiError> {
         let c = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
         let url = (!self.me.advertise_url.is_empty()).then_some(self.me.advertise_url.as_str());
-        let (token, rec) = self.tokens.create(now, ttl_hours, &c.id, &c.name, url, &mut self.rng)?;
+        let (token, rec) = self.tokens.create(now, ttl_hours, max_uses, &c.id, &c.name, url, &mut self.rng)?;
         self.persist(PersistOp::PutToken(rec.clone()));
-        Ok(json!({"token": token.encode(), "id": rec.id, "expires": rec.expires}))
+        Ok(json!({"token": token.encode(), "id": rec.id, "expires": rec.expires, "maxUses": rec.max_uses}))
     }
 
     pub fn list_tokens(&self) -> Value {

@@ -13,6 +13,21 @@ pub const READ_MAX_BYTES: u64 = 8 * 1024 * 1024;
 pub const SESSION_IDLE_MS: u64 = 30 * MINUTE_MS;
 /// Part files are `<path>.part-<session>`; no copy may be named like one.
 pub const PART_MARK: &str = ".part-";
+
+/// The name of the part file a copy of `final_name` is written to before it is renamed into
+/// place: `<final_name>.part-<tag>`, with `final_name` shortened (at a character boundary) so
+/// the whole stays within a file system's 255-byte name limit — a name of up to 255 bytes is a
+/// valid cluster path, and its part file must be creatable too (issue 11: names of 234–255
+/// bytes failed with 507). `tag` is unique to the write, so a shortened prefix cannot collide.
+pub fn part_file_name(final_name: &str, tag: &str) -> String {
+    let suffix = format!("{PART_MARK}{tag}");
+    let room = crate::meta::namespace::MAX_SEGMENT_BYTES.saturating_sub(suffix.len());
+    let mut end = final_name.len().min(room);
+    while !final_name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{suffix}", &final_name[..end])
+}
 /// Largest file the protocol accepts (1 TiB).
 pub const FILE_MAX_BYTES: u64 = 1 << 40;
 
@@ -218,8 +233,9 @@ impl UploadSession {
         chunk_count(self.size) - self.have.len() as u64
     }
 
-    pub fn part_name(&self) -> String {
-        format!("{PART_MARK}{}", self.id)
+    /// The tag of this session's part file (see [`part_file_name`]).
+    pub fn part_tag(&self) -> String {
+        self.id.clone()
     }
 }
 
@@ -254,6 +270,21 @@ mod tests {
         assert_eq!(copy_segments("/../../etc/passwd").unwrap(), vec!["etc", "passwd"]);
         assert_eq!(copy_segments("/"), Err(TransferError::Root));
         assert_eq!(copy_segments("/x/y.part-abc"), Err(TransferError::ReservedName));
+    }
+
+    #[test]
+    fn part_file_names_fit_the_name_limit_whatever_the_final_name() {
+        assert_eq!(part_file_name("a.txt", "00ff"), "a.txt.part-00ff");
+        for len in [1usize, 200, 233, 234, 250, 255] {
+            let name = "n".repeat(len);
+            let part = part_file_name(&name, "repl0123456789abcdef");
+            assert!(part.len() <= 255, "{len}: {}", part.len());
+            assert!(part.ends_with(".part-repl0123456789abcdef"));
+        }
+        // Shortened at a character boundary.
+        let name = "é".repeat(127); // 254 bytes
+        let part = part_file_name(&name, "0123456789abcdef");
+        assert!(part.len() <= 255 && part.starts_with('é'));
         assert!(copy_segments("/a\0b").is_err());
     }
 
