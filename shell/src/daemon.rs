@@ -343,8 +343,35 @@ impl<E: Env> Daemon<E> {
     }
 }
 
+/// Everything the node writes from now on is its owner's only (umask 077: files 0600, folders
+/// 0700: the database, the node id, config files, volume files), and files an older build left
+/// readable in the data dir are closed (issue 11).
+fn owner_only_files(data_dir: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: umask only sets the process's file mode mask.
+        unsafe {
+            libc::umask(0o077);
+        }
+        for name in [identity::DB_FILE, identity::ID_FILE, identity::API_URL_FILE] {
+            let p = data_dir.join(name);
+            if p.is_file() {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(data_dir.join("config")) {
+            let _ = std::fs::set_permissions(data_dir.join("config"), std::fs::Permissions::from_mode(0o700));
+            for e in rd.flatten() {
+                let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o600));
+            }
+        }
+    }
+}
+
 /// Start a node: identity, database, listener, driver.
 pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, StartError> {
+    owner_only_files(&opts.data_dir);
     let mut rng = SeededRng::new(env.seed());
     let ident = identity::load_or_create(&opts.data_dir, &mut rng)?;
     let db_path = opts.data_dir.join(identity::DB_FILE);

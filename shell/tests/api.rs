@@ -119,3 +119,45 @@ async fn disable_cluster_answers_404_on_acn() {
     assert_eq!((s, v["clusterEnabled"].as_bool()), (200, Some(false)));
     d.shutdown().await;
 }
+
+/// Issue 11: an advertised URL with a path, or at a link-local address (the cloud metadata
+/// service), and a token's use cap out of range, are 400s over the API.
+#[tokio::test]
+async fn node_urls_and_token_use_caps_are_checked_at_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    assert_eq!(call(&d, &token, "POST", "/v1/cluster/create", br#"{"name":"t"}"#).await.0, 200);
+    for url in ["http://169.254.169.254", "http://[fe80::1]:80", "http://10.0.0.1:7000/evil?x=", "http://u@h"] {
+        let body = serde_json::to_vec(&json!({ "advertiseUrl": url })).unwrap();
+        let (s, v) = call(&d, &token, "POST", "/v1/cluster/config", &body).await;
+        assert_json_error(s, &v, 400);
+    }
+    for uses in [0, 1001] {
+        let (s, v) = call(&d, &token, "POST", "/v1/tokens", json!({ "uses": uses }).to_string().as_bytes()).await;
+        assert_json_error(s, &v, 400);
+    }
+    let (s, v) = call(&d, &token, "POST", "/v1/tokens", br#"{"uses": 1}"#).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["maxUses"], json!(1));
+    d.shutdown().await;
+}
+
+/// Issue 11: a setting nested ~125 levels was accepted and then stopped replication; the API
+/// bounds a value's depth (32) now.
+#[tokio::test]
+async fn a_setting_value_nested_too_deeply_is_a_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    assert_eq!(call(&d, &token, "POST", "/v1/cluster/create", br#"{"name":"t"}"#).await.0, 200);
+    let nested = |depth: usize| format!(r#"{{"value": {}1{}}}"#, "[".repeat(depth - 1), "]".repeat(depth - 1));
+    for (depth, want) in [(32, 200), (33, 400), (125, 400), (200, 400)] {
+        let (s, v) = call(&d, &token, "PUT", "/v1/settings/k", nested(depth).as_bytes()).await;
+        assert_eq!(s, want, "depth {depth}: {v}");
+        if want == 400 {
+            assert_json_error(s, &v, 400);
+        }
+    }
+    d.shutdown().await;
+}

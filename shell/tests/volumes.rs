@@ -256,6 +256,9 @@ async fn names_up_to_255_bytes_can_be_written_and_longer_ones_are_refused() {
             .unwrap();
         assert_eq!(r.status, want, "{len}: {}", String::from_utf8_lossy(&r.body));
         if want == 200 {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(folder.join(&name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{len}: a volume file is its owner's only");
             let r = client
                 .request(&d.url(), "GET", &format!("/v1/files/{name}"), &[("authorization", &auth)], vec![], 10_000)
                 .await
@@ -263,5 +266,13 @@ async fn names_up_to_255_bytes_can_be_written_and_longer_ones_are_refused() {
             assert_eq!((r.status, r.body.as_ref()), (200, body.as_bytes()), "{len}");
         }
     }
+    // Issue 11: the database, node id and config files were world-readable.
+    use std::os::unix::fs::PermissionsExt;
+    let data = root.path().join("data");
+    for f in ["cluster.redb", "node.id", "node.key", "admin.token", "api.url"] {
+        let mode = std::fs::metadata(data.join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+    assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
     d.shutdown().await;
 }
