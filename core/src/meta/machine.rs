@@ -200,7 +200,7 @@ struct Snapshot {
 
 /// An entry from a peer, decoded on its own.
 enum PeerEntry {
-    Read(Entry),
+    Read(Box<Entry>),
     /// This build cannot read it (or its record is out of bounds); `seq` when that much is
     /// readable.
     Refused {
@@ -219,7 +219,7 @@ fn read_entries(raw: Vec<Box<RawValue>>) -> Vec<PeerEntry> {
     raw.into_iter()
         .map(|r| match serde_json::from_str::<Entry>(r.get()) {
             Ok(e) => match e.record.shape_error() {
-                None => PeerEntry::Read(e),
+                None => PeerEntry::Read(Box::new(e)),
                 Some(why) => PeerEntry::Refused { seq: Some(e.seq), why: why.to_string() },
             },
             Err(err) => PeerEntry::Refused {
@@ -774,7 +774,7 @@ impl Meta {
         let mut contiguous = true;
         for e in entries {
             let e = match e {
-                PeerEntry::Read(e) => e,
+                PeerEntry::Read(e) => *e,
                 PeerEntry::Refused { seq, why } => {
                     let what = seq.map_or("an entry".to_string(), |s| format!("entry {}", s.0));
                     self.refuse(Some(from.clone()), what, &why);
