@@ -200,7 +200,7 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
     let part = local.with_file_name(shoal_core::storage::transfer::part_file_name(&name, "get"));
     std::fs::File::create(&part).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
     // The file is written on its own thread while this one hashes what comes in, in 4 MiB
-    // pieces (straight to the disk where it can: see `store_service::write_at`).
+    // pieces (straight to the disk where it can: see `disk::write_at`).
     let (to_disk, from_net) = tokio::sync::mpsc::channel::<Bytes>(8);
     let part2 = part.clone();
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -214,14 +214,14 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
                 piece.extend_from_slice(&data[..take]);
                 data = &data[take..];
                 if piece.len() == PIECE {
-                    crate::store_service::write_at(&part2, at, &piece)?;
+                    crate::disk::write_at(&part2, at, &piece)?;
                     at += PIECE as u64;
                     piece.clear();
                 }
             }
         }
         if !piece.is_empty() {
-            crate::store_service::write_at(&part2, at, &piece)?;
+            crate::disk::write_at(&part2, at, &piece)?;
         }
         Ok(())
     });

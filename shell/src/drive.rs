@@ -21,8 +21,9 @@
 
 use crate::client::ChannelBody;
 use crate::daemon::Shared;
+use crate::disk::confined_path;
 use crate::env::Env;
-use crate::store_service::{confined_path, copy_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
+use crate::store_service::{copy_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use crate::transport::Transport;
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -370,7 +371,7 @@ fn write_chunk<E: Env>(
                     }
                     Sink::Local { part, .. } => {
                         let part = part.clone();
-                        s.blocking(move || crate::store_service::write_at(&part, index * CHUNK_BYTES, &data))
+                        s.blocking(move || crate::disk::write_at(&part, index * CHUNK_BYTES, &data))
                             .await
                             .map_err(|e| io_api("write copy", e))
                     }
@@ -1148,7 +1149,7 @@ pub async fn read_piece<E: Env>(
         return s
             .blocking(move || {
                 let file = confined_path(&folder, &path, false)?;
-                crate::store_service::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
+                crate::disk::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
             })
             .await;
     }

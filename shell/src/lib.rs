@@ -6,6 +6,7 @@
 //! - [`listener`]: the accept loop, connection cap and timeouts of the one HTTP listener;
 //! - [`server`]: the ACN endpoints and the admin API;
 //! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
+//! - [`disk`]: confined paths, positioned and direct I/O, a file's SHA-256;
 //! - [`cli`] and [`demo`]: the `shoal` command line.
 
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod cli_files;
 pub mod client;
 pub mod daemon;
 pub mod demo;
+pub mod disk;
 pub mod drive;
 pub mod env;
 pub mod identity;

@@ -112,6 +112,10 @@ struct Activity {
 struct Registry {
     origin: Instant,
     open: Mutex<BTreeMap<u64, Arc<Activity>>>,
+    /// Evicted connections whose socket is not closed yet, and a wake-up when one is: the
+    /// accept loop waits for them, so open sockets never outgrow the cap (and the fd limit).
+    closing: AtomicUsize,
+    closed: Notify,
 }
 
 impl Registry {
@@ -133,6 +137,7 @@ impl Registry {
             .map(|(id, _)| *id);
         match victim.and_then(|id| open.remove(&id)) {
             Some(a) => {
+                self.closing.fetch_add(1, Ordering::SeqCst);
                 a.close.notify_one();
                 true
             }
@@ -147,10 +152,18 @@ where
     L: axum::serve::Listener,
     L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let registry = Arc::new(Registry { origin: Instant::now(), open: Mutex::new(BTreeMap::new()) });
+    let registry = Arc::new(Registry {
+        origin: Instant::now(),
+        open: Mutex::new(BTreeMap::new()),
+        closing: AtomicUsize::new(0),
+        closed: Notify::new(),
+    });
     let (closing_tx, closing_rx) = watch::channel(false);
     let mut next_id = 0u64;
     loop {
+        while registry.closing.load(Ordering::SeqCst) > 0 {
+            let _ = tokio::time::timeout(Duration::from_millis(20), registry.closed.notified()).await;
+        }
         let (io, _addr) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|s| *s) => break,
@@ -209,19 +222,26 @@ impl Connection {
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(self.limits.header_read_ms));
-        let conn = builder.serve_connection(TokioIo::new(guarded), service);
-        let mut conn = std::pin::pin!(conn);
-        let evicted = self.activity.clone();
-        let mut shutting = false;
-        loop {
-            tokio::select! {
-                _ = conn.as_mut() => break,
-                _ = evicted.close.notified() => break,
-                _ = self.closing.wait_for(|c| *c), if !shutting => {
-                    shutting = true;
-                    conn.as_mut().graceful_shutdown();
+        let evicted = {
+            let conn = builder.serve_connection(TokioIo::new(guarded), service);
+            let mut conn = std::pin::pin!(conn);
+            let activity = self.activity.clone();
+            let mut shutting = false;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break false,
+                    _ = activity.close.notified() => break true,
+                    _ = self.closing.wait_for(|c| *c), if !shutting => {
+                        shutting = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
                 }
             }
+            // The connection, and with it the socket, is dropped here.
+        };
+        if evicted {
+            self.registry.closing.fetch_sub(1, Ordering::SeqCst);
+            self.registry.closed.notify_waiters();
         }
         self.registry.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
     }

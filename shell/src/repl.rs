@@ -26,10 +26,10 @@
 //! [`Node::disk_actions`]: shoal_core::node::Node::disk_actions
 
 use crate::daemon::Shared;
+use crate::disk::confined_path;
 use crate::drive::{read_piece, signed};
 use crate::env::Env;
 use crate::server::error_response;
-use crate::store_service::confined_path;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -419,9 +419,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             }
             hash.update(&data);
             let (p, d) = (part.clone(), data.clone());
-            s.blocking(move || crate::store_service::write_at(&p, at, &d))
-                .await
-                .map_err(|e| io_api("write part file", e))?;
+            s.blocking(move || crate::disk::write_at(&p, at, &d)).await.map_err(|e| io_api("write part file", e))?;
             at += data.len() as u64;
         }
         out.sync_all().map_err(|e| io_api("sync part file", e))?;

@@ -2,8 +2,9 @@
 //! paths, listing and folder policies, "Replication" for the copy count a file wants, and
 //! "Map / reduce" for `metadata.Glob`; reference-facts.md "FileRecord", "Policy", "Map/reduce").
 //!
-//! This module owns the canonical form of a path and every read of the namespace that depends
-//! on it. Pure functions over a [`MetaState`]: no I/O, no clock.
+//! This module owns every read of the namespace that depends on the canonical form of a path
+//! (which [`crate::meta::path`] owns and this module re-exports). Pure functions over a
+//! [`MetaState`]: no I/O, no clock.
 //!
 //! Invariants it keeps:
 //! - a canonical path starts with `/`, has no empty, `.` or `..` segment, no trailing `/` (except
@@ -17,102 +18,16 @@
 //! - a directory exists when it has a record (`isDir`) or any live file below it.
 
 use crate::ids::FileId;
+pub use crate::meta::path::{
+    is_within, name, normalize, parent, PathError, DRIVE_PREFIX, MAX_PATH_BYTES, MAX_SEGMENT_BYTES,
+};
 use crate::meta::records::{FileRecord, Record, RecordKind};
 use crate::meta::state::MetaState;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Longest path segment, in bytes (what common file systems accept for one name).
-pub const MAX_SEGMENT_BYTES: usize = 255;
-/// Longest canonical path, in bytes.
-pub const MAX_PATH_BYTES: usize = 4096;
 /// Copies wanted where no folder policy applies (reference-facts.md "Policy ... default 1").
 pub const DEFAULT_REPLICAS: u32 = 1;
-/// The drive prefix a path may be written with (`cluster:/photos/a.jpg`, DESIGN.md "Names").
-pub const DRIVE_PREFIX: &str = "cluster:";
-
-/// Why a path (or a glob pattern) was refused. Byte offsets are into the string as given.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
-    #[error("path contains a NUL byte at byte {at}")]
-    Nul { at: usize },
-    #[error("path contains the control character U+{code:04X} at byte {at}")]
-    Control { code: u32, at: usize },
-    #[error("path segment of {len} bytes is longer than the {max} allowed", max = MAX_SEGMENT_BYTES)]
-    SegmentTooLong { len: usize },
-    #[error("path of {len} bytes is longer than the {max} allowed", max = MAX_PATH_BYTES)]
-    TooLong { len: usize },
-}
-
-// ---- paths ----
-
-/// The canonical form of `path`: an optional `cluster:` prefix is dropped, `\` is a separator
-/// like `/`, repeated separators collapse, `.` segments vanish and `..` removes the segment
-/// before it (never climbing above the root), and a trailing separator is dropped. The empty
-/// path is the root.
-///
-/// `cluster:photos\x\y` → `/photos/x/y`, `/../x` → `/x`, `""` → `/`.
-///
-/// Refused: control characters (NUL included) anywhere in the input, any segment over
-/// [`MAX_SEGMENT_BYTES`] (even one a later `..` would remove) and a result over
-/// [`MAX_PATH_BYTES`].
-pub fn normalize(path: &str) -> Result<String, PathError> {
-    if let Some((at, c)) = path.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(if c == '\0' { PathError::Nul { at } } else { PathError::Control { code: u32::from(c), at } });
-    }
-    let rest = path.strip_prefix(DRIVE_PREFIX).unwrap_or(path);
-    let mut segments: Vec<&str> = Vec::new();
-    for segment in rest.split(['/', '\\']) {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop();
-            }
-            s if s.len() > MAX_SEGMENT_BYTES => return Err(PathError::SegmentTooLong { len: s.len() }),
-            s => segments.push(s),
-        }
-    }
-    if segments.is_empty() {
-        return Ok("/".to_string());
-    }
-    let len: usize = segments.iter().map(|s| s.len() + 1).sum();
-    if len > MAX_PATH_BYTES {
-        return Err(PathError::TooLong { len });
-    }
-    let mut out = String::with_capacity(len);
-    for s in segments {
-        out.push('/');
-        out.push_str(s);
-    }
-    Ok(out)
-}
-
-/// The folder holding a canonical path; `None` for the root (and for a string with no `/`).
-pub fn parent(path: &str) -> Option<&str> {
-    match path.rfind('/') {
-        Some(0) if path.len() > 1 => Some("/"),
-        Some(0) | None => None,
-        Some(i) => Some(&path[..i]),
-    }
-}
-
-/// The last segment of a canonical path; empty for the root.
-pub fn name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// Whether the canonical `path` is `folder` itself or lies below it. `/a` does not contain
-/// `/ab`; the root contains every canonical path. A trailing `/` on `folder` is ignored.
-pub fn is_within(path: &str, folder: &str) -> bool {
-    let folder = folder.trim_end_matches('/');
-    if folder.is_empty() {
-        return path.starts_with('/');
-    }
-    match path.strip_prefix(folder) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
-}
 
 /// The smallest string greater than every path below `folder` (canonical, not the root): the
 /// key range of the folder's descendants is `folder + "/"` up to this.

@@ -402,7 +402,7 @@ impl Record {
     }
 
     fn shape_ok_but_depth(&self) -> bool {
-        let norm = |p: &str| crate::meta::namespace::normalize(p).is_ok_and(|n| n == p);
+        let norm = |p: &str| crate::meta::path::normalize(p).is_ok_and(|n| n == p);
         let label = |s: &str| s.len() <= 4096;
         let json_len = |v: &Value| serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
         match self {
