@@ -7,6 +7,7 @@ use crate::client::HttpClient;
 use crate::daemon::{self, ServeOptions};
 use crate::env::TokioEnv;
 use crate::identity::{API_URL_FILE, TOKEN_FILE};
+use crate::wire::{escape_query, escape_segment};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -563,10 +564,10 @@ impl Api {
             }
             Cmd::Meta { cmd: MetaCmd::Status } => (self.call("GET", "/meta/status", None).await?, human_kv),
             Cmd::Meta { cmd: MetaCmd::Ls { path } } => {
-                (self.call("GET", &format!("/meta/ls?path={}", query_escape(&path)), None).await?, human_ls)
+                (self.call("GET", &format!("/meta/ls?path={}", escape_query(&path)), None).await?, human_ls)
             }
             Cmd::Meta { cmd: MetaCmd::Stat { path } } => {
-                (self.call("GET", &format!("/meta/stat?path={}", query_escape(&path)), None).await?, human_stat)
+                (self.call("GET", &format!("/meta/stat?path={}", escape_query(&path)), None).await?, human_stat)
             }
             Cmd::Policy { cmd: PolicyCmd::Set { folder, replicas } } => {
                 let body = json!({"folder": folder, "replicas": replicas});
@@ -582,11 +583,11 @@ impl Api {
                 out
             }),
             Cmd::Settings { cmd: SettingsCmd::Get { key } } => {
-                (self.call("GET", &format!("/settings/{}", path_escape(&key)), None).await?, |v| s(&v["value"]))
+                (self.call("GET", &format!("/settings/{}", escape_segment(&key)), None).await?, |v| s(&v["value"]))
             }
             Cmd::Settings { cmd: SettingsCmd::Set { key, value } } => {
                 let value: Value = serde_json::from_str(&value).unwrap_or(Value::String(value));
-                let path = format!("/settings/{}", path_escape(&key));
+                let path = format!("/settings/{}", escape_segment(&key));
                 (self.call("PUT", &path, Some(json!({ "value": value }))).await?, |v| {
                     format!("{} = {}", s(&v["key"]), v["value"])
                 })
@@ -599,7 +600,7 @@ impl Api {
                 out.trim_end().to_string()
             }),
             Cmd::Settings { cmd: SettingsCmd::Rm { key } } => {
-                (self.call("DELETE", &format!("/settings/{}", path_escape(&key)), None).await?, |v| {
+                (self.call("DELETE", &format!("/settings/{}", escape_segment(&key)), None).await?, |v| {
                     format!("removed {}", s(&v["key"]))
                 })
             }
@@ -730,16 +731,16 @@ impl Api {
             }
             Cmd::Ls { path } => {
                 let p = crate::cli_files::cluster_path(&path)?;
-                (self.call("GET", &format!("/meta/ls?path={}", query_escape(&p)), None).await?, human_ls)
+                (self.call("GET", &format!("/meta/ls?path={}", escape_query(&p)), None).await?, human_ls)
             }
             Cmd::Stat { path } => {
                 let p = crate::cli_files::cluster_path(&path)?;
-                (self.call("GET", &format!("/meta/stat?path={}", query_escape(&p)), None).await?, human_stat)
+                (self.call("GET", &format!("/meta/stat?path={}", escape_query(&p)), None).await?, human_stat)
             }
             Cmd::Rm { path, recursive } => {
                 let p = crate::cli_files::cluster_path(&path)?;
                 let q = if recursive { "?recursive=true" } else { "" };
-                (self.call("DELETE", &format!("/files{}{q}", query_escape(&p)), None).await?, human_kv)
+                (self.call("DELETE", &format!("/files{}{q}", escape_query(&p)), None).await?, human_kv)
             }
             Cmd::Mv { from, to } => {
                 let (from, to) = (crate::cli_files::cluster_path(&from)?, crate::cli_files::cluster_path(&to)?);
@@ -802,7 +803,7 @@ impl Api {
             let mut parts = Vec::new();
             for (k, v) in [("module", &at.module), ("node", &at.node), ("key", key)] {
                 if let Some(v) = v {
-                    parts.push(format!("{k}={}", query_escape(v)));
+                    parts.push(format!("{k}={}", escape_query(v)));
                 }
             }
             if parts.is_empty() {
@@ -1036,24 +1037,6 @@ fn human_probe(v: &Value) -> String {
     } else {
         format!("node {} did not answer: {}", s(&v["node"]), s(&v.get("error").cloned().unwrap_or(v["status"].clone())))
     }
-}
-
-/// Percent-encode a query value (RFC 3986 unreserved characters and `/` stay as they are).
-fn query_escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Percent-encode one path segment.
-fn path_escape(v: &str) -> String {
-    query_escape(v).replace('/', "%2F")
 }
 
 fn human_ls(v: &Value) -> String {

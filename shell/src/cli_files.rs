@@ -31,18 +31,6 @@ pub fn cluster_path(p: &str) -> Result<String, CliError> {
     Ok(p.to_string())
 }
 
-fn files_target(path: &str) -> String {
-    let mut out = String::from("/v1/files");
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 fn bar(len: u64, quiet: bool) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
@@ -138,7 +126,7 @@ async fn put_once(
             }
         }
     });
-    let req = hyper::Request::put(format!("{prefix}{}", files_target(remote)))
+    let req = hyper::Request::put(format!("{prefix}{}", crate::wire::files_target(remote)))
         .header("host", authority)
         .header("authorization", format!("Bearer {token}"))
         .header("content-length", size.to_string())
@@ -181,7 +169,7 @@ pub async fn get(base: &str, token: &str, remote: &str, local: &Path, quiet: boo
 async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, (CliError, bool)> {
     let (mut sender, authority, prefix) = connect(base).await.map_err(|e| (e, false))?;
     let (_, empty) = ChannelBody::new(1);
-    let req = hyper::Request::get(format!("{prefix}{}", files_target(remote)))
+    let req = hyper::Request::get(format!("{prefix}{}", crate::wire::files_target(remote)))
         .header("host", authority)
         .header("authorization", format!("Bearer {token}"))
         .body(empty)
@@ -192,8 +180,8 @@ async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bo
         let bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         return Err((api_error(status, &bytes), false));
     }
-    let want = resp.headers().get(crate::drive::SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let copy = resp.headers().get("x-shoal-copy").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let want = resp.headers().get(crate::wire::SHA_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let copy = resp.headers().get(crate::wire::COPY_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let size: u64 =
         resp.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
     let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -12,13 +12,15 @@ use crate::env::Env;
 use crate::identity::{self, IdentityError};
 use crate::meta_store::{spawn_flusher, MetaStore};
 use crate::store::{Store, StoreError};
+use crate::sync::lock;
 use crate::transport::{self, Prepared, Route, Transport};
+use serde_json::Value;
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
-use shoal_core::node::{Event, Input, Node, NodeConfig, Output, SelfInfo};
+use shoal_core::node::{ApiError, Event, Input, Node, NodeConfig, Output, SelfInfo};
 use shoal_core::{Millis, SeededRng};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
@@ -125,10 +127,6 @@ pub struct Shared<E: Env> {
     >,
     config_due: std::sync::atomic::AtomicBool,
     shutdown: watch::Sender<bool>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<E: Env> Shared<E> {
@@ -537,6 +535,39 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             _ = shared.wake.notified() => {}
             _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+/// 409 when this node runs with clustering disabled (`--disable-cluster`).
+pub fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
+    if s.disable_cluster {
+        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
+    }
+    Ok(())
+}
+
+/// Join the cluster a token names: ask its issuer, then adopt the answer.
+pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
+    cluster_enabled(s)?;
+    let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
+    if !plan.url.starts_with("http://") {
+        s.with_node(|n, _| n.abort_join());
+        return Err(ApiError::new(
+            400,
+            "bad_token",
+            "the token's issuer URL is https://, which this build does not speak yet",
+        ));
+    }
+    let (base, target) = match plan.url.find("/cluster/acn/") {
+        Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
+        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
+    };
+    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
+        Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
+        Err(e) => {
+            s.with_node(|n, _| n.abort_join());
+            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
         }
     }
 }

@@ -57,7 +57,7 @@ async fn run_in(
             .as_str()
             .unwrap_or_default()
             .to_string();
-        crate::server::join_with_token(d.shared(), &token)
+        crate::daemon::join_with_token(d.shared(), &token)
             .await
             .map_err(|e| CliError(format!("node {i} could not join: {}", e.message)))?;
     }

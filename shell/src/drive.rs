@@ -23,8 +23,9 @@ use crate::client::ChannelBody;
 use crate::daemon::Shared;
 use crate::disk::confined_path;
 use crate::env::Env;
-use crate::store_service::{copy_path, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
+use crate::store_service::copy_path;
 use crate::transport::Transport;
+use crate::wire::{escape_query, CHUNK_SHA_HEADER, COPY_HEADER, FILE_SIZE_HEADER, SHA_HEADER};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -40,8 +41,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Header carrying a file's SHA-256: sent by a client with a put (checked), answered on a get.
-pub const SHA_HEADER: &str = "x-shoal-sha256";
 const PEER_TIMEOUT_MS: u64 = 60_000;
 /// How long a put waits for a peer to open an upload session.
 const BEGIN_TIMEOUT_MS: u64 = 10_000;
@@ -961,7 +960,7 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
     put(h, SHA_HEADER, f.checksum.clone());
     put(h, "etag", format!("\"{}\"", f.checksum));
     put(h, "accept-ranges", "bytes".into());
-    put(h, "x-shoal-copy", copy_name);
+    put(h, COPY_HEADER, copy_name);
     if range.is_some() {
         put(h, "content-range", format!("bytes {start}-{}/{}", end - 1, f.size));
         *resp.status_mut() = axum::http::StatusCode::PARTIAL_CONTENT;
@@ -1156,7 +1155,7 @@ pub async fn read_piece<E: Env>(
     let target = format!(
         "/cluster/acn/store/read?volume={}&path={}&offset={offset}&length={len}",
         src.volume_id,
-        encode_query(path)
+        escape_query(path)
     );
     let r = signed(s, &src.node_id, "GET", &target, vec![], vec![]).await?;
     if r.status != 200 {
@@ -1168,17 +1167,4 @@ pub async fn read_piece<E: Env>(
     }
     let _ = r.header(FILE_SIZE_HEADER);
     Ok(r.body)
-}
-
-/// Percent-encode a query value.
-pub fn encode_query(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -6,6 +6,8 @@
 //! - [`listener`]: the accept loop, connection cap and timeouts of the one HTTP listener;
 //! - [`server`]: the ACN endpoints and the admin API;
 //! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
+//! - [`wire`]: header names and request-target encoding shared by the CLI and the node;
+//! - [`sync`]: the one locking helper;
 //! - [`disk`]: confined paths, positioned and direct I/O, a file's SHA-256;
 //! - [`cli`] and [`demo`]: the `shoal` command line.
 
@@ -25,5 +27,7 @@ pub mod repl;
 pub mod server;
 pub mod store;
 pub mod store_service;
+pub mod sync;
 pub mod transport;
 pub mod volumes;
+pub mod wire;

@@ -7,8 +7,9 @@
 //!   in within [`ServeLimits::header_read_ms`] (hyper's header timeout, which also closes a
 //!   kept-alive connection idle for that long);
 //! - **send half a body, or drip it**: a request body must bring at least
-//!   [`ServeLimits::body_min_bytes`] in every window of [`ServeLimits::body_window_ms`] (or end),
-//!   else the read fails, the request gets a JSON 4xx and the connection is closed;
+//!   [`ServeLimits::body_min_bytes`] in every [`ServeLimits::body_window_ms`] the node spends
+//!   waiting for it (or end), else the read fails, the request gets a JSON 4xx and the
+//!   connection is closed (time the node itself is not reading does not count);
 //! - **stop reading an answer**: a write that makes no progress for
 //!   [`ServeLimits::write_stall_ms`] closes the connection;
 //! - **exhaust the file descriptors**: at most [`ServeLimits::max_connections`] are open (below the
@@ -294,12 +295,18 @@ pub struct BodyTooSlow {
     pub window_ms: u64,
 }
 
-/// A request body that must bring `min` bytes in every window (see the module doc).
+/// A request body that must bring `min` bytes in every `window` of time spent waiting for it
+/// (see the module doc). Only waiting counts: while the node itself is not reading (its own
+/// back-pressure, a slow peer it writes to), the client is not to blame.
 struct PacedBody {
     inner: hyper::body::Incoming,
     window: Duration,
     min: u64,
+    /// Bytes and waiting time in the current window.
     in_window: u64,
+    waited: Duration,
+    /// When the wait under way began, with its deadline armed.
+    waiting_since: Option<Instant>,
     deadline: Pin<Box<Sleep>>,
 }
 
@@ -311,6 +318,8 @@ impl PacedBody {
             window,
             min: limits.body_min_bytes,
             in_window: 0,
+            waited: Duration::ZERO,
+            waiting_since: None,
             deadline: Box::pin(tokio::time::sleep(window)),
         }
     }
@@ -322,27 +331,37 @@ impl http_body::Body for PacedBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if r.is_pending() {
+            let now = Instant::now();
+            if this.waiting_since.is_none() {
+                this.waiting_since = Some(now);
+                let left = this.window.saturating_sub(this.waited);
+                this.deadline.as_mut().reset(now + left);
+            }
+            if this.deadline.as_mut().poll(cx).is_ready() {
+                let e = BodyTooSlow { min: this.min, window_ms: this.window.as_millis() as u64 };
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+            return Poll::Pending;
+        }
+        if let Some(since) = this.waiting_since.take() {
+            this.waited += since.elapsed();
+        }
+        match r {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(d) = frame.data_ref() {
                     this.in_window += d.len() as u64;
                 }
                 if this.in_window >= this.min {
                     this.in_window = 0;
-                    let next = Instant::now() + this.window;
-                    this.deadline.as_mut().reset(next);
+                    this.waited = Duration::ZERO;
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => {
-                if this.deadline.as_mut().poll(cx).is_ready() {
-                    let e = BodyTooSlow { min: this.min, window_ms: this.window.as_millis() as u64 };
-                    return Poll::Ready(Some(Err(Box::new(e))));
-                }
-                Poll::Pending
-            }
+            Poll::Pending => Poll::Pending,
         }
     }
 

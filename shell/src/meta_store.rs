@@ -59,6 +59,7 @@
 //!
 //! [`MetaPersist::Clear`] wipes these six tables and nothing else.
 
+use crate::sync::lock;
 use redb::{AccessGuard, Database, Durability, ReadableTable, TableDefinition};
 use shoal_core::hlc::Version;
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist, Pending};
@@ -68,7 +69,7 @@ use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -630,12 +631,6 @@ pub struct MetaStore {
     /// or interleave).
     #[cfg(test)]
     before_commit: Mutex<Option<CommitHook>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics half-way through changing the buffer; a poisoned lock still holds a
-    // consistent value.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl MetaStore {

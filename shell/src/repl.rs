@@ -30,6 +30,7 @@ use crate::disk::confined_path;
 use crate::drive::{read_piece, signed};
 use crate::env::Env;
 use crate::server::error_response;
+use crate::sync::lock;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -89,10 +90,6 @@ pub struct ReplStats {
     pub adopted: u64,
     pub rescans: u64,
     pub last_plan: Option<planner::PlanStats>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ReplState {
@@ -783,7 +780,7 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
                 let target = format!(
                     "/cluster/acn/store/checksum?volume={}&path={}",
                     l.volume_id,
-                    crate::drive::encode_query(&f.path)
+                    crate::wire::escape_query(&f.path)
                 );
                 match signed(s, &l.node_id, "GET", &target, vec![], vec![]).await {
                     Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body)
@@ -937,7 +934,7 @@ async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) -> bool {
     if leader == me {
         return s.read_node(|n, _| n.meta().state().file(path).is_none_or(|f| f.removed));
     }
-    let target = format!("/cluster/acn/meta/file?path={}", crate::drive::encode_query(path));
+    let target = format!("/cluster/acn/meta/file?path={}", crate::wire::escape_query(path));
     match crate::drive::signed(s, &leader, "GET", &target, vec![], vec![]).await {
         Ok(r) if r.status == 200 => {
             serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["live"] == Value::Bool(false))

@@ -218,10 +218,7 @@ fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
-    if s.disable_cluster {
-        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
-    }
-    Ok(())
+    crate::daemon::cluster_enabled(s)
 }
 
 // ---- ACN ----
@@ -322,32 +319,7 @@ async fn cluster_join<E: Env>(State(s): S<E>, body: Body) -> Response {
 
 async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError> {
     let b: JoinReq = parse_body(&body)?;
-    join_with_token(s, &b.token).await
-}
-
-/// Join the cluster a token names: ask its issuer, then adopt the answer.
-pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
-    cluster_enabled(s)?;
-    let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
-    if !plan.url.starts_with("http://") {
-        s.with_node(|n, _| n.abort_join());
-        return Err(ApiError::new(
-            400,
-            "bad_token",
-            "the token's issuer URL is https://, which this build does not speak yet",
-        ));
-    }
-    let (base, target) = match plan.url.find("/cluster/acn/") {
-        Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
-        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
-    };
-    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
-        Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
-        Err(e) => {
-            s.with_node(|n, _| n.abort_join());
-            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
-        }
-    }
+    crate::daemon::join_with_token(s, &b.token).await
 }
 
 async fn cluster_leave<E: Env>(State(s): S<E>) -> Response {

@@ -19,6 +19,8 @@ use crate::daemon::Shared;
 use crate::disk::{confined_path, file_sha, read_at, write_at};
 use crate::env::Env;
 use crate::server::error_response;
+use crate::sync::lock;
+use crate::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -33,8 +35,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-pub const CHUNK_SHA_HEADER: &str = "x-aroz-chunk-sha256";
-pub const FILE_SIZE_HEADER: &str = "x-aroz-file-size";
 /// Most upload sessions open at once on a node.
 const SESSIONS_MAX: usize = 256;
 
@@ -138,10 +138,6 @@ impl InOrderHash {
     fn finish(&self, chunks: u64) -> Option<String> {
         (!self.given_up && self.next == chunks).then(|| hex::encode(self.hasher.clone().finalize()))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn transfer_error(e: TransferError) -> Response {

@@ -7,8 +7,8 @@ use shoal_core::NodeId;
 use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::TokioEnv;
-use shoal_shell::store_service::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use shoal_shell::transport::Transport;
+use shoal_shell::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 
 const MIB: usize = 1024 * 1024;
 
