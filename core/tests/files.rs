@@ -766,3 +766,65 @@ fn a_copy_overwritten_at_its_new_name_is_not_renamed_over() {
     let delete = DiskAction::Delete { volume: va.clone(), folder: folder(1), path: "/a".into() };
     assert_eq!(n.disk_actions(), vec![delete], "the old bytes go; the new ones at /b stay");
 }
+
+/// Issue 12: the replication task leases are the core's. A worker's report is taken only from
+/// the worker itself under a term the leader knows; a renew adopts a task the table does not
+/// hold; only the task in flight ends it; a lease that runs out (announced by `poll_timeout`)
+/// fails the task and escalates the file's backoff, and a node that is not the leader keeps
+/// no table.
+#[test]
+fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_core() {
+    use shoal_core::node::replication::TaskReport;
+    use shoal_core::node::Output;
+    use shoal_core::storage::planner::{Action, Reason, Task};
+    use shoal_core::storage::tasks::ReportError;
+    let (mut n, vol, term) = leader(1);
+    let (far_vol, worker) = far(2);
+    let file = publish(&mut n, at(1_000), "/a.bin", 'a', &[(vol.clone(), id_of(1))]);
+    let task = Task {
+        file: file.clone(),
+        path: "/a.bin".into(),
+        size: 10,
+        checksum: sum('a'),
+        action: Action::Pull {
+            source_node: id_of(1),
+            source_volume: vol.clone(),
+            target_node: worker.clone(),
+            target_volume: far_vol.clone(),
+        },
+        reason: Reason::Replica,
+    };
+    // Nobody but the worker, and no term beyond the leader's.
+    assert_eq!(n.repl_report(at(2_000), &id_of(9), term, &task, TaskReport::Renew), Err(ReportError::NotAuthorized));
+    assert_eq!(n.repl_report(at(2_000), &worker, term + 1, &task, TaskReport::Renew), Err(ReportError::NotAuthorized));
+    // A renew of a task this leader never granted adopts it (begun under an earlier leader).
+    assert_eq!(n.repl_report(at(2_000), &worker, term, &task, TaskReport::Renew), Ok(false));
+    assert_eq!(n.repl_tasks(), vec![task.clone()]);
+    // A different task for the file does not end it.
+    let mut other = task.clone();
+    other.size = 11;
+    let done = TaskReport::Done { ok: true };
+    assert_eq!(n.repl_report(at(3_000), &worker, term, &other, done), Err(ReportError::NotInFlight));
+    assert_eq!(n.repl_report(at(3_000), &worker, term, &task, done), Ok(true));
+    assert!(n.repl_tasks().is_empty());
+
+    // Granted, then never renewed: the lease runs out at grant + 30 s, which poll_timeout names.
+    n.repl_grant(at(4_000), task.clone());
+    assert!(n.poll_timeout().is_some_and(|t| t <= at(34_000)), "{:?}", n.poll_timeout());
+    n.handle_timeout(at(33_000));
+    assert_eq!(n.repl_tasks().len(), 1);
+    drain(&mut n);
+    n.handle_timeout(at(34_500));
+    assert!(n.repl_tasks().is_empty(), "the lease ran out");
+    let mut expired = Vec::new();
+    while let Some(o) = n.poll_output() {
+        if let Output::Event(shoal_core::node::Event::ReplTaskExpired { path }) = o {
+            expired.push(path);
+        }
+    }
+    assert_eq!(expired, vec!["/a.bin".to_string()]);
+    let backoffs = n.repl_backoffs();
+    assert_eq!(backoffs.get(&file).map(|b| b.attempts), Some(1), "counted as a failure: {backoffs:?}");
+    // A late done of the expired task ends nothing.
+    assert_eq!(n.repl_report(at(35_000), &worker, term, &task, done), Err(ReportError::NotInFlight));
+}

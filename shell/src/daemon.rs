@@ -200,7 +200,12 @@ impl<E: Env> Shared<E> {
                         shared.answers.notify_waiters();
                     });
                 }
-                Output::Event(e) => log_event(&e),
+                Output::Event(e) => {
+                    if let Event::ReplTaskExpired { .. } = &e {
+                        self.repl.count_expired();
+                    }
+                    log_event(&e)
+                }
             }
         }
         if !meta_ops.is_empty() {
@@ -297,6 +302,7 @@ fn log_event(e: &Event) {
         }
         Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
         Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
+        Event::ReplTaskExpired { path } => tracing::warn!(path = %path, "a replication task's lease ran out"),
         Event::MetaRefused { from, what, why } => match from {
             Some(peer) => tracing::warn!(peer = %peer, what = %what, why = %why, "metadata refused"),
             None => tracing::warn!(what = %what, why = %why, "metadata refused"),

@@ -37,23 +37,19 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::{DiskAction, Source};
+use shoal_core::node::replication::TaskReport;
 use shoal_core::node::ApiError;
 use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, Task};
+use shoal_core::storage::tasks::ReportError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::{FileId, Millis, NodeId};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const PLAN_EVERY_MS: u64 = 60_000;
-pub const TASK_LEASE_MS: u64 = 30_000;
-
-/// The task lease from this node's resolved config.
-fn task_lease_ms<E: Env>(s: &Arc<Shared<E>>) -> u64 {
-    s.read_node(|n, _| n.config_number("replication", "task_lease")).map_or(TASK_LEASE_MS, |v| v as u64)
-}
 pub const TASK_RENEW_MS: u64 = 10_000;
 const DISK_EVERY_MS: u64 = 10_000;
 pub const RESCAN_EVERY_MS: u64 = 30 * 60_000;
@@ -64,8 +60,6 @@ const HASH_BLOCK: usize = 1 << 20;
 /// Replication bookkeeping of one node (leader side and worker side).
 #[derive(Default)]
 pub struct ReplState {
-    /// Leader: tasks in flight by file, with the monotonic time their lease runs out.
-    in_flight: Mutex<BTreeMap<FileId, (Task, Millis)>>,
     /// Worker: files this node is pulling now.
     running: Mutex<BTreeSet<FileId>>,
     /// Figures for `repl status`.
@@ -93,9 +87,14 @@ pub struct ReplStats {
 }
 
 impl ReplState {
-    pub fn stats(&self) -> Value {
-        let in_flight: Vec<Task> = lock(&self.in_flight).values().map(|(t, _)| t.clone()).collect();
+    /// `repl status` figures; `in_flight` is the leader's task table (in the core).
+    pub fn stats(&self, in_flight: Vec<Task>) -> Value {
         json!({ "stats": *lock(&self.stats), "inFlight": in_flight, "running": *lock(&self.running) })
+    }
+
+    /// A task lease ran out (the core's `Event::ReplTaskExpired`).
+    pub fn count_expired(&self) {
+        lock(&self.stats).expired += 1;
     }
 }
 
@@ -133,10 +132,7 @@ async fn lead<E: Env>(s: Arc<Shared<E>>) {
         // A follower looks again in 5 s (or when kicked); a leader plans every `plan_every`,
         // read each time so a new value applies within seconds.
         let mut sleep = 5_000;
-        if term.is_none() {
-            lock(&s.repl.in_flight).clear();
-        } else {
-            expire(&s, mono);
+        if term.is_some() {
             let every = s.read_node(|n, _| n.config_number("replication", "plan_every"));
             let every = every.map_or(PLAN_EVERY_MS, |v| v as u64);
             if kicked || last_plan.is_none_or(|t| mono >= t.plus(every)) {
@@ -154,25 +150,9 @@ async fn lead<E: Env>(s: Arc<Shared<E>>) {
     }
 }
 
-fn expire<E: Env>(s: &Arc<Shared<E>>, mono: Millis) {
-    let gone: Vec<Task> = {
-        let mut inf = lock(&s.repl.in_flight);
-        let ids: Vec<FileId> = inf.iter().filter(|(_, (_, until))| *until <= mono).map(|(k, _)| k.clone()).collect();
-        ids.into_iter().filter_map(|k| inf.remove(&k).map(|(t, _)| t)).collect()
-    };
-    for t in gone {
-        tracing::warn!(path = %t.path, "a replication task's lease ran out");
-        lock(&s.repl.stats).expired += 1;
-        s.with_node(|n, now| n.repl_outcome(now, &t.path, false));
-    }
-}
-
 /// The tasks this node dispatched that have not ended yet (on the leader).
 pub fn in_flight<E: Env>(s: &Arc<Shared<E>>) -> Vec<InFlight> {
-    lock(&s.repl.in_flight)
-        .values()
-        .map(|(t, _)| InFlight { file: t.file.clone(), node: t.action.worker().clone() })
-        .collect()
+    s.read_node(|n, _| n.repl_in_flight())
 }
 
 /// One planner pass: plan, write marks, dispatch tasks.
@@ -204,8 +184,7 @@ pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
     }
     let me = s.read_node(|n, _| n.id().clone());
     for task in plan.tasks {
-        let until = s.env.monotonic().plus(task_lease_ms(s));
-        lock(&s.repl.in_flight).insert(task.file.clone(), (task.clone(), until));
+        s.with_node(|n, now| n.repl_grant(now, task.clone()));
         lock(&s.repl.stats).dispatched += 1;
         let s2 = s.clone();
         let me2 = me.clone();
@@ -248,8 +227,14 @@ async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Tas
     }
 }
 
+/// A task ended by this leader's own hand (a drop, a refusal): recorded, counted, and the
+/// planner asked to look again.
 fn finished<E: Env>(s: &Arc<Shared<E>>, file: &FileId, path: &str, ok: bool) {
-    lock(&s.repl.in_flight).remove(file);
+    s.with_node(|n, now| n.repl_finish(now, file, path, ok));
+    counted(s, ok);
+}
+
+fn counted<E: Env>(s: &Arc<Shared<E>>, ok: bool) {
     {
         let mut st = lock(&s.repl.stats);
         if ok {
@@ -258,8 +243,20 @@ fn finished<E: Env>(s: &Arc<Shared<E>>, file: &FileId, path: &str, ok: bool) {
             st.failed += 1;
         }
     }
-    s.with_node(|n, now| n.repl_outcome(now, path, ok));
     s.repl_kick();
+}
+
+/// A worker's report on its task, from `sender` (this node itself when it is both).
+fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &DoneBody, op: &str) -> Result<(), ReportError> {
+    let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done { ok: b.ok } };
+    let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
+    if ended {
+        if !b.ok {
+            tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
+        }
+        counted(s, b.ok);
+    }
+    Ok(())
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -299,35 +296,19 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
                 Ok(b) => b,
                 Err(e) => return error_response(400, "bad_body", format!("{op} body: {e}")),
             };
-            let Some(term) = s.read_node(|n, now| n.leader_term(now)) else {
-                return error_response(409, "not_leader", "this node is not the leader");
-            };
-            if b.task.action.worker() != &sender || b.term > term {
-                return error_response(409, "not_authorized", "the task is not the sender's, or not of a known term");
-            }
-            // Only the task in flight for that file counts: a late report of an expired task, or a
-            // task never given, neither ends nor blocks the current one.
-            let current = lock(&s.repl.in_flight).get(&b.task.file).map(|(t, _)| t.clone());
-            if op == "renew" {
-                match current {
-                    Some(t) if t != b.task => {
-                        return error_response(409, "not_in_flight", "another task for that file is in flight");
-                    }
-                    // The one in flight, or one begun under an earlier leader: adopted.
-                    _ => {
-                        let until = s.env.monotonic().plus(task_lease_ms(s));
-                        lock(&s.repl.in_flight).insert(b.task.file.clone(), (b.task, until));
-                    }
+            // The rules (who may report, only the task in flight counts, adoption on renew) are
+            // the core's: `Node::repl_report`, `TaskLeases`.
+            match take_report(s, &sender, &b, op) {
+                Ok(()) => axum::Json(json!({"ok": true})).into_response(),
+                Err(e) => {
+                    let code = match e {
+                        ReportError::NotLeader => "not_leader",
+                        ReportError::NotAuthorized => "not_authorized",
+                        ReportError::OtherInFlight | ReportError::NotInFlight => "not_in_flight",
+                    };
+                    error_response(409, code, e.to_string())
                 }
-            } else if current.as_ref() != Some(&b.task) {
-                return error_response(409, "not_in_flight", "that task is not in flight (its lease ran out?)");
-            } else {
-                if !b.ok {
-                    tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
-                }
-                finished(s, &b.task.file, &b.task.path, b.ok);
             }
-            axum::Json(json!({"ok": true})).into_response()
         }
         _ => error_response(404, "not_found", format!("no such repl endpoint: {op}")),
     }
@@ -337,11 +318,8 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
 async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &DoneBody) {
     let me = s.read_node(|n, _| n.id().clone());
     if leader == &me {
-        if op == "renew" {
-            let until = s.env.monotonic().plus(task_lease_ms(s));
-            lock(&s.repl.in_flight).insert(body.task.file.clone(), (body.task.clone(), until));
-        } else {
-            finished(s, &body.task.file, &body.task.path, body.ok);
+        if let Err(e) = take_report(s, &me, body, op) {
+            tracing::debug!(path = %body.task.path, op, error = %e, "own task report not taken");
         }
         return;
     }

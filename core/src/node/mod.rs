@@ -31,6 +31,7 @@ use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 pub mod config;
 pub mod files;
 mod meta;
+pub mod replication;
 pub mod volumes;
 pub use meta::SETTING_VALUE_MAX_BYTES;
 
@@ -93,6 +94,10 @@ pub enum Event {
         from: Option<NodeId>,
         what: String,
         why: String,
+    },
+    /// A replication task's lease ran out on this leader: counted as a failure of its file.
+    ReplTaskExpired {
+        path: String,
     },
 }
 
@@ -330,6 +335,8 @@ pub struct Node {
     /// The folders this node itself contributed as volumes (`volume add` here), by volume id.
     /// A volume record counts as this node's only when it names one of these with its folder.
     own_volumes: BTreeMap<crate::ids::VolumeId, String>,
+    /// Leader: replication tasks in flight and their leases (`replication.rs`).
+    repl_tasks: crate::storage::tasks::TaskLeases,
 }
 
 /// What the shell read back from disk.
@@ -394,6 +401,7 @@ impl Node {
             meta: Meta::new(id_for_meta, meta_config, Millis::ZERO),
             volume_reported: BTreeMap::new(),
             own_volumes: BTreeMap::new(),
+            repl_tasks: Default::default(),
         }
     }
 
@@ -538,7 +546,8 @@ impl Node {
     /// The next deadline, on the wall clock.
     pub fn poll_timeout(&self) -> Option<Millis> {
         let meta = self.cluster.as_ref().and_then(|_| self.meta.poll_timeout());
-        [self.heartbeat_due, self.tick_due, meta].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
+        let tasks = self.repl_tasks.next_expiry();
+        [self.heartbeat_due, self.tick_due, meta, tasks].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
@@ -559,6 +568,7 @@ impl Node {
             let candidates = self.lease_candidates(now);
             self.meta.handle_timeout(now, wall, candidates);
             self.drain_meta(wall, now);
+            self.repl_tasks_timeout(wall, now);
         }
     }
 

@@ -2,8 +2,11 @@
 //! "Replication"; reference-facts.md "Placement", "Planner"). Pure: the shell moves the bytes.
 //!
 //! - [`placement`]: which volume takes a new copy, and the low-space guard;
-//! - [`planner`]: the replication planner run by the metadata leader.
+//! - [`planner`]: the replication planner run by the metadata leader;
+//! - [`tasks`]: the leader's replication tasks in flight and their leases;
+//! - [`transfer`]: the chunked transfer's rules and part-file names.
 
 pub mod placement;
 pub mod planner;
+pub mod tasks;
 pub mod transfer;

@@ -1,0 +1,98 @@
+//! The node's side of replication tasks (spec: "Replication"): the leader grants each planned
+//! task a lease, takes its worker's renewals and its end, and fails it when the lease runs out;
+//! every outcome escalates or clears the file's replicated backoff. The table and its rules are
+//! [`TaskLeases`]; this module adds who may report (the worker, under a term this leader knows)
+//! and the timer, which [`Node::poll_timeout`] announces.
+
+use super::{Event, Node};
+use crate::ids::{FileId, NodeId};
+use crate::storage::planner::{InFlight, Task};
+use crate::storage::tasks::ReportError;
+use crate::time::Millis;
+
+/// A task's lease when `replication.task_lease` is not set (reference-facts.md "Planner").
+pub const TASK_LEASE_MS: u64 = 30_000;
+
+/// What a worker reports about its task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskReport {
+    /// Still working: extend the lease (or adopt the task).
+    Renew,
+    /// Finished, well or not.
+    Done { ok: bool },
+}
+
+impl Node {
+    fn task_lease_ms(&self) -> u64 {
+        self.config_number("replication", "task_lease").map_or(TASK_LEASE_MS, |v| v as u64)
+    }
+
+    /// Leader: tasks in flight, as the planner takes them.
+    pub fn repl_in_flight(&self) -> Vec<InFlight> {
+        self.repl_tasks.in_flight()
+    }
+
+    /// Leader: the tasks in flight.
+    pub fn repl_tasks(&self) -> Vec<Task> {
+        self.repl_tasks.tasks()
+    }
+
+    /// Leader: a planned task goes out; its lease starts now.
+    pub fn repl_grant(&mut self, wall: Millis, task: Task) {
+        let now = self.advance_clocks(wall);
+        let lease = self.task_lease_ms();
+        self.repl_tasks.grant(now, task, lease);
+    }
+
+    /// Leader: the worker `sender` reports on `task` under `term`. `Ok(true)` when the task
+    /// ended here (its outcome is recorded in the file's backoff).
+    pub fn repl_report(
+        &mut self,
+        wall: Millis,
+        sender: &NodeId,
+        term: u64,
+        task: &Task,
+        report: TaskReport,
+    ) -> Result<bool, ReportError> {
+        let Some(leader_term) = self.leader_term(wall) else { return Err(ReportError::NotLeader) };
+        if task.action.worker() != sender || term > leader_term {
+            return Err(ReportError::NotAuthorized);
+        }
+        let now = self.advance_clocks(wall);
+        match report {
+            TaskReport::Renew => {
+                let lease = self.task_lease_ms();
+                self.repl_tasks.renew(now, task.clone(), lease)?;
+                Ok(false)
+            }
+            TaskReport::Done { ok } => {
+                self.repl_tasks.done(task)?;
+                self.repl_outcome(wall, &task.path, ok);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Leader: a task ended by this node's own hand (a drop carried out or refused, a worker
+    /// that refused the task).
+    pub fn repl_finish(&mut self, wall: Millis, file: &FileId, path: &str, ok: bool) {
+        self.repl_tasks.finish(file);
+        self.repl_outcome(wall, path, ok);
+    }
+
+    /// From `handle_timeout`: leases that ran out fail their tasks; a node that is not the
+    /// leader keeps no table.
+    pub(super) fn repl_tasks_timeout(&mut self, wall: Millis, now: Millis) {
+        if self.repl_tasks.is_empty() {
+            return;
+        }
+        if !self.meta.is_leader(now) {
+            self.repl_tasks.clear();
+            return;
+        }
+        for t in self.repl_tasks.expire(now) {
+            self.repl_outcome(wall, &t.path, false);
+            self.event(Event::ReplTaskExpired { path: t.path });
+        }
+    }
+}
