@@ -1428,3 +1428,41 @@ fn a_value_no_build_reads_is_retiring_asked_once_and_removed_only_on_approval() 
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
     assert!(kinds.contains(&"retiring") && kinds.contains(&"retired"), "{kinds:?}");
 }
+
+/// Issue 12: the config pass is the core's. `handle_timeout` runs it every 5 s (announced by
+/// `poll_timeout`) or at once after `config_kick`; when the resolution moved it is applied and
+/// handed to the shell once as `Output::ConfigFiles`, and not again while nothing moves.
+#[test]
+fn the_config_pass_runs_from_the_nodes_own_timer_and_writes_files_only_when_values_move() {
+    use shoal_core::node::{Event, Output};
+    let mut n = member_with(1, built_with_fast_heartbeats());
+    let outputs = |n: &mut Node| {
+        let mut files = 0;
+        let mut applied = Vec::new();
+        while let Some(o) = n.poll_output() {
+            match o {
+                Output::ConfigFiles(own) => {
+                    assert!(own.contains_key("membership"), "every module's values");
+                    files += 1;
+                }
+                Output::Event(Event::ConfigApplied { changed }) => applied.extend(changed),
+                _ => {}
+            }
+        }
+        (files, applied)
+    };
+    n.handle_timeout(at(100));
+    assert_eq!(outputs(&mut n).0, 1, "the first pass writes the files");
+    assert!(n.poll_timeout().is_some_and(|t| t <= at(5_100)), "the next pass is announced");
+    n.handle_timeout(at(5_200));
+    assert_eq!(outputs(&mut n), (0, vec![]), "nothing moved: no files");
+
+    n.config_set(at(6_000), &lvl(HB, None, None), Some(&json!("5s")), "w", "admin").unwrap();
+    n.config_kick();
+    assert!(n.poll_timeout().is_some_and(|t| t <= at(6_000)), "a kick makes the pass due at once");
+    n.handle_timeout(at(6_001));
+    let (files, applied) = outputs(&mut n);
+    assert_eq!(files, 1);
+    assert_eq!(applied, vec!["membership.heartbeat_interval=5000".to_string()]);
+    assert_eq!(n.config().membership.heartbeat_interval_ms, 5_000);
+}

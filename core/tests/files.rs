@@ -338,7 +338,12 @@ fn a_move_keeps_ids_and_copies_and_leaves_tombstones_behind() {
     let before_b = file(&n, "/src/sub/b");
 
     let r = n.file_move(at(2_000), "/src", "/dst").unwrap();
-    assert_eq!(r["moved"], 2);
+    assert_eq!(r.records, 2);
+    assert_eq!(r.to_json()["moved"], 2);
+    let renamed: Vec<(&str, &str)> = r.files.iter().map(|f| (f.from.as_str(), f.to.as_str())).collect();
+    assert_eq!(renamed, vec![("/src/a", "/dst/a"), ("/src/sub/b", "/dst/sub/b")], "the typed result names each rename");
+    let copies: Vec<usize> = r.files.iter().map(|f| f.copies.len()).collect();
+    assert_eq!(copies, vec![2, 1], "each file's copies on disk, to rename where they lie");
     for (old, new, id, before) in [("/src/a", "/dst/a", &a, &before_a), ("/src/sub/b", "/dst/sub/b", &b, &before_b)] {
         let moved = file(&n, new);
         assert!(!moved.removed, "{new} is live");

@@ -32,7 +32,6 @@ const META_FLUSH_MS: u64 = 50;
 const VOLUME_USAGE_EVERY_MS: u64 = 60_000;
 
 /// How often this node resolves its config (besides at start and on every change).
-const CONFIG_EVERY_MS: u64 = 5_000;
 
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
@@ -116,16 +115,6 @@ pub struct Shared<E: Env> {
     pub rescan_wake: Notify,
     /// Told whenever a peer's answer to one of this node's requests was handled.
     pub answers: Notify,
-    /// This node's resolved config as last applied and written to `DATA/config/`.
-    config_applied: Mutex<
-        Option<
-            std::collections::BTreeMap<
-                String,
-                std::collections::BTreeMap<String, shoal_core::config::resolve::Resolved>,
-            >,
-        >,
-    >,
-    config_due: std::sync::atomic::AtomicBool,
     shutdown: watch::Sender<bool>,
 }
 
@@ -206,6 +195,7 @@ impl<E: Env> Shared<E> {
                     }
                     log_event(&e)
                 }
+                Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
             }
         }
         if !meta_ops.is_empty() {
@@ -241,46 +231,11 @@ impl<E: Env> Shared<E> {
         self.repl_wake.notify_one();
     }
 
-    /// Resolve and apply this node's config at the driver's next turn.
+    /// Resolve and apply this node's config at the driver's next turn (the core's config
+    /// pass, `Node::config_kick`).
     pub fn config_kick(&self) {
-        self.config_due.store(true, std::sync::atomic::Ordering::SeqCst);
+        lock(&self.node).config_kick();
         self.wake.notify_one();
-    }
-
-    /// Resolve this node's config; when it moved, write `DATA/config/<module>.json` and take
-    /// the values set somewhere into the running node.
-    pub fn config_refresh(self: &Arc<Self>) {
-        self.with_node(|n, now| {
-            n.publish_build(now);
-            // Renames are moved by the leader alone, so a value moves once.
-            if n.leader_term(now).is_some() {
-                let mut did = n.config_rename_pass(now);
-                did.extend(n.config_retire_pass(now));
-                if !did.is_empty() {
-                    tracing::info!(did = ?did, "config renames");
-                }
-            }
-        });
-        let own = self.read_node(|n, _| n.config_resolved_own());
-        let mut last = lock(&self.config_applied);
-        if last.as_ref() == Some(&own) {
-            return;
-        }
-        let dir = self.data_dir.join("config");
-        if std::fs::create_dir_all(&dir).is_ok() {
-            for (module, keys) in &own {
-                let body = serde_json::to_vec_pretty(keys).unwrap_or_default();
-                let tmp = dir.join(format!(".{module}.json.tmp"));
-                if std::fs::write(&tmp, body).is_ok() {
-                    let _ = std::fs::rename(&tmp, dir.join(format!("{module}.json")));
-                }
-            }
-        }
-        let changed = self.with_node(|n, now| n.apply_config(now, &own));
-        if !changed.is_empty() {
-            tracing::info!(changed = ?changed, "config applied");
-        }
-        *last = Some(own);
     }
 
     /// Ask the disk reconciler to run now.
@@ -293,6 +248,24 @@ impl<E: Env> Shared<E> {
     }
 }
 
+/// Write each module's resolved values to `DATA/config/<module>.json` (through a temporary
+/// file, so a reader never sees half of one).
+fn write_config_files(
+    data_dir: &std::path::Path,
+    own: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, shoal_core::config::resolve::Resolved>>,
+) {
+    let dir = data_dir.join("config");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        for (module, keys) in own {
+            let body = serde_json::to_vec_pretty(keys).unwrap_or_default();
+            let tmp = dir.join(format!(".{module}.json.tmp"));
+            if std::fs::write(&tmp, body).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(format!("{module}.json")));
+            }
+        }
+    }
+}
+
 fn log_event(e: &Event) {
     match e {
         Event::MemberAdded(id) => tracing::info!(node = %id, "member joined"),
@@ -302,6 +275,8 @@ fn log_event(e: &Event) {
         }
         Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
         Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
+        Event::ConfigRenames { did } => tracing::info!(did = ?did, "config renames"),
+        Event::ConfigApplied { changed } => tracing::info!(changed = ?changed, "config applied"),
         Event::ReplTaskExpired { path } => tracing::warn!(path = %path, "a replication task's lease ran out"),
         Event::MetaRefused { from, what, why } => match from {
             Some(peer) => tracing::warn!(peer = %peer, what = %what, why = %why, "metadata refused"),
@@ -468,8 +443,6 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         scrub_wake: Notify::new(),
         rescan_wake: Notify::new(),
         answers: Notify::new(),
-        config_applied: Mutex::new(None),
-        config_due: std::sync::atomic::AtomicBool::new(true),
         shutdown,
     });
     shared.pump();
@@ -494,7 +467,6 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
     let mut next_health = Millis::ZERO;
     let mut next_usage = Millis::ZERO;
-    let mut next_config = Millis::ZERO;
     loop {
         let now = shared.env.now();
         if now >= next_usage {
@@ -516,10 +488,6 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
                     }
                 });
             }
-        }
-        if now >= next_config || shared.config_due.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            next_config = now.plus(CONFIG_EVERY_MS);
-            shared.config_refresh();
         }
         let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
         let deadline = {

@@ -719,18 +719,12 @@ async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
         Ok(b) => b,
         Err(e) => return api_result(Err(e)),
     };
-    let moved = s.with_node(|n, now| {
-        let before = n.file_copies_under(&b.from);
-        n.file_move(now, &b.from, &b.to).map(|v| (v, before))
-    });
-    let (mut v, before) = match moved {
-        Ok(x) => x,
+    let moved = match s.with_node(|n, now| n.file_move(now, &b.from, &b.to)) {
+        Ok(m) => m,
         Err(e) => return api_result(Err(e)),
     };
-    let (from, to) =
-        (v["from"].as_str().unwrap_or_default().to_string(), v["to"].as_str().unwrap_or_default().to_string());
-    let pairs =
-        before.into_iter().map(|(p, copies)| (p.clone(), format!("{to}{}", &p[from.len()..]), copies)).collect();
+    let mut v = moved.to_json();
+    let pairs = moved.files.into_iter().map(|f| (f.from, f.to, f.copies)).collect();
     v["renamedNow"] = json!(crate::repl::rename_now(&s, pairs).await);
     api_result(Ok(v))
 }

@@ -389,6 +389,43 @@ impl Node {
     }
 }
 
+/// How often the config pass runs (besides right after a config write).
+pub const CONFIG_EVERY_MS: u64 = 5_000;
+
+impl Node {
+    /// The config pass, from `handle_timeout` every [`CONFIG_EVERY_MS`] or at once after
+    /// [`Node::config_kick`]: publish this node's build, run the leader's rename and retire
+    /// passes (the leader alone moves a value, so it moves once), resolve this node's values,
+    /// and when they moved, take them into the running node and ask the shell to write them
+    /// out ([`super::Output::ConfigFiles`]).
+    pub(super) fn config_timeout(&mut self, wall: Millis, now: Millis) {
+        self.config_due = now.plus(CONFIG_EVERY_MS);
+        self.publish_build(wall);
+        if self.leader_term(wall).is_some() {
+            let mut did = self.config_rename_pass(wall);
+            did.extend(self.config_retire_pass(wall));
+            if !did.is_empty() {
+                self.event(super::Event::ConfigRenames { did });
+            }
+        }
+        let own = self.config_resolved_own();
+        if self.config_applied.as_ref() == Some(&own) {
+            return;
+        }
+        self.push_output(super::Output::ConfigFiles(own.clone()));
+        let changed = self.apply_config(wall, &own);
+        if !changed.is_empty() {
+            self.event(super::Event::ConfigApplied { changed });
+        }
+        self.config_applied = Some(own);
+    }
+
+    /// Run the config pass at the next `handle_timeout` (after a config write).
+    pub fn config_kick(&mut self) {
+        self.config_due = Millis::ZERO;
+    }
+}
+
 impl Node {
     /// Take this node's resolved values that were set somewhere into the running state, laid
     /// over the config the node was started with (a default-sourced value leaves the start

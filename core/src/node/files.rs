@@ -78,6 +78,32 @@ fn bad_path(e: impl ToString) -> ApiError {
     ApiError::new(400, "bad_path", e.to_string())
 }
 
+/// What a move did: the records it moved (files and folders) and each file's old and new path
+/// with its copies on disk, so the caller renames those without deriving paths again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Moved {
+    pub from: String,
+    pub to: String,
+    /// Records moved (files and folder records).
+    pub records: usize,
+    pub files: Vec<MovedFile>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MovedFile {
+    pub from: String,
+    pub to: String,
+    /// Its copies on disk: (volume, node).
+    pub copies: Vec<(VolumeId, NodeId)>,
+}
+
+impl Moved {
+    /// The API's answer: `{from, to, moved}`.
+    pub fn to_json(&self) -> Value {
+        json!({ "from": self.from, "to": self.to, "moved": self.records })
+    }
+}
+
 impl Node {
     fn live_file(&self, path: &str) -> Option<&FileRecord> {
         self.meta.state().file(path).filter(|f| !f.removed)
@@ -349,7 +375,7 @@ impl Node {
 
     /// `mv`: the file or folder gets new records at `to` with the same ids and copies, and the
     /// old paths tombstones; each holder then renames its copies on disk.
-    pub fn file_move(&mut self, wall: Millis, from: &str, to: &str) -> Result<Value, ApiError> {
+    pub fn file_move(&mut self, wall: Millis, from: &str, to: &str) -> Result<Moved, ApiError> {
         self.in_cluster()?;
         let from = normalize(from).map_err(bad_path)?;
         let to = normalize(to).map_err(bad_path)?;
@@ -372,6 +398,12 @@ impl Node {
         for f in &records {
             self.check_no_pending_rename(&format!("{to}{}", &f.path[from.len()..]))?;
         }
+        // Each file's copies on disk, before the move: what the disk reconcilers rename.
+        let files = self
+            .file_copies_under(&from)
+            .into_iter()
+            .map(|(path, copies)| MovedFile { to: format!("{to}{}", &path[from.len()..]), from: path, copies })
+            .collect();
         for f in records {
             let new_path = format!("{to}{}", &f.path[from.len()..]);
             let version = self.hlc.next(wall);
@@ -389,7 +421,7 @@ impl Node {
             let version = self.hlc.next(wall);
             self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
         }
-        Ok(json!({ "from": from, "to": to, "moved": n }))
+        Ok(Moved { from, to, records: n, files })
     }
 
     /// Live files at `path` and below it, each with its copies on disk (volume, node): what a

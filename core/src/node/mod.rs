@@ -88,6 +88,14 @@ pub enum Event {
         level: String,
         moved: usize,
     },
+    /// The leader's config passes moved renamed or retired values.
+    ConfigRenames {
+        did: Vec<String>,
+    },
+    /// Resolved values that changed were taken into the running node.
+    ConfigApplied {
+        changed: Vec<String>,
+    },
     /// The metadata store refused an entry or record (from a peer, from disk, or one of ours by
     /// a peer) and went on past it.
     MetaRefused {
@@ -122,6 +130,9 @@ pub enum Output {
     /// A metadata write, for the shell's write-behind store.
     Meta(MetaPersist),
     Event(Event),
+    /// This node's resolved config moved: write `DATA/config/<module>.json` for each module
+    /// (DESIGN.md "Configuration"), for user programs to read.
+    ConfigFiles(BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -337,6 +348,10 @@ pub struct Node {
     own_volumes: BTreeMap<crate::ids::VolumeId, String>,
     /// Leader: replication tasks in flight and their leases (`replication.rs`).
     repl_tasks: crate::storage::tasks::TaskLeases,
+    /// When the config pass is due next (`config.rs` `config_timeout`), and what it last
+    /// applied.
+    config_due: Millis,
+    config_applied: Option<BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>>,
 }
 
 /// What the shell read back from disk.
@@ -402,6 +417,8 @@ impl Node {
             volume_reported: BTreeMap::new(),
             own_volumes: BTreeMap::new(),
             repl_tasks: Default::default(),
+            config_due: Millis::ZERO,
+            config_applied: None,
         }
     }
 
@@ -547,11 +564,18 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Millis> {
         let meta = self.cluster.as_ref().and_then(|_| self.meta.poll_timeout());
         let tasks = self.repl_tasks.next_expiry();
-        [self.heartbeat_due, self.tick_due, meta, tasks].into_iter().flatten().min().map(|m| self.clock.to_wall(m))
+        [self.heartbeat_due, self.tick_due, meta, tasks, Some(self.config_due)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|m| self.clock.to_wall(m))
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
         let now = self.advance_clocks(wall);
+        if now >= self.config_due {
+            self.config_timeout(wall, now);
+        }
         if self.cluster.is_none() {
             return;
         }
