@@ -31,7 +31,6 @@ const META_FLUSH_MS: u64 = 50;
 /// How often this node measures its volumes.
 const VOLUME_USAGE_EVERY_MS: u64 = 60_000;
 
-
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
 
