@@ -29,18 +29,17 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use shoal_core::node::ApiError;
 use shoal_core::storage::placement::{fits, writable};
-use shoal_core::storage::transfer::{self, TransferError, UploadSession};
+use shoal_core::storage::transfer::{self, TransferError, UploadSession, Uploads};
 use shoal_core::{FileId, NodeId, VolumeId};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Most upload sessions open at once on a node.
-const SESSIONS_MAX: usize = 256;
-
 #[derive(Default)]
 pub struct StoreService {
-    sessions: Mutex<BTreeMap<String, Upload>>,
+    /// The open upload sessions (their rules are the core's `Uploads`) and, by session id, the
+    /// whole-file hash of each, taken as its chunks arrive.
+    sessions: Mutex<Sessions>,
     /// Bytes put in place that the records may not account for yet.
     pub landed: Landed,
     /// Writes under way per volume that no session shows (a local copy of a put, a commit
@@ -78,9 +77,7 @@ impl StoreService {
     /// is retired only when none.
     pub fn busy_with<E: Env>(&self, s: &Shared<E>, volume: &VolumeId) -> bool {
         let now = shoal_core::Millis(s.env.monotonic().0);
-        if lock(&self.writers).contains_key(volume)
-            || lock(&self.sessions).values().any(|u| &u.session.volume == volume && !u.session.expired(now))
-        {
+        if lock(&self.writers).contains_key(volume) || lock(&self.sessions).book.live_on(volume, now) {
             return true;
         }
         let paths: Vec<String> =
@@ -89,11 +86,18 @@ impl StoreService {
     }
 }
 
-/// One open upload session: who opened it, its state, and its whole-file hash so far.
-struct Upload {
-    owner: NodeId,
-    session: UploadSession,
-    hash: Arc<Mutex<InOrderHash>>,
+/// The open upload sessions and the running whole-file hash of each, by session id.
+#[derive(Default)]
+struct Sessions {
+    book: Uploads,
+    hashes: BTreeMap<String, Arc<Mutex<InOrderHash>>>,
+}
+
+impl Sessions {
+    fn remove(&mut self, id: &str) -> Option<UploadSession> {
+        self.hashes.remove(id);
+        self.book.remove(id)
+    }
 }
 
 /// The whole-file SHA-256 of an upload, taken as its chunks arrive, so the commit need not
@@ -207,10 +211,9 @@ pub async fn handle<E: Env>(
         // Another write's bytes that just landed at this path get a moment to settle.
         let landing = q.get("session").and_then(|id| {
             let sessions = lock(&s.store_service.sessions);
-            let u = sessions.get(id).filter(|u| u.owner == sender)?;
-            let sum =
-                if u.session.checksum.is_empty() { q.get("checksum")?.clone() } else { u.session.checksum.clone() };
-            Some((u.session.volume.clone(), u.session.path.clone(), sum))
+            let u = sessions.book.get(id, &sender).ok()?;
+            let sum = if u.checksum.is_empty() { q.get("checksum")?.clone() } else { u.checksum.clone() };
+            Some((u.volume.clone(), u.path.clone(), sum))
         });
         if let Some((volume, path, sum)) = landing {
             if let Some(dest) = copy_path(s, &volume, &path) {
@@ -261,30 +264,23 @@ fn answer<E: Env>(
                 Err(e) => return error_response(400, "bad_path", e.to_string()),
             };
             let mut sessions = lock(&svc.sessions);
-            let expired: Vec<String> =
-                sessions.iter().filter(|(_, u)| u.session.expired(now)).map(|(k, _)| k.clone()).collect();
-            for k in expired {
-                if let Some(Upload { session: x, .. }) = sessions.remove(&k) {
-                    // The part file lies in the expired session's own volume.
-                    if let Some(v) = s.read_node(|n, _| n.local_volume(x.volume.as_str())) {
-                        if let Ok(p) = confined_path(Path::new(&v.subpath), &x.path, false) {
-                            let _ = std::fs::remove_file(part_of(&p, &x));
-                        }
+            for x in sessions.book.sweep(now) {
+                sessions.hashes.remove(&x.id);
+                // The part file lies in the expired session's own volume.
+                if let Some(v) = s.read_node(|n, _| n.local_volume(x.volume.as_str())) {
+                    if let Ok(p) = confined_path(Path::new(&v.subpath), &x.path, false) {
+                        let _ = std::fs::remove_file(part_of(&p, &x));
                     }
                 }
             }
-            if let Some(u) = sessions
-                .values_mut()
-                .find(|u| &u.owner == sender && u.session.resumes(&b.volume_id, &path, b.size, &b.checksum))
-            {
-                u.session.touched = now;
-                return axum::Json(json!({"sessionId": u.session.id, "have": u.session.have})).into_response();
+            if let Some(u) = sessions.book.resume(now, sender, &b.volume_id, &path, b.size, &b.checksum) {
+                return axum::Json(json!({"sessionId": u.id, "have": u.have})).into_response();
             }
             if !fits(&vol, b.size) {
                 return error_response(507, "insufficient_storage", "the volume has no room for this file");
             }
-            if sessions.len() >= SESSIONS_MAX {
-                return error_response(503, "busy", "too many uploads in progress; retry later");
+            if let Err(e) = sessions.book.check_room() {
+                return error_response(e.http_status(), "busy", e.to_string());
             }
             let session = match UploadSession::new(session_id(s), b.volume_id, path, b.size, b.checksum, b.file_id, now)
             {
@@ -306,8 +302,8 @@ fn answer<E: Env>(
                 return io_error("create part file", e);
             }
             let reply = json!({"sessionId": session.id, "have": session.have});
-            let upload = Upload { owner: sender.clone(), session, hash: Arc::new(Mutex::new(InOrderHash::new())) };
-            sessions.insert(upload.session.id.clone(), upload);
+            sessions.hashes.insert(session.id.clone(), Arc::new(Mutex::new(InOrderHash::new())));
+            sessions.book.open(sender.clone(), session);
             axum::Json(reply).into_response()
         }
         "chunk" => {
@@ -319,12 +315,9 @@ fn answer<E: Env>(
             // without it, so chunks of one upload land in parallel.
             let (offset, volume, part_path, session, hash) = {
                 let sessions = lock(&svc.sessions);
-                let Some(Upload { owner, session: sess, hash }) = sessions.get(id) else {
+                let (Ok(sess), Some(hash)) = (sessions.book.get(id, sender), sessions.hashes.get(id)) else {
                     return error_response(404, "unknown_session", "no such upload session (expired?)");
                 };
-                if owner != sender {
-                    return error_response(404, "unknown_session", "no such upload session");
-                }
                 let offset = match sess.check_chunk(now, index, body.len() as u64, claimed, body_sha) {
                     Ok(o) => o,
                     Err(e) => return transfer_error(e),
@@ -344,18 +337,17 @@ fn answer<E: Env>(
             }
             // Hashed before it is marked: once no chunk is missing, all of them were offered.
             lock(&hash).offer(index, body);
-            let mut sessions = lock(&svc.sessions);
-            let Some(Upload { session: sess, .. }) = sessions.get_mut(id) else {
-                return error_response(404, "unknown_session", "the upload session ended meanwhile");
-            };
-            sess.mark(index, now);
-            axum::Json(json!({"ok": true, "missing": sess.missing()})).into_response()
+            let missing = lock(&svc.sessions).book.mark(id, index, now);
+            match missing {
+                Ok(missing) => axum::Json(json!({"ok": true, "missing": missing})).into_response(),
+                Err(_) => error_response(404, "unknown_session", "the upload session ended meanwhile"),
+            }
         }
         "commit" | "abort" => {
             let Some(id) = q.get("session") else { return error_response(400, "bad_query", "needs session=") };
             let mut sessions = lock(&svc.sessions);
-            let (sess, hash) = match sessions.get(id) {
-                Some(u) if &u.owner == sender => (u.session.clone(), u.hash.clone()),
+            let (sess, hash) = match (sessions.book.get(id, sender), sessions.hashes.get(id)) {
+                (Ok(u), Some(h)) => (u.clone(), h.clone()),
                 _ => return error_response(404, "unknown_session", "no such upload session"),
             };
             if op == "commit" {

@@ -3,10 +3,10 @@
 //! upload sessions that expire after 30 minutes idle, reads of 1 byte to 8 MiB, and the paths a
 //! copy may have inside its volume. The shell moves the bytes; these decide.
 
-use crate::ids::{FileId, VolumeId};
+use crate::ids::{FileId, NodeId, VolumeId};
 use crate::meta::namespace::{normalize, PathError};
 use crate::time::{Millis, MINUTE_MS};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 pub const READ_MAX_BYTES: u64 = 8 * 1024 * 1024;
@@ -28,6 +28,7 @@ pub fn part_file_name(final_name: &str, tag: &str) -> String {
     }
     format!("{}{suffix}", &final_name[..end])
 }
+
 /// Largest file the protocol accepts (1 TiB).
 pub const FILE_MAX_BYTES: u64 = 1 << 40;
 
@@ -69,13 +70,18 @@ pub enum TransferError {
     ReadLength,
     #[error("the upload session expired (30 minutes idle)")]
     Expired,
+    #[error("too many uploads in progress; retry later")]
+    TooManySessions,
+    #[error("no such upload session")]
+    UnknownSession,
 }
 
 impl TransferError {
     pub fn http_status(&self) -> u16 {
         match self {
             TransferError::Incomplete(_) => 409,
-            TransferError::Expired => 404,
+            TransferError::Expired | TransferError::UnknownSession => 404,
+            TransferError::TooManySessions => 503,
             _ => 400,
         }
     }
@@ -239,6 +245,89 @@ impl UploadSession {
     }
 }
 
+/// Most upload sessions open at once on a node.
+pub const SESSIONS_MAX: usize = 256;
+
+/// The upload sessions open on a node, each with the peer that opened it (reference-facts.md
+/// "Chunked store/*"): expiry after 30 minutes idle, resuming the same upload, the cap of
+/// [`SESSIONS_MAX`], and that only its opener may use a session. The shell keeps the bytes (the
+/// part files, the running whole-file hash) by session id.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Uploads {
+    open: BTreeMap<String, (NodeId, UploadSession)>,
+}
+
+impl Uploads {
+    /// Remove the sessions expired at `now`; their part files are the caller's to delete.
+    pub fn sweep(&mut self, now: Millis) -> Vec<UploadSession> {
+        let gone: Vec<String> =
+            self.open.iter().filter(|(_, (_, u))| u.expired(now)).map(|(id, _)| id.clone()).collect();
+        gone.into_iter().filter_map(|id| self.open.remove(&id).map(|(_, u)| u)).collect()
+    }
+
+    /// The session `owner` opened for this same upload, touched at `now` (see
+    /// [`UploadSession::resumes`]).
+    pub fn resume(
+        &mut self,
+        now: Millis,
+        owner: &NodeId,
+        volume: &VolumeId,
+        path: &str,
+        size: u64,
+        checksum: &str,
+    ) -> Option<&UploadSession> {
+        let (_, u) = self.open.values_mut().find(|(o, u)| o == owner && u.resumes(volume, path, size, checksum))?;
+        u.touched = now;
+        Some(u)
+    }
+
+    /// Whether one more session may open.
+    pub fn check_room(&self) -> Result<(), TransferError> {
+        if self.open.len() >= SESSIONS_MAX {
+            return Err(TransferError::TooManySessions);
+        }
+        Ok(())
+    }
+
+    /// Open `session` for `owner` (after [`Uploads::check_room`]).
+    pub fn open(&mut self, owner: NodeId, session: UploadSession) {
+        self.open.insert(session.id.clone(), (owner, session));
+    }
+
+    /// Session `id`, if `owner` opened it: nobody else may add to, commit or abort it.
+    pub fn get(&self, id: &str, owner: &NodeId) -> Result<&UploadSession, TransferError> {
+        match self.open.get(id) {
+            Some((o, u)) if o == owner => Ok(u),
+            _ => Err(TransferError::UnknownSession),
+        }
+    }
+
+    /// Chunk `index` of session `id` was written and hashed: marked, the session touched.
+    /// Returns the chunks still missing.
+    pub fn mark(&mut self, id: &str, index: u64, now: Millis) -> Result<u64, TransferError> {
+        let (_, u) = self.open.get_mut(id).ok_or(TransferError::UnknownSession)?;
+        u.mark(index, now);
+        Ok(u.missing())
+    }
+
+    pub fn remove(&mut self, id: &str) -> Option<UploadSession> {
+        self.open.remove(id).map(|(_, u)| u)
+    }
+
+    /// Whether a session not expired at `now` writes to `volume` (it is not retired meanwhile).
+    pub fn live_on(&self, volume: &VolumeId, now: Millis) -> bool {
+        self.open.values().any(|(_, u)| &u.volume == volume && !u.expired(now))
+    }
+
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,5 +421,45 @@ mod tests {
         );
         assert_eq!(check_read(0), Err(TransferError::ReadLength));
         assert_eq!(check_read(8 * MIB + 1), Err(TransferError::ReadLength));
+    }
+
+    fn session(id: &str, now: Millis) -> UploadSession {
+        let sum = "ab".repeat(32);
+        UploadSession::new(id.into(), VolumeId::new("v"), "/f".into(), 10, sum, FileId::new("f1"), now).unwrap()
+    }
+
+    #[test]
+    fn uploads_resume_for_their_opener_expire_when_idle_and_stop_at_the_cap() {
+        let (a, b) = (NodeId::new("a"), NodeId::new("b"));
+        let mut up = Uploads::default();
+        up.open(a.clone(), session("s1", Millis(0)));
+        let sum = "AB".repeat(32);
+        // The same upload from its opener resumes (touched); from another node it does not.
+        assert!(up.resume(Millis(1_000), &b, &VolumeId::new("v"), "/f", 10, &sum).is_none());
+        assert_eq!(
+            up.resume(Millis(1_000), &a, &VolumeId::new("v"), "/f", 10, &sum).map(|u| u.id.clone()),
+            Some("s1".into())
+        );
+        assert!(up.resume(Millis(1_000), &a, &VolumeId::new("v"), "/f", 11, &sum).is_none(), "another size");
+        // Only the opener may use it.
+        assert_eq!(up.get("s1", &b), Err(TransferError::UnknownSession));
+        assert!(up.get("s1", &a).is_ok());
+        assert_eq!(up.mark("s1", 0, Millis(2_000)), Ok(0));
+        assert_eq!(up.mark("nope", 0, Millis(2_000)), Err(TransferError::UnknownSession));
+        // Idle 30 minutes after its last touch: swept, and no longer live on its volume.
+        assert!(up.live_on(&VolumeId::new("v"), Millis(2_000 + SESSION_IDLE_MS)));
+        assert!(up.sweep(Millis(2_000 + SESSION_IDLE_MS)).is_empty());
+        let swept = up.sweep(Millis(2_001 + SESSION_IDLE_MS));
+        assert_eq!(swept.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), vec!["s1"]);
+        assert!(up.is_empty());
+        // The cap.
+        for i in 0..SESSIONS_MAX {
+            assert_eq!(up.check_room(), Ok(()));
+            up.open(a.clone(), session(&format!("s{i}"), Millis(0)));
+        }
+        assert_eq!(up.check_room(), Err(TransferError::TooManySessions));
+        assert_eq!(TransferError::TooManySessions.http_status(), 503);
+        assert_eq!(up.remove("s0").map(|u| u.id), Some("s0".to_string()));
+        assert_eq!(up.check_room(), Ok(()));
     }
 }
