@@ -665,7 +665,7 @@ async fn abort_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink) {
 
 /// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
 fn install_local<E: Env>(
-    s: &Shared<E>,
+    s: &Arc<Shared<E>>,
     folder: &Path,
     to: &Placed,
     target: &PutTarget,
@@ -834,7 +834,7 @@ async fn publish<E: Env>(
             // The bytes that landed here are no copy of anything: they hold no other write back.
             let me = s.read_node(|n, _| n.id().clone());
             for (volume, _) in copies.iter().filter(|(_, node)| *node == me) {
-                s.store_service.landed.forget(volume, &target.path, sum);
+                s.store_service.landed.forget(s, volume, &target.path, sum);
             }
             return Err(e);
         }

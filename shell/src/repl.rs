@@ -461,7 +461,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             })
         });
         if !listed {
-            s.store_service.landed.take_back(target_volume, &task.path, &task.checksum, || {
+            s.store_service.landed.take_back(s, target_volume, &task.path, &task.checksum, || {
                 let _ = std::fs::remove_file(&dest);
             });
         }

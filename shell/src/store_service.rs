@@ -75,14 +75,12 @@ impl StoreService {
     /// Whether anything may still be writing to `volume`: a write under way, an upload session
     /// not expired, or bytes landed there that the records do not account for yet. A volume
     /// is retired only when none.
-    pub fn busy_with<E: Env>(&self, s: &Shared<E>, volume: &VolumeId) -> bool {
+    pub fn busy_with<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId) -> bool {
         let now = shoal_core::Millis(s.env.monotonic().0);
         if lock(&self.writers).contains_key(volume) || lock(&self.sessions).book.live_on(volume, now) {
             return true;
         }
-        let paths: Vec<String> =
-            lock(&self.landed.entries).keys().filter(|(v, _)| v == volume).map(|(_, p)| p.clone()).collect();
-        paths.iter().any(|p| self.landed.unsettled(s, volume, p))
+        s.with_node(|n, now| n.landed_on_volume(now, volume))
     }
 }
 
@@ -536,15 +534,11 @@ fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     file.with_file_name(transfer::part_file_name(&name, &s.part_tag()))
 }
 
-/// New bytes put in place at a (volume, path) that this node's records may not account for yet
-/// (a put's commit whose record is still on its way, a pulled copy being published). While
-/// such bytes are unsettled, nothing deletes or renames over them: a removal or move decided
-/// from records older than those bytes would destroy the newer write.
+/// Landing bytes: the rename into place, under one lock so two landings at one path never both
+/// pass the check. Which bytes are unsettled, and what may land over what, is the core's
+/// (`shoal_core::storage::landed`, `Node::landed_*`).
 #[derive(Default)]
 pub struct Landed {
-    entries: Mutex<BTreeMap<(VolumeId, String), (String, shoal_core::Millis)>>,
-    /// Held while bytes are checked against the unsettled ones and put in place, so two
-    /// landings at one path never both pass the check.
     landing: Mutex<()>,
 }
 
@@ -565,14 +559,6 @@ impl WriteConflict {
 /// How long a landing waits for another write's bytes at its path to settle.
 const SETTLE_WAIT_MS: u64 = 2_000;
 
-/// The registry's key for cluster `path` on `volume` (the path normalised).
-fn landed_key(volume: &VolumeId, path: &str) -> (VolumeId, String) {
-    (volume.clone(), shoal_core::meta::namespace::normalize(path).unwrap_or_else(|_| path.to_string()))
-}
-
-/// How long landed bytes stay protected at most, waiting for their record.
-const LANDED_MAX_MS: u64 = 10 * 60_000;
-
 impl Landed {
     /// Put bytes with `checksum` at `dest` (cluster `path` on `volume`) by `place` (a rename),
     /// written by someone who knew the path's content as `replaces` (none: a first write),
@@ -580,7 +566,7 @@ impl Landed {
     #[allow(clippy::too_many_arguments)]
     pub fn land<E: Env>(
         &self,
-        s: &Shared<E>,
+        s: &Arc<Shared<E>>,
         volume: &VolumeId,
         path: &str,
         checksum: &str,
@@ -594,37 +580,30 @@ impl Landed {
         }
         let placed = place();
         if placed.is_ok() {
-            self.note(volume, path, checksum, shoal_core::Millis(s.env.monotonic().0));
+            s.with_node(|n, now| n.landed_note(now, volume, path, checksum));
         }
         Ok(placed)
     }
 
-    /// Whether bytes with `checksum` must not replace the file at `dest` now: other bytes
-    /// landed there that the records do not account for yet, or it is a current copy of other
-    /// content the writer did not know of (`Node::may_replace_copy`). Of two writes of one path
-    /// racing to one volume, the disk then keeps the bytes of the one whose record can win,
-    /// never one's record over the other's bytes.
+    /// Whether bytes with `checksum` must not replace the file at `dest` now
+    /// (`Node::landed_refuses`).
     pub fn refuses<E: Env>(
         &self,
-        s: &Shared<E>,
+        s: &Arc<Shared<E>>,
         volume: &VolumeId,
         path: &str,
         checksum: &str,
         replaces: Option<&str>,
         dest: &Path,
     ) -> bool {
-        let key = landed_key(volume, path);
-        let other = lock(&self.entries).get(&key).is_some_and(|(sum, _)| !sum.eq_ignore_ascii_case(checksum));
-        if other && self.unsettled(s, volume, path) {
-            return true;
-        }
-        dest.symlink_metadata().is_ok() && !s.read_node(|n, _| n.may_replace_copy(path, volume, checksum, replaces))
+        let occupied = dest.symlink_metadata().is_ok();
+        s.with_node(|n, now| n.landed_refuses(now, volume, path, checksum, replaces, occupied))
     }
 
     /// Wait (a little) until [`Landed::refuses`] lets these bytes land, say as records catch up.
     pub async fn wait_settled<E: Env>(
         &self,
-        s: &Shared<E>,
+        s: &Arc<Shared<E>>,
         volume: &VolumeId,
         path: &str,
         checksum: &str,
@@ -643,7 +622,7 @@ impl Landed {
     /// lock, so no landing slips in between. `None` when it was not done.
     pub fn unless_unsettled<E: Env, R>(
         &self,
-        s: &Shared<E>,
+        s: &Arc<Shared<E>>,
         volume: &VolumeId,
         paths: &[&str],
         act: impl FnOnce() -> R,
@@ -658,50 +637,28 @@ impl Landed {
     /// Take back bytes with `checksum` that landed at `path` on `volume` and turned out to be
     /// no copy of anything (their record could not be published): `remove` runs only if they
     /// are still the last bytes landed there, and they are forgotten.
-    pub fn take_back(&self, volume: &VolumeId, path: &str, checksum: &str, remove: impl FnOnce()) {
+    pub fn take_back<E: Env>(
+        &self,
+        s: &Arc<Shared<E>>,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        remove: impl FnOnce(),
+    ) {
         let _one_at_a_time = lock(&self.landing);
-        if self.forget(volume, path, checksum) {
+        if self.forget(s, volume, path, checksum) {
             remove();
         }
     }
 
-    /// Forget bytes with `checksum` landed at `path` on `volume` (their write gave up), so they
-    /// hold no other write back. Whether they were still the last bytes landed there.
-    pub fn forget(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
-        let key = landed_key(volume, path);
-        let mut entries = lock(&self.entries);
-        let ours = entries.get(&key).is_some_and(|(sum, _)| sum.eq_ignore_ascii_case(checksum));
-        if ours {
-            entries.remove(&key);
-        }
-        ours
-    }
-
-    /// Bytes with `checksum` were just put in place at `path` on `volume`.
-    pub fn note(&self, volume: &VolumeId, path: &str, checksum: &str, now: shoal_core::Millis) {
-        lock(&self.entries).insert(landed_key(volume, path), (checksum.to_ascii_lowercase(), now));
+    /// Forget bytes with `checksum` landed at `path` on `volume` (their write gave up).
+    pub fn forget<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, path: &str, checksum: &str) -> bool {
+        s.with_node(|n, _| n.landed_forget(volume, path, checksum))
     }
 
     /// Whether bytes landed at `path` on `volume` that the records do not account for yet.
-    pub fn unsettled<E: Env>(&self, s: &Shared<E>, volume: &VolumeId, path: &str) -> bool {
-        let key = landed_key(volume, path);
-        let path = &key.1;
-        let Some((sum, at)) = lock(&self.entries).get(&key).cloned() else { return false };
-        let now = shoal_core::Millis(s.env.monotonic().0);
-        let accounted = s.read_node(|n, _| {
-            n.meta().state().file(path).is_some_and(|f| {
-                // A live record with this copy, or one written after the bytes (a later remove
-                // or overwrite knows of them).
-                (!f.removed
-                    && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(&sum)))
-                    || (f.removed && f.checksum.eq_ignore_ascii_case(&sum))
-            })
-        });
-        if accounted || now.since(at) > LANDED_MAX_MS {
-            lock(&self.entries).remove(&key);
-            return false;
-        }
-        true
+    pub fn unsettled<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, path: &str) -> bool {
+        s.with_node(|n, now| n.landed_unsettled(now, volume, path))
     }
 }
 

@@ -30,6 +30,7 @@ use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
 pub mod config;
 pub mod files;
+mod landed;
 mod meta;
 pub mod replication;
 pub mod volumes;
@@ -352,6 +353,8 @@ pub struct Node {
     /// applied.
     config_due: Millis,
     config_applied: Option<BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>>,
+    /// Bytes put in place that the records may not account for yet (`landed.rs`).
+    landed: crate::storage::landed::LandedBytes,
 }
 
 /// What the shell read back from disk.
@@ -419,6 +422,7 @@ impl Node {
             repl_tasks: Default::default(),
             config_due: Millis::ZERO,
             config_applied: None,
+            landed: Default::default(),
         }
     }
 
@@ -564,7 +568,10 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Millis> {
         let meta = self.cluster.as_ref().and_then(|_| self.meta.poll_timeout());
         let tasks = self.repl_tasks.next_expiry();
-        [self.heartbeat_due, self.tick_due, meta, tasks, Some(self.config_due)]
+        // The config pass runs while in a cluster, and once more outside one (at start, after
+        // leaving) to apply this build's own values.
+        let config = (self.cluster.is_some() || self.config_applied.is_none()).then_some(self.config_due);
+        [self.heartbeat_due, self.tick_due, meta, tasks, config]
             .into_iter()
             .flatten()
             .min()
@@ -573,7 +580,7 @@ impl Node {
 
     pub fn handle_timeout(&mut self, wall: Millis) {
         let now = self.advance_clocks(wall);
-        if now >= self.config_due {
+        if now >= self.config_due && (self.cluster.is_some() || self.config_applied.is_none()) {
             self.config_timeout(wall, now);
         }
         if self.cluster.is_none() {
@@ -908,6 +915,10 @@ impl Node {
         self.tick_due = None;
         self.last_states.clear();
         self.own_volumes.clear();
+        self.repl_tasks.clear();
+        // One more config pass takes the values back to this build's own (then no timer runs).
+        self.config_applied = None;
+        self.config_due = Millis::ZERO;
         self.persist(PersistOp::ClearCluster);
         let now = self.clock.peek(self.clock.last_wall.unwrap_or_default());
         self.meta.clear(now);
