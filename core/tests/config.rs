@@ -1466,3 +1466,18 @@ fn the_config_pass_runs_from_the_nodes_own_timer_and_writes_files_only_when_valu
     assert_eq!(applied, vec!["membership.heartbeat_interval=5000".to_string()]);
     assert_eq!(n.config().membership.heartbeat_interval_ms, 5_000);
 }
+
+/// A node that enters a cluster runs the config pass at once (its build is published then,
+/// not up to 5 s later): a restart right after forming found the build record missing and
+/// wrote it, so the records read back from disk differed (sim `a_crashed_and_restarted...`).
+#[test]
+fn entering_a_cluster_runs_the_config_pass_at_once() {
+    let mut n = bare_node_with(1, built_with_fast_heartbeats());
+    n.handle_timeout(at(0));
+    drain(&mut n);
+    n.create_cluster(at(100), "c").unwrap();
+    assert!(n.poll_timeout().is_some_and(|t| t <= at(100)), "the pass is due at once");
+    n.handle_timeout(at(101));
+    let keys: Vec<String> = n.meta().state().of_kind(RecordKind::Setting).map(|r| r.key()).collect();
+    assert!(keys.iter().any(|k| k.starts_with("config/build/")), "{keys:?}");
+}

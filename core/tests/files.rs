@@ -833,3 +833,40 @@ fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_
     // A late done of the expired task ends nothing.
     assert_eq!(n.repl_report(at(35_000), &worker, term, &task, done), Err(ReportError::NotInFlight));
 }
+
+/// Issue 12: whether pulled bytes are still a copy is the core's (`Node::pull_currency`): the
+/// same live file with the pulled content is current; an overwrite or a removal makes them no
+/// copy; a path this node's records do not show yet (they may lag) is asked again.
+#[test]
+fn pulled_bytes_are_current_changed_or_not_yet_known_by_the_records() {
+    use shoal_core::node::replication::PullCurrency;
+    use shoal_core::storage::planner::{Action, Reason, Task};
+    let (mut n, vol, _) = leader(1);
+    let (far_vol, worker) = far(2);
+    let task = |file: FileId, c: char| Task {
+        file,
+        path: "/p.bin".into(),
+        size: 10,
+        checksum: sum(c),
+        action: Action::Pull {
+            source_node: id_of(1),
+            source_volume: vol.clone(),
+            target_node: worker.clone(),
+            target_volume: far_vol.clone(),
+        },
+        reason: Reason::Replica,
+    };
+    let unknown = task(FileId::new("nope"), 'a');
+    assert_eq!(n.pull_currency(&unknown), PullCurrency::NotYetKnown);
+    let id = publish(&mut n, at(1_000), "/p.bin", 'a', &[(vol.clone(), id_of(1))]);
+    assert_eq!(n.pull_currency(&task(id.clone(), 'a')), PullCurrency::Current);
+    assert!(n.knows_task_file(&task(id.clone(), 'a')));
+    assert!(n.current_copy_listed("/p.bin", &vol));
+    assert!(!n.current_copy_listed("/p.bin", &far_vol));
+    // Another file now at the path (a new id), or other content: changed.
+    assert_eq!(n.pull_currency(&unknown), PullCurrency::Changed);
+    assert_eq!(n.pull_currency(&task(id.clone(), 'b')), PullCurrency::Changed);
+    n.file_remove(at(2_000), "/p.bin", false).unwrap();
+    assert_eq!(n.pull_currency(&task(id, 'a')), PullCurrency::Changed, "removed");
+    assert_eq!(n.pull_currency(&unknown), PullCurrency::NotYetKnown, "a removed other file says nothing yet");
+}

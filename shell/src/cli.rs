@@ -3,6 +3,7 @@
 //! `SHOAL_TOKEN`, or the token file of the local data dir) and `--json`. Errors go to stderr
 //! with a non-zero exit.
 
+use crate::cli_format as fmt;
 use crate::client::HttpClient;
 use crate::daemon::{self, ServeOptions};
 use crate::env::TokioEnv;
@@ -617,8 +618,8 @@ impl Api {
                         "volume {} at {} ({} free of {})",
                         s(&v["id"]),
                         s(&v["subpath"]),
-                        s(&v["free"]),
-                        s(&v["capacity"])
+                        fmt::bytes_of(&v["free"]),
+                        fmt::bytes_of(&v["capacity"])
                     )
                 })
             }
@@ -638,8 +639,8 @@ impl Api {
                         "\n{:<38} {:<38} {:>14} {:>14}  {:<10} {}",
                         s(&x["id"]),
                         s(&x["nodeId"]),
-                        s(&x["free"]),
-                        s(&x["capacity"]),
+                        fmt::bytes_of(&x["free"]),
+                        fmt::bytes_of(&x["capacity"]),
                         flags.join(","),
                         s(&x["subpath"])
                     ));
@@ -863,12 +864,23 @@ fn human_json(v: &Value) -> String {
 }
 
 fn human_config(v: &Value) -> String {
+    // Declared types by key name, so durations and sizes read as an operator writes them.
+    let types: std::collections::BTreeMap<String, String> = v["predefined"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| Some((d["key"].as_str()?.to_string(), d["type"].as_str()?.to_string())))
+        .collect();
+    let type_of = |key: &str| {
+        types.iter().find(|(k, _)| key == k.as_str() || key.ends_with(&format!(".{k}"))).map(|(_, t)| t.as_str())
+    };
     let mut out = String::from("stored values:\n");
     for e in v["values"].as_array().into_iter().flatten() {
+        let level = s(&e["level"]);
         out.push_str(&format!(
             "  {} = {}  (by {}, {}: {})\n",
-            s(&e["level"]),
-            e["value"],
+            level,
+            fmt::config_value(&e["value"], type_of(&level)),
             s(&e["by"]),
             s(&e["at"]),
             s(&e["why"])
@@ -881,7 +893,7 @@ fn human_config(v: &Value) -> String {
             s(&r["node"]),
             s(&r["module"]),
             s(&r["key"]),
-            r["value"],
+            fmt::config_value(&r["value"], type_of(&format!("{}.{}", s(&r["module"]), s(&r["key"])))),
             s(&r["source"])
         ));
     }
@@ -1043,7 +1055,7 @@ fn human_ls(v: &Value) -> String {
     let mut out = String::new();
     for e in v["entries"].as_array().into_iter().flatten() {
         let kind = if e["isDir"] == json!(true) { "dir " } else { "file" };
-        out.push_str(&format!("{kind} {:>12}  {}\n", s(&e["size"]), s(&e["name"])));
+        out.push_str(&format!("{kind} {:>12}  {}\n", fmt::bytes_of(&e["size"]), s(&e["name"])));
     }
     if out.is_empty() {
         format!("{} is empty", s(&v["path"]))
@@ -1063,9 +1075,10 @@ fn human_stat(v: &Value) -> String {
     }
     let r = &v["record"];
     let mut out = format!(
-        "cluster:{}\nid        {}\nsize      {}\nchecksum  {}\ncopies    {} wanted",
+        "cluster:{}\nid        {}\nsize      {} ({} bytes)\nchecksum  {}\ncopies    {} wanted",
         s(&v["path"]),
         s(&r["id"]),
+        fmt::bytes_of(&r["size"]),
         s(&r["size"]),
         s(&r["checksum"]),
         s(&v["wantedCopies"])
@@ -1078,9 +1091,9 @@ fn human_stat(v: &Value) -> String {
 
 fn human_put(v: &Value) -> String {
     let mut out = format!(
-        "cluster:{}  {} bytes, {} of {} copies written",
+        "cluster:{}  {}, {} of {} copies written",
         s(&v["path"]),
-        s(&v["size"]),
+        fmt::bytes_of(&v["size"]),
         s(&v["copies"]),
         s(&v["wanted"])
     );
@@ -1094,7 +1107,7 @@ fn human_put(v: &Value) -> String {
 }
 
 fn human_get(v: &Value) -> String {
-    format!("{}  {} bytes, checksum verified (from {})", s(&v["local"]), s(&v["size"]), s(&v["copy"]))
+    format!("{}  {}, checksum verified (from {})", s(&v["local"]), fmt::bytes_of(&v["size"]), s(&v["copy"]))
 }
 
 fn human_verify(v: &Value) -> String {

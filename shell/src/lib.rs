@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod cli_files;
+pub mod cli_format;
 pub mod client;
 pub mod daemon;
 pub mod demo;

@@ -37,7 +37,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::{DiskAction, Source};
-use shoal_core::node::replication::TaskReport;
+use shoal_core::node::replication::{PullCurrency, TaskReport};
 use shoal_core::node::ApiError;
 use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, Task};
 use shoal_core::storage::tasks::ReportError;
@@ -406,22 +406,15 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         }
         // Overwritten or removed while this content was pulled: it is no copy of the file now.
         // (This node's records may lag the leader's: give them a moment to show the file.)
-        let mut still = false;
+        let mut currency = PullCurrency::NotYetKnown;
         for _ in 0..100 {
-            let (known, current) = s.read_node(|n, _| match n.meta().state().file(&task.path) {
-                Some(f) => (
-                    f.id == task.file || !f.removed,
-                    !f.removed && f.id == task.file && f.checksum.eq_ignore_ascii_case(&task.checksum),
-                ),
-                None => (false, false),
-            });
-            still = current;
-            if known {
+            currency = s.read_node(|n, _| n.pull_currency(task));
+            if currency != PullCurrency::NotYetKnown {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if !still {
+        if currency != PullCurrency::Current {
             return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
         }
         let landed = s
@@ -446,7 +439,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     let mut published = false;
     for _ in 0..100 {
         published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
-        let known = s.read_node(|n, _| n.meta().state().file(&task.path).is_some_and(|f| f.id == task.file));
+        let known = s.read_node(|n, _| n.knows_task_file(task));
         if published || known {
             break;
         }
@@ -455,11 +448,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     if !published {
         // Removed, moved or overwritten meanwhile: the bytes just put in place are no copy of
         // anything the records list there, so they go (unless a current copy is listed there).
-        let listed = s.read_node(|n, _| {
-            n.meta().state().file(&task.path).is_some_and(|f| {
-                !f.removed && f.locations.iter().any(|l| &l.volume_id == target_volume && f.is_current(l))
-            })
-        });
+        let listed = s.read_node(|n, _| n.current_copy_listed(&task.path, target_volume));
         if !listed {
             s.store_service.landed.take_back(s, target_volume, &task.path, &task.checksum, || {
                 let _ = std::fs::remove_file(&dest);

@@ -669,6 +669,8 @@ impl Node {
     fn start_timers(&mut self, now: Millis) {
         self.heartbeat_due = Some(now);
         self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
+        // In a cluster from now on: the config pass runs at once (this build is published).
+        self.config_due = Millis::ZERO;
     }
 
     fn owner_fields(&self, joined: u64) -> OwnerFields {

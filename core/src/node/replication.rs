@@ -96,3 +96,43 @@ impl Node {
         }
     }
 }
+
+/// Whether pulled bytes are still a copy of their file, by this node's records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullCurrency {
+    /// The file is live, the same file, with the content pulled.
+    Current,
+    /// Overwritten, moved away or removed since: the bytes are no copy of it now.
+    Changed,
+    /// This node's records do not show the file yet (they may lag the leader's): ask again.
+    NotYetKnown,
+}
+
+impl Node {
+    /// Whether the bytes `task` pulled are still a copy of its file (checked before they are
+    /// put in place).
+    pub fn pull_currency(&self, task: &Task) -> PullCurrency {
+        match self.meta.state().file(&task.path) {
+            None => PullCurrency::NotYetKnown,
+            Some(f) if f.id != task.file && f.removed => PullCurrency::NotYetKnown,
+            Some(f) if !f.removed && f.id == task.file && f.checksum.eq_ignore_ascii_case(&task.checksum) => {
+                PullCurrency::Current
+            }
+            Some(_) => PullCurrency::Changed,
+        }
+    }
+
+    /// Whether the records list a current copy of `path` on `volume` (then bytes there are
+    /// kept even when a pull could not publish its own).
+    pub fn current_copy_listed(&self, path: &str, volume: &crate::ids::VolumeId) -> bool {
+        self.meta
+            .state()
+            .file(path)
+            .is_some_and(|f| !f.removed && f.locations.iter().any(|l| &l.volume_id == volume && f.is_current(l)))
+    }
+
+    /// Whether this node's records know the file `task` pulled (same id at its path).
+    pub fn knows_task_file(&self, task: &Task) -> bool {
+        self.meta.state().file(&task.path).is_some_and(|f| f.id == task.file)
+    }
+}
