@@ -22,7 +22,7 @@ pub fn bytes(n: u64) -> String {
 /// `ms` milliseconds in the largest unit that divides it: `15s`, `500ms`, `2m`, `1h`, `7d`.
 pub fn duration_ms(ms: u64) -> String {
     for (unit, len) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms >= len && ms % len == 0 {
+        if ms >= len && ms.is_multiple_of(len) {
             return format!("{}{unit}", ms / len);
         }
     }
