@@ -781,24 +781,11 @@ fn a_copy_overwritten_at_its_new_name_is_not_renamed_over() {
 fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_core() {
     use shoal_core::node::replication::TaskReport;
     use shoal_core::node::Output;
-    use shoal_core::storage::planner::{Action, Reason, Task};
     use shoal_core::storage::tasks::ReportError;
     let (mut n, vol, term) = leader(1);
     let (far_vol, worker) = far(2);
     let file = publish(&mut n, at(1_000), "/a.bin", 'a', &[(vol.clone(), id_of(1))]);
-    let task = Task {
-        file: file.clone(),
-        path: "/a.bin".into(),
-        size: 10,
-        checksum: sum('a'),
-        action: Action::Pull {
-            source_node: id_of(1),
-            source_volume: vol.clone(),
-            target_node: worker.clone(),
-            target_volume: far_vol.clone(),
-        },
-        reason: Reason::Replica,
-    };
+    let task = pull_task(file.clone(), "/a.bin", 'a', &vol, &far_vol, &worker);
     // Nobody but the worker, and no term beyond the leader's.
     assert_eq!(n.repl_report(at(2_000), &id_of(9), term, &task, TaskReport::Renew), Err(ReportError::NotAuthorized));
     assert_eq!(n.repl_report(at(2_000), &worker, term + 1, &task, TaskReport::Renew), Err(ReportError::NotAuthorized));
@@ -840,22 +827,9 @@ fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_
 #[test]
 fn pulled_bytes_are_current_changed_or_not_yet_known_by_the_records() {
     use shoal_core::node::replication::PullCurrency;
-    use shoal_core::storage::planner::{Action, Reason, Task};
     let (mut n, vol, _) = leader(1);
     let (far_vol, worker) = far(2);
-    let task = |file: FileId, c: char| Task {
-        file,
-        path: "/p.bin".into(),
-        size: 10,
-        checksum: sum(c),
-        action: Action::Pull {
-            source_node: id_of(1),
-            source_volume: vol.clone(),
-            target_node: worker.clone(),
-            target_volume: far_vol.clone(),
-        },
-        reason: Reason::Replica,
-    };
+    let task = |file: FileId, c: char| pull_task(file, "/p.bin", c, &vol, &far_vol, &worker);
     let unknown = task(FileId::new("nope"), 'a');
     assert_eq!(n.pull_currency(&unknown), PullCurrency::NotYetKnown);
     let id = publish(&mut n, at(1_000), "/p.bin", 'a', &[(vol.clone(), id_of(1))]);
@@ -869,4 +843,29 @@ fn pulled_bytes_are_current_changed_or_not_yet_known_by_the_records() {
     n.file_remove(at(2_000), "/p.bin", false).unwrap();
     assert_eq!(n.pull_currency(&task(id, 'a')), PullCurrency::Changed, "removed");
     assert_eq!(n.pull_currency(&unknown), PullCurrency::NotYetKnown, "a removed other file says nothing yet");
+}
+
+/// A pull of `path` (content `c`) from node 1's `from` to `worker`'s `to`.
+fn pull_task(
+    file: FileId,
+    path: &str,
+    c: char,
+    from: &VolumeId,
+    to: &VolumeId,
+    worker: &NodeId,
+) -> shoal_core::storage::planner::Task {
+    use shoal_core::storage::planner::{Action, Reason, Task};
+    Task {
+        file,
+        path: path.into(),
+        size: 10,
+        checksum: sum(c),
+        action: Action::Pull {
+            source_node: id_of(1),
+            source_volume: from.clone(),
+            target_node: worker.clone(),
+            target_volume: to.clone(),
+        },
+        reason: Reason::Replica,
+    }
 }
