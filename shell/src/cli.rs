@@ -1159,7 +1159,9 @@ mod tests {
     #[test]
     fn a_put_short_of_copies_or_of_a_replicated_record_says_so() {
         let full = json!({"path": "/a", "size": 3, "copies": 2, "wanted": 2, "recordReplicated": true});
-        assert_eq!(human_put(&full), "cluster:/a  3 bytes, 2 of 2 copies written");
+        assert_eq!(human_put(&full), "cluster:/a  3 B, 2 of 2 copies written");
+        let big = json!({"path": "/b", "size": 3_u64 << 30, "copies": 1, "wanted": 1, "recordReplicated": true});
+        assert_eq!(human_put(&big), "cluster:/b  3.0 GiB, 1 of 1 copies written");
         let short = json!({"path": "/a", "size": 3, "copies": 1, "wanted": 2, "recordReplicated": false});
         let text = human_put(&short);
         assert!(text.contains("1 of 2 copies") && text.contains("fewer copies"), "{text}");
