@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::{PutTarget, Source};
 use shoal_core::node::ApiError;
+use shoal_core::storage::put_policy::{self, STRAGGLER_MS};
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::{NodeId, VolumeId};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -46,9 +47,6 @@ const PEER_TIMEOUT_MS: u64 = 60_000;
 const BEGIN_TIMEOUT_MS: u64 = 10_000;
 /// Chunk uploads to one peer in flight at once.
 const CHUNKS_IN_FLIGHT: usize = 2;
-/// How long a streamed put waits for a copy still writing a chunk that another copy already
-/// wrote before it leaves that copy out (made later by replication).
-const STRAGGLER_MS: u64 = 15_000;
 /// Pieces of a get fetched ahead of the one going out.
 const PIECES_AHEAD: usize = 2;
 /// Read size for local copies while streaming.
@@ -475,7 +473,7 @@ async fn stream_copies<E: Env>(
     let mut sinks = Vec::new();
     let mut last_err = None;
     let mut exclude: Vec<NodeId> = Vec::new();
-    for _ in 0..target.wanted + 2 {
+    for _ in 0..put_policy::placement_tries(target.wanted) {
         if sinks.len() >= target.wanted as usize {
             break;
         }
@@ -501,7 +499,7 @@ async fn stream_copies<E: Env>(
         );
     }
     let n = sinks.len();
-    let keep = (target.wanted as usize).clamp(1, 2);
+    let keep = put_policy::copies_to_keep(target.wanted);
     let mut out = Fanout { sinks: Arc::new(sinks), keep, dead: vec![None; n], in_flight: Default::default() };
     let streamed = stream_chunks(s, &mut out, body, len, expect).await;
     // The namespace may have changed while the body came (a move, a folder made there): checked
@@ -769,7 +767,7 @@ async fn put_inner<E: Env>(
         return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
     }
     // A large body of known length streams to every copy at once as it arrives, with no spool.
-    if let Some(len) = length.filter(|l| *l > CHUNK_BYTES) {
+    if let Some(len) = length.filter(|l| put_policy::streams(Some(*l))) {
         let (size, sum, copies) = stream_copies(s, body, len, &target, expect.as_deref()).await?;
         return publish(s, &target, size, &sum, &copies, t0).await;
     }
@@ -782,7 +780,7 @@ async fn put_inner<E: Env>(
     if expect.as_ref().is_some_and(|e| *e != sum) {
         return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
-    for _ in 0..target.wanted + 2 {
+    for _ in 0..put_policy::placement_tries(target.wanted) {
         if copies.len() >= target.wanted as usize {
             break;
         }

@@ -4,11 +4,13 @@
 //! - [`landed`]: bytes put in place that the records may not account for yet;
 //! - [`placement`]: which volume takes a new copy, and the low-space guard;
 //! - [`planner`]: the replication planner run by the metadata leader;
+//! - [`put_policy`]: how a put streams or spools and when a lagging copy is left out;
 //! - [`tasks`]: the leader's replication tasks in flight and their leases;
 //! - [`transfer`]: the chunked transfer's rules and part-file names.
 
 pub mod landed;
 pub mod placement;
 pub mod planner;
+pub mod put_policy;
 pub mod tasks;
 pub mod transfer;

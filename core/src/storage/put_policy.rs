@@ -1,0 +1,48 @@
+//! How a put spreads a file over copies (spec: "Storage (ACS) and the cluster:/ drive" → put;
+//! issue 4 "streamed puts"): how the body travels, how many placements are tried, how many
+//! copies must keep up for a lagging one to be left out, and how far behind is too far. The
+//! shell streams the bytes; these are the rules it follows.
+
+use crate::storage::transfer::CHUNK_BYTES;
+
+/// A copy still writing a chunk this long after another copy wrote it is left out of the put
+/// (made later by replication), so a hung peer holds a put for seconds, not the 60 s peer
+/// timeout.
+pub const STRAGGLER_MS: u64 = 15_000;
+
+/// Whether a body of `len` bytes (`None`: length unknown) streams to every copy at once in
+/// chunks; otherwise it is spooled first and copied one placement at a time (a small body, or
+/// one without a length, keeps the retry on another node).
+pub fn streams(len: Option<u64>) -> bool {
+    len.is_some_and(|l| l > CHUNK_BYTES)
+}
+
+/// Placements tried for a file that wants `wanted` copies: each node that cannot take its copy
+/// is passed over for another, up to two more than wanted.
+pub fn placement_tries(wanted: u32) -> u32 {
+    wanted.saturating_add(2)
+}
+
+/// Copies that must hold a chunk before a copy still writing it may be left out: two when two
+/// or more are wanted (so the put is acknowledged with at least two copies when it can be),
+/// one otherwise. Durability first: with a policy of two, a hung peer holds the put for the peer
+/// timeout rather than leave the file with one copy.
+pub fn copies_to_keep(wanted: u32) -> usize {
+    (wanted as usize).clamp(1, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_put_policy() {
+        assert!(!streams(None), "no length: spooled");
+        assert!(!streams(Some(CHUNK_BYTES)), "one chunk or less: spooled");
+        assert!(streams(Some(CHUNK_BYTES + 1)));
+        assert_eq!(placement_tries(1), 3);
+        assert_eq!(placement_tries(3), 5);
+        assert_eq!(placement_tries(u32::MAX), u32::MAX);
+        assert_eq!([0, 1, 2, 3, 9].map(copies_to_keep), [1, 1, 2, 2, 2]);
+    }
+}
