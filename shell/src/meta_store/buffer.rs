@@ -129,4 +129,3 @@ impl<R, E, P, M, V> Batch<R, E, P, M, V> {
         self.len() == 0
     }
 }
-

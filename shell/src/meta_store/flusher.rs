@@ -98,4 +98,3 @@ async fn fold_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
         }
     }
 }
-

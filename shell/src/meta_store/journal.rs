@@ -100,7 +100,12 @@ pub(super) fn encode_row(b: &Buffer) -> Result<Vec<u8>, MetaStoreError> {
     Ok(out)
 }
 
-pub(super) fn put_len(out: &mut [u8], at: usize, len: usize, what: impl FnOnce() -> String) -> Result<(), MetaStoreError> {
+pub(super) fn put_len(
+    out: &mut [u8],
+    at: usize,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> Result<(), MetaStoreError> {
     let len = u32::try_from(len).map_err(|_| MetaStoreError::Encode(what(), format!("{len} bytes is too long")))?;
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
@@ -255,7 +260,9 @@ pub(super) fn replay_row<'a>(overlay: &mut Overlay<'a>, row: u64, bytes: &'a [u8
 /// The rows of the journal, in order (the guards keep their bytes readable).
 pub(super) type JournalRows<'t> = Vec<(u64, AccessGuard<'t, &'static [u8]>)>;
 
-pub(super) fn journal_rows<T: ReadableTable<u64, &'static [u8]>>(journal: &T) -> Result<JournalRows<'_>, MetaStoreError> {
+pub(super) fn journal_rows<T: ReadableTable<u64, &'static [u8]>>(
+    journal: &T,
+) -> Result<JournalRows<'_>, MetaStoreError> {
     let mut out = Vec::new();
     for row in journal.iter()? {
         let (k, v) = row?;
@@ -347,4 +354,3 @@ where
         }
     }
 }
-
