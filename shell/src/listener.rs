@@ -113,8 +113,9 @@ struct Activity {
 struct Registry {
     origin: Instant,
     open: Mutex<BTreeMap<u64, Arc<Activity>>>,
-    /// Evicted connections whose socket is not closed yet, and a wake-up when one is: the
-    /// accept loop waits for them, so open sockets never outgrow the cap (and the fd limit).
+    /// Evicted connections whose socket is not closed yet: the accept loop waits for them, so
+    /// open sockets never outgrow the cap (and the fd limit). `closed` wakes it, and a stop
+    /// waiting for the last connection, whenever a connection ends.
     closing: AtomicUsize,
     closed: Notify,
 }
@@ -191,10 +192,19 @@ where
     }
     // Stop: no new connections; those open finish their requests (bounded), idle ones close.
     let _ = closing_tx.send(true);
-    let deadline = Instant::now() + Duration::from_millis(limits.shutdown_grace_ms);
-    while !registry.open.lock().unwrap_or_else(|p| p.into_inner()).is_empty() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let drained = async {
+        loop {
+            // Registered before the check, so a connection ending in between still wakes it.
+            let ended = registry.closed.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if registry.open.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+                return;
+            }
+            ended.await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(limits.shutdown_grace_ms), drained).await;
 }
 
 struct Connection {
@@ -242,9 +252,9 @@ impl Connection {
         };
         if evicted {
             self.registry.closing.fetch_sub(1, Ordering::SeqCst);
-            self.registry.closed.notify_waiters();
         }
         self.registry.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+        self.registry.closed.notify_waiters();
     }
 }
 
