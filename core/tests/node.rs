@@ -145,7 +145,11 @@ impl Net {
                             self.nodes[i].handle(at, Input::Response { token: req.token, result });
                         }
                         Output::Persist(p) => self.persisted[i].push(p),
-                        Output::Meta(_) | Output::ConfigFiles(_) => {}
+                        Output::Meta(_)
+                        | Output::ConfigFiles(_)
+                        | Output::Chore(_)
+                        | Output::ScrubCopy(_)
+                        | Output::ReplDispatch { .. } => {}
                         Output::Event(e) => self.events[i].push(e),
                     }
                 }

@@ -18,8 +18,10 @@ use serde_json::Value;
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
 use shoal_core::node::{ApiError, Event, Input, Node, NodeConfig, Output, SelfInfo};
+use shoal_core::storage::chores::Chore;
 use shoal_core::{Millis, SeededRng};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{watch, Notify};
@@ -27,9 +29,6 @@ use tokio::task::JoinHandle;
 
 /// How often metadata writes are committed (write-behind batches).
 const META_FLUSH_MS: u64 = 50;
-
-/// How often this node measures its volumes.
-const VOLUME_USAGE_EVERY_MS: u64 = 60_000;
 
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
@@ -105,12 +104,10 @@ pub struct Shared<E: Env> {
     pub store_service: crate::store_service::StoreService,
     /// Blocking disk work goes to tokio's blocking pool (not in simulation).
     pub offload_io: bool,
-    /// Replication bookkeeping (leader and worker sides).
+    /// Replication bookkeeping of the shell (pulls running, disk work done).
     pub repl: crate::repl::ReplState,
-    pub repl_wake: Notify,
-    pub disk_wake: Notify,
-    pub scrub_wake: Notify,
-    pub rescan_wake: Notify,
+    /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
+    armed: AtomicU64,
     /// Told whenever a peer's answer to one of this node's requests was handled.
     pub answers: Notify,
     shutdown: watch::Sender<bool>,
@@ -124,7 +121,13 @@ impl<E: Env> Shared<E> {
         let r = {
             let mut node = lock(&self.node);
             node.observe_monotonic(mono);
-            f(&mut node, now)
+            let r = f(&mut node, now);
+            // The call may have brought a deadline forward (a kicked chore): the driver, asleep
+            // until the one it armed, looks again.
+            if node.poll_timeout().is_some_and(|d| d.0 < self.armed.load(Ordering::Acquire)) {
+                self.wake.notify_one();
+            }
+            r
         };
         self.pump();
         r
@@ -187,13 +190,17 @@ impl<E: Env> Shared<E> {
                         shared.answers.notify_waiters();
                     });
                 }
-                Output::Event(e) => {
-                    if let Event::ReplTaskExpired { .. } = &e {
-                        self.repl.count_expired();
-                    }
-                    log_event(&e)
-                }
+                Output::Event(e) => log_event(&e),
                 Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
+                Output::Chore(chore) => {
+                    tokio::spawn(crate::repl::run_chore(self.clone(), chore));
+                }
+                Output::ScrubCopy(copy) => {
+                    tokio::spawn(crate::repl::scrub_copy(self.clone(), copy));
+                }
+                Output::ReplDispatch { term, task } => {
+                    tokio::spawn(crate::repl::send_task(self.clone(), term, task));
+                }
             }
         }
         if !meta_ops.is_empty() {
@@ -224,9 +231,9 @@ impl<E: Env> Shared<E> {
         }
     }
 
-    /// Ask the leader for a planner pass now.
-    pub fn repl_kick(&self) {
-        self.repl_wake.notify_one();
+    /// Ask for a planner pass now (it runs if this node is the leader).
+    pub fn repl_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Plan));
     }
 
     /// Resolve and apply this node's config at the driver's next turn (the core's config
@@ -236,9 +243,14 @@ impl<E: Env> Shared<E> {
         self.wake.notify_one();
     }
 
-    /// Ask the disk reconciler to run now.
-    pub fn disk_kick(&self) {
-        self.disk_wake.notify_one();
+    /// Ask for this node's disk work (deletes and renames the records ask for) now.
+    pub fn disk_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Reconcile));
+    }
+
+    /// Ask the scrub to go on now instead of resting.
+    pub fn scrub_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Scrub));
     }
 
     pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
@@ -436,10 +448,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         store_service: Default::default(),
         offload_io: opts.offload_io,
         repl: Default::default(),
-        repl_wake: Notify::new(),
-        disk_wake: Notify::new(),
-        scrub_wake: Notify::new(),
-        rescan_wake: Notify::new(),
+        armed: AtomicU64::new(u64::MAX),
         answers: Notify::new(),
         shutdown,
     });
@@ -455,40 +464,22 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {
+        crate::repl::started(&shared);
         tasks.push(tokio::spawn(drive(shared.clone())));
-        tasks.extend(crate::repl::spawn(&shared));
     }
     Ok(Daemon { shared, tasks, local_addr })
 }
 
+/// The driver: one timer, armed from the core's `poll_timeout`. Each turn feeds a health
+/// sample when one is due, runs the core's timers, and carries out what they asked for.
 async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
     let mut next_health = Millis::ZERO;
-    let mut next_usage = Millis::ZERO;
     loop {
         let now = shared.env.now();
-        if now >= next_usage {
-            // Measure this node's volumes (outside the node lock), then report.
-            let every = shared.read_node(|n, _| n.config_number("storage", "usage_every"));
-            next_usage = now.plus(every.map_or(VOLUME_USAGE_EVERY_MS, |v| v as u64));
-            let local = shared.read_node(|n, _| n.local_volumes());
-            let measured: Vec<_> = local
-                .into_iter()
-                .map(|(id, folder)| {
-                    let (free, total) = shared.env.disk_usage(std::path::Path::new(&folder));
-                    (id, total, free)
-                })
-                .collect();
-            if !measured.is_empty() {
-                shared.with_node(|n, now| {
-                    for (id, total, free) in &measured {
-                        n.volume_usage(now, id, *total, *free);
-                    }
-                });
-            }
-        }
         let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
-        let deadline = {
+        shared.armed.store(u64::MAX, Ordering::Release);
+        let wake_at = {
             let mut node = lock(&shared.node);
             node.observe_monotonic(shared.env.monotonic());
             if let Some(h) = health {
@@ -496,13 +487,13 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
                 next_health = now.plus(node.config().membership.heartbeat_interval_ms);
             }
             node.handle_timeout(now);
-            node.poll_timeout()
+            let latest = now.plus(DRIVER_SLEEP_MAX_MS).min(next_health);
+            let wake_at = node.poll_timeout().map_or(latest, |d| d.min(latest));
+            shared.armed.store(wake_at.0, Ordering::Release);
+            wake_at
         };
         shared.pump();
-        let mut sleep_ms = DRIVER_SLEEP_MAX_MS.min(next_health.since(now).max(1));
-        if let Some(d) = deadline {
-            sleep_ms = sleep_ms.min(d.since(now).max(1));
-        }
+        let sleep_ms = wake_at.since(now).max(1);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             _ = shared.wake.notified() => {}

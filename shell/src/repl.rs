@@ -1,25 +1,22 @@
-//! Keeping copies right (spec: "Replication", "Storage (ACS)"): the leader's planner passes and
-//! task leases, the workers that carry tasks out, each node's disk reconciler (deletes and
-//! renames its records ask for), the scrubber, rescans and `verify`.
+//! Keeping copies right (spec: "Replication", "Storage (ACS)"): the I/O half of the chores the
+//! core schedules (`shoal_core::node::chores`) — sending the tasks of the leader's planner
+//! passes, the workers that carry pulls out, this node's disk work, scrub hashing, rescans —
+//! and `verify`. When each runs, and what it decides, is the core's; this module moves bytes
+//! and reports back.
 //!
-//! - **Leader.** Every 60 s, and at once when kicked (a put short of copies, a stale copy,
-//!   a finished task, `repl run`), the lease holder runs the core planner over its records with
-//!   the tasks in flight and the backoff kept in the file records. Stale marks and forgotten
-//!   copies are written; a pull goes to its target node as `repl/task` (or runs here); a drop
-//!   goes to the holder as `store/delete` with the leader's term. A task holds a 30 s lease the
-//!   worker renews every 10 s (`repl/renew`, which also lets a new leader adopt tasks begun
-//!   under the old one); a lease that runs out counts as a failure. Failures go into the
-//!   file's backoff record (30 s doubling, 1 h after 5), so a new leader honours them.
-//! - **Worker.** Checks the task comes from the leader of that term, pulls the copy with
-//!   `store/read` into a part file on its volume, checks the whole-file SHA-256, renames it
-//!   into place, publishes a verified copy and reports `repl/done`.
-//! - **Disk reconciler.** Every 10 s and when kicked, carries out [`Node::disk_actions`]:
-//!   copies of removed files are deleted, copies of moved files renamed.
-//! - **Scrubber.** Re-hashes this node's copies, least recently checked first, at
-//!   the config key `storage.scrub_rate` bytes/s (default 20 MiB/s), each copy once its last
-//!   check is `storage.scrub_min_age` old (default 24 h), so every copy is checked well within
-//!   14 days;
-//!   a mismatch is marked stale and the planner repairs it in place.
+//! - **Leader.** The core's planner pass (every 60 s, and at once after a put short of copies,
+//!   a stale copy, a finished task, `repl run`) grants each task a 30 s lease and hands it here
+//!   ([`send_task`]): a pull goes to its target node as `repl/task` (or runs here), a drop to
+//!   the holder as `store/delete` with the leader's term.
+//! - **Worker.** Checks the task comes from the leader of that term, renews its lease every
+//!   10 s (`repl/renew`, which also lets a new leader adopt it), pulls the copy with
+//!   `store/read` into a part file on its volume, checks the whole-file SHA-256, asks the core
+//!   whether the file is still current, renames it into place, publishes a verified copy and
+//!   reports `repl/done`.
+//! - **Disk work** ([`run_chore`], every 10 s and when kicked): carries out
+//!   [`Node::disk_actions`]: copies of removed files are deleted, copies of moved files renamed.
+//! - **Scrub** ([`scrub_copy`]): hashes the copy the core picked; the core marks it verified or
+//!   stale and paces the next one to `storage.scrub_rate` bytes/s on average.
 //! - **Rescan** (every 30 min and on demand): files dropped into a volume folder are adopted,
 //!   copies that vanished or changed are marked stale.
 //!
@@ -36,164 +33,119 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
+use shoal_core::node::chores::ReplStats;
+use shoal_core::node::files::LocalCopy;
 use shoal_core::node::files::{DiskAction, Source};
 use shoal_core::node::replication::{PullCurrency, TaskReport};
 use shoal_core::node::ApiError;
-use shoal_core::storage::planner::{self, Action, InFlight, PlanInput, Task};
+use shoal_core::storage::chores::Chore;
+use shoal_core::storage::planner::{Action, InFlight, Task};
 use shoal_core::storage::tasks::ReportError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
-use shoal_core::{FileId, Millis, NodeId};
+use shoal_core::{FileId, NodeId};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const PLAN_EVERY_MS: u64 = 60_000;
 pub const TASK_RENEW_MS: u64 = 10_000;
-const DISK_EVERY_MS: u64 = 10_000;
-pub const RESCAN_EVERY_MS: u64 = 30 * 60_000;
-const SCRUB_RATE_DEFAULT: f64 = 20.0 * 1024.0 * 1024.0;
-const SCRUB_MIN_AGE_DEFAULT_MS: u64 = 24 * 3_600_000;
 const HASH_BLOCK: usize = 1 << 20;
 
-/// Replication bookkeeping of one node (leader side and worker side).
+/// Replication bookkeeping of this node's shell: the pulls it runs now and the disk work it
+/// did (what the core decided and counted is in [`Node::repl_stats`]).
+///
+/// [`Node::repl_stats`]: shoal_core::node::Node::repl_stats
 #[derive(Default)]
 pub struct ReplState {
     /// Worker: files this node is pulling now.
     running: Mutex<BTreeSet<FileId>>,
     /// Figures for `repl status`.
-    stats: Mutex<ReplStats>,
-    /// When this process started its loops: part files older than that belong to no upload.
+    stats: Mutex<DiskStats>,
+    /// When this process started: part files older than that belong to no upload.
     started: Mutex<Option<std::time::SystemTime>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplStats {
-    pub passes: u64,
-    pub dispatched: u64,
-    pub succeeded: u64,
-    pub failed: u64,
-    pub expired: u64,
-    pub scrubbed_copies: u64,
-    pub scrubbed_bytes: u64,
-    pub scrub_mismatches: u64,
+pub struct DiskStats {
     pub disk_deletes: u64,
     pub disk_renames: u64,
     pub adopted: u64,
     pub rescans: u64,
-    pub last_plan: Option<planner::PlanStats>,
 }
 
 impl ReplState {
-    /// `repl status` figures; `in_flight` is the leader's task table (in the core).
-    pub fn stats(&self, in_flight: Vec<Task>) -> Value {
-        json!({ "stats": *lock(&self.stats), "inFlight": in_flight, "running": *lock(&self.running) })
-    }
-
-    /// A task lease ran out (the core's `Event::ReplTaskExpired`).
-    pub fn count_expired(&self) {
-        lock(&self.stats).expired += 1;
+    /// `repl status` figures: the core's counts (`core`), this shell's disk work, the leader's
+    /// task table `in_flight` and the pulls running here.
+    pub fn stats(&self, core: &ReplStats, in_flight: Vec<Task>) -> Value {
+        let mut stats = json!(core);
+        if let (Some(o), Value::Object(d)) = (stats.as_object_mut(), json!(*lock(&self.stats))) {
+            o.extend(d);
+        }
+        json!({ "stats": stats, "inFlight": in_flight, "running": *lock(&self.running) })
     }
 }
 
-/// Start the loops (leader, disk reconciler, scrubber, rescans).
-pub fn spawn<E: Env>(s: &Arc<Shared<E>>) -> Vec<tokio::task::JoinHandle<()>> {
+/// Note when this process started (part files older than that are leftovers).
+pub fn started<E: Env>(s: &Arc<Shared<E>>) {
     *lock(&s.repl.started) = Some(std::time::SystemTime::now());
-    vec![
-        tokio::spawn(lead(s.clone())),
-        tokio::spawn(reconcile(s.clone())),
-        tokio::spawn(scrub(s.clone())),
-        tokio::spawn(rescan_loop(s.clone())),
-    ]
 }
 
-async fn wait<E: Env>(s: &Arc<Shared<E>>, ms: u64, kick: &tokio::sync::Notify) -> bool {
-    let mut stop = s.shutdown_requested();
-    if *stop.borrow() {
-        return false;
+/// Carry out a chore the core started ([`Output::Chore`]) and report its end.
+///
+/// [`Output::Chore`]: shoal_core::node::Output::Chore
+pub async fn run_chore<E: Env>(s: Arc<Shared<E>>, chore: Chore) {
+    match chore {
+        Chore::Reconcile => reconcile_once(&s).await,
+        Chore::Rescan => {
+            let _ = rescan(&s).await;
+        }
+        Chore::Usage => measure_volumes(&s).await,
+        Chore::Plan | Chore::Scrub => {}
     }
-    tokio::select! {
-        _ = tokio::time::sleep(Duration::from_millis(ms)) => true,
-        _ = kick.notified() => true,
-        _ = stop.wait_for(|s| *s) => false,
+    s.with_node(|n, now| n.chore_done(now, chore));
+}
+
+/// Measure this node's volumes (off the node lock), then report.
+async fn measure_volumes<E: Env>(s: &Arc<Shared<E>>) {
+    let local = s.read_node(|n, _| n.local_volumes());
+    let env = s.env.clone();
+    let measured: Vec<_> = s
+        .blocking(move || {
+            local
+                .into_iter()
+                .map(|(id, folder)| {
+                    let (free, total) = env.disk_usage(Path::new(&folder));
+                    (id, total, free)
+                })
+                .collect()
+        })
+        .await;
+    if !measured.is_empty() {
+        s.with_node(|n, now| {
+            for (id, total, free) in &measured {
+                n.volume_usage(now, id, *total, *free);
+            }
+        });
     }
 }
 
 // ---- leader ----
-
-async fn lead<E: Env>(s: Arc<Shared<E>>) {
-    let mut last_plan: Option<Millis> = None;
-    let mut kicked = false;
-    loop {
-        let mono = s.env.monotonic();
-        let term = s.read_node(|n, now| n.leader_term(now));
-        // A follower looks again in 5 s (or when kicked); a leader plans every `plan_every`,
-        // read each time so a new value applies within seconds.
-        let mut sleep = 5_000;
-        if term.is_some() {
-            let every = s.read_node(|n, _| n.config_number("replication", "plan_every"));
-            let every = every.map_or(PLAN_EVERY_MS, |v| v as u64);
-            if kicked || last_plan.is_none_or(|t| mono >= t.plus(every)) {
-                last_plan = Some(mono);
-                pass(&s).await;
-            }
-            let next_plan = last_plan.map_or(mono, |t| t.plus(every));
-            sleep = next_plan.since(s.env.monotonic()).clamp(1, 5_000);
-        }
-        let before = s.env.monotonic();
-        if !wait(&s, sleep, &s.repl_wake).await {
-            return;
-        }
-        kicked = s.env.monotonic().since(before) < sleep;
-    }
-}
 
 /// The tasks this node dispatched that have not ended yet (on the leader).
 pub fn in_flight<E: Env>(s: &Arc<Shared<E>>) -> Vec<InFlight> {
     s.read_node(|n, _| n.repl_in_flight())
 }
 
-/// One planner pass: plan, write marks, dispatch tasks.
-pub async fn pass<E: Env>(s: &Arc<Shared<E>>) {
-    let Some(term) = s.read_node(|n, now| n.leader_term(now)) else { return };
-    let in_flight = in_flight(s);
-    let plan = s.read_node(|n, now| {
-        let nodes = n.planner_nodes(now);
-        let backoff = n.repl_backoffs();
-        let input = PlanInput { now_ms: now.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff };
-        planner::plan(n.meta().state(), &input, &n.planner_config())
-    });
-    {
-        let mut st = lock(&s.repl.stats);
-        st.passes += 1;
-        st.last_plan = Some(plan.stats.clone());
-    }
-    if !plan.mark_stale.is_empty() || !plan.forget.is_empty() {
-        s.with_node(|n, now| {
-            for c in &plan.mark_stale {
-                if let Some(f) = n.meta().state().file(&c.path).cloned() {
-                    n.copy_mark(now, &c.path, &c.volume, LocationState::Stale, &f.checksum);
-                }
-            }
-            for c in &plan.forget {
-                n.copy_mark(now, &c.path, &c.volume, LocationState::Dropped, "");
-            }
-        });
-    }
+/// Send a task the core's planner pass granted ([`Output::ReplDispatch`]); a drop or a refusal
+/// ends it here, a pull ends when its worker reports.
+///
+/// [`Output::ReplDispatch`]: shoal_core::node::Output::ReplDispatch
+pub async fn send_task<E: Env>(s: Arc<Shared<E>>, term: u64, task: Task) {
     let me = s.read_node(|n, _| n.id().clone());
-    for task in plan.tasks {
-        s.with_node(|n, now| n.repl_grant(now, task.clone()));
-        lock(&s.repl.stats).dispatched += 1;
-        let s2 = s.clone();
-        let me2 = me.clone();
-        tokio::spawn(async move {
-            let outcome = dispatch(&s2, &me2, term, &task).await;
-            if let Some(ok) = outcome {
-                finished(&s2, &task.file, &task.path, ok);
-            }
-        });
+    if let Some(ok) = dispatch(&s, &me, term, &task).await {
+        s.with_node(|n, now| n.repl_finish(now, &task.file, &task.path, ok));
     }
 }
 
@@ -227,34 +179,12 @@ async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Tas
     }
 }
 
-/// A task ended by this leader's own hand (a drop, a refusal): recorded, counted, and the
-/// planner asked to look again.
-fn finished<E: Env>(s: &Arc<Shared<E>>, file: &FileId, path: &str, ok: bool) {
-    s.with_node(|n, now| n.repl_finish(now, file, path, ok));
-    counted(s, ok);
-}
-
-fn counted<E: Env>(s: &Arc<Shared<E>>, ok: bool) {
-    {
-        let mut st = lock(&s.repl.stats);
-        if ok {
-            st.succeeded += 1;
-        } else {
-            st.failed += 1;
-        }
-    }
-    s.repl_kick();
-}
-
 /// A worker's report on its task, from `sender` (this node itself when it is both).
 fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &DoneBody, op: &str) -> Result<(), ReportError> {
     let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done { ok: b.ok } };
     let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
-    if ended {
-        if !b.ok {
-            tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
-        }
-        counted(s, b.ok);
+    if ended && !b.ok {
+        tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
     }
     Ok(())
 }
@@ -550,16 +480,6 @@ fn prune_empty_dirs(root: &Path, file: &Path) {
 
 // ---- disk reconciler ----
 
-async fn reconcile<E: Env>(s: Arc<Shared<E>>) {
-    loop {
-        reconcile_once(&s).await;
-        let every = s.read_node(|n, _| n.config_number("storage", "reconcile_every"));
-        if !wait(&s, every.map_or(DISK_EVERY_MS, |v| v as u64), &s.disk_wake).await {
-            return;
-        }
-    }
-}
-
 /// Carry out what the records ask of this node's disks once.
 pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     retire_evacuated(s);
@@ -624,96 +544,36 @@ fn retire_evacuated<E: Env>(s: &Arc<Shared<E>>) {
 
 // ---- scrubbing and verification ----
 
-/// SHA-256 of a file, reading at most `rate` bytes per second (no limit when `None`). The
-/// reads (and an unlimited hash) run on the blocking pool, never on the runtime's threads.
-async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf, rate: Option<f64>) -> std::io::Result<(u64, String)> {
-    let Some(rate) = rate.filter(|r| *r > 0.0) else {
-        return s
-            .blocking(move || {
-                let mut f = std::fs::File::open(&file)?;
-                let mut hash = Sha256::new();
-                let mut buf = vec![0u8; HASH_BLOCK];
-                let mut total = 0u64;
-                loop {
-                    let n = f.read(&mut buf)?;
-                    if n == 0 {
-                        return Ok((total, hex::encode(hash.finalize())));
-                    }
-                    hash.update(&buf[..n]);
-                    total += n as u64;
-                }
-            })
-            .await;
-    };
-    let mut hash = Sha256::new();
-    let mut total = 0u64;
-    let started = s.env.monotonic();
-    loop {
-        let (f, at) = (file.clone(), total);
-        let block = s
-            .blocking(move || -> std::io::Result<Vec<u8>> {
-                use std::io::Seek;
-                let mut f = std::fs::File::open(&f)?;
-                f.seek(std::io::SeekFrom::Start(at))?;
-                let mut buf = Vec::with_capacity(HASH_BLOCK);
-                f.take(HASH_BLOCK as u64).read_to_end(&mut buf)?;
-                Ok(buf)
-            })
-            .await?;
-        if block.is_empty() {
-            break;
+/// SHA-256 of a file and its length, on the blocking pool (never on the runtime's threads).
+async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf) -> std::io::Result<(u64, String)> {
+    s.blocking(move || {
+        let mut f = std::fs::File::open(&file)?;
+        let mut hash = Sha256::new();
+        let mut buf = vec![0u8; HASH_BLOCK];
+        let mut total = 0u64;
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                return Ok((total, hex::encode(hash.finalize())));
+            }
+            hash.update(&buf[..n]);
+            total += n as u64;
         }
-        hash.update(&block);
-        total += block.len() as u64;
-        let due_ms = (total as f64 / rate * 1000.0) as u64;
-        let spent = s.env.monotonic().since(started);
-        if due_ms > spent {
-            tokio::time::sleep(Duration::from_millis(due_ms - spent)).await;
-        }
-    }
-    Ok((total, hex::encode(hash.finalize())))
+    })
+    .await
 }
 
-async fn scrub<E: Env>(s: Arc<Shared<E>>) {
-    // Let the node settle before the first pass.
-    if !wait(&s, 30_000, &s.scrub_wake).await {
-        return;
-    }
-    loop {
-        let (rate, min_age) = s.read_node(|n, _| {
-            (
-                n.config_number("storage", "scrub_rate").unwrap_or(SCRUB_RATE_DEFAULT),
-                n.config_number("storage", "scrub_min_age").map_or(SCRUB_MIN_AGE_DEFAULT_MS, |v| v.max(0.0) as u64),
-            )
-        });
-        let queue = s.read_node(|n, now| n.scrub_queue(now, min_age));
-        for c in queue.into_iter().take(1000) {
-            let Ok(file) = confined_path(Path::new(&c.folder), &c.path, false) else { continue };
-            let result = hash_file(&s, file, Some(rate)).await;
-            let ok = matches!(&result, Ok((size, sum)) if *size == c.size && *sum == c.checksum);
-            {
-                let mut st = lock(&s.repl.stats);
-                st.scrubbed_copies += 1;
-                st.scrubbed_bytes += result.as_ref().map_or(0, |r| r.0);
-                if !ok {
-                    st.scrub_mismatches += 1;
-                }
-            }
-            let state = if ok { LocationState::Verified } else { LocationState::Stale };
-            if !ok {
-                tracing::warn!(path = %c.path, volume = %c.volume, "scrub: a copy does not match; marked stale");
-            }
-            s.with_node(|n, now| n.copy_mark(now, &c.path, &c.volume, state, &c.checksum));
-            if !ok {
-                s.repl_kick();
-            }
-            if *s.shutdown_requested().borrow() {
-                return;
-            }
-        }
-        if !wait(&s, 60_000, &s.scrub_wake).await {
-            return;
-        }
+/// The scrub's next copy ([`Output::ScrubCopy`]): hash it and report. The core marks it, and
+/// rests the scrub so its average read rate stays at `storage.scrub_rate`.
+///
+/// [`Output::ScrubCopy`]: shoal_core::node::Output::ScrubCopy
+pub async fn scrub_copy<E: Env>(s: Arc<Shared<E>>, copy: LocalCopy) {
+    let hashed = match confined_path(Path::new(&copy.folder), &copy.path, false) {
+        Ok(file) => hash_file(&s, file).await.ok(),
+        Err(_) => None,
+    };
+    if !s.with_node(|n, now| n.scrub_result(now, &copy, hashed)) {
+        tracing::warn!(path = %copy.path, volume = %copy.volume, "scrub: a copy does not match; marked stale");
     }
 }
 
@@ -740,7 +600,7 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
             let sum = if l.node_id == me {
                 let folder = s.read_node(|n, _| n.local_volume(l.volume_id.as_str())).map(|v| v.subpath);
                 match folder.and_then(|d| confined_path(Path::new(&d), &f.path, false).ok()) {
-                    Some(file) => hash_file(s, file, None).await.map(|r| r.1).ok(),
+                    Some(file) => hash_file(s, file).await.map(|r| r.1).ok(),
                     None => None,
                 }
             } else {
@@ -781,19 +641,6 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
 /// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
 const PART_FILE_MAX_AGE_MS: u64 = 60 * 60_000;
 
-async fn rescan_loop<E: Env>(s: Arc<Shared<E>>) {
-    if !wait(&s, 20_000, &s.rescan_wake).await {
-        return;
-    }
-    loop {
-        let _ = rescan(&s).await;
-        let every = s.read_node(|n, _| n.config_number("storage", "rescan_every"));
-        if !wait(&s, every.map_or(RESCAN_EVERY_MS, |v| v as u64), &s.rescan_wake).await {
-            return;
-        }
-    }
-}
-
 /// Walk this node's volume folders: adopt files with no record, add right copies the records
 /// do not list, restore stale copies whose bytes are right again, mark copies that vanished or
 /// changed stale.
@@ -831,7 +678,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                     Some(c) if c.current => {
                         let changed = *size != live.size || *mtime_ms > c.checked_ms + 2_000;
                         if changed {
-                            let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
                             if sum != live.checksum || *size != live.size {
                                 s.with_node(|n, now| {
                                     n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum)
@@ -844,7 +691,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                         // Stale, of the file's present content (marked while this node was
                         // away, or found corrupt): if the bytes are right it is a copy again,
                         // with no transfer; a corrupt one stays stale until repaired.
-                        let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                        let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
                         if sum == live.checksum
                             && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
                         {
@@ -854,7 +701,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                     Some(_) => {}
                     None => {
                         if *size == live.size {
-                            let sum = hash_file(s, file, None).await.map(|r| r.1).unwrap_or_default();
+                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
                             if sum == live.checksum
                                 && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
                             {
@@ -869,7 +716,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                     if !unknown_to_leader(s, path).await {
                         continue;
                     }
-                    let Ok((size, sum)) = hash_file(s, file, None).await else { continue };
+                    let Ok((size, sum)) = hash_file(s, file).await else { continue };
                     let mod_time = *mtime_ms;
                     if s.with_node(|n, now| n.copy_adopt(now, path, &volume, size, &sum, mod_time)).is_ok() {
                         adopted += 1;

@@ -100,6 +100,10 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     let renames = h.read(0, |n, _| n.config_renames()).unwrap();
     let holding = renames["renames"][0]["nodesHolding"].as_array().map_or(0, |a| a.len());
     assert_eq!(holding, 2, "nodes 0 and 1 hold the window open: {renames}");
+    // The rename's event is written by the config leader and reaches node 1 by replication.
+    wait(&mut h, 10_000, "node 1 holds the rename's event", |h| {
+        h.read(1, |n, now| n.config_events(now)).unwrap()["events"].as_array().is_some_and(|e| !e.is_empty())
+    });
     let events = h.read(1, |n, now| n.config_events(now)).unwrap();
     assert_eq!(events["events"].as_array().map_or(0, |e| e.len()), 1, "renamed is said once: {events}");
     // The newest build's predefined list drops meta.keep_entries, which holds a value: it is

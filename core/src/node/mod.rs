@@ -28,6 +28,7 @@ use crate::rng::SeededRng;
 use crate::time::Millis;
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 
+pub mod chores;
 pub mod config;
 pub mod files;
 mod landed;
@@ -134,6 +135,16 @@ pub enum Output {
     /// This node's resolved config moved: write `DATA/config/<module>.json` for each module
     /// (DESIGN.md "Configuration"), for user programs to read.
     ConfigFiles(BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>),
+    /// A chore that is I/O is due: carry it out and report its end with [`Node::chore_done`]
+    /// (`chores.rs`).
+    Chore(crate::storage::chores::Chore),
+    /// The scrub's next copy: hash it and report with [`Node::scrub_result`].
+    ScrubCopy(files::LocalCopy),
+    /// Leader: send a replication task granted its lease just now, under `term`.
+    ReplDispatch {
+        term: u64,
+        task: crate::storage::planner::Task,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -355,6 +366,11 @@ pub struct Node {
     config_applied: Option<BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>>,
     /// Bytes put in place that the records may not account for yet (`landed.rs`).
     landed: crate::storage::landed::LandedBytes,
+    /// When each background chore is due (`chores.rs`), the copies the scrub checks next, and
+    /// what replication and scrubbing did.
+    chores: crate::storage::chores::Chores,
+    scrub_pending: VecDeque<files::LocalCopy>,
+    repl_stats: chores::ReplStats,
 }
 
 /// What the shell read back from disk.
@@ -423,6 +439,9 @@ impl Node {
             config_due: Millis::ZERO,
             config_applied: None,
             landed: Default::default(),
+            chores: Default::default(),
+            scrub_pending: VecDeque::new(),
+            repl_stats: Default::default(),
         }
     }
 
@@ -571,7 +590,8 @@ impl Node {
         // The config pass runs while in a cluster, and once more outside one (at start, after
         // leaving) to apply this build's own values.
         let config = (self.cluster.is_some() || self.config_applied.is_none()).then_some(self.config_due);
-        [self.heartbeat_due, self.tick_due, meta, tasks, config]
+        let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores]
             .into_iter()
             .flatten()
             .min()
@@ -600,6 +620,7 @@ impl Node {
             self.meta.handle_timeout(now, wall, candidates);
             self.drain_meta(wall, now);
             self.repl_tasks_timeout(wall, now);
+            self.chores_timeout(wall, now);
         }
     }
 
@@ -671,6 +692,8 @@ impl Node {
         self.tick_due = Some(now.plus(self.config.membership.state_tick_ms));
         // In a cluster from now on: the config pass runs at once (this build is published).
         self.config_due = Millis::ZERO;
+        self.chores.start(now);
+        self.scrub_pending.clear();
     }
 
     fn owner_fields(&self, joined: u64) -> OwnerFields {
@@ -918,6 +941,8 @@ impl Node {
         self.last_states.clear();
         self.own_volumes.clear();
         self.repl_tasks.clear();
+        self.chores.stop();
+        self.scrub_pending.clear();
         // One more config pass takes the values back to this build's own (then no timer runs).
         self.config_applied = None;
         self.config_due = Millis::ZERO;

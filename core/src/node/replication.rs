@@ -6,6 +6,7 @@
 
 use super::{Event, Node};
 use crate::ids::{FileId, NodeId};
+use crate::storage::chores::Chore;
 use crate::storage::planner::{InFlight, Task};
 use crate::storage::tasks::ReportError;
 use crate::time::Millis;
@@ -68,6 +69,8 @@ impl Node {
             TaskReport::Done { ok } => {
                 self.repl_tasks.done(task)?;
                 self.repl_outcome(wall, &task.path, ok);
+                self.repl_count(ok);
+                self.chores.kick(Chore::Plan, now);
                 Ok(true)
             }
         }
@@ -76,8 +79,11 @@ impl Node {
     /// Leader: a task ended by this node's own hand (a drop carried out or refused, a worker
     /// that refused the task).
     pub fn repl_finish(&mut self, wall: Millis, file: &FileId, path: &str, ok: bool) {
+        let now = self.advance_clocks(wall);
         self.repl_tasks.finish(file);
         self.repl_outcome(wall, path, ok);
+        self.repl_count(ok);
+        self.chores.kick(Chore::Plan, now);
     }
 
     /// From `handle_timeout`: leases that ran out fail their tasks; a node that is not the
@@ -92,6 +98,7 @@ impl Node {
         }
         for t in self.repl_tasks.expire(now) {
             self.repl_outcome(wall, &t.path, false);
+            self.repl_stats.expired += 1;
             self.event(Event::ReplTaskExpired { path: t.path });
         }
     }

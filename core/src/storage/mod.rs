@@ -1,6 +1,8 @@
 //! Storage decisions (spec: cluster-runtime.md "Storage (ACS) and the cluster:/ drive",
 //! "Replication"; reference-facts.md "Placement", "Planner"). Pure: the shell moves the bytes.
 //!
+//! - [`chores`]: when each background chore of a node is due (planner, disk work, scrub, rescan,
+//!   measuring);
 //! - [`landed`]: bytes put in place that the records may not account for yet;
 //! - [`placement`]: which volume takes a new copy, and the low-space guard;
 //! - [`planner`]: the replication planner run by the metadata leader;
@@ -8,6 +10,7 @@
 //! - [`tasks`]: the leader's replication tasks in flight and their leases;
 //! - [`transfer`]: the chunked transfer's rules and part-file names.
 
+pub mod chores;
 pub mod landed;
 pub mod placement;
 pub mod planner;

@@ -1,0 +1,183 @@
+//! The node's background work, driven by its one timer (DESIGN.md "one driver task"; spec:
+//! "Replication", "Scrubbing"). [`Chores`] says when each chore is due; this module runs the
+//! ones that are pure decisions (the leader's planner pass, which copy the scrub checks next and
+//! how long it then rests) and asks the shell for the ones that are I/O
+//! ([`Output::Chore`], [`Output::ScrubCopy`], [`Output::ReplDispatch`]). The shell reports each
+//! end ([`Node::chore_done`], [`Node::scrub_result`]) and the next deadline is announced through
+//! `poll_timeout`.
+
+use super::files::LocalCopy;
+use super::{Node, Output};
+use crate::meta::records::LocationState;
+use crate::storage::chores::{scrub_rest_ms, Chore};
+use crate::storage::planner::{self, PlanInput, PlanStats};
+use crate::time::Millis;
+use serde::Serialize;
+
+/// How often the leader plans when `replication.plan_every` is not set.
+pub const PLAN_EVERY_MS: u64 = 60_000;
+/// How often a node that is not the leader looks whether it has become it.
+pub const PLAN_FOLLOWER_EVERY_MS: u64 = 5_000;
+/// How often the records' disk work is carried out when `storage.reconcile_every` is not set.
+pub const RECONCILE_EVERY_MS: u64 = 10_000;
+/// How often the volume folders are rescanned when `storage.rescan_every` is not set.
+pub const RESCAN_EVERY_MS: u64 = 30 * 60_000;
+/// How often volumes are measured when `storage.usage_every` is not set.
+pub const USAGE_EVERY_MS: u64 = 60_000;
+/// Bytes per second the scrub reads on average when `storage.scrub_rate` is not set.
+pub const SCRUB_RATE_DEFAULT: f64 = 20.0 * 1024.0 * 1024.0;
+/// How long a copy goes unchecked before the scrub re-hashes it, when `storage.scrub_min_age`
+/// is not set.
+pub const SCRUB_MIN_AGE_DEFAULT_MS: u64 = 24 * 3_600_000;
+/// How long the scrub rests when no copy is due, and after each batch.
+pub const SCRUB_IDLE_MS: u64 = 60_000;
+/// The shortest interval a config key can give a chore (zero would run it back to back).
+pub const CHORE_EVERY_MIN_MS: u64 = 1_000;
+/// The most copies the scrub takes from one look at the records.
+const SCRUB_BATCH: usize = 1000;
+
+/// What the replication and scrub chores did on this node since it started (`repl status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplStats {
+    pub passes: u64,
+    pub dispatched: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub expired: u64,
+    pub scrubbed_copies: u64,
+    pub scrubbed_bytes: u64,
+    pub scrub_mismatches: u64,
+    pub last_plan: Option<PlanStats>,
+}
+
+impl Node {
+    /// From `handle_timeout`: start every chore that is due.
+    pub(super) fn chores_timeout(&mut self, wall: Millis, now: Millis) {
+        for chore in self.chores.take_due(now) {
+            match chore {
+                Chore::Plan => {
+                    let every = match self.leader_term(wall) {
+                        Some(term) => {
+                            self.plan_pass(wall, term);
+                            self.config_number("replication", "plan_every")
+                                .map_or(PLAN_EVERY_MS, |v| (v as u64).max(CHORE_EVERY_MIN_MS))
+                        }
+                        None => PLAN_FOLLOWER_EVERY_MS,
+                    };
+                    self.chores.done(Chore::Plan, now, every);
+                }
+                Chore::Scrub => self.scrub_next(wall, now),
+                Chore::Reconcile | Chore::Rescan | Chore::Usage => self.push_output(Output::Chore(chore)),
+            }
+        }
+    }
+
+    /// The shell finished a chore it was asked for ([`Output::Chore`]); it is due again after
+    /// its interval (a config key), or at once when it was kicked meanwhile.
+    pub fn chore_done(&mut self, wall: Millis, chore: Chore) {
+        let now = self.advance_clocks(wall);
+        let every = |key: &str, default: u64| {
+            self.config_number("storage", key).map_or(default, |v| (v.max(0.0) as u64).max(CHORE_EVERY_MIN_MS))
+        };
+        let every = match chore {
+            Chore::Reconcile => every("reconcile_every", RECONCILE_EVERY_MS),
+            Chore::Rescan => every("rescan_every", RESCAN_EVERY_MS),
+            Chore::Usage => every("usage_every", USAGE_EVERY_MS),
+            Chore::Plan => return,
+            Chore::Scrub => SCRUB_IDLE_MS,
+        };
+        self.chores.done(chore, now, every);
+    }
+
+    /// Run `chore` as soon as it can (a planner pass after a put left copies missing, the disk
+    /// work after a remove, a scrub asked for by an operator).
+    pub fn chore_kick(&mut self, wall: Millis, chore: Chore) {
+        let now = self.advance_clocks(wall);
+        self.chores.kick(chore, now);
+    }
+
+    /// When `chore` is due next (`None` while it runs, or outside a cluster).
+    pub fn chore_due(&self, chore: Chore) -> Option<Millis> {
+        self.chores.due_at(chore).map(|m| self.clock.to_wall(m))
+    }
+
+    /// What replication and scrubbing did here.
+    pub fn repl_stats(&self) -> &ReplStats {
+        &self.repl_stats
+    }
+
+    pub(super) fn repl_count(&mut self, ok: bool) {
+        if ok {
+            self.repl_stats.succeeded += 1;
+        } else {
+            self.repl_stats.failed += 1;
+        }
+    }
+
+    /// Leader: one planner pass. Copies to re-label are marked, and each task is granted its
+    /// lease and handed to the shell to send ([`Output::ReplDispatch`]).
+    fn plan_pass(&mut self, wall: Millis, term: u64) {
+        let in_flight = self.repl_in_flight();
+        let plan = {
+            let nodes = self.planner_nodes(wall);
+            let backoff = self.repl_backoffs();
+            let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff };
+            planner::plan(self.meta.state(), &input, &self.planner_config())
+        };
+        self.repl_stats.passes += 1;
+        self.repl_stats.last_plan = Some(plan.stats.clone());
+        for c in &plan.mark_stale {
+            if let Some(f) = self.meta.state().file(&c.path).cloned() {
+                self.copy_mark(wall, &c.path, &c.volume, LocationState::Stale, &f.checksum);
+            }
+        }
+        for c in &plan.forget {
+            self.copy_mark(wall, &c.path, &c.volume, LocationState::Dropped, "");
+        }
+        for task in plan.tasks {
+            self.repl_grant(wall, task.clone());
+            self.repl_stats.dispatched += 1;
+            self.push_output(Output::ReplDispatch { term, task });
+        }
+    }
+
+    /// The scrub's next step: hand the shell the next copy due for a check, or rest when none
+    /// is.
+    fn scrub_next(&mut self, wall: Millis, now: Millis) {
+        if self.scrub_pending.is_empty() {
+            let min_age =
+                self.config_number("storage", "scrub_min_age").map_or(SCRUB_MIN_AGE_DEFAULT_MS, |v| v.max(0.0) as u64);
+            self.scrub_pending = self.scrub_queue(wall, min_age).into_iter().take(SCRUB_BATCH).collect();
+        }
+        match self.scrub_pending.pop_front() {
+            Some(copy) => self.push_output(Output::ScrubCopy(copy)),
+            None => self.chores.done(Chore::Scrub, now, SCRUB_IDLE_MS),
+        }
+    }
+
+    /// The shell hashed `copy` (`None`: it could not be read). The copy is marked verified or
+    /// stale (a stale one gets a planner pass to repair it), and the scrub rests long enough
+    /// to keep its average read rate at `storage.scrub_rate`. Returns whether the copy matched.
+    pub fn scrub_result(&mut self, wall: Millis, copy: &LocalCopy, hashed: Option<(u64, String)>) -> bool {
+        let now = self.advance_clocks(wall);
+        let ok = matches!(&hashed, Some((size, sum)) if *size == copy.size && *sum == copy.checksum);
+        let read = hashed.as_ref().map_or(0, |h| h.0);
+        self.repl_stats.scrubbed_copies += 1;
+        self.repl_stats.scrubbed_bytes += read;
+        let state = if ok { LocationState::Verified } else { LocationState::Stale };
+        self.copy_mark(wall, &copy.path, &copy.volume, state, &copy.checksum);
+        if !ok {
+            self.repl_stats.scrub_mismatches += 1;
+            self.chores.kick(Chore::Plan, now);
+        }
+        let rate = self.config_number("storage", "scrub_rate").unwrap_or(SCRUB_RATE_DEFAULT);
+        let mut rest = scrub_rest_ms(read, rate);
+        if self.scrub_pending.is_empty() {
+            // A batch is through: rest before looking at the records again.
+            rest = rest.max(SCRUB_IDLE_MS);
+        }
+        self.chores.done(Chore::Scrub, now, rest);
+        ok
+    }
+}
