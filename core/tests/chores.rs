@@ -1,0 +1,168 @@
+//! The node's background chores (core/src/node/chores.rs, storage/chores.rs) driven through its
+//! one timer: the leader's planner pass runs inside `handle_timeout` on its interval and at once
+//! when kicked; disk work, rescans and measuring are asked of the shell and come due again only
+//! after the shell reports their end; the scrub hands out one copy at a time and rests in
+//! proportion to what it read. Time is only the `Millis` handed in.
+
+use ed25519_dalek::SigningKey;
+use shoal_core::meta::records::LocationState;
+use shoal_core::node::files::LocalCopy;
+use shoal_core::node::volumes::FolderFacts;
+use shoal_core::node::{Node, NodeConfig, Output, SelfInfo};
+use shoal_core::records::Capabilities;
+use shoal_core::storage::chores::Chore;
+use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
+use shoal_core::{NodeId, VolumeId};
+
+const T0: Millis = Millis(1_800_000_000_000);
+const MIB: u64 = 1024 * 1024;
+
+fn at(ms: u64) -> Millis {
+    T0.plus(ms)
+}
+
+/// Node 1, alone in a new cluster with one volume of its own, holding the metadata lease
+/// (its first timer turn, at T0, has run).
+fn lone_leader() -> (Node, VolumeId) {
+    let me = SelfInfo {
+        name: "node-1".into(),
+        advertise_url: "http://10.0.0.1:7000".into(),
+        software_version: "0.1.0".into(),
+        capabilities: Capabilities::default(),
+    };
+    let id = NodeId::new("aaaaaaaa-aaaa-4aaa-8aaa-000000000001");
+    let mut n = Node::new(id, SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me);
+    n.create_cluster(T0, "c").expect("create the cluster");
+    let v = n.volume_add(T0, "/srv/n1", &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("add a volume");
+    let vol = VolumeId::new(v["id"].as_str().expect("volume id"));
+    n.handle_timeout(T0);
+    assert!(n.leader_term(T0).is_some(), "a lone member takes the lease");
+    (n, vol)
+}
+
+fn outputs(n: &mut Node) -> Vec<Output> {
+    std::iter::from_fn(|| n.poll_output()).collect()
+}
+
+fn chores_asked(out: &[Output]) -> Vec<Chore> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Chore(c) => Some(*c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn scrub_asked(out: &[Output]) -> Vec<LocalCopy> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ScrubCopy(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Publish a file of `size` bytes with its one copy on `vol`.
+fn publish(n: &mut Node, wall: Millis, path: &str, size: u64, vol: &VolumeId) {
+    let me = n.id().clone();
+    n.file_publish(wall, path, size, &"a".repeat(64), wall.0, &[(vol.clone(), me)]).expect("publish");
+}
+
+#[test]
+fn the_leader_plans_on_its_interval_and_at_once_when_kicked() {
+    let (mut n, _) = lone_leader();
+    assert_eq!(n.repl_stats().passes, 1, "the first pass runs as the node starts leading");
+    n.handle_timeout(at(30 * SECOND_MS));
+    assert_eq!(n.repl_stats().passes, 1, "not due yet");
+    assert!(n.poll_timeout().is_some_and(|d| d <= at(60 * SECOND_MS)), "the next pass is announced");
+    n.handle_timeout(at(60 * SECOND_MS));
+    assert_eq!(n.repl_stats().passes, 2, "due after replication.plan_every (60 s)");
+    n.chore_kick(at(61 * SECOND_MS), Chore::Plan);
+    assert!(n.poll_timeout().is_some_and(|d| d <= at(61 * SECOND_MS)), "a kick brings the deadline forward");
+    n.handle_timeout(at(61 * SECOND_MS));
+    assert_eq!(n.repl_stats().passes, 3, "a kicked pass runs at the next turn");
+}
+
+#[test]
+fn a_pass_ends_a_copy_of_a_gone_volume_and_a_finished_task_asks_for_another_pass() {
+    let (mut n, vol) = lone_leader();
+    publish(&mut n, at(1_000), "/f", 10, &vol);
+    // A second copy on a volume no node has: the pass forgets it.
+    let ghost = VolumeId::new("ghost-volume");
+    let ghost_node = NodeId::new("bbbbbbbb-bbbb-4bbb-8bbb-000000000002");
+    let f = n.meta().state().file("/f").cloned().expect("the record");
+    n.file_publish(
+        at(2_000),
+        "/f",
+        10,
+        &f.checksum,
+        at(2_000).0,
+        &[(vol.clone(), n.id().clone()), (ghost.clone(), ghost_node)],
+    )
+    .expect("publish with a ghost copy");
+    n.chore_kick(at(3_000), Chore::Plan);
+    n.handle_timeout(at(3_000));
+    let f = n.meta().state().file("/f").cloned().expect("the record");
+    let g = f.locations.iter().find(|l| l.volume_id == ghost).expect("the ghost copy is listed");
+    assert_eq!(g.state, LocationState::Dropped, "a copy on a volume no node has is forgotten by the pass");
+    // A task this leader ended by its own hand counts and asks for a pass at once.
+    let passes = n.repl_stats().passes;
+    n.repl_finish(at(4_000), &f.id, "/f", false);
+    assert_eq!(n.repl_stats().failed, 1);
+    n.handle_timeout(at(4_000));
+    assert_eq!(n.repl_stats().passes, passes + 1);
+}
+
+#[test]
+fn disk_work_rescans_and_measuring_are_asked_of_the_shell_and_due_again_only_after_they_end() {
+    let (mut n, _) = lone_leader();
+    let first = chores_asked(&outputs(&mut n));
+    assert_eq!(first, vec![Chore::Reconcile, Chore::Usage], "disk work and measuring at once");
+    n.handle_timeout(at(15 * SECOND_MS));
+    assert!(chores_asked(&outputs(&mut n)).is_empty(), "under way: not asked twice");
+    n.chore_done(at(15 * SECOND_MS), Chore::Reconcile);
+    n.handle_timeout(at(20 * SECOND_MS));
+    assert_eq!(chores_asked(&outputs(&mut n)), vec![Chore::Rescan], "the rescan 20 s after start");
+    n.handle_timeout(at(25 * SECOND_MS));
+    assert_eq!(chores_asked(&outputs(&mut n)), vec![Chore::Reconcile], "disk work 10 s after its last end");
+    assert_eq!(n.chore_due(Chore::Usage), None, "measuring still under way");
+    n.chore_done(at(26 * SECOND_MS), Chore::Usage);
+    assert_eq!(n.chore_due(Chore::Usage), Some(at(86 * SECOND_MS)), "measured again after storage.usage_every");
+}
+
+#[test]
+fn the_scrub_checks_one_copy_at_a_time_rests_in_proportion_and_a_mismatch_is_marked_stale() {
+    let (mut n, vol) = lone_leader();
+    publish(&mut n, at(1_000), "/a", 40 * MIB, &vol);
+    publish(&mut n, at(1_000), "/b", 10, &vol);
+    // Copies are checked once they are a day old (storage.scrub_min_age).
+    let day = at(25 * HOUR_MS);
+    n.handle_timeout(day);
+    let asked = scrub_asked(&outputs(&mut n));
+    assert_eq!(asked.len(), 1, "one copy at a time");
+    assert_eq!(asked[0].path, "/a");
+    n.handle_timeout(day.plus(1));
+    assert!(scrub_asked(&outputs(&mut n)).is_empty(), "nothing more while it is hashed");
+    assert!(n.scrub_result(day, &asked[0], Some((40 * MIB, asked[0].checksum.clone()))));
+    assert_eq!(
+        n.chore_due(Chore::Scrub),
+        Some(day.plus(2 * SECOND_MS)),
+        "40 MiB at 20 MiB/s: the scrub rests 2 s before the next copy"
+    );
+    n.handle_timeout(day.plus(2 * SECOND_MS));
+    let asked = scrub_asked(&outputs(&mut n));
+    assert_eq!(asked.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), vec!["/b"]);
+    let passes = n.repl_stats().passes;
+    assert!(!n.scrub_result(day.plus(2 * SECOND_MS), &asked[0], Some((10, "f".repeat(64)))));
+    let b = n.meta().state().file("/b").cloned().expect("the record");
+    assert_eq!(b.locations[0].state, LocationState::Stale, "a copy that does not match is marked stale");
+    assert_eq!(n.repl_stats().scrub_mismatches, 1);
+    assert_eq!(n.repl_stats().scrubbed_copies, 2);
+    assert_eq!(
+        n.chore_due(Chore::Scrub),
+        Some(day.plus(62 * SECOND_MS)),
+        "the batch is through: the scrub rests a minute"
+    );
+    n.handle_timeout(day.plus(2 * SECOND_MS));
+    assert_eq!(n.repl_stats().passes, passes + 1, "a mismatch asks for a planner pass to repair it");
+}
