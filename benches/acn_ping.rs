@@ -92,7 +92,7 @@ fn main() {
             .as_str()
             .unwrap()
             .to_string();
-        shoal_shell::daemon::join_with_token(b.shared(), &token).await.expect("join");
+        shoal_shell::join::join_with_token(b.shared(), &token).await.expect("join");
         let (me, cluster) = a.shared().read_node(|n, _| (n.id().clone(), n.cluster().unwrap().id.clone()));
         let seed = std::fs::read_to_string(root.path().join("a").join("node.key")).expect("key");
         let seed: [u8; 32] = hex::decode(seed.trim()).expect("hex").try_into().expect("32 bytes");

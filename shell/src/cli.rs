@@ -4,6 +4,7 @@
 //! with a non-zero exit.
 
 use crate::cli_format as fmt;
+pub use crate::cli_format::{init_tracing, say, CliError};
 use crate::client::HttpClient;
 use crate::daemon::{self, ServeOptions};
 use crate::env::TokioEnv;
@@ -396,29 +397,6 @@ pub enum NodeCmd {
     Remove { id: String },
     /// Send a signed ping to a member and report the round trip.
     Probe { id: String },
-}
-
-/// A failure to report on stderr.
-#[derive(Debug)]
-pub struct CliError(pub String);
-
-impl std::fmt::Display for CliError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Print a line on stdout. A reader that went away (`shoal ls | head -1`, a demo piped into a
-/// closed pager) is no error: the output is dropped rather than the process panicking.
-pub fn say(text: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
-}
-
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Run the parsed command line.

@@ -1,8 +1,32 @@
-//! How the CLI shows numbers to a person (`--json` keeps the exact numbers): sizes in B, KiB,
-//! MiB, GiB or TiB and durations as `15s`, `2m`, `1h`, `7d` — the same way an operator writes
-//! them in `shoal config set`.
+//! What the CLI shows a person: lines on stdout, failures on stderr (with the log's filter),
+//! and numbers (`--json` keeps the exact numbers): sizes in B, KiB, MiB, GiB or TiB and
+//! durations as `15s`, `2m`, `1h`, `7d` — the same way an operator writes them in
+//! `shoal config set`.
 
 use serde_json::Value;
+
+/// A failure to report on stderr.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Print a line on stdout. A reader that went away (`shoal ls | head -1`, a demo piped into a
+/// closed pager) is no error: the output is dropped rather than the process panicking.
+pub fn say(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHOAL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
 
 /// `n` bytes for a person: `512 B`, `1.5 KiB`, `20.0 MiB`, `3.2 GiB`.
 pub fn bytes(n: u64) -> String {

@@ -11,14 +11,14 @@ use crate::client::HttpClient;
 use crate::env::Env;
 use crate::identity::{self, IdentityError};
 use crate::meta_store::{spawn_flusher, MetaStore};
+use crate::node_handle::Shared;
+use crate::service_state::ReplState;
 use crate::store::{Store, StoreError};
 use crate::sync::lock;
-use crate::transport::{self, Prepared, Route, Transport};
-use serde_json::Value;
+use crate::transport::Transport;
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
-use shoal_core::node::{ApiError, Event, Input, Node, NodeConfig, Output, SelfInfo};
-use shoal_core::storage::chores::Chore;
+use shoal_core::node::{Input, Node, NodeConfig, Output, SelfInfo};
 use shoal_core::{Millis, SeededRng};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,215 +84,6 @@ pub enum StartError {
     Listen(String, std::io::Error),
     #[error("bad --advertise URL {0}: it must look like http://host:port")]
     BadAdvertise(String),
-}
-
-pub struct Shared<E: Env> {
-    pub env: E,
-    node: Mutex<Node>,
-    store: Store,
-    meta_store: Arc<MetaStore>,
-    persist_lock: Mutex<()>,
-    pub client: HttpClient<E>,
-    pub transport: Transport<E>,
-    wake: Notify,
-    pub data_dir: PathBuf,
-    pub admin_token: String,
-    pub disable_cluster: bool,
-    pub listen: String,
-    pub started: Millis,
-    /// Upload sessions of the chunked transfer protocol.
-    pub store_service: crate::store_service::StoreService,
-    /// Blocking disk work goes to tokio's blocking pool (not in simulation).
-    pub offload_io: bool,
-    /// Replication bookkeeping of the shell (pulls running, disk work done).
-    pub repl: crate::repl::ReplState,
-    /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
-    armed: AtomicU64,
-    /// Told whenever a peer's answer to one of this node's requests was handled.
-    pub answers: Notify,
-    shutdown: watch::Sender<bool>,
-}
-
-impl<E: Env> Shared<E> {
-    /// Run `f` on the node at the current time, then carry out what it asked for.
-    pub fn with_node<R>(self: &Arc<Self>, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
-        let mono = self.env.monotonic();
-        let now = self.env.now();
-        let r = {
-            let mut node = lock(&self.node);
-            node.observe_monotonic(mono);
-            let r = f(&mut node, now);
-            // The call may have brought a deadline forward (a kicked chore): the driver, asleep
-            // until the one it armed, looks again.
-            if node.poll_timeout().is_some_and(|d| d.0 < self.armed.load(Ordering::Acquire)) {
-                self.wake.notify_one();
-            }
-            r
-        };
-        self.pump();
-        r
-    }
-
-    /// Read the node without producing outputs.
-    pub fn read_node<R>(&self, f: impl FnOnce(&Node, Millis) -> R) -> R {
-        let mono = self.env.monotonic();
-        let now = self.env.now();
-        let mut node = lock(&self.node);
-        node.observe_monotonic(mono);
-        f(&node, now)
-    }
-
-    /// Drain the node's outputs and carry them out.
-    pub fn pump(self: &Arc<Self>) {
-        let _order = lock(&self.persist_lock);
-        // Routes are picked while the node is at hand: the transport's choice, or the URL the
-        // core named (a node being evicted is no longer a member the transport knows).
-        let outputs: Vec<(Output, Option<Route>)> = {
-            let mut node = lock(&self.node);
-            let drained: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
-            drained
-                .into_iter()
-                .map(|o| {
-                    let route = match &o {
-                        Output::Send(req) => {
-                            Some(transport::route(&node, &req.to).unwrap_or_else(|_| Route::Direct(req.url.clone())))
-                        }
-                        _ => None,
-                    };
-                    (o, route)
-                })
-                .collect()
-        };
-        if outputs.is_empty() {
-            return;
-        }
-        let mut ops = Vec::new();
-        let mut meta_ops = Vec::new();
-        for (o, route) in outputs {
-            match o {
-                Output::Persist(op) => ops.push(op),
-                Output::Meta(op) => meta_ops.push(op),
-                Output::Send(req) => {
-                    let shared = self.clone();
-                    let prepared = Prepared {
-                        route: route.unwrap_or_else(|| Route::Direct(req.url.clone())),
-                        method: req.method.to_string(),
-                        target: req.target.clone(),
-                        headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
-                        body: req.body.into(),
-                    };
-                    tokio::spawn(async move {
-                        let res = shared.transport.send(prepared, req.timeout_ms).await;
-                        let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
-                        shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
-                        // Whoever waits on a peer's answer (a put for its record's replication)
-                        // looks again.
-                        shared.answers.notify_waiters();
-                    });
-                }
-                Output::Event(e) => log_event(&e),
-                Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
-                Output::Chore(chore) => {
-                    tokio::spawn(crate::repl::run_chore(self.clone(), chore));
-                }
-                Output::ScrubCopy(copy) => {
-                    tokio::spawn(crate::repl::scrub_copy(self.clone(), copy));
-                }
-                Output::ReplDispatch { term, task } => {
-                    tokio::spawn(crate::repl::send_task(self.clone(), term, task));
-                }
-            }
-        }
-        if !meta_ops.is_empty() {
-            // Written behind: coalesced per key, committed by the flusher every 50 ms.
-            self.meta_store.queue(meta_ops);
-        }
-        if let Err(e) = self.store.apply(&ops) {
-            // The state stays in memory and is written again with the next change of the record.
-            tracing::error!(error = %e, "could not persist cluster state");
-        }
-        self.wake.notify_one();
-    }
-
-    /// Ask the node to stop; [`Daemon::wait`] returns once it has.
-    pub fn request_shutdown(&self) {
-        let _ = self.shutdown.send(true);
-    }
-
-    /// Run blocking work (file I/O) on the blocking pool, or inline in simulation.
-    pub async fn blocking<R: Send + 'static>(self: &Arc<Self>, f: impl FnOnce() -> R + Send + 'static) -> R {
-        if self.offload_io {
-            match tokio::task::spawn_blocking(f).await {
-                Ok(r) => r,
-                Err(e) => std::panic::resume_unwind(e.into_panic()),
-            }
-        } else {
-            f()
-        }
-    }
-
-    /// Ask for a planner pass now (it runs if this node is the leader).
-    pub fn repl_kick(self: &Arc<Self>) {
-        self.with_node(|n, now| n.chore_kick(now, Chore::Plan));
-    }
-
-    /// Resolve and apply this node's config at the driver's next turn (the core's config
-    /// pass, `Node::config_kick`).
-    pub fn config_kick(&self) {
-        lock(&self.node).config_kick();
-        self.wake.notify_one();
-    }
-
-    /// Ask for this node's disk work (deletes and renames the records ask for) now.
-    pub fn disk_kick(self: &Arc<Self>) {
-        self.with_node(|n, now| n.chore_kick(now, Chore::Reconcile));
-    }
-
-    /// Ask the scrub to go on now instead of resting.
-    pub fn scrub_kick(self: &Arc<Self>) {
-        self.with_node(|n, now| n.chore_kick(now, Chore::Scrub));
-    }
-
-    pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-}
-
-/// Write each module's resolved values to `DATA/config/<module>.json` (through a temporary
-/// file, so a reader never sees half of one).
-fn write_config_files(
-    data_dir: &std::path::Path,
-    own: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, shoal_core::config::resolve::Resolved>>,
-) {
-    let dir = data_dir.join("config");
-    if std::fs::create_dir_all(&dir).is_ok() {
-        for (module, keys) in own {
-            let body = serde_json::to_vec_pretty(keys).unwrap_or_default();
-            let tmp = dir.join(format!(".{module}.json.tmp"));
-            if std::fs::write(&tmp, body).is_ok() {
-                let _ = std::fs::rename(&tmp, dir.join(format!("{module}.json")));
-            }
-        }
-    }
-}
-
-fn log_event(e: &Event) {
-    match e {
-        Event::MemberAdded(id) => tracing::info!(node = %id, "member joined"),
-        Event::MemberRemoved(id) => tracing::info!(node = %id, "member removed"),
-        Event::StateChanged { node, from, to } => {
-            tracing::info!(node = %node, from = from.as_str(), to = to.as_str(), "node state changed")
-        }
-        Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
-        Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
-        Event::ConfigRenames { did } => tracing::info!(did = ?did, "config renames"),
-        Event::ConfigApplied { changed } => tracing::info!(changed = ?changed, "config applied"),
-        Event::ReplTaskExpired { path } => tracing::warn!(path = %path, "a replication task's lease ran out"),
-        Event::MetaRefused { from, what, why } => match from {
-            Some(peer) => tracing::warn!(peer = %peer, what = %what, why = %why, "metadata refused"),
-            None => tracing::warn!(what = %what, why = %why, "metadata refused"),
-        },
-    }
 }
 
 /// A running node. Dropping it does not stop it; call [`Daemon::shutdown`].
@@ -447,7 +238,8 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         started: now,
         store_service: Default::default(),
         offload_io: opts.offload_io,
-        repl: Default::default(),
+        repl: ReplState::default(),
+        services: run_service::<E>,
         armed: AtomicU64::new(u64::MAX),
         answers: Notify::new(),
         shutdown,
@@ -468,6 +260,22 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         tasks.push(tokio::spawn(drive(shared.clone())));
     }
     Ok(Daemon { shared, tasks, local_addr })
+}
+
+/// Carry out a service's output: each runs as its own task and reports back to the core.
+fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
+    match o {
+        Output::Chore(chore) => {
+            tokio::spawn(crate::repl::run_chore(s.clone(), chore));
+        }
+        Output::ScrubCopy(copy) => {
+            tokio::spawn(crate::repl::scrub_copy(s.clone(), copy));
+        }
+        Output::ReplDispatch { term, task } => {
+            tokio::spawn(crate::repl::send_task(s.clone(), term, task));
+        }
+        other => tracing::error!(output = ?other, "not a service's output"),
+    }
 }
 
 /// The driver: one timer, armed from the core's `poll_timeout`. Each turn feeds a health
@@ -498,39 +306,6 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             _ = shared.wake.notified() => {}
             _ = stop.wait_for(|s| *s) => break,
-        }
-    }
-}
-
-/// 409 when this node runs with clustering disabled (`--disable-cluster`).
-pub fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
-    if s.disable_cluster {
-        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
-    }
-    Ok(())
-}
-
-/// Join the cluster a token names: ask its issuer, then adopt the answer.
-pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
-    cluster_enabled(s)?;
-    let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
-    if !plan.url.starts_with("http://") {
-        s.with_node(|n, _| n.abort_join());
-        return Err(ApiError::new(
-            400,
-            "bad_token",
-            "the token's issuer URL is https://, which this build does not speak yet",
-        ));
-    }
-    let (base, target) = match plan.url.find("/cluster/acn/") {
-        Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
-        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
-    };
-    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
-        Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
-        Err(e) => {
-            s.with_node(|n, _| n.abort_join());
-            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
         }
     }
 }

@@ -9,7 +9,7 @@
 //! session (signed chunked protocol). Other bodies are spooled to `DATA/spool` while hashing,
 //! then copied. It makes as many copies as the folder policy wants when enough nodes can take
 //! them, and at least one; the planner makes up the rest. Bytes are renamed into place only
-//! through [`crate::store_service::Landed::land`], which keeps racing writes of one path from
+//! through [`crate::service_state::Landed::land`], which keeps racing writes of one path from
 //! leaving one's record over the other's bytes.
 //!
 //! A get reads the best copy (this node's, then ONLINE peers), hashing as it streams; a copy
@@ -20,12 +20,13 @@
 //! (`shoal_core::node::files`).
 
 use crate::client::ChannelBody;
-use crate::daemon::Shared;
 use crate::disk::confined_path;
 use crate::env::Env;
+use crate::node_handle::Shared;
+use crate::peer::{answered_error, io_api, peer_error, read_piece, signed, signed_within, PEER_TIMEOUT_MS};
 use crate::store_service::copy_path;
 use crate::transport::Transport;
-use crate::wire::{escape_query, CHUNK_SHA_HEADER, COPY_HEADER, FILE_SIZE_HEADER, SHA_HEADER};
+use crate::wire::{CHUNK_SHA_HEADER, COPY_HEADER, SHA_HEADER};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -42,7 +43,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const PEER_TIMEOUT_MS: u64 = 60_000;
 /// How long a put waits for a peer to open an upload session.
 const BEGIN_TIMEOUT_MS: u64 = 10_000;
 /// Chunk uploads to one peer in flight at once.
@@ -51,44 +51,6 @@ const CHUNKS_IN_FLIGHT: usize = 2;
 const PIECES_AHEAD: usize = 2;
 /// Read size for local copies while streaming.
 const READ_BYTES: usize = 1 << 20;
-
-fn peer_error(e: impl ToString) -> ApiError {
-    ApiError::new(502, "peer_unreachable", e.to_string())
-}
-
-fn io_api(what: &str, e: std::io::Error) -> ApiError {
-    if e.kind() == std::io::ErrorKind::StorageFull {
-        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
-    }
-    ApiError::new(500, "io", format!("{what}: {e}"))
-}
-
-/// A signed request to member `to`, with `extra` headers beside the signature.
-pub async fn signed<E: Env>(
-    s: &Arc<Shared<E>>,
-    to: &NodeId,
-    method: &str,
-    target: &str,
-    body: Vec<u8>,
-    extra: Vec<(&'static str, String)>,
-) -> Result<crate::client::Response, ApiError> {
-    signed_within(s, to, method, target, body, extra, PEER_TIMEOUT_MS).await
-}
-
-async fn signed_within<E: Env>(
-    s: &Arc<Shared<E>>,
-    to: &NodeId,
-    method: &str,
-    target: &str,
-    body: Vec<u8>,
-    extra: Vec<(&'static str, String)>,
-    timeout_ms: u64,
-) -> Result<crate::client::Response, ApiError> {
-    let mut prepared =
-        s.with_node(|n, now| Transport::<E>::prepare(n, now, to, method, target, body)).map_err(peer_error)?;
-    prepared.headers.extend(extra);
-    s.transport.send(prepared, timeout_ms).await.map_err(peer_error)
-}
 
 /// `store/begin` on peer `to`: a small request a healthy peer answers at once, so a peer that
 /// does not answer within [`BEGIN_TIMEOUT_MS`] is passed over for another.
@@ -102,16 +64,6 @@ async fn begin_upload<E: Env>(s: &Arc<Shared<E>>, to: &NodeId, begin: Value) -> 
 }
 
 /// The error a peer answered, as ours.
-fn answered_error(r: &crate::client::Response, what: &str) -> ApiError {
-    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
-    let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
-    if r.status == 409 && v["error"]["code"] == "write_conflict" {
-        return ApiError::new(409, "write_conflict", format!("{what}: {msg}"));
-    }
-    let status = if r.status == 507 { 507 } else { 502 };
-    ApiError::new(status, if status == 507 { "insufficient_storage" } else { "peer_refused" }, format!("{what}: {msg}"))
-}
-
 /// Where one copy goes.
 #[derive(Clone, Debug)]
 pub struct Placed {
@@ -291,7 +243,7 @@ enum Sink {
         dest: PathBuf,
         file: Arc<std::fs::File>,
         /// The volume is not retired while this copy is written.
-        _writing: crate::store_service::WriteGuard,
+        _writing: crate::service_state::WriteGuard,
     },
     Peer {
         placed: Placed,
@@ -744,7 +696,7 @@ pub async fn put<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap, bo
     // A put runs to its end even if the client goes away meanwhile: copies that landed are
     // published, and a body cut short aborts every copy it started.
     let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body).await });
-    crate::server::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
+    crate::http_error::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
 }
 
 async fn put_inner<E: Env>(
@@ -889,10 +841,10 @@ fn parse_range(h: &str, size: u64) -> Result<(u64, u64), ApiError> {
 pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) -> Response {
     let (f, sources) = match s.read_node(|n, now| n.file_sources(&path, now)) {
         Ok(x) => x,
-        Err(e) => return crate::server::api_result(Err(e)),
+        Err(e) => return crate::http_error::api_result(Err(e)),
     };
     if sources.is_empty() {
-        return crate::server::api_result(Err(ApiError::new(
+        return crate::http_error::api_result(Err(ApiError::new(
             503,
             "no_copy_available",
             format!("no readable copy of cluster:{} right now", f.path),
@@ -901,7 +853,7 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
     let range = match headers.get("range").and_then(|v| v.to_str().ok()) {
         Some(h) => match parse_range(h, f.size) {
             Ok(r) => Some(r),
-            Err(e) => return crate::server::api_result(Err(e)),
+            Err(e) => return crate::http_error::api_result(Err(e)),
         },
         None => None,
     };
@@ -927,7 +879,7 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         }
     }
     let Some((cur, first)) = first else {
-        return crate::server::api_result(Err(ApiError::new(
+        return crate::http_error::api_result(Err(ApiError::new(
             503,
             "no_copy_available",
             format!("no copy could be read: {}", tried.join("; ")),
@@ -1130,39 +1082,4 @@ impl<E: Env> GetStream<E> {
 fn mark_stale<E: Env>(s: &Arc<Shared<E>>, path: &str, volume: &VolumeId, sum: &str) {
     s.with_node(|n, now| n.copy_mark(now, path, volume, LocationState::Stale, sum));
     s.repl_kick();
-}
-
-/// Read `len` bytes at `offset` of one copy: from disk when it is local, else with
-/// `store/read` (whose chunk SHA-256 is checked).
-pub async fn read_piece<E: Env>(
-    s: &Arc<Shared<E>>,
-    src: &Source,
-    path: &str,
-    offset: u64,
-    len: u64,
-) -> Result<Bytes, ApiError> {
-    if let Some(folder) = &src.folder {
-        let (folder, path) = (PathBuf::from(folder), path.to_string());
-        return s
-            .blocking(move || {
-                let file = confined_path(&folder, &path, false)?;
-                crate::disk::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
-            })
-            .await;
-    }
-    let target = format!(
-        "/cluster/acn/store/read?volume={}&path={}&offset={offset}&length={len}",
-        src.volume_id,
-        escape_query(path)
-    );
-    let r = signed(s, &src.node_id, "GET", &target, vec![], vec![]).await?;
-    if r.status != 200 {
-        return Err(answered_error(&r, "store/read"));
-    }
-    let claimed = r.header(CHUNK_SHA_HEADER).unwrap_or_default().to_string();
-    if hex::encode(Sha256::digest(&r.body)) != claimed {
-        return Err(ApiError::new(502, "corrupt_in_transit", "a piece did not match its SHA-256"));
-    }
-    let _ = r.header(FILE_SIZE_HEADER);
-    Ok(r.body)
 }

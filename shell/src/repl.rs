@@ -22,18 +22,17 @@
 //!
 //! [`Node::disk_actions`]: shoal_core::node::Node::disk_actions
 
-use crate::daemon::Shared;
 use crate::disk::confined_path;
-use crate::drive::{read_piece, signed};
 use crate::env::Env;
-use crate::server::error_response;
+use crate::http_error::error_response;
+use crate::node_handle::Shared;
+use crate::peer::{read_piece, signed};
 use crate::sync::lock;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
-use shoal_core::node::chores::ReplStats;
 use shoal_core::node::files::LocalCopy;
 use shoal_core::node::files::{DiskAction, Source};
 use shoal_core::node::replication::{PullCurrency, TaskReport};
@@ -42,50 +41,15 @@ use shoal_core::storage::chores::Chore;
 use shoal_core::storage::planner::{Action, InFlight, Task};
 use shoal_core::storage::tasks::ReportError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
-use shoal_core::{FileId, NodeId};
+use shoal_core::NodeId;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const TASK_RENEW_MS: u64 = 10_000;
 const HASH_BLOCK: usize = 1 << 20;
-
-/// Replication bookkeeping of this node's shell: the pulls it runs now and the disk work it
-/// did (what the core decided and counted is in [`Node::repl_stats`]).
-///
-/// [`Node::repl_stats`]: shoal_core::node::Node::repl_stats
-#[derive(Default)]
-pub struct ReplState {
-    /// Worker: files this node is pulling now.
-    running: Mutex<BTreeSet<FileId>>,
-    /// Figures for `repl status`.
-    stats: Mutex<DiskStats>,
-    /// When this process started: part files older than that belong to no upload.
-    started: Mutex<Option<std::time::SystemTime>>,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DiskStats {
-    pub disk_deletes: u64,
-    pub disk_renames: u64,
-    pub adopted: u64,
-    pub rescans: u64,
-}
-
-impl ReplState {
-    /// `repl status` figures: the core's counts (`core`), this shell's disk work, the leader's
-    /// task table `in_flight` and the pulls running here.
-    pub fn stats(&self, core: &ReplStats, in_flight: Vec<Task>) -> Value {
-        let mut stats = json!(core);
-        if let (Some(o), Value::Object(d)) = (stats.as_object_mut(), json!(*lock(&self.stats))) {
-            o.extend(d);
-        }
-        json!({ "stats": stats, "inFlight": in_flight, "running": *lock(&self.running) })
-    }
-}
 
 /// Note when this process started (part files older than that are leftovers).
 pub fn started<E: Env>(s: &Arc<Shared<E>>) {
@@ -749,7 +713,7 @@ async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) -> bool {
         return s.read_node(|n, _| n.meta().state().file(path).is_none_or(|f| f.removed));
     }
     let target = format!("/cluster/acn/meta/file?path={}", crate::wire::escape_query(path));
-    match crate::drive::signed(s, &leader, "GET", &target, vec![], vec![]).await {
+    match signed(s, &leader, "GET", &target, vec![], vec![]).await {
         Ok(r) if r.status == 200 => {
             serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["live"] == Value::Bool(false))
         }

@@ -3,8 +3,9 @@
 //! and `/metrics`. Every error is JSON `{"error":{"code","message"}}`; a client's mistake is a
 //! 4xx, never a 5xx.
 
-use crate::daemon::Shared;
 use crate::env::Env;
+use crate::http_error::{api_result, error_response, reply_response};
+use crate::node_handle::Shared;
 use crate::transport::{Transport, TransportError};
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
@@ -18,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use shoal_core::acn::{SignedHeaders, BODY_MAX_BYTES};
 use shoal_core::latency::LatencyMatrix;
-use shoal_core::node::{ApiError, Reply};
+use shoal_core::node::ApiError;
 use shoal_core::records::AdminState;
 use shoal_core::NodeId;
 use std::collections::BTreeMap;
@@ -114,22 +115,6 @@ async fn json_errors(req: Request, next: Next) -> Response {
     error_response(status.as_u16(), "bad_request", message)
 }
 
-pub fn error_response(status: u16, code: &str, message: impl Into<String>) -> Response {
-    reply_response(Reply::error(status, code, message))
-}
-
-fn reply_response(r: Reply) -> Response {
-    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(r.body)).into_response()
-}
-
-pub fn api_result(r: Result<Value, ApiError>) -> Response {
-    match r {
-        Ok(v) => (StatusCode::OK, axum::Json(v)).into_response(),
-        Err(e) => error_response(e.status, e.code, e.message),
-    }
-}
-
 async fn api_not_found() -> Response {
     error_response(404, "not_found", "no such endpoint")
 }
@@ -218,7 +203,7 @@ fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
-    crate::daemon::cluster_enabled(s)
+    crate::node_handle::cluster_enabled(s)
 }
 
 // ---- ACN ----
@@ -319,7 +304,7 @@ async fn cluster_join<E: Env>(State(s): S<E>, body: Body) -> Response {
 
 async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError> {
     let b: JoinReq = parse_body(&body)?;
-    crate::daemon::join_with_token(s, &b.token).await
+    crate::join::join_with_token(s, &b.token).await
 }
 
 async fn cluster_leave<E: Env>(State(s): S<E>) -> Response {

@@ -15,10 +15,11 @@
 //! [`Landed`] remembers bytes put in place that the records may not account for yet, and keeps
 //! other writes, deletes and renames off them meanwhile.
 
-use crate::daemon::Shared;
 use crate::disk::{confined_path, file_sha, read_at, write_at};
 use crate::env::Env;
-use crate::server::error_response;
+use crate::http_error::error_response;
+use crate::node_handle::Shared;
+use crate::service_state::{InOrderHash, Landed, StoreService, WriteConflict};
 use crate::sync::lock;
 use crate::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use axum::body::Bytes;
@@ -29,49 +30,13 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use shoal_core::node::ApiError;
 use shoal_core::storage::placement::{fits, writable};
-use shoal_core::storage::transfer::{self, TransferError, UploadSession, Uploads};
+use shoal_core::storage::transfer::{self, TransferError, UploadSession};
 use shoal_core::{FileId, NodeId, VolumeId};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-#[derive(Default)]
-pub struct StoreService {
-    /// The open upload sessions (their rules are the core's `Uploads`) and, by session id, the
-    /// whole-file hash of each, taken as its chunks arrive.
-    sessions: Mutex<Sessions>,
-    /// Bytes put in place that the records may not account for yet.
-    pub landed: Landed,
-    /// Writes under way per volume that no session shows (a local copy of a put, a commit
-    /// between its session and its landing).
-    writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
-}
-
-/// A write to a volume under way, until dropped: the volume is not retired meanwhile.
-pub struct WriteGuard {
-    writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
-    volume: VolumeId,
-}
-
-impl Drop for WriteGuard {
-    fn drop(&mut self) {
-        let mut w = lock(&self.writers);
-        if let Some(n) = w.get_mut(&self.volume) {
-            *n -= 1;
-            if *n == 0 {
-                w.remove(&self.volume);
-            }
-        }
-    }
-}
-
 impl StoreService {
-    /// Mark a write to `volume` under way until the guard is dropped.
-    pub fn writing(&self, volume: &VolumeId) -> WriteGuard {
-        *lock(&self.writers).entry(volume.clone()).or_default() += 1;
-        WriteGuard { writers: self.writers.clone(), volume: volume.clone() }
-    }
-
     /// Whether anything may still be writing to `volume`: a write under way, an upload session
     /// not expired, or bytes landed there that the records do not account for yet. A volume
     /// is retired only when none.
@@ -81,64 +46,6 @@ impl StoreService {
             return true;
         }
         s.with_node(|n, now| n.landed_on_volume(now, volume))
-    }
-}
-
-/// The open upload sessions and the running whole-file hash of each, by session id.
-#[derive(Default)]
-struct Sessions {
-    book: Uploads,
-    hashes: BTreeMap<String, Arc<Mutex<InOrderHash>>>,
-}
-
-impl Sessions {
-    fn remove(&mut self, id: &str) -> Option<UploadSession> {
-        self.hashes.remove(id);
-        self.book.remove(id)
-    }
-}
-
-/// The whole-file SHA-256 of an upload, taken as its chunks arrive, so the commit need not
-/// read the file back. Chunks that come ahead of their turn wait (a few, in memory); past
-/// that, or when a chunk is sent again after it was hashed, the hash is given up and the
-/// commit reads the part file instead.
-struct InOrderHash {
-    hasher: Sha256,
-    next: u64,
-    early: BTreeMap<u64, Bytes>,
-    given_up: bool,
-}
-
-/// Most chunks held in memory waiting for an earlier one.
-const EARLY_CHUNKS_MAX: usize = 4;
-
-impl InOrderHash {
-    fn new() -> InOrderHash {
-        InOrderHash { hasher: Sha256::new(), next: 0, early: BTreeMap::new(), given_up: false }
-    }
-
-    /// Chunk `index` (its bytes verified) was written.
-    fn offer(&mut self, index: u64, bytes: Bytes) {
-        if self.given_up {
-            return;
-        }
-        let too_early = index != self.next && self.early.len() >= EARLY_CHUNKS_MAX;
-        if index < self.next || self.early.contains_key(&index) || too_early {
-            // Sent again (perhaps with other bytes), or too far ahead: read the file at commit.
-            self.given_up = true;
-            self.early.clear();
-            return;
-        }
-        self.early.insert(index, bytes);
-        while let Some(b) = self.early.remove(&self.next) {
-            self.hasher.update(&b);
-            self.next += 1;
-        }
-    }
-
-    /// The whole-file SHA-256 when every one of `chunks` chunks was hashed in order.
-    fn finish(&self, chunks: u64) -> Option<String> {
-        (!self.given_up && self.next == chunks).then(|| hex::encode(self.hasher.clone().finalize()))
     }
 }
 
@@ -534,28 +441,6 @@ fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     file.with_file_name(transfer::part_file_name(&name, &s.part_tag()))
 }
 
-/// Landing bytes: the rename into place, under one lock so two landings at one path never both
-/// pass the check. Which bytes are unsettled, and what may land over what, is the core's
-/// (`shoal_core::storage::landed`, `Node::landed_*`).
-#[derive(Default)]
-pub struct Landed {
-    landing: Mutex<()>,
-}
-
-/// Another write's bytes landed at this path moments ago and its record has not settled.
-#[derive(Debug)]
-pub struct WriteConflict;
-
-impl WriteConflict {
-    pub fn api_error(&self) -> ApiError {
-        ApiError::new(
-            409,
-            "write_conflict",
-            "another write of this path landed on this volume moments ago and is not settled yet; try again",
-        )
-    }
-}
-
 /// How long a landing waits for another write's bytes at its path to settle.
 const SETTLE_WAIT_MS: u64 = 2_000;
 
@@ -666,10 +551,6 @@ impl Landed {
 mod tests {
     use super::*;
 
-    fn sha(b: &[u8]) -> String {
-        hex::encode(Sha256::digest(b))
-    }
-
     #[test]
     fn a_folder_another_write_makes_meanwhile_is_taken() {
         let root = tempfile::tempdir().unwrap();
@@ -713,36 +594,5 @@ mod tests {
             let want = &content[at.min(len)..(at + n).min(len)];
             assert!(bytes[..] == *want, "read of {n} at {at}: {} bytes", bytes.len());
         }
-    }
-
-    #[test]
-    fn the_in_order_hash_waits_for_early_chunks_and_gives_up_on_resent_ones() {
-        let parts: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 100])).collect();
-        let whole: Vec<u8> = parts.iter().flat_map(|b| b.to_vec()).collect();
-
-        let mut h = InOrderHash::new();
-        for i in [1, 0, 3, 2] {
-            h.offer(i, parts[i as usize].clone());
-        }
-        assert_eq!(h.finish(4), Some(sha(&whole)), "chunks a little out of order still hash in order");
-        assert_eq!(h.finish(5), None, "a missing chunk means no hash");
-
-        let mut h = InOrderHash::new();
-        h.offer(0, parts[0].clone());
-        h.offer(0, Bytes::from(vec![9u8; 100]));
-        assert_eq!(h.finish(1), None, "a chunk sent again may carry other bytes: read the file instead");
-
-        let mut h = InOrderHash::new();
-        for i in 1..=(EARLY_CHUNKS_MAX as u64 + 1) {
-            h.offer(i, parts[0].clone());
-        }
-        assert!(h.given_up && h.early.is_empty(), "too many early chunks are not kept in memory");
-
-        let mut h = InOrderHash::new();
-        for i in 1..=EARLY_CHUNKS_MAX as u64 {
-            h.offer(i, parts[0].clone());
-        }
-        h.offer(0, parts[0].clone());
-        assert!(h.finish(EARLY_CHUNKS_MAX as u64 + 1).is_some(), "the chunk that drains them is taken");
     }
 }

@@ -1,0 +1,33 @@
+//! Joining a cluster with a token (spec: "Membership", "Join tokens"): the core prepares the
+//! request and judges the answer; this module only carries it to the token's issuer.
+
+use crate::env::Env;
+use crate::node_handle::{cluster_enabled, Shared};
+use serde_json::Value;
+use shoal_core::node::ApiError;
+use std::sync::Arc;
+
+/// Join the cluster a token names: ask its issuer, then adopt the answer.
+pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<Value, ApiError> {
+    cluster_enabled(s)?;
+    let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
+    if !plan.url.starts_with("http://") {
+        s.with_node(|n, _| n.abort_join());
+        return Err(ApiError::new(
+            400,
+            "bad_token",
+            "the token's issuer URL is https://, which this build does not speak yet",
+        ));
+    }
+    let (base, target) = match plan.url.find("/cluster/acn/") {
+        Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
+        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
+    };
+    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
+        Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
+        Err(e) => {
+            s.with_node(|n, _| n.abort_join());
+            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The handle every part of a running node shares (DESIGN.md "The shell"): the core [`Node`]
+//! behind its lock, the stores, the HTTP client and transport, and each service's state. A
+//! call into the node passes the time and then carries out what it asked for ([`Shared::pump`]):
+//! persistence, requests to peers, events, config files, and (through the function the daemon
+//! gave) the services' work. Kicks ask the core to run a chore sooner; the driver that owns
+//! the timer is `crate::daemon`.
+
+use crate::client::HttpClient;
+use crate::env::Env;
+use crate::meta_store::MetaStore;
+use crate::service_state::{ReplState, StoreService};
+use crate::store::Store;
+use crate::sync::lock;
+use crate::transport::{self, Prepared, Route, Transport};
+use shoal_core::node::{ApiError, Event, Input, Node, Output};
+use shoal_core::storage::chores::Chore;
+use shoal_core::Millis;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{watch, Notify};
+
+/// What carries out a service's output (see [`Shared::services`]).
+pub type ServiceFn<E> = fn(&Arc<Shared<E>>, Output);
+
+pub struct Shared<E: Env> {
+    pub env: E,
+    pub(crate) node: Mutex<Node>,
+    pub(crate) store: Store,
+    pub(crate) meta_store: Arc<MetaStore>,
+    pub(crate) persist_lock: Mutex<()>,
+    pub client: HttpClient<E>,
+    pub transport: Transport<E>,
+    pub(crate) wake: Notify,
+    pub data_dir: PathBuf,
+    pub admin_token: String,
+    pub disable_cluster: bool,
+    pub listen: String,
+    pub started: Millis,
+    /// Upload sessions of the chunked transfer protocol.
+    pub store_service: StoreService,
+    /// Blocking disk work goes to tokio's blocking pool (not in simulation).
+    pub offload_io: bool,
+    /// Replication bookkeeping of the shell (pulls running, disk work done).
+    pub repl: ReplState,
+    /// Carries out the outputs that are a service's work (chores, scrub hashing, replication
+    /// tasks); given by [`crate::daemon::start`], so this handle depends on no service.
+    pub(crate) services: ServiceFn<E>,
+    /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
+    pub(crate) armed: AtomicU64,
+    /// Told whenever a peer's answer to one of this node's requests was handled.
+    pub answers: Notify,
+    pub(crate) shutdown: watch::Sender<bool>,
+}
+
+impl<E: Env> Shared<E> {
+    /// Run `f` on the node at the current time, then carry out what it asked for.
+    pub fn with_node<R>(self: &Arc<Self>, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
+        let mono = self.env.monotonic();
+        let now = self.env.now();
+        let r = {
+            let mut node = lock(&self.node);
+            node.observe_monotonic(mono);
+            let r = f(&mut node, now);
+            // The call may have brought a deadline forward (a kicked chore): the driver, asleep
+            // until the one it armed, looks again.
+            if node.poll_timeout().is_some_and(|d| d.0 < self.armed.load(Ordering::Acquire)) {
+                self.wake.notify_one();
+            }
+            r
+        };
+        self.pump();
+        r
+    }
+
+    /// Read the node without producing outputs.
+    pub fn read_node<R>(&self, f: impl FnOnce(&Node, Millis) -> R) -> R {
+        let mono = self.env.monotonic();
+        let now = self.env.now();
+        let mut node = lock(&self.node);
+        node.observe_monotonic(mono);
+        f(&node, now)
+    }
+
+    /// Drain the node's outputs and carry them out.
+    pub fn pump(self: &Arc<Self>) {
+        let _order = lock(&self.persist_lock);
+        // Routes are picked while the node is at hand: the transport's choice, or the URL the
+        // core named (a node being evicted is no longer a member the transport knows).
+        let outputs: Vec<(Output, Option<Route>)> = {
+            let mut node = lock(&self.node);
+            let drained: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
+            drained
+                .into_iter()
+                .map(|o| {
+                    let route = match &o {
+                        Output::Send(req) => {
+                            Some(transport::route(&node, &req.to).unwrap_or_else(|_| Route::Direct(req.url.clone())))
+                        }
+                        _ => None,
+                    };
+                    (o, route)
+                })
+                .collect()
+        };
+        if outputs.is_empty() {
+            return;
+        }
+        let mut ops = Vec::new();
+        let mut meta_ops = Vec::new();
+        for (o, route) in outputs {
+            match o {
+                Output::Persist(op) => ops.push(op),
+                Output::Meta(op) => meta_ops.push(op),
+                Output::Send(req) => {
+                    let shared = self.clone();
+                    let prepared = Prepared {
+                        route: route.unwrap_or_else(|| Route::Direct(req.url.clone())),
+                        method: req.method.to_string(),
+                        target: req.target.clone(),
+                        headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
+                        body: req.body.into(),
+                    };
+                    tokio::spawn(async move {
+                        let res = shared.transport.send(prepared, req.timeout_ms).await;
+                        let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
+                        shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
+                        // Whoever waits on a peer's answer (a put for its record's replication)
+                        // looks again.
+                        shared.answers.notify_waiters();
+                    });
+                }
+                Output::Event(e) => log_event(&e),
+                Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
+                o @ (Output::Chore(_) | Output::ScrubCopy(_) | Output::ReplDispatch { .. }) => (self.services)(self, o),
+            }
+        }
+        if !meta_ops.is_empty() {
+            // Written behind: coalesced per key, committed by the flusher every 50 ms.
+            self.meta_store.queue(meta_ops);
+        }
+        if let Err(e) = self.store.apply(&ops) {
+            // The state stays in memory and is written again with the next change of the record.
+            tracing::error!(error = %e, "could not persist cluster state");
+        }
+        self.wake.notify_one();
+    }
+
+    /// Ask the node to stop; [`Daemon::wait`] returns once it has.
+    pub fn request_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Run blocking work (file I/O) on the blocking pool, or inline in simulation.
+    pub async fn blocking<R: Send + 'static>(self: &Arc<Self>, f: impl FnOnce() -> R + Send + 'static) -> R {
+        if self.offload_io {
+            match tokio::task::spawn_blocking(f).await {
+                Ok(r) => r,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        } else {
+            f()
+        }
+    }
+
+    /// Ask for a planner pass now (it runs if this node is the leader).
+    pub fn repl_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Plan));
+    }
+
+    /// Resolve and apply this node's config at the driver's next turn (the core's config
+    /// pass, `Node::config_kick`).
+    pub fn config_kick(&self) {
+        lock(&self.node).config_kick();
+        self.wake.notify_one();
+    }
+
+    /// Ask for this node's disk work (deletes and renames the records ask for) now.
+    pub fn disk_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Reconcile));
+    }
+
+    /// Ask the scrub to go on now instead of resting.
+    pub fn scrub_kick(self: &Arc<Self>) {
+        self.with_node(|n, now| n.chore_kick(now, Chore::Scrub));
+    }
+
+    pub fn shutdown_requested(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
+
+/// Write each module's resolved values to `DATA/config/<module>.json` (through a temporary
+/// file, so a reader never sees half of one).
+fn write_config_files(
+    data_dir: &std::path::Path,
+    own: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, shoal_core::config::resolve::Resolved>>,
+) {
+    let dir = data_dir.join("config");
+    if std::fs::create_dir_all(&dir).is_ok() {
+        for (module, keys) in own {
+            let body = serde_json::to_vec_pretty(keys).unwrap_or_default();
+            let tmp = dir.join(format!(".{module}.json.tmp"));
+            if std::fs::write(&tmp, body).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(format!("{module}.json")));
+            }
+        }
+    }
+}
+
+fn log_event(e: &Event) {
+    match e {
+        Event::MemberAdded(id) => tracing::info!(node = %id, "member joined"),
+        Event::MemberRemoved(id) => tracing::info!(node = %id, "member removed"),
+        Event::StateChanged { node, from, to } => {
+            tracing::info!(node = %node, from = from.as_str(), to = to.as_str(), "node state changed")
+        }
+        Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
+        Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
+        Event::ConfigRenames { did } => tracing::info!(did = ?did, "config renames"),
+        Event::ConfigApplied { changed } => tracing::info!(changed = ?changed, "config applied"),
+        Event::ReplTaskExpired { path } => tracing::warn!(path = %path, "a replication task's lease ran out"),
+        Event::MetaRefused { from, what, why } => match from {
+            Some(peer) => tracing::warn!(peer = %peer, what = %what, why = %why, "metadata refused"),
+            None => tracing::warn!(what = %what, why = %why, "metadata refused"),
+        },
+    }
+}
+
+/// 409 when this node runs with clustering disabled (`--disable-cluster`).
+pub fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
+    if s.disable_cluster {
+        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
+    }
+    Ok(())
+}
