@@ -241,7 +241,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         repl: ReplState::default(),
         services: run_service::<E>,
         armed: AtomicU64::new(u64::MAX),
-        answers: Notify::new(),
+        changed: Notify::new(),
         shutdown,
     });
     shared.pump();
@@ -301,6 +301,7 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
             wake_at
         };
         shared.pump();
+        shared.changed.notify_waiters();
         let sleep_ms = wake_at.since(now).max(1);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}

@@ -793,23 +793,7 @@ async fn publish<E: Env>(
         s.repl_kick();
     }
     let mut v = v;
-    let since = s.env.monotonic();
-    let held_now = || s.read_node(|n, _| n.file_record_held_elsewhere(&target.path));
-    let mut held = held_now();
-    while !held && s.env.monotonic().since(since) < RECORD_WAIT_MS {
-        // Woken by each peer answer this node handles (and every 20 ms regardless); the waiter
-        // is registered before the check, so no answer slips by.
-        let answered = s.answers.notified();
-        held = held_now();
-        if held {
-            break;
-        }
-        tokio::select! {
-            _ = answered => {}
-            _ = tokio::time::sleep(std::time::Duration::from_millis(20)) => {}
-        }
-        held = held_now();
-    }
+    let held = s.wait_for(RECORD_WAIT_MS, |n, _| n.file_record_held_elsewhere(&target.path)).await;
     v["recordReplicated"] = json!(held);
     tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
     Ok(v)

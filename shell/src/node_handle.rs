@@ -49,7 +49,7 @@ pub struct Shared<E: Env> {
     /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
     pub(crate) armed: AtomicU64,
     /// Told whenever a peer's answer to one of this node's requests was handled.
-    pub answers: Notify,
+    pub(crate) changed: Notify,
     pub(crate) shutdown: watch::Sender<bool>,
 }
 
@@ -70,7 +70,37 @@ impl<E: Env> Shared<E> {
             r
         };
         self.pump();
+        // Whoever waits for a condition on the node ([`Shared::wait_for`]) looks again.
+        self.changed.notify_waiters();
         r
+    }
+
+    /// Wait until `cond` holds on the node, for at most `within_ms`: woken each time the node
+    /// took an input (a request, a peer's answer, a timer turn), never by polling. Whether it
+    /// holds at the end.
+    pub async fn wait_for(&self, within_ms: u64, mut cond: impl FnMut(&mut Node, Millis) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(within_ms);
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.look(&mut cond) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.look(&mut cond);
+            }
+        }
+    }
+
+    /// Ask the node something that may tidy its own state (prune what expired) but sends,
+    /// writes and schedules nothing: no pump, no wake-ups.
+    fn look<R>(&self, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
+        let mono = self.env.monotonic();
+        let now = self.env.now();
+        let mut node = lock(&self.node);
+        node.observe_monotonic(mono);
+        f(&mut node, now)
     }
 
     /// Read the node without producing outputs.
@@ -125,9 +155,6 @@ impl<E: Env> Shared<E> {
                         let res = shared.transport.send(prepared, req.timeout_ms).await;
                         let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
                         shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
-                        // Whoever waits on a peer's answer (a put for its record's replication)
-                        // looks again.
-                        shared.answers.notify_waiters();
                     });
                 }
                 Output::Event(e) => log_event(&e),

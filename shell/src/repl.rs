@@ -49,6 +49,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const TASK_RENEW_MS: u64 = 10_000;
+/// How long a worker waits for its records to show the file of a task the leader sent.
+const RECORDS_CATCH_UP_MS: u64 = 10_000;
 const HASH_BLOCK: usize = 1 << 20;
 
 /// Note when this process started (part files older than that are leftovers).
@@ -300,15 +302,8 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         }
         // Overwritten or removed while this content was pulled: it is no copy of the file now.
         // (This node's records may lag the leader's: give them a moment to show the file.)
-        let mut currency = PullCurrency::NotYetKnown;
-        for _ in 0..100 {
-            currency = s.read_node(|n, _| n.pull_currency(task));
-            if currency != PullCurrency::NotYetKnown {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if currency != PullCurrency::Current {
+        s.wait_for(RECORDS_CATCH_UP_MS, |n, _| n.pull_currency(task) != PullCurrency::NotYetKnown).await;
+        if s.read_node(|n, _| n.pull_currency(task)) != PullCurrency::Current {
             return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
         }
         let landed = s
@@ -330,15 +325,8 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     }
     // The leader may know of the file before this node does: give this node's records a moment
     // to catch up before deciding the file changed under the pull.
-    let mut published = false;
-    for _ in 0..100 {
-        published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
-        let known = s.read_node(|n, _| n.knows_task_file(task));
-        if published || known {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    s.wait_for(RECORDS_CATCH_UP_MS, |n, _| n.knows_task_file(task)).await;
+    let published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
     if !published {
         // Removed, moved or overwritten meanwhile: the bytes just put in place are no copy of
         // anything the records list there, so they go (unless a current copy is listed there).

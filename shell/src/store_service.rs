@@ -495,11 +495,11 @@ impl Landed {
         replaces: Option<&str>,
         dest: &Path,
     ) {
-        let mut waited = 0;
-        while waited < SETTLE_WAIT_MS && self.refuses(s, volume, path, checksum, replaces, dest) {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            waited += 50;
-        }
+        s.wait_for(SETTLE_WAIT_MS, |n, now| {
+            let occupied = dest.symlink_metadata().is_ok();
+            !n.landed_refuses(now, volume, path, checksum, replaces, occupied)
+        })
+        .await;
     }
 
     /// Run `act` (a delete or rename of copies at `paths` on `volume`) unless bytes landed at one
