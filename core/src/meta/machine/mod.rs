@@ -26,6 +26,9 @@
 //!   refuses an append or a submit is reported the same way. A stored record or pending submit
 //!   out of bounds (written by an older build) is dropped at restore, reported, never fatal.
 
+mod replies;
+mod serve;
+
 use crate::hlc::{Hlc, Version};
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::meta::lease::{Candidate, Lease, LeaseAction, LeaseConfig, LeaseState, PushVerdict};
@@ -118,7 +121,11 @@ pub struct MetaReply {
 pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// At most `count` items, and no more than [`BATCH_MAX_BYTES`] of records (always at least one).
-fn take_bounded<'a, T: 'a>(items: impl Iterator<Item = T>, count: usize, record: impl Fn(&T) -> &Record) -> Vec<T> {
+pub(super) fn take_bounded<'a, T: 'a>(
+    items: impl Iterator<Item = T>,
+    count: usize,
+    record: impl Fn(&T) -> &Record,
+) -> Vec<T> {
     let mut out = Vec::new();
     let mut bytes = 0usize;
     for item in items.take(count) {
@@ -133,21 +140,21 @@ fn take_bounded<'a, T: 'a>(items: impl Iterator<Item = T>, count: usize, record:
 }
 
 /// A record whose every version is within reach of this node's clock (see [`Hlc::acceptable`]).
-fn believable(r: &Record, hlc: &Hlc) -> bool {
+pub(super) fn believable(r: &Record, hlc: &Hlc) -> bool {
     r.shape_ok() && r.versions().into_iter().all(|v| hlc.acceptable(v))
 }
 
-fn reply(status: u16, body: Value) -> MetaReply {
+pub(super) fn reply(status: u16, body: Value) -> MetaReply {
     MetaReply { status, body }
 }
 
-fn bad(msg: impl Into<String>) -> MetaReply {
+pub(super) fn bad(msg: impl Into<String>) -> MetaReply {
     reply(400, json!({"error": {"code": "bad_body", "message": msg.into()}}))
 }
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LeaseBody {
+pub(super) struct LeaseBody {
     lease: Lease,
     #[serde(default)]
     last_seq: LogIndex,
@@ -159,7 +166,7 @@ struct LeaseBody {
 /// own by [`read_entries`]).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AppendBody<E> {
+pub(super) struct AppendBody<E> {
     lease: Lease,
     entries: Vec<E>,
     last_seq: LogIndex,
@@ -168,14 +175,14 @@ struct AppendBody<E> {
 /// A submit as sent (`R` = [`Record`]) and as read (raw JSON, each record decoded on its own).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct SubmitBody<R> {
+pub(super) struct SubmitBody<R> {
     records: Vec<R>,
 }
 
 /// One page of `meta/log` as sent (`E` = [`Entry`]) and as read (raw JSON).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LogPage<E> {
+pub(super) struct LogPage<E> {
     entries: Vec<E>,
     last_seq: LogIndex,
     term: Term,
@@ -187,7 +194,7 @@ struct LogPage<E> {
 /// next}`; `next` is the cursor of the following page, absent on the last.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Snapshot {
+pub(super) struct Snapshot {
     #[serde(flatten)]
     records: RecordSet,
     last_seq: LogIndex,
@@ -199,7 +206,7 @@ struct Snapshot {
 }
 
 /// An entry from a peer, decoded on its own.
-enum PeerEntry {
+pub(super) enum PeerEntry {
     Read(Box<Entry>),
     /// This build cannot read it (or its record is out of bounds); `seq` when that much is
     /// readable.
@@ -211,7 +218,7 @@ enum PeerEntry {
 
 /// Decode each raw entry on its own, so one that cannot be read does not cost the others.
 /// (serde_json skips over a raw value without recursion, so no depth stops the outer parse.)
-fn read_entries(raw: Vec<Box<RawValue>>) -> Vec<PeerEntry> {
+pub(super) fn read_entries(raw: Vec<Box<RawValue>>) -> Vec<PeerEntry> {
     #[derive(Deserialize)]
     struct SeqOnly {
         seq: LogIndex,
@@ -231,7 +238,7 @@ fn read_entries(raw: Vec<Box<RawValue>>) -> Vec<PeerEntry> {
 }
 
 /// The error message of a peer's JSON answer, for a report.
-fn answer_message(body: &[u8]) -> String {
+pub(super) fn answer_message(body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Answer {
         error: Option<ErrorBody>,
@@ -248,18 +255,18 @@ fn answer_message(body: &[u8]) -> String {
 
 /// A snapshot being read page by page: the log position it stands for (from its first page).
 #[derive(Clone, Debug)]
-struct SnapshotProgress {
+pub(super) struct SnapshotProgress {
     from: NodeId,
     last_seq: LogIndex,
     term: Term,
     holder: Option<NodeId>,
 }
 
-fn encode_cursor(k: &RecordKey) -> String {
+pub(super) fn encode_cursor(k: &RecordKey) -> String {
     hex::encode(format!("{}\n{}", k.0.as_str(), k.1))
 }
 
-fn decode_cursor(c: &str) -> Option<RecordKey> {
+pub(super) fn decode_cursor(c: &str) -> Option<RecordKey> {
     let bytes = hex::decode(c).ok()?;
     let text = String::from_utf8(bytes).ok()?;
     let (kind, key) = text.split_once('\n')?;
@@ -268,7 +275,7 @@ fn decode_cursor(c: &str) -> Option<RecordKey> {
 }
 
 #[derive(Clone, Debug, Default)]
-struct PeerAppend {
+pub(super) struct PeerAppend {
     /// When the append in flight was sent.
     in_flight: Option<Millis>,
     /// Entries up to here were sent (or are in flight).
@@ -425,7 +432,7 @@ impl Meta {
         self.lease.known()
     }
 
-    fn eligible(&self, id: &NodeId) -> bool {
+    pub(super) fn eligible(&self, id: &NodeId) -> bool {
         self.members.iter().any(|c| &c.id == id && c.eligible)
     }
 
@@ -552,12 +559,12 @@ impl Meta {
         self.try_submit(now);
     }
 
-    fn persist(&mut self, p: MetaPersist) {
+    pub(super) fn persist(&mut self, p: MetaPersist) {
         self.outputs.push_back(MetaOutput::Persist(p));
     }
 
     /// Count and report a refusal (see the module doc).
-    fn refuse(&mut self, from: Option<NodeId>, what: String, why: &str) {
+    pub(super) fn refuse(&mut self, from: Option<NodeId>, what: String, why: &str) {
         self.refused += 1;
         self.last_refusal = Some(format!("{what}: {why}"));
         self.outputs.push_back(MetaOutput::Refused { from, what, why: why.to_string() });
@@ -565,19 +572,26 @@ impl Meta {
 
     /// Report that a peer refused what we sent (it is sent again); not counted in `refused`,
     /// which counts what this node refused.
-    fn refused_by(&mut self, peer: &NodeId, what: &str, why: String) {
+    pub(super) fn refused_by(&mut self, peer: &NodeId, what: &str, why: String) {
         self.outputs.push_back(MetaOutput::Refused { from: Some(peer.clone()), what: what.to_string(), why });
     }
 
-    fn send(&mut self, to: &NodeId, method: &'static str, target: String, body: Vec<u8>, purpose: MetaPurpose) {
+    pub(super) fn send(
+        &mut self,
+        to: &NodeId,
+        method: &'static str,
+        target: String,
+        body: Vec<u8>,
+        purpose: MetaPurpose,
+    ) {
         self.outputs.push_back(MetaOutput::Send { to: to.clone(), method, target, body, purpose });
     }
 
-    fn other_members(&self) -> Vec<NodeId> {
+    pub(super) fn other_members(&self) -> Vec<NodeId> {
         self.members.iter().filter(|c| c.id != self.me).map(|c| c.id.clone()).collect()
     }
 
-    fn push_lease(&mut self, l: Lease) {
+    pub(super) fn push_lease(&mut self, l: Lease) {
         let body = serde_json::to_vec(&LeaseBody { lease: l, last_seq: self.last_seq, digest: self.state.digest() })
             .expect("serialise");
         for p in self.other_members() {
@@ -586,7 +600,7 @@ impl Meta {
     }
 
     /// We now hold lease `l` (a claim): our log follows our own numbering from here.
-    fn on_lease_taken(&mut self, l: &Lease) {
+    pub(super) fn on_lease_taken(&mut self, l: &Lease) {
         if self.log_lease.as_ref() != Some(l) {
             self.log_lease = Some(l.clone());
             self.persist_log_meta();
@@ -598,7 +612,7 @@ impl Meta {
         }
     }
 
-    fn persist_log_meta(&mut self) {
+    pub(super) fn persist_log_meta(&mut self) {
         let m = LogMeta {
             term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
@@ -636,7 +650,7 @@ impl Meta {
         }
     }
 
-    fn append_as_leader(&mut self, record: Record, origin: NodeId) {
+    pub(super) fn append_as_leader(&mut self, record: Record, origin: NodeId) {
         let lease = self.lease.known().cloned().expect("leader has a lease");
         self.last_seq = LogIndex(self.last_seq.0.saturating_add(1));
         let entry = Entry { seq: self.last_seq, term: lease.term, version: record.max_version(), record, origin };
@@ -646,7 +660,7 @@ impl Meta {
         self.after_append();
     }
 
-    fn after_append(&mut self) {
+    pub(super) fn after_append(&mut self) {
         self.appends_since_compaction += 1;
         if self.appends_since_compaction >= self.config.compact_every {
             self.appends_since_compaction = 0;
@@ -661,7 +675,7 @@ impl Meta {
     }
 
     /// Leader: send each peer the entries it has not been sent, one request in flight per peer.
-    fn pump_appends(&mut self) {
+    pub(super) fn pump_appends(&mut self) {
         let Some(lease) = self.lease.known().cloned() else { return };
         for p in self.other_members() {
             let last = self.last_seq;
@@ -689,7 +703,7 @@ impl Meta {
         }
     }
 
-    fn try_submit(&mut self, now: Millis) {
+    pub(super) fn try_submit(&mut self, now: Millis) {
         if self.submit_in_flight.is_some() || self.pending.is_empty() || now < self.submit_due {
             return;
         }
@@ -716,7 +730,7 @@ impl Meta {
         self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
     }
 
-    fn request_catch_up(&mut self, leader: &NodeId) {
+    pub(super) fn request_catch_up(&mut self, leader: &NodeId) {
         if self.catch_up_in_flight.is_some() {
             return;
         }
@@ -725,7 +739,7 @@ impl Meta {
         self.send(leader, "GET", target, Vec::new(), MetaPurpose::CatchUp);
     }
 
-    fn request_snapshot(&mut self, leader: &NodeId) {
+    pub(super) fn request_snapshot(&mut self, leader: &NodeId) {
         if self.catch_up_in_flight.is_some() {
             return;
         }
@@ -734,7 +748,7 @@ impl Meta {
         self.send_snapshot_request(leader, None);
     }
 
-    fn send_snapshot_request(&mut self, from: &NodeId, after: Option<String>) {
+    pub(super) fn send_snapshot_request(&mut self, from: &NodeId, after: Option<String>) {
         let target = match &after {
             Some(c) => format!("/cluster/acn/meta/snapshot?after={c}"),
             None => "/cluster/acn/meta/snapshot".to_string(),
@@ -743,7 +757,7 @@ impl Meta {
     }
 
     /// Apply records that came from elsewhere; persist what changed.
-    fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
+    pub(super) fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
         for r in records {
             self.apply_one(&r, hlc);
         }
@@ -751,7 +765,7 @@ impl Meta {
 
     /// Apply one record from a peer (if believable) and persist it when it changed anything.
     /// Returns whether it did.
-    fn apply_one(&mut self, r: &Record, hlc: &mut Hlc) -> bool {
+    pub(super) fn apply_one(&mut self, r: &Record, hlc: &mut Hlc) -> bool {
         if !believable(r, hlc) {
             return false;
         }
@@ -770,7 +784,7 @@ impl Meta {
 
     /// Entries from the leader whose numbering we follow: apply, and extend the log if they
     /// continue it. Returns false when there is a gap before them.
-    fn take_entries(&mut self, from: &NodeId, entries: Vec<PeerEntry>, hlc: &mut Hlc) -> bool {
+    pub(super) fn take_entries(&mut self, from: &NodeId, entries: Vec<PeerEntry>, hlc: &mut Hlc) -> bool {
         let mut contiguous = true;
         for e in entries {
             let e = match e {
@@ -808,386 +822,6 @@ impl Meta {
         }
         self.persist_log_meta();
         contiguous
-    }
-
-    // ---- answering peers ----
-
-    /// `POST meta/lease`.
-    pub fn answer_lease(&mut self, now: Millis, from: &NodeId, body: &[u8]) -> MetaReply {
-        self.now = self.now.max(now);
-        let b: LeaseBody = match serde_json::from_slice(body) {
-            Ok(b) => b,
-            Err(e) => return bad(format!("lease body: {e}")),
-        };
-        if &b.lease.holder != from {
-            return bad("a lease can only be pushed by its holder");
-        }
-        match self.lease.on_push(now, b.lease.clone()) {
-            PushVerdict::Refused(k) => reply(409, json!({"lease": k})),
-            PushVerdict::Accepted { .. } => {
-                self.follow(&b.lease, b.last_seq, &b.digest, now);
-                reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
-            }
-        }
-    }
-
-    /// After accepting `lease` with the leader at `leader_last`: catch up, or reconcile.
-    fn follow(&mut self, lease: &Lease, leader_last: LogIndex, digest: &str, now: Millis) {
-        if self.log_lease.as_ref() != Some(lease) {
-            self.request_snapshot(&lease.holder);
-            return;
-        }
-        let reconcile_due = now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms;
-        if self.last_seq < leader_last {
-            self.request_catch_up(&lease.holder);
-        } else if self.last_seq > leader_last && reconcile_due {
-            // We hold entries the leader does not (it restarted and lost its tail): the
-            // numbering diverged. Reconcile by snapshot, which also sends our extras back.
-            self.last_anti_entropy = now;
-            self.request_snapshot(&lease.holder);
-        } else if self.last_seq == leader_last
-            && self.pending.is_empty()
-            && !digest.is_empty()
-            && digest != self.state.digest()
-            && now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms
-        {
-            self.last_anti_entropy = now;
-            self.request_snapshot(&lease.holder);
-        }
-        if !self.pending.is_empty() {
-            self.submit_due = Millis::ZERO;
-            self.try_submit(now);
-        }
-    }
-
-    /// `POST meta/append`.
-    pub fn answer_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
-        self.now = self.now.max(now);
-        let b: AppendBody<Box<RawValue>> = match serde_json::from_slice(body) {
-            Ok(b) => b,
-            Err(e) => return bad(format!("append body: {e}")),
-        };
-        if &b.lease.holder != from {
-            return bad("appends come only from the lease holder");
-        }
-        if let PushVerdict::Refused(k) = self.lease.on_push(now, b.lease.clone()) {
-            return reply(409, json!({"lease": k}));
-        }
-        if self.log_lease.as_ref() != Some(&b.lease) {
-            // Another leader's numbering: the records are still good, the positions are not.
-            let records: Vec<Record> = read_entries(b.entries)
-                .into_iter()
-                .filter_map(|e| match e {
-                    PeerEntry::Read(e) => Some(e.record),
-                    PeerEntry::Refused { .. } => None,
-                })
-                .collect();
-            self.apply_remote(records, hlc);
-            self.request_snapshot(&b.lease.holder);
-        } else if !self.take_entries(from, read_entries(b.entries), hlc) || self.last_seq < b.last_seq {
-            self.request_catch_up(&b.lease.holder);
-        }
-        reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
-    }
-
-    /// `POST meta/submit` (leader only).
-    pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
-        self.now = self.now.max(now);
-        if !self.is_leader(now) {
-            return reply(
-                409,
-                json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}),
-            );
-        }
-        let b: SubmitBody<Box<RawValue>> = match serde_json::from_slice(body) {
-            Ok(b) => b,
-            Err(e) => return bad(format!("submit body: {e}")),
-        };
-        if b.records.len() > self.config.batch_max * 4 {
-            return bad("too many records in one submit");
-        }
-        // Each record on its own: one that cannot be taken is refused (and named in the
-        // answer, so the submitter drops it and logs why) without holding up the others.
-        let mut refused = Vec::new();
-        for (i, raw) in b.records.into_iter().enumerate() {
-            let r = match serde_json::from_str::<Record>(raw.get()) {
-                Ok(r) => match r.shape_error() {
-                    None => r,
-                    Some(why) => {
-                        refused.push(json!({"index": i, "why": why}));
-                        self.refuse(
-                            Some(from.clone()),
-                            format!("submitted record {}/{}", r.kind().as_str(), r.key()),
-                            why,
-                        );
-                        continue;
-                    }
-                },
-                Err(e) => {
-                    let why = format!("unreadable record: {e}");
-                    refused.push(json!({"index": i, "why": why}));
-                    self.refuse(Some(from.clone()), format!("submitted record {i}"), &why);
-                    continue;
-                }
-            };
-            if self.apply_one(&r, hlc) {
-                self.append_as_leader(r, from.clone());
-            }
-        }
-        self.pump_appends();
-        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
-    }
-
-    /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
-    pub fn answer_log(&self, query: &str) -> MetaReply {
-        let after =
-            query.split('&').find_map(|kv| kv.strip_prefix("after=")).map(|v| v.parse::<u64>()).unwrap_or(Ok(0));
-        let Ok(after) = after else { return bad("after must be a number") };
-        if after < self.compacted_through.0 {
-            return reply(
-                410,
-                json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}),
-            );
-        }
-        // `after` comes from the peer: `after + 1` would overflow on u64::MAX.
-        let range = (std::ops::Bound::Excluded(LogIndex(after)), std::ops::Bound::Unbounded);
-        let entries: Vec<Entry> = self.log.range(range).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
-        let page = LogPage::<Entry> {
-            entries,
-            last_seq: self.last_seq,
-            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
-            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
-        };
-        reply(200, serde_json::to_value(page).expect("serialise"))
-    }
-
-    /// `GET meta/snapshot`: every record, tombstones included.
-    /// `GET meta/snapshot[?after=CURSOR]`: one page of every record, tombstones included, in
-    /// key order. Read page by page, it stands for the log position of its first page: changes
-    /// made while the pages are read arrive again through the log after that position, and
-    /// records merge, so a page that is newer than the first one does no harm.
-    pub fn answer_snapshot(&self, query: &str) -> MetaReply {
-        let after = match query.split('&').find_map(|kv| kv.strip_prefix("after=")) {
-            Some(c) => match decode_cursor(c) {
-                Some(k) => Some(k),
-                None => return bad("after must be a snapshot cursor"),
-            },
-            None => None,
-        };
-        let mut records = RecordSet::default();
-        let mut last_key = None;
-        let mut more = false;
-        for (taken, (k, r)) in self.state.records_after(after.as_ref()).enumerate() {
-            if taken == self.config.snapshot_page_max.max(1) {
-                more = true;
-                break;
-            }
-            records.push(r.clone());
-            last_key = Some(k.clone());
-        }
-        let snap = Snapshot {
-            records,
-            last_seq: self.last_seq,
-            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
-            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
-            next: if more { last_key.as_ref().map(encode_cursor) } else { None },
-        };
-        reply(200, serde_json::to_value(snap).expect("serialise"))
-    }
-
-    // ---- answers to our requests ----
-
-    pub fn on_response(
-        &mut self,
-        now: Millis,
-        peer: &NodeId,
-        purpose: MetaPurpose,
-        result: Result<(u16, Vec<u8>), String>,
-        hlc: &mut Hlc,
-    ) {
-        self.now = self.now.max(now);
-        // A transport failure reads as status 0 with no body.
-        let (status, body) = result.unwrap_or_default();
-        if status == 409 {
-            #[derive(Deserialize)]
-            struct Refusal {
-                lease: Option<Lease>,
-            }
-            if let Ok(Refusal { lease: Some(l) }) = serde_json::from_slice::<Refusal>(&body) {
-                self.lease.on_refused(now, l);
-            }
-        } else if matches!(status, 400 | 413) {
-            // A peer refused what we sent as malformed (it is sent again): say so.
-            let what = match &purpose {
-                MetaPurpose::LeasePush => "our lease push",
-                MetaPurpose::Append { .. } => "our append",
-                MetaPurpose::Submit { .. } => "our submit",
-                MetaPurpose::CatchUp => "our catch-up request",
-                MetaPurpose::Snapshot { .. } => "our snapshot request",
-            };
-            self.refused_by(peer, what, answer_message(&body));
-        }
-        // Small answers are read whole; a log page is read entry by entry below.
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Answer {
-            last_seq: Option<LogIndex>,
-            #[serde(default)]
-            refused: Vec<Value>,
-        }
-        let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
-        match purpose {
-            MetaPurpose::LeasePush => {}
-            MetaPurpose::Append { through } => {
-                let reported = answer(&body).and_then(|a| a.last_seq);
-                if let Some(p) = self.peers.get_mut(peer) {
-                    p.in_flight = None;
-                    if status == 200 {
-                        p.acked_through = reported.unwrap_or(through);
-                        // A peer behind what we sent catches up by itself (log?after=N).
-                    } else {
-                        // Not delivered: resend from what the peer last acknowledged.
-                        p.sent_through = p.acked_through.min(p.sent_through);
-                    }
-                }
-                if status == 200 && self.is_leader(now) {
-                    self.pump_appends();
-                }
-            }
-            MetaPurpose::Submit { ids } => {
-                self.submit_in_flight = None;
-                if status == 200 {
-                    for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
-                        self.refused_by(peer, "our submitted record", r.to_string());
-                    }
-                    for id in ids {
-                        if self.pending.remove(&id).is_some() {
-                            self.persist(MetaPersist::DeletePending(id));
-                        }
-                    }
-                    self.submit_due = now;
-                } else {
-                    self.submit_due = now.plus(self.config.submit_retry_ms);
-                }
-                self.try_submit(now);
-            }
-            MetaPurpose::CatchUp => {
-                self.catch_up_in_flight = None;
-                match status {
-                    200 => {
-                        let Ok(page) = serde_json::from_slice::<LogPage<Box<RawValue>>>(&body) else { return };
-                        let same_numbering = self.log_lease.as_ref().is_some_and(|l| {
-                            l.term == page.term && page.holder.as_ref().is_none_or(|h| h == &l.holder)
-                        });
-                        if !same_numbering {
-                            self.request_snapshot(peer);
-                            return;
-                        }
-                        let got = !page.entries.is_empty();
-                        let contiguous = self.take_entries(peer, read_entries(page.entries), hlc);
-                        if !contiguous {
-                            self.request_snapshot(peer);
-                        } else if got && self.last_seq < page.last_seq {
-                            self.request_catch_up(peer);
-                        }
-                    }
-                    410 => self.request_snapshot(peer),
-                    _ => {}
-                }
-            }
-            MetaPurpose::Snapshot { after } => {
-                let page = (status == 200).then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
-                let Some(page) = page else {
-                    self.catch_up_in_flight = None;
-                    self.snapshot_progress = None;
-                    return;
-                };
-                let first = after.is_none();
-                if first {
-                    self.snapshot_progress = Some(SnapshotProgress {
-                        from: peer.clone(),
-                        last_seq: page.last_seq,
-                        term: page.term,
-                        holder: page.holder.clone(),
-                    });
-                }
-                let Some(progress) = self.snapshot_progress.clone().filter(|p| &p.from == peer) else {
-                    self.catch_up_in_flight = None;
-                    return;
-                };
-                let lower = after.as_deref().and_then(decode_cursor);
-                let next = page.next.clone();
-                let upper = next.as_deref().and_then(decode_cursor);
-                self.take_snapshot_page(page.records, lower.as_ref(), upper.as_ref(), hlc);
-                match next {
-                    Some(c) if upper.is_some() => {
-                        self.catch_up_in_flight = Some(now);
-                        self.send_snapshot_request(peer, Some(c));
-                    }
-                    _ => {
-                        self.catch_up_in_flight = None;
-                        self.snapshot_progress = None;
-                        self.finish_snapshot(now, progress);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
-    /// back to the leader whatever we hold in that range that the page does not (or holds older).
-    fn take_snapshot_page(
-        &mut self,
-        records: RecordSet,
-        lower: Option<&RecordKey>,
-        upper: Option<&RecordKey>,
-        hlc: &mut Hlc,
-    ) {
-        let theirs: BTreeMap<RecordKey, Record> = records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
-        self.apply_remote(theirs.values().cloned(), hlc);
-        let queued: BTreeSet<RecordKey> = self.pending.values().map(|r| (r.kind(), r.key())).collect();
-        let mut send_back = Vec::new();
-        for (key, r) in self.state.records_after(lower) {
-            if upper.is_some_and(|u| key > u) {
-                break;
-            }
-            if theirs.get(key) != Some(r) && !queued.contains(key) {
-                send_back.push(r.clone());
-            }
-        }
-        for r in send_back {
-            let id = self.next_pending_id;
-            self.next_pending_id += 1;
-            self.pending.insert(id, r.clone());
-            self.persist(MetaPersist::PutPending(Pending { id, record: r }));
-        }
-    }
-
-    /// The last page is in: follow the leader's numbering from the snapshot's position.
-    fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress) {
-        self.snapshots_adopted += 1;
-        self.log.clear();
-        self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
-        self.last_seq = p.last_seq;
-        self.compacted_through = p.last_seq;
-        self.log_lease = Some(Lease { holder: p.holder.unwrap_or(p.from), term: p.term });
-        self.persist_log_meta();
-        self.submit_due = now;
-        self.try_submit(now);
-    }
-
-    /// The node left its cluster: forget every record, the log and the lease.
-    pub fn clear(&mut self, now: Millis) {
-        let config = self.config.clone();
-        *self = Meta::new(self.me.clone(), config, now);
-        self.lease.clear(now);
-        self.persist(MetaPersist::Clear);
-    }
-
-    /// A freshly created cluster: nobody to wait for before claiming the lease.
-    pub fn allow_claim_now(&mut self, now: Millis) {
-        self.lease.allow_claim_now(now);
-        self.tick_due = now;
     }
 }
 

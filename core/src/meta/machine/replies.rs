@@ -1,0 +1,199 @@
+//! Peers' answers to this node's metadata requests (spec: "Metadata"): lease grants,
+//! append acknowledgements, submit results, catch-up pages and snapshots.
+
+use super::*;
+
+impl Meta {
+    pub fn on_response(
+        &mut self,
+        now: Millis,
+        peer: &NodeId,
+        purpose: MetaPurpose,
+        result: Result<(u16, Vec<u8>), String>,
+        hlc: &mut Hlc,
+    ) {
+        self.now = self.now.max(now);
+        // A transport failure reads as status 0 with no body.
+        let (status, body) = result.unwrap_or_default();
+        if status == 409 {
+            #[derive(Deserialize)]
+            struct Refusal {
+                lease: Option<Lease>,
+            }
+            if let Ok(Refusal { lease: Some(l) }) = serde_json::from_slice::<Refusal>(&body) {
+                self.lease.on_refused(now, l);
+            }
+        } else if matches!(status, 400 | 413) {
+            // A peer refused what we sent as malformed (it is sent again): say so.
+            let what = match &purpose {
+                MetaPurpose::LeasePush => "our lease push",
+                MetaPurpose::Append { .. } => "our append",
+                MetaPurpose::Submit { .. } => "our submit",
+                MetaPurpose::CatchUp => "our catch-up request",
+                MetaPurpose::Snapshot { .. } => "our snapshot request",
+            };
+            self.refused_by(peer, what, answer_message(&body));
+        }
+        // Small answers are read whole; a log page is read entry by entry below.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Answer {
+            last_seq: Option<LogIndex>,
+            #[serde(default)]
+            refused: Vec<Value>,
+        }
+        let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
+        match purpose {
+            MetaPurpose::LeasePush => {}
+            MetaPurpose::Append { through } => {
+                let reported = answer(&body).and_then(|a| a.last_seq);
+                if let Some(p) = self.peers.get_mut(peer) {
+                    p.in_flight = None;
+                    if status == 200 {
+                        p.acked_through = reported.unwrap_or(through);
+                        // A peer behind what we sent catches up by itself (log?after=N).
+                    } else {
+                        // Not delivered: resend from what the peer last acknowledged.
+                        p.sent_through = p.acked_through.min(p.sent_through);
+                    }
+                }
+                if status == 200 && self.is_leader(now) {
+                    self.pump_appends();
+                }
+            }
+            MetaPurpose::Submit { ids } => {
+                self.submit_in_flight = None;
+                if status == 200 {
+                    for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
+                        self.refused_by(peer, "our submitted record", r.to_string());
+                    }
+                    for id in ids {
+                        if self.pending.remove(&id).is_some() {
+                            self.persist(MetaPersist::DeletePending(id));
+                        }
+                    }
+                    self.submit_due = now;
+                } else {
+                    self.submit_due = now.plus(self.config.submit_retry_ms);
+                }
+                self.try_submit(now);
+            }
+            MetaPurpose::CatchUp => {
+                self.catch_up_in_flight = None;
+                match status {
+                    200 => {
+                        let Ok(page) = serde_json::from_slice::<LogPage<Box<RawValue>>>(&body) else { return };
+                        let same_numbering = self.log_lease.as_ref().is_some_and(|l| {
+                            l.term == page.term && page.holder.as_ref().is_none_or(|h| h == &l.holder)
+                        });
+                        if !same_numbering {
+                            self.request_snapshot(peer);
+                            return;
+                        }
+                        let got = !page.entries.is_empty();
+                        let contiguous = self.take_entries(peer, read_entries(page.entries), hlc);
+                        if !contiguous {
+                            self.request_snapshot(peer);
+                        } else if got && self.last_seq < page.last_seq {
+                            self.request_catch_up(peer);
+                        }
+                    }
+                    410 => self.request_snapshot(peer),
+                    _ => {}
+                }
+            }
+            MetaPurpose::Snapshot { after } => {
+                let page = (status == 200).then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
+                let Some(page) = page else {
+                    self.catch_up_in_flight = None;
+                    self.snapshot_progress = None;
+                    return;
+                };
+                let first = after.is_none();
+                if first {
+                    self.snapshot_progress = Some(SnapshotProgress {
+                        from: peer.clone(),
+                        last_seq: page.last_seq,
+                        term: page.term,
+                        holder: page.holder.clone(),
+                    });
+                }
+                let Some(progress) = self.snapshot_progress.clone().filter(|p| &p.from == peer) else {
+                    self.catch_up_in_flight = None;
+                    return;
+                };
+                let lower = after.as_deref().and_then(decode_cursor);
+                let next = page.next.clone();
+                let upper = next.as_deref().and_then(decode_cursor);
+                self.take_snapshot_page(page.records, lower.as_ref(), upper.as_ref(), hlc);
+                match next {
+                    Some(c) if upper.is_some() => {
+                        self.catch_up_in_flight = Some(now);
+                        self.send_snapshot_request(peer, Some(c));
+                    }
+                    _ => {
+                        self.catch_up_in_flight = None;
+                        self.snapshot_progress = None;
+                        self.finish_snapshot(now, progress);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
+    /// back to the leader whatever we hold in that range that the page does not (or holds older).
+    pub(super) fn take_snapshot_page(
+        &mut self,
+        records: RecordSet,
+        lower: Option<&RecordKey>,
+        upper: Option<&RecordKey>,
+        hlc: &mut Hlc,
+    ) {
+        let theirs: BTreeMap<RecordKey, Record> = records.into_records().map(|r| ((r.kind(), r.key()), r)).collect();
+        self.apply_remote(theirs.values().cloned(), hlc);
+        let queued: BTreeSet<RecordKey> = self.pending.values().map(|r| (r.kind(), r.key())).collect();
+        let mut send_back = Vec::new();
+        for (key, r) in self.state.records_after(lower) {
+            if upper.is_some_and(|u| key > u) {
+                break;
+            }
+            if theirs.get(key) != Some(r) && !queued.contains(key) {
+                send_back.push(r.clone());
+            }
+        }
+        for r in send_back {
+            let id = self.next_pending_id;
+            self.next_pending_id += 1;
+            self.pending.insert(id, r.clone());
+            self.persist(MetaPersist::PutPending(Pending { id, record: r }));
+        }
+    }
+
+    /// The last page is in: follow the leader's numbering from the snapshot's position.
+    pub(super) fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress) {
+        self.snapshots_adopted += 1;
+        self.log.clear();
+        self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
+        self.last_seq = p.last_seq;
+        self.compacted_through = p.last_seq;
+        self.log_lease = Some(Lease { holder: p.holder.unwrap_or(p.from), term: p.term });
+        self.persist_log_meta();
+        self.submit_due = now;
+        self.try_submit(now);
+    }
+
+    /// The node left its cluster: forget every record, the log and the lease.
+    pub fn clear(&mut self, now: Millis) {
+        let config = self.config.clone();
+        *self = Meta::new(self.me.clone(), config, now);
+        self.lease.clear(now);
+        self.persist(MetaPersist::Clear);
+    }
+
+    /// A freshly created cluster: nobody to wait for before claiming the lease.
+    pub fn allow_claim_now(&mut self, now: Millis) {
+        self.lease.allow_claim_now(now);
+        self.tick_due = now;
+    }
+}

@@ -1,0 +1,189 @@
+//! Answering peers' metadata requests (spec: "Metadata"): lease votes, appends, submits,
+//! log pages and snapshots, each entry read on its own so one bad entry is refused alone.
+
+use super::*;
+
+impl Meta {
+    /// `POST meta/lease`.
+    pub fn answer_lease(&mut self, now: Millis, from: &NodeId, body: &[u8]) -> MetaReply {
+        self.now = self.now.max(now);
+        let b: LeaseBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("lease body: {e}")),
+        };
+        if &b.lease.holder != from {
+            return bad("a lease can only be pushed by its holder");
+        }
+        match self.lease.on_push(now, b.lease.clone()) {
+            PushVerdict::Refused(k) => reply(409, json!({"lease": k})),
+            PushVerdict::Accepted { .. } => {
+                self.follow(&b.lease, b.last_seq, &b.digest, now);
+                reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+            }
+        }
+    }
+
+    /// After accepting `lease` with the leader at `leader_last`: catch up, or reconcile.
+    pub(super) fn follow(&mut self, lease: &Lease, leader_last: LogIndex, digest: &str, now: Millis) {
+        if self.log_lease.as_ref() != Some(lease) {
+            self.request_snapshot(&lease.holder);
+            return;
+        }
+        let reconcile_due = now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms;
+        if self.last_seq < leader_last {
+            self.request_catch_up(&lease.holder);
+        } else if self.last_seq > leader_last && reconcile_due {
+            // We hold entries the leader does not (it restarted and lost its tail): the
+            // numbering diverged. Reconcile by snapshot, which also sends our extras back.
+            self.last_anti_entropy = now;
+            self.request_snapshot(&lease.holder);
+        } else if self.last_seq == leader_last
+            && self.pending.is_empty()
+            && !digest.is_empty()
+            && digest != self.state.digest()
+            && now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms
+        {
+            self.last_anti_entropy = now;
+            self.request_snapshot(&lease.holder);
+        }
+        if !self.pending.is_empty() {
+            self.submit_due = Millis::ZERO;
+            self.try_submit(now);
+        }
+    }
+
+    /// `POST meta/append`.
+    pub fn answer_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        self.now = self.now.max(now);
+        let b: AppendBody<Box<RawValue>> = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("append body: {e}")),
+        };
+        if &b.lease.holder != from {
+            return bad("appends come only from the lease holder");
+        }
+        if let PushVerdict::Refused(k) = self.lease.on_push(now, b.lease.clone()) {
+            return reply(409, json!({"lease": k}));
+        }
+        if self.log_lease.as_ref() != Some(&b.lease) {
+            // Another leader's numbering: the records are still good, the positions are not.
+            let records: Vec<Record> = read_entries(b.entries)
+                .into_iter()
+                .filter_map(|e| match e {
+                    PeerEntry::Read(e) => Some(e.record),
+                    PeerEntry::Refused { .. } => None,
+                })
+                .collect();
+            self.apply_remote(records, hlc);
+            self.request_snapshot(&b.lease.holder);
+        } else if !self.take_entries(from, read_entries(b.entries), hlc) || self.last_seq < b.last_seq {
+            self.request_catch_up(&b.lease.holder);
+        }
+        reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+    }
+
+    /// `POST meta/submit` (leader only).
+    pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
+        self.now = self.now.max(now);
+        if !self.is_leader(now) {
+            return reply(
+                409,
+                json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}),
+            );
+        }
+        let b: SubmitBody<Box<RawValue>> = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("submit body: {e}")),
+        };
+        if b.records.len() > self.config.batch_max * 4 {
+            return bad("too many records in one submit");
+        }
+        // Each record on its own: one that cannot be taken is refused (and named in the
+        // answer, so the submitter drops it and logs why) without holding up the others.
+        let mut refused = Vec::new();
+        for (i, raw) in b.records.into_iter().enumerate() {
+            let r = match serde_json::from_str::<Record>(raw.get()) {
+                Ok(r) => match r.shape_error() {
+                    None => r,
+                    Some(why) => {
+                        refused.push(json!({"index": i, "why": why}));
+                        self.refuse(
+                            Some(from.clone()),
+                            format!("submitted record {}/{}", r.kind().as_str(), r.key()),
+                            why,
+                        );
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    let why = format!("unreadable record: {e}");
+                    refused.push(json!({"index": i, "why": why}));
+                    self.refuse(Some(from.clone()), format!("submitted record {i}"), &why);
+                    continue;
+                }
+            };
+            if self.apply_one(&r, hlc) {
+                self.append_as_leader(r, from.clone());
+            }
+        }
+        self.pump_appends();
+        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
+    }
+
+    /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
+    pub fn answer_log(&self, query: &str) -> MetaReply {
+        let after =
+            query.split('&').find_map(|kv| kv.strip_prefix("after=")).map(|v| v.parse::<u64>()).unwrap_or(Ok(0));
+        let Ok(after) = after else { return bad("after must be a number") };
+        if after < self.compacted_through.0 {
+            return reply(
+                410,
+                json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}),
+            );
+        }
+        // `after` comes from the peer: `after + 1` would overflow on u64::MAX.
+        let range = (std::ops::Bound::Excluded(LogIndex(after)), std::ops::Bound::Unbounded);
+        let entries: Vec<Entry> = self.log.range(range).take(self.config.page_max).map(|(_, e)| e.clone()).collect();
+        let page = LogPage::<Entry> {
+            entries,
+            last_seq: self.last_seq,
+            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
+            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+        };
+        reply(200, serde_json::to_value(page).expect("serialise"))
+    }
+
+    /// `GET meta/snapshot`: every record, tombstones included.
+    /// `GET meta/snapshot[?after=CURSOR]`: one page of every record, tombstones included, in
+    /// key order. Read page by page, it stands for the log position of its first page: changes
+    /// made while the pages are read arrive again through the log after that position, and
+    /// records merge, so a page that is newer than the first one does no harm.
+    pub fn answer_snapshot(&self, query: &str) -> MetaReply {
+        let after = match query.split('&').find_map(|kv| kv.strip_prefix("after=")) {
+            Some(c) => match decode_cursor(c) {
+                Some(k) => Some(k),
+                None => return bad("after must be a snapshot cursor"),
+            },
+            None => None,
+        };
+        let mut records = RecordSet::default();
+        let mut last_key = None;
+        let mut more = false;
+        for (taken, (k, r)) in self.state.records_after(after.as_ref()).enumerate() {
+            if taken == self.config.snapshot_page_max.max(1) {
+                more = true;
+                break;
+            }
+            records.push(r.clone());
+            last_key = Some(k.clone());
+        }
+        let snap = Snapshot {
+            records,
+            last_seq: self.last_seq,
+            term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
+            holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
+            next: if more { last_key.as_ref().map(encode_cursor) } else { None },
+        };
+        reply(200, serde_json::to_value(snap).expect("serialise"))
+    }
+}

@@ -1,0 +1,279 @@
+//! The admin commands of membership (spec: "Admin API"): status, creating a cluster, join
+//! tokens, admin states, removing a node, leaving, and joining with a token.
+
+use super::*;
+
+impl Node {
+    pub fn status(&self, wall: Millis) -> Value {
+        let now = self.clock.peek(wall);
+        let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for r in self.members.records().filter(|r| !r.removed) {
+            *states.entry(self.members.state(&r.id, now).as_str()).or_default() += 1;
+        }
+        json!({
+            "inCluster": self.cluster.is_some(),
+            "id": self.cluster.as_ref().map(|c| c.id.clone()),
+            "name": self.cluster.as_ref().map(|c| c.name.clone()),
+            "created": self.cluster.as_ref().map(|c| c.created),
+            "node": self.id,
+            "nodeName": self.me.name,
+            "advertiseUrl": self.me.advertise_url,
+            "version": self.me.software_version,
+            "members": self.members.records().filter(|r| !r.removed).count(),
+            "states": states,
+        })
+    }
+
+    pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        if let Some(c) = &self.cluster {
+            return Err(ApiError::new(
+                409,
+                "in_cluster",
+                format!("this node is already in cluster {} ({})", c.name, c.id),
+            ));
+        }
+        let name = name.trim();
+        if name.len() > 128 {
+            return Err(ApiError::new(400, "bad_name", "cluster name is longer than 128 bytes"));
+        }
+        let info = ClusterInfo {
+            id: ClusterId::new(self.rng.uuid_v4()),
+            name: if name.is_empty() { "shoal".into() } else { name.to_string() },
+            created: wall.as_secs(),
+        };
+        let mut rec = self.fresh_own_record(wall);
+        let v = self.hlc.next(wall);
+        rec.admit(&self.id, v, &self.key);
+        self.members.clear();
+        self.members.insert(rec.clone());
+        self.cluster = Some(info.clone());
+        self.persist(PersistOp::PutCluster(info));
+        self.own_volumes.clear();
+        self.persist_own_volumes();
+        self.persist(PersistOp::PutRecord(Box::new(rec)));
+        self.start_timers(now);
+        self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
+        self.meta.allow_claim_now(now);
+        self.push_output(Output::Meta(MetaPersist::Clear));
+        Ok(self.status(wall))
+    }
+
+    pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>, max_uses: Option<u64>) -> Result<Value, ApiError> {
+        let c = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
+        let url = (!self.me.advertise_url.is_empty()).then_some(self.me.advertise_url.as_str());
+        let (token, rec) = self.tokens.create(now, ttl_hours, max_uses, &c.id, &c.name, url, &mut self.rng)?;
+        self.persist(PersistOp::PutToken(rec.clone()));
+        Ok(json!({"token": token.encode(), "id": rec.id, "expires": rec.expires, "maxUses": rec.max_uses}))
+    }
+
+    pub fn list_tokens(&self) -> Value {
+        json!({"tokens": self.tokens.list().collect::<Vec<_>>()})
+    }
+
+    pub fn revoke_token(&mut self, id: &str) -> Result<Value, ApiError> {
+        let rec = self.tokens.revoke(&TokenId::new(id))?;
+        self.persist(PersistOp::PutToken(rec.clone()));
+        Ok(json!({"revoked": rec.id}))
+    }
+
+    pub(super) fn known_peer(&self, id: &str) -> Result<NodeId, ApiError> {
+        if self.cluster.is_none() {
+            return Err(ApiError::not_in_cluster());
+        }
+        let id = NodeId::new(id);
+        match self.members.get(&id) {
+            Some(r) if !r.removed => Ok(id),
+            Some(_) => Err(ApiError::new(404, "node_removed", format!("node {id} was removed"))),
+            None => Err(ApiError::new(404, "unknown_node", format!("no member with id {id}"))),
+        }
+    }
+
+    pub fn set_admin_state(&mut self, wall: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        let id = self.known_peer(id)?;
+        let v = self.hlc.next(wall);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&id).expect("known");
+        rec.set_admin(state, v, &key);
+        let rec = rec.clone();
+        self.persist(PersistOp::PutRecord(Box::new(rec)));
+        self.push_members(wall, now);
+        Ok(json!({"node": id, "adminState": state.as_str(), "state": self.members.state(&id, now)}))
+    }
+
+    pub fn remove_node(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        let id = self.known_peer(id)?;
+        if id == self.id {
+            return Err(ApiError::new(400, "is_self", "a node cannot remove itself; use `shoal cluster leave`"));
+        }
+        let evict_target = self.route(&id);
+        let v = self.hlc.next(wall);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&id).expect("known");
+        rec.set_removed(v, &key);
+        let rec = rec.clone();
+        self.persist(PersistOp::PutRecord(Box::new(rec.clone())));
+        self.last_states.remove(&id);
+        self.event(Event::MemberRemoved(id.clone()));
+        self.push_members(wall, now);
+        if let Some(url) = evict_target {
+            // Tell the removed node; it is no longer a live member, so address it directly.
+            let body =
+                serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: self.cluster.clone(), time_ms: wall.0 })
+                    .expect("serialise");
+            if let Some(headers) = self.sign(wall, "POST", "/cluster/acn/evict", &body) {
+                let token = self.next_token;
+                self.next_token += 1;
+                self.push_output(Output::Send(OutRequest {
+                    token,
+                    to: id.clone(),
+                    url,
+                    method: "POST",
+                    target: "/cluster/acn/evict".into(),
+                    body,
+                    headers,
+                    timeout_ms: self.config.membership.heartbeat_timeout_ms,
+                }));
+            }
+        }
+        Ok(json!({"removed": id}))
+    }
+
+    pub fn leave(&mut self, wall: Millis) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        let cluster = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
+        let v = self.hlc.next(wall);
+        let key = self.key.clone();
+        let rec = self.members.get_mut(&self.id).expect("own record exists in a cluster");
+        rec.set_removed(v, &key);
+        let rec = rec.clone();
+        let body =
+            serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: Some(cluster.clone()), time_ms: wall.0 })
+                .expect("serialise");
+        let peers: Vec<NodeId> = self.members.peers().map(|r| r.id.clone()).collect();
+        for p in &peers {
+            self.new_request(wall, now, p, "POST", "/cluster/acn/leave", body.clone(), Purpose::Push);
+        }
+        self.wipe_cluster();
+        Ok(json!({"left": cluster.id, "told": peers.len()}))
+    }
+
+    /// Change this node's name or advertised URL; re-signs its record and tells the cluster.
+    pub fn configure(
+        &mut self,
+        wall: Millis,
+        name: Option<&str>,
+        advertise_url: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        if let Some(n) = name {
+            let n = n.trim();
+            if n.is_empty() || n.len() > 128 {
+                return Err(ApiError::new(400, "bad_name", "node name must be 1 to 128 bytes"));
+            }
+            self.me.name = n.to_string();
+        }
+        if let Some(u) = advertise_url {
+            let u = u.trim().trim_end_matches('/');
+            if !u.is_empty() && !crate::token::valid_base_url(u) {
+                return Err(ApiError::new(400, "bad_url", "advertised URL must look like http://host:port"));
+            }
+            self.me.advertise_url = u.to_string();
+        }
+        self.refresh_own_record(wall, now);
+        Ok(json!({"node": self.id, "name": self.me.name, "advertiseUrl": self.me.advertise_url}))
+    }
+
+    /// First half of joining: check the token and make the request to send to its issuer.
+    pub fn prepare_join(&mut self, now: Millis, token: &str) -> Result<JoinPlan, ApiError> {
+        if let Some(c) = &self.cluster {
+            return Err(ApiError::new(
+                409,
+                "in_cluster",
+                format!("this node is already in cluster {}; leave it first", c.id),
+            ));
+        }
+        let t = JoinToken::parse(token)?;
+        let node = self.fresh_own_record(now);
+        let body =
+            JoinBody { cluster_id: t.cluster.clone(), token_id: t.token_id.clone(), secret: t.secret.clone(), node };
+        let url = format!("{}{}join", t.issuer_url, ACN_PREFIX);
+        self.pending_join = Some(t);
+        Ok(JoinPlan { url, body: serde_json::to_vec(&body).expect("serialise") })
+    }
+
+    /// Second half of joining: adopt the issuer's answer.
+    pub fn finish_join(&mut self, wall: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
+        let now = self.advance_clocks(wall);
+        let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
+        if self.cluster.is_some() {
+            return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
+        }
+        let v: Value = serde_json::from_slice(body)
+            .map_err(|_| ApiError::new(502, "bad_issuer_reply", "the issuer's answer is not JSON"))?;
+        if status != 200 {
+            let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("join refused");
+            let code = if status == 403 || status == 404 || status == 409 || status == 400 { status } else { 502 };
+            return Err(ApiError::new(code, "join_refused", format!("the issuer refused the join: {msg}")));
+        }
+        #[derive(Deserialize)]
+        struct JoinReply {
+            cluster: ClusterInfo,
+            nodes: Vec<NodeRecord>,
+            #[serde(default, rename = "timeMs")]
+            time_ms: u64,
+        }
+        let reply: JoinReply = serde_json::from_value(v)
+            .map_err(|e| ApiError::new(502, "bad_issuer_reply", format!("the issuer's answer is malformed: {e}")))?;
+        if reply.cluster.id != t.cluster {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer answered for another cluster"));
+        }
+        let Some(own) = reply.nodes.iter().find(|r| r.id == self.id).cloned() else {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer's member list does not include this node"));
+        };
+        if own.public_key != acn::public_key_b64(&self.key.verifying_key()) || own.admitted.is_none() {
+            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer returned a different record for this node"));
+        }
+        self.members.clear();
+        self.hlc.observe(&own.owner_version);
+        let mut own = own;
+        own.last_seen = 0;
+        own.last_seen_ms = 0;
+        own.last_seen_age_ms = None;
+        own.removed = false;
+        own.removal = None;
+        own.admin = None;
+        own.admin_state = AdminState::Active;
+        self.members.insert(own.clone());
+        let sender_now = (reply.time_ms > 0).then_some(Millis(reply.time_ms));
+        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id) {
+            let issuer = issuer.id.clone();
+            if reply.time_ms > 0 {
+                self.members.record_clock_offset(&issuer, reply.time_ms as i64 - wall.0 as i64);
+            }
+        }
+        let out = self.members.merge(now, &reply.nodes, sender_now, Trust::JoinReply, &mut self.hlc);
+        // We just heard from the issuer: it is up (and the earliest member, not us, leads).
+        if let Some(issuer) = reply.nodes.first().filter(|r| r.id != self.id) {
+            let issuer = issuer.id.clone();
+            self.members.saw_at(&issuer, now, now);
+        }
+        self.cluster = Some(reply.cluster.clone());
+        self.persist(PersistOp::PutCluster(reply.cluster.clone()));
+        self.own_volumes.clear();
+        self.persist_own_volumes();
+        self.persist(PersistOp::PutRecord(Box::new(own)));
+        self.apply_merge(wall, out);
+        self.start_timers(now);
+        self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
+        self.push_output(Output::Meta(MetaPersist::Clear));
+        Ok(self.status(wall))
+    }
+
+    /// Forget a join whose request never got an answer.
+    pub fn abort_join(&mut self) {
+        self.pending_join = None;
+    }
+}
