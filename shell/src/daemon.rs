@@ -256,7 +256,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {
-        crate::repl::started(&shared);
+        crate::replication::started(&shared);
         tasks.push(tokio::spawn(drive(shared.clone())));
     }
     Ok(Daemon { shared, tasks, local_addr })
@@ -266,13 +266,13 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
 fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
     match o {
         Output::Chore(chore) => {
-            tokio::spawn(crate::repl::run_chore(s.clone(), chore));
+            tokio::spawn(crate::replication::run_chore(s.clone(), chore));
         }
         Output::ScrubCopy(copy) => {
-            tokio::spawn(crate::repl::scrub_copy(s.clone(), copy));
+            tokio::spawn(crate::replication::scrub_copy(s.clone(), copy));
         }
         Output::ReplDispatch { term, task } => {
-            tokio::spawn(crate::repl::send_task(s.clone(), term, task));
+            tokio::spawn(crate::replication::send_task(s.clone(), term, task));
         }
         other => tracing::error!(output = ?other, "not a service's output"),
     }

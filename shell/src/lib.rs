@@ -12,11 +12,8 @@
 //! - [`cli`] and [`demo`]: the `shoal` command line.
 
 pub mod cli;
-pub mod cli_files;
-pub mod cli_format;
 pub mod client;
 pub mod daemon;
-pub mod demo;
 pub mod disk;
 pub mod drive;
 pub mod env;
@@ -28,7 +25,7 @@ pub mod meta_store;
 pub mod node_handle;
 pub mod peer;
 pub mod probe;
-pub mod repl;
+pub mod replication;
 pub mod server;
 pub mod service_state;
 pub mod store;

@@ -2,7 +2,7 @@
 //! from the code that uses it, so that the handle depends on no service: the chunked
 //! transfer's upload sessions, writes under way and landing lock (used by
 //! `crate::store_service` and `crate::drive`), and replication's pulls in flight and disk-work
-//! figures (used by `crate::repl`).
+//! figures (used by `crate::replication`).
 
 use crate::sync::lock;
 use axum::body::Bytes;

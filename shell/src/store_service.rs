@@ -3,7 +3,7 @@
 //! `stat`, `checksum`, `list` and `mkdir` under `/cluster/acn/`, answered by the shell after the
 //! core has verified the request's signature (only members reach them). Rules (chunk sizes,
 //! sessions, paths) come from `shoal_core::storage::transfer`; `delete` and `rename` are
-//! `crate::repl`'s, `place` the core's.
+//! `crate::replication`'s, `place` the core's.
 //!
 //! Uploads write `<path>.part-<session>` inside the volume; the whole-file SHA-256 is taken as
 //! chunks arrive in order ([`InOrderHash`]), and at commit the part file is fsynced, checked and

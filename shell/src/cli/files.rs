@@ -5,7 +5,7 @@
 //! renames it into place. When the bytes do not match (the node marks that copy stale) or the
 //! stream breaks, the get asks again, up to three times, and the node serves another copy.
 
-use crate::cli_format::CliError;
+use crate::cli::output::CliError;
 use crate::client::{split_url, ChannelBody};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -278,11 +278,11 @@ pub fn checksum(local: &Path, json: bool) -> Result<(), CliError> {
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     let sum = hex::encode(hash.finalize());
     if json {
-        crate::cli_format::say(
+        crate::cli::output::say(
             serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64}),
         );
     } else {
-        crate::cli_format::say(format_args!("{sum}  {}", local.display()));
+        crate::cli::output::say(format_args!("{sum}  {}", local.display()));
     }
     Ok(())
 }

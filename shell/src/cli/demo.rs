@@ -3,14 +3,14 @@
 //! with a token over real HTTP; the command prints each node's URL and how to point the CLI at
 //! it, then runs until Ctrl-C and cleans up.
 
-use crate::cli_format::{say, CliError};
+use crate::cli::output::{say, CliError};
 use crate::daemon::{self, Daemon, ServeOptions};
 use crate::env::TokioEnv;
 use shoal_core::membership::NodeState;
 use std::time::{Duration, Instant};
 
 pub async fn run(nodes: usize, base_port: u16, exit_when_ready: bool) -> Result<(), CliError> {
-    crate::cli_format::init_tracing();
+    crate::cli::output::init_tracing();
     if nodes == 0 || nodes > 64 {
         return Err(CliError("--nodes must be between 1 and 64".into()));
     }

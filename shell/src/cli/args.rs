@@ -1,0 +1,389 @@
+//! The command line's words and flags (clap): every verb, its arguments and their help.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "shoal", version, about = "Several machines that act as one computer.")]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Admin API of the node to talk to (default: the URL in DATA/api.url, else http://127.0.0.1:7300).
+    #[arg(long, global = true, env = "SHOAL_API")]
+    pub api: Option<String>,
+    /// Admin token (default: the contents of DATA/admin.token).
+    #[arg(long, global = true, env = "SHOAL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The node's data dir.
+    #[arg(long = "data", global = true, env = "SHOAL_DATA", default_value = "shoal-data")]
+    pub data: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run a node daemon.
+    Serve(ServeArgs),
+    /// Run a local demo cluster of N nodes in this process.
+    Demo {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value_t = 7300)]
+        base_port: u16,
+        /// Exit once every node is ONLINE (for scripts and benchmarks).
+        #[arg(long)]
+        exit_when_ready: bool,
+    },
+    /// Create, inspect, configure or leave this node's cluster.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Join tokens.
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
+    },
+    /// Join the cluster a token names.
+    Join {
+        #[arg(value_name = "TOKEN")]
+        join_token: String,
+    },
+    /// List members with their computed state.
+    Nodes,
+    /// Act on one member.
+    Node {
+        #[command(subcommand)]
+        cmd: NodeCmd,
+    },
+    /// The replicated metadata store.
+    Meta {
+        #[command(subcommand)]
+        cmd: MetaCmd,
+    },
+    /// Folder copy policies.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
+    /// Cluster-wide settings.
+    Settings {
+        #[command(subcommand)]
+        cmd: SettingsCmd,
+    },
+    /// Folders this node contributes to the cluster drive.
+    Volume {
+        #[command(subcommand)]
+        cmd: VolumeCmd,
+    },
+    /// Replication of the cluster drive.
+    Repl {
+        #[command(subcommand)]
+        cmd: ReplCmd,
+    },
+    /// Copy a local file into the cluster drive: `shoal put LOCAL cluster:/path`.
+    Put { local: PathBuf, remote: String },
+    /// Copy a file out of the cluster drive, verified: `shoal get cluster:/path LOCAL`.
+    Get { remote: String, local: PathBuf },
+    /// List a folder of the cluster drive.
+    Ls {
+        #[arg(default_value = "cluster:/")]
+        path: String,
+    },
+    /// A file's record: every copy as <node>:<volume>/<path> with its state, the policy, the checksum.
+    Stat { path: String },
+    /// Remove a file (or, with -r, a folder and everything in it).
+    Rm {
+        path: String,
+        #[arg(short = 'r', long)]
+        recursive: bool,
+    },
+    /// Move or rename a file or folder (copies are renamed on disk where they lie).
+    Mv { from: String, to: String },
+    /// Make a folder.
+    Mkdir { path: String },
+    /// Re-hash every copy of a file, or of everything under a folder, now.
+    Verify {
+        #[arg(default_value = "cluster:/")]
+        path: String,
+    },
+    /// Look through this node's volume folders now: adopt new files, mark changed copies stale.
+    Rescan,
+    /// The SHA-256 of a local file, as the cluster computes it (to compare with `stat`).
+    Checksum { local: PathBuf },
+    /// Configuration: declared keys, values at three levels, resolution, history, proposals.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// The cluster's audit log of admin acts, newest first.
+    Audit,
+    /// Modules: the built-in subsystems and user modules installed from a manifest.
+    Module {
+        #[command(subcommand)]
+        cmd: ModuleCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModuleCmd {
+    /// Install (or update) a user module from its manifest (TOML: module = "name", [[keys]] ...).
+    Install { manifest: PathBuf },
+    /// Run a user module on a node (its keys then resolve there).
+    Place {
+        name: String,
+        #[arg(long)]
+        node: String,
+    },
+    /// Stop running a user module on a node.
+    Unplace {
+        name: String,
+        #[arg(long)]
+        node: String,
+    },
+    /// Built-in and installed modules, and where each runs.
+    List,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConfigWhere {
+    /// Narrow to (or, for set/clear/propose, write at) this module's own value on --node.
+    #[arg(long)]
+    pub module: Option<String>,
+    /// Narrow to (or write at) this node.
+    #[arg(long)]
+    pub node: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Stored values, resolved values with their source, and the predefined keys.
+    List {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Set a value at one level: mesh (no --node), node (--node), a module's own (--node --module).
+    Set {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        value: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Clear the value at one level.
+    Clear {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        why: String,
+    },
+    /// Every set, clear and approval, newest first.
+    History {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// This node's resolved values (also in DATA/config/<module>.json).
+    Resolved,
+    /// Propose a value (or --clear) for an admin's approval (the only way to set a trusted key).
+    Propose {
+        #[command(flatten)]
+        at: ConfigWhere,
+        #[arg(long)]
+        key: String,
+        #[arg(long, required_unless_present = "clear")]
+        value: Option<String>,
+        #[arg(long)]
+        clear: bool,
+        #[arg(long)]
+        why: String,
+    },
+    /// Proposals, newest first, or one whole.
+    Proposals { id: Option<String> },
+    /// Approve a proposal as shown (refused when it or the stored value changed since).
+    Approve { id: String },
+    /// Decline a proposal.
+    Decline { id: String },
+    /// Renamed keys and the nodes still holding each rename window open.
+    Renames,
+    /// Conditions held seven days: rename-refused, rename-window-held (and those still pending).
+    Findings,
+    /// Config events (renamed, retiring, retired) of the last seven days.
+    Events,
+    /// Values no build reads any more: list, or approve removal / ask again / cancel for one level.
+    Retiring {
+        /// The level, e.g. mesh.storage.old_key.
+        level: Option<String>,
+        #[arg(long, value_parser = ["approve", "ask", "cancel"], requires = "level")]
+        action: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VolumeCmd {
+    /// Contribute a folder of the node's machine (created if missing).
+    Add {
+        path: String,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    List,
+    /// Retire a volume (refused while it holds the only copy of a file).
+    Remove {
+        id: String,
+    },
+    /// An admin's read-only switch.
+    Readonly {
+        id: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
+    /// Move every copy off a volume (or cancel, or show progress).
+    Evacuate {
+        id: String,
+        #[arg(long, conflicts_with = "status")]
+        cancel: bool,
+        #[arg(long)]
+        status: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReplCmd {
+    /// Replication health: files, healthy, under/over-replicated, waiting.
+    Status,
+    /// The plan the leader would carry out now, with the reason for each task.
+    Plan,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MetaCmd {
+    /// Leader, term, last sequence, applied, pending.
+    Status,
+    /// List a folder of the namespace.
+    Ls {
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// One record: copies, policy, checksum.
+    Stat { path: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCmd {
+    /// Keep N copies of everything under FOLDER (0 removes the policy).
+    Set {
+        folder: String,
+        replicas: u32,
+    },
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SettingsCmd {
+    Get {
+        key: String,
+    },
+    /// VALUE is JSON when it parses as JSON, else a string.
+    Set {
+        key: String,
+        value: String,
+    },
+    List,
+    /// Remove a setting.
+    Rm {
+        key: String,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// host:port to listen on.
+    #[arg(long, default_value = "127.0.0.1:7300")]
+    pub listen: String,
+    /// URL other nodes use to reach this one (default http://<listen>).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Display name of this node (default: the hostname).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// No cluster agent; /cluster/acn/* answers 404.
+    #[arg(long)]
+    pub disable_cluster: bool,
+    /// Heartbeat interval in ms (spec default 15000).
+    #[arg(long, default_value_t = 15_000)]
+    pub heartbeat_ms: u64,
+    /// A node heard from within this many ms is ONLINE (spec default 45000).
+    #[arg(long, default_value_t = 45_000)]
+    pub online_within_ms: u64,
+    /// Silent up to this many ms is UNKNOWN, beyond it OFFLINE (spec default 180000).
+    #[arg(long, default_value_t = 180_000)]
+    pub unknown_within_ms: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Create a new cluster with this node as its first member.
+    Create {
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// This node's cluster, id and member states.
+    Status,
+    /// Leave the cluster (the other members are told).
+    Leave,
+    /// Show or change this node's name and advertised URL.
+    Config {
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        advertise: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a join token.
+    New {
+        /// Lifetime in hours, 1 to 720.
+        #[arg(long)]
+        ttl_hours: Option<u64>,
+        /// How many nodes may join with it (1 to 1000; default: any number until it expires).
+        #[arg(long)]
+        uses: Option<u64>,
+    },
+    List,
+    Revoke {
+        id: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCmd {
+    /// Set a member's admin state.
+    State {
+        id: String,
+        #[arg(value_parser = ["maintenance", "draining", "active"])]
+        state: String,
+    },
+    /// Remove a member from the cluster.
+    Remove { id: String },
+    /// Send a signed ping to a member and report the round trip.
+    Probe { id: String },
+}

@@ -1,0 +1,223 @@
+//! This node's disk work for replication: deleting and renaming copies when asked
+//! (`store/delete`, `store/rename`, checked by the core), the reconciler that carries out what
+//! the records ask of this node's disks, retiring evacuated volumes, and a remove's or move's
+//! "now" pass over the holders.
+
+use super::*;
+
+pub(super) fn io_api(what: &str, e: std::io::Error) -> ApiError {
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
+    }
+    ApiError::new(500, "io", format!("{what}: {e}"))
+}
+
+/// `store/delete`: delete a copy when this node's records authorise it (see
+/// [`shoal_core::node::Node::authorize_delete`]), then mark the copy dropped.
+pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8]) -> Result<Value, ApiError> {
+    let req: shoal_core::node::files::DeleteRequest =
+        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("delete body: {e}")))?;
+    let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
+    let (s2, path, volume) = (s.clone(), req.path.clone(), req.volume_id.clone());
+    let done = s
+        .blocking(move || {
+            s2.store_service.landed.unless_unsettled(&s2, &volume, &[&path], || remove_copy(Path::new(&folder), &path))
+        })
+        .await;
+    done.ok_or_else(busy)??;
+    s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
+    Ok(json!({"ok": true}))
+}
+
+/// `store/rename`: rename a copy when this node's records show the move.
+pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Value, ApiError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct RenameBody {
+        volume_id: shoal_core::VolumeId,
+        from: String,
+        to: String,
+    }
+    let b: RenameBody =
+        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("rename body: {e}")))?;
+    let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
+    let (s2, from, to, volume) = (s.clone(), b.from.clone(), b.to.clone(), b.volume_id.clone());
+    let done = s
+        .blocking(move || {
+            s2.store_service
+                .landed
+                .unless_unsettled(&s2, &volume, &[&from, &to], || move_copy(Path::new(&folder), &from, &to))
+        })
+        .await;
+    done.ok_or_else(busy)??;
+    s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
+    Ok(json!({"ok": true}))
+}
+
+pub(super) fn busy() -> ApiError {
+    ApiError::new(409, "busy", "newer bytes landed there than the records show; try again")
+}
+
+pub(super) fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {
+    let file = confined_path(folder, path, false)?;
+    match std::fs::remove_file(&file) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_api("delete copy", e)),
+    }
+    prune_empty_dirs(folder, &file);
+    Ok(())
+}
+
+pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiError> {
+    let src = confined_path(folder, from, false)?;
+    let dst = confined_path(folder, to, true)?;
+    if !src.exists() {
+        return Ok(());
+    }
+    // Whatever lies at the new name is not this file (the records list this volume's copy of
+    // it under the old name until now): a leftover of a removed file there is replaced.
+    std::fs::rename(&src, &dst).map_err(|e| io_api("rename copy", e))?;
+    prune_empty_dirs(folder, &src);
+    Ok(())
+}
+
+/// Remove now-empty folders between `file` and the volume root.
+pub(super) fn prune_empty_dirs(root: &Path, file: &Path) {
+    let Ok(root) = std::fs::canonicalize(root) else { return };
+    let mut dir = file.parent().map(Path::to_path_buf);
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(&root) || std::fs::remove_dir(&d).is_err() {
+            break;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+}
+
+/// Carry out what the records ask of this node's disks once.
+pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
+    retire_evacuated(s);
+    let actions = s.read_node(|n, _| n.disk_actions());
+    for a in actions {
+        // Bytes newer than these records lie there: leave them until the records catch up.
+        let s2 = s.clone();
+        let (volume, path, result) = match a.clone() {
+            DiskAction::Delete { volume, folder, path } => {
+                let (p, v) = (path.clone(), volume.clone());
+                let r = s
+                    .blocking(move || {
+                        s2.store_service.landed.unless_unsettled(&s2, &v, &[&p], || remove_copy(Path::new(&folder), &p))
+                    })
+                    .await;
+                (volume, path, r)
+            }
+            DiskAction::Rename { volume, folder, from, to } => {
+                let (f, v) = (from.clone(), volume.clone());
+                let r = s
+                    .blocking(move || {
+                        s2.store_service
+                            .landed
+                            .unless_unsettled(&s2, &v, &[&f, &to], || move_copy(Path::new(&folder), &f, &to))
+                    })
+                    .await;
+                (volume, from, r)
+            }
+        };
+        let Some(result) = result else { continue };
+        match result {
+            Ok(()) => {
+                let mut st = lock(&s.repl.stats);
+                match a {
+                    DiskAction::Delete { .. } => st.disk_deletes += 1,
+                    DiskAction::Rename { .. } => st.disk_renames += 1,
+                }
+                drop(st);
+                s.with_node(|n, now| n.copy_mark(now, &path, &volume, LocationState::Dropped, ""));
+            }
+            Err(e) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
+        }
+    }
+}
+
+/// Retire this node's evacuated volumes: evacuating, nothing a file may need left on them in
+/// the records, and nothing being written to them (no write under way, no live upload session,
+/// no landed bytes the records do not show yet). A put whose copy on one still lands after all
+/// publishes its other copies only (`file_publish` leaves out copies on removed volumes).
+pub(super) fn retire_evacuated<E: Env>(s: &Arc<Shared<E>>) {
+    for id in s.read_node(|n, _| n.evacuated_volumes()) {
+        if s.store_service.busy_with(s, &id) {
+            continue;
+        }
+        match s.with_node(|n, now| n.volume_retire(now, &id)) {
+            Ok(true) => tracing::info!(volume = %id, "an evacuated volume was retired"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(volume = %id, error = %e.message, "an evacuated volume could not be retired"),
+        }
+    }
+}
+
+/// A file's copies: (volume, node).
+pub type Copies = Vec<(shoal_core::VolumeId, NodeId)>;
+
+/// After a remove: have every holder delete its copies now (each checks the removal against
+/// its own records; one whose records lag answers 409 and is asked again for a while, after
+/// which its reconciler finishes the job). `removed` is (path, copies).
+pub async fn delete_now<E: Env>(
+    s: &Arc<Shared<E>>,
+    removed: Vec<(String, Vec<(shoal_core::VolumeId, NodeId)>)>,
+) -> u64 {
+    const REMOVE_WAIT_MS: u64 = 10_000;
+    let me = s.read_node(|n, _| n.id().clone());
+    let started = s.env.monotonic();
+    reconcile_once(s).await;
+    let mut done = 0u64;
+    for (path, copies) in removed {
+        for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            let body = json!({"volumeId": volume, "path": path}).to_string().into_bytes();
+            loop {
+                match signed(s, &node, "POST", "/cluster/acn/store/delete", body.clone(), vec![]).await {
+                    Ok(r) if r.status == 200 => {
+                        done += 1;
+                        break;
+                    }
+                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < REMOVE_WAIT_MS => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    done
+}
+
+/// After a move: have every holder rename its copies now, so the files are where the records
+/// say before the move is answered. Holders check the move against their own records (a
+/// holder whose records lag answers 409 and is asked again); whatever is not done within
+/// `MOVE_WAIT_MS` the holders' reconcilers finish. `moved` is (old path, new path, copies).
+pub async fn rename_now<E: Env>(s: &Arc<Shared<E>>, moved: Vec<(String, String, Copies)>) -> u64 {
+    const MOVE_WAIT_MS: u64 = 10_000;
+    let me = s.read_node(|n, _| n.id().clone());
+    let started = s.env.monotonic();
+    reconcile_once(s).await;
+    let mut done = 0u64;
+    for (from, to, copies) in moved {
+        for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            let body = json!({"volumeId": volume, "from": from, "to": to}).to_string().into_bytes();
+            loop {
+                let r = signed(s, &node, "POST", "/cluster/acn/store/rename", body.clone(), vec![]).await;
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        done += 1;
+                        break;
+                    }
+                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < MOVE_WAIT_MS => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => break, // the holder's reconciler will do it
+                }
+            }
+        }
+    }
+    done
+}

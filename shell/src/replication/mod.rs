@@ -1,0 +1,352 @@
+//! Keeping copies right (spec: "Replication", "Storage (ACS)"): the I/O half of the chores the
+//! core schedules (`shoal_core::node::chores`) — sending the tasks of the leader's planner
+//! passes, the workers that carry pulls out, this node's disk work, scrub hashing, rescans —
+//! and `verify`. When each runs, and what it decides, is the core's; this module moves bytes
+//! and reports back.
+//!
+//! - **Leader.** The core's planner pass (every 60 s, and at once after a put short of copies,
+//!   a stale copy, a finished task, `repl run`) grants each task a 30 s lease and hands it here
+//!   ([`send_task`]): a pull goes to its target node as `repl/task` (or runs here), a drop to
+//!   the holder as `store/delete` with the leader's term.
+//! - **Worker.** Checks the task comes from the leader of that term, renews its lease every
+//!   10 s (`repl/renew`, which also lets a new leader adopt it), pulls the copy with
+//!   `store/read` into a part file on its volume, checks the whole-file SHA-256, asks the core
+//!   whether the file is still current, renames it into place, publishes a verified copy and
+//!   reports `repl/done`.
+//! - **Disk work** ([`run_chore`], every 10 s and when kicked): carries out
+//!   [`Node::disk_actions`]: copies of removed files are deleted, copies of moved files renamed.
+//! - **Scrub** ([`scrub_copy`]): hashes the copy the core picked; the core marks it verified or
+//!   stale and paces the next one to `storage.scrub_rate` bytes/s on average.
+//! - **Rescan** (every 30 min and on demand): files dropped into a volume folder are adopted,
+//!   copies that vanished or changed are marked stale.
+//!
+//! [`Node::disk_actions`]: shoal_core::node::Node::disk_actions
+
+mod disk;
+mod rescan;
+mod scrub;
+
+use disk::*;
+pub use disk::{delete_copy, delete_now, rename_copy, rename_now, Copies};
+pub use rescan::rescan;
+use scrub::*;
+pub use scrub::{scrub_copy, verify};
+
+use crate::disk::confined_path;
+use crate::env::Env;
+use crate::http_error::error_response;
+use crate::node_handle::Shared;
+use crate::peer::{read_piece, signed};
+use crate::sync::lock;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shoal_core::meta::records::LocationState;
+use shoal_core::node::files::LocalCopy;
+use shoal_core::node::files::{DiskAction, Source};
+use shoal_core::node::replication::{PullCurrency, TaskReport};
+use shoal_core::node::ApiError;
+use shoal_core::storage::chores::Chore;
+use shoal_core::storage::planner::{Action, InFlight, Task};
+use shoal_core::storage::tasks::ReportError;
+use shoal_core::storage::transfer::{self, CHUNK_BYTES};
+use shoal_core::NodeId;
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const TASK_RENEW_MS: u64 = 10_000;
+/// How long a worker waits for its records to show the file of a task the leader sent.
+const RECORDS_CATCH_UP_MS: u64 = 10_000;
+const HASH_BLOCK: usize = 1 << 20;
+
+/// Note when this process started (part files older than that are leftovers).
+pub fn started<E: Env>(s: &Arc<Shared<E>>) {
+    *lock(&s.repl.started) = Some(std::time::SystemTime::now());
+}
+
+/// Carry out a chore the core started ([`Output::Chore`]) and report its end.
+///
+/// [`Output::Chore`]: shoal_core::node::Output::Chore
+pub async fn run_chore<E: Env>(s: Arc<Shared<E>>, chore: Chore) {
+    match chore {
+        Chore::Reconcile => reconcile_once(&s).await,
+        Chore::Rescan => {
+            let _ = rescan(&s).await;
+        }
+        Chore::Usage => measure_volumes(&s).await,
+        Chore::Plan | Chore::Scrub => {}
+    }
+    s.with_node(|n, now| n.chore_done(now, chore));
+}
+
+/// Measure this node's volumes (off the node lock), then report.
+async fn measure_volumes<E: Env>(s: &Arc<Shared<E>>) {
+    let local = s.read_node(|n, _| n.local_volumes());
+    let env = s.env.clone();
+    let measured: Vec<_> = s
+        .blocking(move || {
+            local
+                .into_iter()
+                .map(|(id, folder)| {
+                    let (free, total) = env.disk_usage(Path::new(&folder));
+                    (id, total, free)
+                })
+                .collect()
+        })
+        .await;
+    if !measured.is_empty() {
+        s.with_node(|n, now| {
+            for (id, total, free) in &measured {
+                n.volume_usage(now, id, *total, *free);
+            }
+        });
+    }
+}
+
+// ---- leader ----
+
+/// The tasks this node dispatched that have not ended yet (on the leader).
+pub fn in_flight<E: Env>(s: &Arc<Shared<E>>) -> Vec<InFlight> {
+    s.read_node(|n, _| n.repl_in_flight())
+}
+
+/// Send a task the core's planner pass granted ([`Output::ReplDispatch`]); a drop or a refusal
+/// ends it here, a pull ends when its worker reports.
+///
+/// [`Output::ReplDispatch`]: shoal_core::node::Output::ReplDispatch
+pub async fn send_task<E: Env>(s: Arc<Shared<E>>, term: u64, task: Task) {
+    let me = s.read_node(|n, _| n.id().clone());
+    if let Some(ok) = dispatch(&s, &me, term, &task).await {
+        s.with_node(|n, now| n.repl_finish(now, &task.file, &task.path, ok));
+    }
+}
+
+/// Send one task on its way. `Some(ok)` when its outcome is known now (drops, refusals);
+/// `None` when a worker took it and reports later.
+async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Task) -> Option<bool> {
+    match &task.action {
+        Action::Drop { node, volume } => {
+            let req = json!({"volumeId": volume, "path": task.path, "term": term});
+            if node == me {
+                let r = delete_copy(s, me, &serde_json::to_vec(&req).unwrap_or_default()).await;
+                return Some(r.is_ok());
+            }
+            let r = signed(s, node, "POST", "/cluster/acn/store/delete", req.to_string().into_bytes(), vec![]).await;
+            Some(matches!(r, Ok(r) if r.status == 200))
+        }
+        Action::Pull { target_node, .. } => {
+            let body = TaskBody { term, task: task.clone() };
+            if target_node == me {
+                let s2 = s.clone();
+                let (leader, body2) = (me.clone(), body.clone());
+                tokio::spawn(async move { work(&s2, leader, body2).await });
+                return None;
+            }
+            let bytes = serde_json::to_vec(&body).unwrap_or_default();
+            match signed(s, target_node, "POST", "/cluster/acn/repl/task", bytes, vec![]).await {
+                Ok(r) if r.status == 202 || r.status == 200 => None,
+                _ => Some(false),
+            }
+        }
+    }
+}
+
+/// A worker's report on its task, from `sender` (this node itself when it is both).
+fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &DoneBody, op: &str) -> Result<(), ReportError> {
+    let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done { ok: b.ok } };
+    let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
+    if ended && !b.ok {
+        tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TaskBody {
+    term: u64,
+    task: Task,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DoneBody {
+    term: u64,
+    task: Task,
+    ok: bool,
+    #[serde(default)]
+    error: String,
+}
+
+/// `repl/task`, `repl/renew`, `repl/done` from verified member `sender`.
+pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sender: NodeId) -> Response {
+    match op {
+        "task" => {
+            let b: TaskBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error_response(400, "bad_body", format!("task body: {e}")),
+            };
+            if !s.read_node(|n, now| n.is_leader_of(now, &sender, b.term)) {
+                return error_response(409, "not_authorized", "the sender does not hold the lease of that term");
+            }
+            let s2 = s.clone();
+            tokio::spawn(async move { work(&s2, sender, b).await });
+            (axum::http::StatusCode::ACCEPTED, axum::Json(json!({"accepted": true}))).into_response()
+        }
+        "renew" | "done" => {
+            let b: DoneBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error_response(400, "bad_body", format!("{op} body: {e}")),
+            };
+            // The rules (who may report, only the task in flight counts, adoption on renew) are
+            // the core's: `Node::repl_report`, `TaskLeases`.
+            match take_report(s, &sender, &b, op) {
+                Ok(()) => axum::Json(json!({"ok": true})).into_response(),
+                Err(e) => {
+                    let code = match e {
+                        ReportError::NotLeader => "not_leader",
+                        ReportError::NotAuthorized => "not_authorized",
+                        ReportError::OtherInFlight | ReportError::NotInFlight => "not_in_flight",
+                    };
+                    error_response(409, code, e.to_string())
+                }
+            }
+        }
+        _ => error_response(404, "not_found", format!("no such repl endpoint: {op}")),
+    }
+}
+
+/// Report to the leader (renew or done); a leader that is this node is told directly.
+async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &DoneBody) {
+    let me = s.read_node(|n, _| n.id().clone());
+    if leader == &me {
+        if let Err(e) = take_report(s, &me, body, op) {
+            tracing::debug!(path = %body.task.path, op, error = %e, "own task report not taken");
+        }
+        return;
+    }
+    // The current leader may have changed; report to whoever holds the lease now.
+    let to = s.read_node(|n, now| n.meta_leader(now)).map(|l| l.holder).unwrap_or_else(|| leader.clone());
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    if to == me {
+        return Box::pin(report(s, &me, op, body)).await;
+    }
+    let _ = signed(s, &to, "POST", &format!("/cluster/acn/repl/{op}"), bytes, vec![]).await;
+}
+
+/// Carry out a pull task, renewing its lease while it runs.
+async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
+    if !lock(&s.repl.running).insert(b.task.file.clone()) {
+        return; // already at it
+    }
+    let renew = {
+        let (s2, leader2) = (s.clone(), leader.clone());
+        let body = DoneBody { term: b.term, task: b.task.clone(), ok: true, error: String::new() };
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(TASK_RENEW_MS)).await;
+                report(&s2, &leader2, "renew", &body).await;
+            }
+        })
+    };
+    let result = pull(s, &b.task).await;
+    renew.abort();
+    lock(&s.repl.running).remove(&b.task.file);
+    let (ok, error) = match result {
+        Ok(()) => (true, String::new()),
+        Err(e) => {
+            tracing::warn!(path = %b.task.path, error = %e.message, "pull failed");
+            (false, e.message)
+        }
+    };
+    report(s, &leader, "done", &DoneBody { term: b.term, task: b.task, ok, error }).await;
+}
+
+/// Pull one copy into this node's target volume and publish it.
+async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
+    let Action::Pull { source_node, source_volume, target_volume, .. } = &task.action else {
+        return Err(ApiError::new(400, "bad_task", "not a pull"));
+    };
+    let vol = s
+        .read_node(|n, _| n.local_volume(target_volume.as_str()))
+        .ok_or_else(|| ApiError::new(404, "unknown_volume", "the target volume is not on this node"))?;
+    if !shoal_core::storage::placement::writable(&vol) {
+        return Err(ApiError::new(409, "volume_read_only", "the target volume takes no new copies"));
+    }
+    let src_folder = s.read_node(|n, _| n.local_volume(source_volume.as_str())).map(|v| v.subpath);
+    let src = Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder };
+    let (folder, path) = (PathBuf::from(&vol.subpath), task.path.clone());
+    let tag = format!("repl{:016x}", s.env.seed());
+    let (dest, part) = s
+        .blocking(move || {
+            let dest = confined_path(&folder, &path, true)?;
+            let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let part = dest.with_file_name(transfer::part_file_name(&name, &tag));
+            Ok::<_, ApiError>((dest, part))
+        })
+        .await?;
+    let result = async {
+        let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
+        let mut hash = Sha256::new();
+        let mut at = 0u64;
+        while at < task.size {
+            let data = read_piece(s, &src, &task.path, at, (task.size - at).min(CHUNK_BYTES)).await?;
+            if data.is_empty() {
+                return Err(ApiError::new(502, "short_copy", "the source copy is shorter than the file"));
+            }
+            hash.update(&data);
+            let (p, d) = (part.clone(), data.clone());
+            s.blocking(move || crate::disk::write_at(&p, at, &d)).await.map_err(|e| io_api("write part file", e))?;
+            at += data.len() as u64;
+        }
+        out.sync_all().map_err(|e| io_api("sync part file", e))?;
+        if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
+            return Err(ApiError::new(409, "checksum_mismatch", "the source copy does not match the file's checksum"));
+        }
+        if s.store_service.landed.unsettled(s, target_volume, &task.path) {
+            return Err(ApiError::new(409, "busy", "newer bytes landed there; the pull stands down"));
+        }
+        // Overwritten or removed while this content was pulled: it is no copy of the file now.
+        // (This node's records may lag the leader's: give them a moment to show the file.)
+        s.wait_for(RECORDS_CATCH_UP_MS, |n, _| n.pull_currency(task) != PullCurrency::NotYetKnown).await;
+        if s.read_node(|n, _| n.pull_currency(task)) != PullCurrency::Current {
+            return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+        }
+        let landed = s
+            .store_service
+            .landed
+            .land(s, target_volume, &task.path, &task.checksum, None, &dest, || std::fs::rename(&part, &dest));
+        landed.map_err(|c| c.api_error())?.map_err(|e| io_api("rename into place", e))?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&part);
+        if let Err(e) = &result {
+            if e.code == "checksum_mismatch" {
+                s.with_node(|n, now| n.copy_mark(now, &task.path, source_volume, LocationState::Stale, &task.checksum));
+            }
+        }
+        return result;
+    }
+    // The leader may know of the file before this node does: give this node's records a moment
+    // to catch up before deciding the file changed under the pull.
+    s.wait_for(RECORDS_CATCH_UP_MS, |n, _| n.knows_task_file(task)).await;
+    let published = s.with_node(|n, now| n.copy_publish(now, &task.path, &task.file, &task.checksum, target_volume));
+    if !published {
+        // Removed, moved or overwritten meanwhile: the bytes just put in place are no copy of
+        // anything the records list there, so they go (unless a current copy is listed there).
+        let listed = s.read_node(|n, _| n.current_copy_listed(&task.path, target_volume));
+        if !listed {
+            s.store_service.landed.take_back(s, target_volume, &task.path, &task.checksum, || {
+                let _ = std::fs::remove_file(&dest);
+            });
+        }
+        return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Rescans: walk this node's volume folders and compare them with the records: adopt files
+//! with no record, add right copies the records do not list, restore stale copies whose bytes
+//! are right again, mark copies that vanished or changed stale, remove old part files.
+
+use super::*;
+
+/// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
+pub(super) const PART_FILE_MAX_AGE_MS: u64 = 60 * 60_000;
+
+/// Walk this node's volume folders: adopt files with no record, add right copies the records
+/// do not list, restore stale copies whose bytes are right again, mark copies that vanished or
+/// changed stale.
+pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
+    lock(&s.repl.stats).rescans += 1;
+    let mut report = Vec::new();
+    for (volume, folder) in s.read_node(|n, _| n.local_volumes()) {
+        let facts = s.read_node(|n, _| n.volume_facts(&volume));
+        let root = PathBuf::from(&folder);
+        // Part files of uploads and pulls cut short: left by an earlier run of this node, or
+        // untouched for longer than any session lives.
+        let started = lock(&s.repl.started).unwrap_or(std::time::UNIX_EPOCH);
+        let cutoff = std::time::SystemTime::now()
+            .checked_sub(Duration::from_millis(PART_FILE_MAX_AGE_MS))
+            .map_or(started, |old| old.max(started));
+        let (found, parts_removed) = s
+            .blocking(move || {
+                let (found, parts) = walk(&root);
+                let old: Vec<PathBuf> = parts.into_iter().filter(|(_, m)| *m < cutoff).map(|(p, _)| p).collect();
+                let removed = old.iter().filter(|p| std::fs::remove_file(p).is_ok()).count();
+                (found, removed)
+            })
+            .await;
+        let (mut adopted, mut stale, mut added, mut restored) = (0u64, 0u64, 0u64, 0u64);
+        for (path, size, mtime_ms) in &found {
+            if facts.pending.contains(path) {
+                continue; // a delete or rename is on its way
+            }
+            let file = match confined_path(Path::new(&folder), path, false) {
+                Ok(f) => f,
+                Err(_) => continue,
+            };
+            match facts.live.get(path) {
+                Some(live) => match live.copy {
+                    Some(c) if c.current => {
+                        let changed = *size != live.size || *mtime_ms > c.checked_ms + 2_000;
+                        if changed {
+                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
+                            if sum != live.checksum || *size != live.size {
+                                s.with_node(|n, now| {
+                                    n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum)
+                                });
+                                stale += 1;
+                            }
+                        }
+                    }
+                    Some(c) if c.of_this_content && *size == live.size => {
+                        // Stale, of the file's present content (marked while this node was
+                        // away, or found corrupt): if the bytes are right it is a copy again,
+                        // with no transfer; a corrupt one stays stale until repaired.
+                        let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
+                        if sum == live.checksum
+                            && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
+                        {
+                            restored += 1;
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        if *size == live.size {
+                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
+                            if sum == live.checksum
+                                && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
+                            {
+                                added += 1;
+                            }
+                        }
+                    }
+                },
+                None => {
+                    // This node's records may lag (it just came back, or is cut off): a file
+                    // the cluster already has is not adopted over it.
+                    if !unknown_to_leader(s, path).await {
+                        continue;
+                    }
+                    let Ok((size, sum)) = hash_file(s, file).await else { continue };
+                    let mod_time = *mtime_ms;
+                    if s.with_node(|n, now| n.copy_adopt(now, path, &volume, size, &sum, mod_time)).is_ok() {
+                        adopted += 1;
+                    }
+                }
+            }
+        }
+        let present: BTreeSet<&String> = found.iter().map(|(p, _, _)| p).collect();
+        for (path, live) in &facts.live {
+            if live.copy.is_some_and(|c| c.current) && !present.contains(path) {
+                s.with_node(|n, now| n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum));
+                stale += 1;
+            }
+        }
+        lock(&s.repl.stats).adopted += adopted;
+        if stale > 0 || restored > 0 {
+            s.repl_kick();
+        }
+        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
+    }
+    json!({ "volumes": report })
+}
+
+/// Whether the metadata leader holds no live file at `path` (this node's own records, when it
+/// is the leader). No leader known, or no clear answer: not unknown, so nothing is adopted.
+pub(super) async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) -> bool {
+    let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now).map(|l| l.holder.clone())));
+    let Some(leader) = leader else { return false };
+    if leader == me {
+        return s.read_node(|n, _| n.meta().state().file(path).is_none_or(|f| f.removed));
+    }
+    let target = format!("/cluster/acn/meta/file?path={}", crate::wire::escape_query(path));
+    match signed(s, &leader, "GET", &target, vec![], vec![]).await {
+        Ok(r) if r.status == 200 => {
+            serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["live"] == Value::Bool(false))
+        }
+        _ => false,
+    }
+}
+
+/// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
+/// shoal writes (with their mtime); symlinks are skipped, and names that are not valid cluster
+/// paths too.
+pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, std::time::SystemTime)>);
+
+pub(super) fn walk(root: &Path) -> Walked {
+    let mut out = Vec::new();
+    let mut parts = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let Ok(name) = e.file_name().into_string() else { continue };
+            let Ok(md) = e.path().symlink_metadata() else { continue };
+            let path = format!("{prefix}/{name}");
+            if md.file_type().is_symlink() {
+                continue;
+            }
+            if name.contains(transfer::PART_MARK) {
+                if md.is_file() && is_part_file(&name) {
+                    parts.push((e.path(), md.modified().unwrap_or(std::time::UNIX_EPOCH)));
+                }
+                continue;
+            }
+            if md.is_dir() {
+                stack.push((e.path(), path));
+            } else if md.is_file() {
+                if shoal_core::meta::namespace::normalize(&path).ok().as_deref() != Some(path.as_str()) {
+                    continue;
+                }
+                let mtime = md
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_millis() as u64);
+                out.push((path, md.len(), mtime));
+            }
+        }
+    }
+    out.sort();
+    (out, parts)
+}
+
+/// Whether `name` is one of the part files shoal writes: `<name>.part-<16 hex>` (an upload
+/// session or a put's local copy) or `<name>.part-repl<16 hex>` (a pull).
+pub(super) fn is_part_file(name: &str) -> bool {
+    let Some((_, tag)) = name.rsplit_once(transfer::PART_MARK) else { return false };
+    let tag = tag.strip_prefix("repl").unwrap_or(tag);
+    tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit())
+}

@@ -1,0 +1,97 @@
+//! The admin API of the `cluster:/` drive: `/v1/files/{path}` (get, put, delete), move,
+//! mkdir and verify, handed to [`crate::drive`] and [`crate::replication`].
+
+use super::*;
+
+// ---- the cluster:/ drive ----
+
+pub(super) async fn files_get<E: Env>(State(s): S<E>, Path(path): Path<String>, headers: HeaderMap) -> Response {
+    crate::drive::get(s, format!("/{path}"), headers).await
+}
+
+pub(super) async fn files_put<E: Env>(State(s): S<E>, Path(path): Path<String>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    crate::drive::put(s, format!("/{path}"), parts.headers, body).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(super) struct RemoveQuery {
+    recursive: bool,
+}
+
+pub(super) async fn files_delete<E: Env>(
+    State(s): S<E>,
+    Path(path): Path<String>,
+    q: Result<axum::extract::Query<RemoveQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let q = match q {
+        Ok(q) => q.0,
+        Err(e) => return error_response(400, "bad_query", e.body_text()),
+    };
+    let path = format!("/{path}");
+    let r = s.with_node(|n, now| {
+        let before = n.file_copies_under(&path);
+        n.file_remove(now, &path, q.recursive).map(|v| (v, before))
+    });
+    match r {
+        Ok((mut v, before)) => {
+            v["deletedNow"] = json!(crate::replication::delete_now(&s, before).await);
+            api_result(Ok(v))
+        }
+        Err(e) => api_result(Err(e)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct MoveBody {
+    from: String,
+    to: String,
+}
+
+pub(super) async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let b = match parse_body::<MoveBody>(&body) {
+        Ok(b) => b,
+        Err(e) => return api_result(Err(e)),
+    };
+    let moved = match s.with_node(|n, now| n.file_move(now, &b.from, &b.to)) {
+        Ok(m) => m,
+        Err(e) => return api_result(Err(e)),
+    };
+    let mut v = moved.to_json();
+    let pairs = moved.files.into_iter().map(|f| (f.from, f.to, f.copies)).collect();
+    v["renamedNow"] = json!(crate::replication::rename_now(&s, pairs).await);
+    api_result(Ok(v))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct PathBody {
+    path: String,
+}
+
+pub(super) async fn files_mkdir<E: Env>(State(s): S<E>, body: Body) -> Response {
+    api_result(parse_body::<PathBody>(&body).and_then(|b| s.with_node(|n, now| n.file_mkdir(now, &b.path))))
+}
+
+pub(super) async fn files_verify<E: Env>(State(s): S<E>, body: Body) -> Response {
+    match parse_body::<PathBody>(&body) {
+        Ok(b) => api_result(crate::replication::verify(&s, &b.path).await),
+        Err(e) => api_result(Err(e)),
+    }
+}
+
+pub(super) async fn repl_run<E: Env>(State(s): S<E>) -> Response {
+    s.repl_kick();
+    api_result(Ok(json!({"ok": true})))
+}
+
+pub(super) async fn rescan<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(crate::replication::rescan(&s).await))
+}
+
+pub(super) async fn scrub_now<E: Env>(State(s): S<E>) -> Response {
+    s.scrub_kick();
+    api_result(Ok(json!({"ok": true})))
+}

@@ -1,0 +1,278 @@
+//! The one HTTP listener of a node (DESIGN.md "The shell"): node-to-node ACN under
+//! `/cluster/acn/*` (signed, answered by the core), the admin API under `/v1/*` (bearer token),
+//! and `/metrics`. Every error is JSON `{"error":{"code","message"}}`; a client's mistake is a
+//! 4xx, never a 5xx.
+
+mod admin;
+mod config;
+mod files;
+
+use admin::*;
+use config::*;
+use files::*;
+
+use crate::env::Env;
+use crate::http_error::{api_result, error_response, reply_response};
+use crate::node_handle::Shared;
+use crate::transport::{Transport, TransportError};
+use axum::body::Bytes;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use shoal_core::acn::{SignedHeaders, BODY_MAX_BYTES};
+use shoal_core::latency::LatencyMatrix;
+use shoal_core::node::ApiError;
+use shoal_core::records::AdminState;
+use shoal_core::NodeId;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// Largest body of an unsigned ACN request (hello, join).
+const UNSIGNED_BODY_MAX_BYTES: usize = 64 * 1024;
+/// Largest admin API request body.
+const API_BODY_MAX_BYTES: usize = 1024 * 1024;
+const PEER_TIMEOUT_MS: u64 = 10_000;
+
+type S<E> = State<Arc<Shared<E>>>;
+
+pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
+    let api = Router::new()
+        .route("/cluster/status", get(cluster_status::<E>))
+        .route("/cluster/create", post(cluster_create::<E>))
+        .route("/cluster/join", post(cluster_join::<E>))
+        .route("/cluster/leave", post(cluster_leave::<E>))
+        .route("/cluster/config", get(cluster_config_get::<E>).post(cluster_config_set::<E>))
+        .route("/tokens", get(tokens_list::<E>).post(tokens_new::<E>))
+        .route("/tokens/{id}", axum::routing::delete(tokens_revoke::<E>))
+        .route("/nodes", get(nodes_list::<E>))
+        .route("/nodes/{id}", get(node_get::<E>).delete(node_remove::<E>))
+        .route("/nodes/{id}/state", post(node_state::<E>))
+        .route("/nodes/{id}/probe", post(node_probe::<E>))
+        .route("/latency", get(latency::<E>))
+        .route("/capabilities", get(capabilities::<E>))
+        .route("/meta/status", get(meta_status::<E>))
+        .route("/meta/ls", get(meta_ls::<E>))
+        .route("/meta/stat", get(meta_stat::<E>))
+        .route("/policies", get(policy_list::<E>).post(policy_set::<E>))
+        .route("/settings", get(settings_list::<E>))
+        .route("/volumes", get(volume_list::<E>).post(volume_add::<E>))
+        .route("/volumes/{id}", axum::routing::delete(volume_remove::<E>))
+        .route("/volumes/{id}/readonly", post(volume_readonly::<E>))
+        .route("/volumes/{id}/evacuate", get(volume_evacuate_status::<E>).post(volume_evacuate::<E>))
+        .route("/config", get(config_list::<E>).post(config_post::<E>))
+        .route("/config/history", get(config_history::<E>))
+        .route("/config/resolved", get(config_resolved::<E>))
+        .route("/config/proposals", get(config_proposals::<E>))
+        .route("/config/proposals/{id}", get(config_proposal::<E>))
+        .route("/config/renames", get(config_renames::<E>))
+        .route("/config/findings", get(config_findings::<E>))
+        .route("/config/events", get(config_events::<E>))
+        .route("/config/retiring", get(config_retiring::<E>).post(config_retire::<E>))
+        .route("/modules", get(modules_list::<E>).post(module_install::<E>))
+        .route("/modules/{name}/placement", post(module_place::<E>))
+        .route("/files/{*path}", get(files_get::<E>).put(files_put::<E>).delete(files_delete::<E>))
+        .route("/mv", post(files_move::<E>))
+        .route("/mkdir", post(files_mkdir::<E>))
+        .route("/verify", post(files_verify::<E>))
+        .route("/repl/run", post(repl_run::<E>))
+        .route("/rescan", post(rescan::<E>))
+        .route("/scrub", post(scrub_now::<E>))
+        .route("/repl/plan", get(repl_plan::<E>))
+        .route("/repl/status", get(repl_status::<E>))
+        .route("/settings/{key}", get(setting_get::<E>).put(setting_set::<E>).delete(setting_delete::<E>))
+        .fallback(api_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .route("/audit", get(audit_list::<E>))
+        .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
+        .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
+    Router::new()
+        .route("/cluster/acn/{*rest}", any(acn::<E>))
+        .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>)))
+        .nest("/v1", api)
+        .fallback(api_not_found)
+        .layer(middleware::from_fn(json_errors))
+        .with_state(shared)
+}
+
+/// Whatever answered a client error in plain text (an extractor's rejection, say), the client
+/// gets the JSON error shape every other error has.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return resp;
+    }
+    let text = match axum::body::to_bytes(resp.into_body(), 64 * 1024).await {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_string() } else { text };
+    error_response(status.as_u16(), "bad_request", message)
+}
+
+async fn api_not_found() -> Response {
+    error_response(404, "not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(405, "method_not_allowed", "this endpoint does not take that method")
+}
+
+/// The credentials of `Authorization: Bearer T`; the scheme is case-insensitive (RFC 9110
+/// 11.1), spaces after it are skipped.
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, rest) = authorization.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
+/// The admin token, as `Authorization: Bearer T` (or `X-Shoal-Token: T`), compared in constant time.
+async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request, next: Next) -> Response {
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+        .or_else(|| headers.get("x-shoal-token").and_then(|v| v.to_str().ok()));
+    let Some(presented) = presented else {
+        return error_response(401, "no_token", "this API needs the admin token (Authorization: Bearer <token>)");
+    };
+    let ok: bool = presented.trim().as_bytes().ct_eq(s.admin_token.as_bytes()).into();
+    if !ok {
+        return error_response(401, "bad_token", "the admin token is wrong");
+    }
+    next.run(req).await
+}
+
+/// Every admin act that changed something (a POST, PUT or DELETE the API took) goes into the
+/// cluster's audit log, except file contents written with `PUT /v1/files` (data, not acts).
+async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    // Inside the nested /v1 router the prefix is stripped; the act names the whole path.
+    let path = req
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|u| u.0.path().to_string())
+        .unwrap_or_else(|| req.uri().path().to_string());
+    let resp = next.run(req).await;
+    let mutating = method != axum::http::Method::GET && method != axum::http::Method::HEAD;
+    let data_write = method == axum::http::Method::PUT && path.starts_with("/v1/files/");
+    if mutating && !data_write && resp.status().is_success() && !s.disable_cluster {
+        let act = format!("{method} {path}");
+        let status = resp.status().as_u16();
+        s.with_node(|n, now| n.audit(now, &act, "admin", status));
+    }
+    resp
+}
+
+async fn audit_list<E: Env>(State(s): S<E>) -> Response {
+    api_result(Ok(s.read_node(|n, _| n.audit_list(1000))))
+}
+
+/// A request body read whole, with its failures (too large, broken stream) answered as JSON.
+struct Body(Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Bytes::from_request(req, state).await {
+            Ok(b) => Ok(Body(b)),
+            Err(rej) => {
+                let status = rej.status().as_u16();
+                let code = if status == 413 { "body_too_large" } else { "bad_body" };
+                Err(error_response(status, code, format!("request body: {}", rej.body_text())))
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = Bytes;
+    fn deref(&self) -> &Bytes {
+        &self.0
+    }
+}
+
+fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let slice: &[u8] = if body.iter().all(|b| b.is_ascii_whitespace()) { b"{}" } else { body };
+    serde_json::from_slice(slice).map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))
+}
+
+fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
+    crate::node_handle::cluster_enabled(s)
+}
+
+// ---- ACN ----
+
+async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
+    if s.disable_cluster {
+        return error_response(404, "not_found", "clustering is disabled on this node");
+    }
+    let (parts, body) = req.into_parts();
+    // Unsigned endpoints (hello, join) get small bodies; signed ones are read in full (64 MiB)
+    // only once the headers say they come from a member of this cluster.
+    let unsigned = matches!(parts.uri.path(), "/cluster/acn/hello" | "/cluster/acn/join");
+    let limit = if unsigned {
+        UNSIGNED_BODY_MAX_BYTES
+    } else {
+        let early = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
+        if let Err(r) = s.read_node(|n, now| n.precheck_acn(now, early.as_ref())) {
+            return reply_response(r);
+        }
+        BODY_MAX_BYTES
+    };
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(413, "body_too_large", format!("this request's body is limited to {limit} bytes"))
+        }
+    };
+    let headers = SignedHeaders::from_lookup(|name| parts.headers.get(name).and_then(|v| v.to_str().ok()));
+    let target = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let method = parts.method.as_str().to_string();
+    let path = parts.uri.path();
+    let shell_op = path
+        .strip_prefix("/cluster/acn/store/")
+        .filter(|op| *op != "place")
+        .map(|op| ("store", op))
+        .or_else(|| path.strip_prefix("/cluster/acn/repl/").map(|op| ("repl", op)));
+    if let Some((family, op)) = shell_op {
+        // Bytes are moved by the shell; the core only checks who is asking. The body is hashed
+        // once: for the signature, and as the chunk's SHA-256.
+        let body_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        let verified =
+            s.with_node(|n, now| n.verify_acn_hashed(now, &method, &target, headers.as_ref(), &bytes, &body_sha));
+        let sender = match verified {
+            Ok(sender) => sender,
+            Err(r) => return reply_response(r),
+        };
+        if family == "repl" {
+            if method != "POST" {
+                return error_response(405, "method_not_allowed", "repl endpoints take POST");
+            }
+            return crate::replication::handle_acn(&s, op, &bytes, sender).await;
+        }
+        match (op, method.as_str()) {
+            ("delete", "POST") => return api_result(crate::replication::delete_copy(&s, &sender, &bytes).await),
+            ("rename", "POST") => return api_result(crate::replication::rename_copy(&s, &bytes).await),
+            ("delete" | "rename", _) => return error_response(405, "method_not_allowed", "takes POST"),
+            _ => {}
+        }
+        let query = parts.uri.query().unwrap_or("");
+        return crate::store_service::handle(&s, op, &method, query, &parts.headers, bytes, body_sha, sender).await;
+    }
+    let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));
+    reply_response(reply)
+}
