@@ -166,3 +166,46 @@ fn the_scrub_checks_one_copy_at_a_time_rests_in_proportion_and_a_mismatch_is_mar
     n.handle_timeout(day.plus(2 * SECOND_MS));
     assert_eq!(n.repl_stats().passes, passes + 1, "a mismatch asks for a planner pass to repair it");
 }
+
+#[test]
+fn a_worker_renews_its_tasks_lease_on_the_nodes_timer_until_the_task_ends() {
+    use shoal_core::node::Event;
+    use shoal_core::storage::planner::{Action, Reason, Task};
+    use shoal_core::FileId;
+    let (mut n, vol) = lone_leader();
+    let me = n.id().clone();
+    let term = n.leader_term(T0).expect("leader");
+    let task = Task {
+        file: FileId::new("f1"),
+        path: "/f".into(),
+        size: 10,
+        checksum: "a".repeat(64),
+        action: Action::Pull {
+            source_node: NodeId::new("bbbbbbbb-bbbb-4bbb-8bbb-000000000002"),
+            source_volume: VolumeId::new("far"),
+            target_node: me.clone(),
+            target_volume: vol,
+        },
+        reason: Reason::Replica,
+    };
+    assert!(n.work_begin(at(1_000), &me, term, &task));
+    assert!(!n.work_begin(at(1_000), &me, term, &task), "one task per file at a time");
+    assert_eq!(n.working(), vec![task.file.clone()]);
+    assert!(n.repl_tasks().is_empty(), "this leader never granted it (an earlier leader did)");
+    assert!(n.poll_timeout().is_some_and(|d| d <= at(11_000)), "the renewal is announced");
+    n.handle_timeout(at(11_000));
+    assert_eq!(n.repl_tasks(), vec![task.clone()], "the renewal reached the leader, who adopted the task");
+    // Renewed every 10 s: the 30 s lease never runs out while the task runs.
+    for s in [21, 31, 41, 51] {
+        n.handle_timeout(at(s * SECOND_MS));
+    }
+    let expired = |out: &[Output]| out.iter().any(|o| matches!(o, Output::Event(Event::ReplTaskExpired { .. })));
+    assert!(!expired(&outputs(&mut n)), "renewed in time");
+    assert_eq!(n.repl_tasks().len(), 1);
+    // The task ends here without a report reaching the leader: no more renewals, the lease runs out.
+    n.work_end(&task.file);
+    assert!(n.working().is_empty());
+    n.handle_timeout(at(90 * SECOND_MS));
+    assert!(expired(&outputs(&mut n)), "a task no longer renewed fails when its lease runs out");
+    assert_eq!(n.repl_stats().expired, 1);
+}

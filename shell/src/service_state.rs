@@ -14,7 +14,7 @@ use shoal_core::node::ApiError;
 use shoal_core::storage::planner::Task;
 use shoal_core::storage::transfer::{UploadSession, Uploads};
 use shoal_core::{FileId, VolumeId};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
@@ -141,8 +141,6 @@ impl WriteConflict {
 /// [`Node::repl_stats`]: shoal_core::node::Node::repl_stats
 #[derive(Default)]
 pub struct ReplState {
-    /// Worker: files this node is pulling now.
-    pub(crate) running: Mutex<BTreeSet<FileId>>,
     /// Figures for `repl status`.
     pub(crate) stats: Mutex<DiskStats>,
     /// When this process started: part files older than that belong to no upload.
@@ -160,13 +158,13 @@ pub struct DiskStats {
 
 impl ReplState {
     /// `repl status` figures: the core's counts (`core`), this shell's disk work, the leader's
-    /// task table `in_flight` and the pulls running here.
-    pub fn stats(&self, core: &ReplStats, in_flight: Vec<Task>) -> Value {
+    /// task table `in_flight` and the pulls running here (`running`, the core's worker table).
+    pub fn stats(&self, core: &ReplStats, in_flight: Vec<Task>, running: Vec<FileId>) -> Value {
         let mut stats = json!(core);
         if let (Some(o), Value::Object(d)) = (stats.as_object_mut(), json!(*lock(&self.stats))) {
             o.extend(d);
         }
-        json!({ "stats": stats, "inFlight": in_flight, "running": *lock(&self.running) })
+        json!({ "stats": stats, "inFlight": in_flight, "running": running })
     }
 }
 

@@ -215,6 +215,7 @@ impl Node {
         self.own_volumes.clear();
         self.repl_tasks.clear();
         self.chores.stop();
+        self.working.clear();
         self.scrub_pending.clear();
         // One more config pass takes the values back to this build's own (then no timer runs).
         self.config_applied = None;

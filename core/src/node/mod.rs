@@ -267,6 +267,8 @@ struct HeartbeatBody {
 enum Purpose {
     Heartbeat,
     Push,
+    /// A worker renewing its task's lease (`replication.rs`); the answer is only a sign of life.
+    TaskRenew,
     Meta(MetaPurpose),
 }
 
@@ -326,6 +328,8 @@ pub struct Node {
     chores: crate::storage::chores::Chores,
     scrub_pending: VecDeque<files::LocalCopy>,
     repl_stats: chores::ReplStats,
+    /// Worker: the tasks this node carries out (`replication.rs`).
+    working: BTreeMap<crate::ids::FileId, replication::Working>,
 }
 
 /// What the shell read back from disk.
@@ -397,6 +401,7 @@ impl Node {
             chores: Default::default(),
             scrub_pending: VecDeque::new(),
             repl_stats: Default::default(),
+            working: BTreeMap::new(),
         }
     }
 
@@ -546,7 +551,8 @@ impl Node {
         // leaving) to apply this build's own values.
         let config = (self.cluster.is_some() || self.config_applied.is_none()).then_some(self.config_due);
         let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores]
+        let renewals = self.cluster.as_ref().and_then(|_| self.work_next_renewal());
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals]
             .into_iter()
             .flatten()
             .min()
@@ -576,6 +582,7 @@ impl Node {
             self.drain_meta(wall, now);
             self.repl_tasks_timeout(wall, now);
             self.chores_timeout(wall, now);
+            self.work_timeout(wall, now);
         }
     }
 

@@ -4,15 +4,38 @@
 //! [`TaskLeases`]; this module adds who may report (the worker, under a term this leader knows)
 //! and the timer, which [`Node::poll_timeout`] announces.
 
-use super::{Event, Node};
+use super::{Event, Node, Purpose};
 use crate::ids::{FileId, NodeId};
 use crate::storage::chores::Chore;
 use crate::storage::planner::{InFlight, Task};
 use crate::storage::tasks::ReportError;
 use crate::time::Millis;
+use serde::{Deserialize, Serialize};
 
 /// A task's lease when `replication.task_lease` is not set (reference-facts.md "Planner").
 pub const TASK_LEASE_MS: u64 = 30_000;
+/// How often a worker renews the lease of a task it carries out.
+pub const TASK_RENEW_MS: u64 = 10_000;
+
+/// The body of `repl/renew` and `repl/done`: a worker's report on its task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskReportBody {
+    pub term: u64,
+    pub task: Task,
+    pub ok: bool,
+    #[serde(default)]
+    pub error: String,
+}
+
+/// Worker: a task this node carries out, and when its lease is renewed next.
+#[derive(Clone, Debug)]
+pub(super) struct Working {
+    leader: NodeId,
+    term: u64,
+    task: Task,
+    renew_due: Millis,
+}
 
 /// What a worker reports about its task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +123,58 @@ impl Node {
             self.repl_outcome(wall, &t.path, false);
             self.repl_stats.expired += 1;
             self.event(Event::ReplTaskExpired { path: t.path });
+        }
+    }
+}
+
+impl Node {
+    /// Worker: this node starts carrying out `task`, sent by `leader` under `term`; its lease
+    /// is renewed every [`TASK_RENEW_MS`] from the node's timer until [`Node::work_end`].
+    /// `false` when this node is at that file's task already.
+    pub fn work_begin(&mut self, wall: Millis, leader: &NodeId, term: u64, task: &Task) -> bool {
+        let now = self.advance_clocks(wall);
+        if self.working.contains_key(&task.file) {
+            return false;
+        }
+        let w = Working { leader: leader.clone(), term, task: task.clone(), renew_due: now.plus(TASK_RENEW_MS) };
+        self.working.insert(task.file.clone(), w);
+        true
+    }
+
+    /// Worker: the task of `file` ended here (its report goes out separately).
+    pub fn work_end(&mut self, file: &FileId) {
+        self.working.remove(file);
+    }
+
+    /// Worker: the files whose tasks this node carries out now.
+    pub fn working(&self) -> Vec<FileId> {
+        self.working.keys().cloned().collect()
+    }
+
+    /// The next renewal of a task this node carries out.
+    pub(super) fn work_next_renewal(&self) -> Option<Millis> {
+        self.working.values().map(|w| w.renew_due).min()
+    }
+
+    /// From `handle_timeout`: renew the lease of each task whose renewal is due, with whoever
+    /// holds the metadata lease now (a new leader adopts the task), or with this node's own
+    /// table when it is that leader.
+    pub(super) fn work_timeout(&mut self, wall: Millis, now: Millis) {
+        let due: Vec<FileId> =
+            self.working.iter().filter(|(_, w)| w.renew_due <= now).map(|(f, _)| f.clone()).collect();
+        for file in due {
+            let Some(w) = self.working.get_mut(&file) else { continue };
+            w.renew_due = now.plus(TASK_RENEW_MS);
+            let w = w.clone();
+            let to = self.meta_leader(wall).map_or(w.leader.clone(), |l| l.holder);
+            if to == self.id {
+                let me = self.id.clone();
+                let _ = self.repl_report(wall, &me, w.term, &w.task, TaskReport::Renew);
+                continue;
+            }
+            let body = TaskReportBody { term: w.term, task: w.task, ok: true, error: String::new() };
+            let body = serde_json::to_vec(&body).unwrap_or_default();
+            self.new_request(wall, now, &to, "POST", "/cluster/acn/repl/renew", body, Purpose::TaskRenew);
         }
     }
 }

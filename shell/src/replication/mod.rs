@@ -45,7 +45,7 @@ use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::LocalCopy;
 use shoal_core::node::files::{DiskAction, Source};
-use shoal_core::node::replication::{PullCurrency, TaskReport};
+use shoal_core::node::replication::{PullCurrency, TaskReport, TaskReportBody};
 use shoal_core::node::ApiError;
 use shoal_core::storage::chores::Chore;
 use shoal_core::storage::planner::{Action, InFlight, Task};
@@ -58,7 +58,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const TASK_RENEW_MS: u64 = 10_000;
 /// How long a worker waits for its records to show the file of a task the leader sent.
 const RECORDS_CATCH_UP_MS: u64 = 10_000;
 const HASH_BLOCK: usize = 1 << 20;
@@ -172,15 +171,7 @@ struct TaskBody {
     task: Task,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DoneBody {
-    term: u64,
-    task: Task,
-    ok: bool,
-    #[serde(default)]
-    error: String,
-}
+type DoneBody = TaskReportBody;
 
 /// `repl/task`, `repl/renew`, `repl/done` from verified member `sender`.
 pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sender: NodeId) -> Response {
@@ -240,22 +231,12 @@ async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &Do
 
 /// Carry out a pull task, renewing its lease while it runs.
 async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
-    if !lock(&s.repl.running).insert(b.task.file.clone()) {
+    // The core renews the task's lease on its timer until the task ends here.
+    if !s.with_node(|n, now| n.work_begin(now, &leader, b.term, &b.task)) {
         return; // already at it
     }
-    let renew = {
-        let (s2, leader2) = (s.clone(), leader.clone());
-        let body = DoneBody { term: b.term, task: b.task.clone(), ok: true, error: String::new() };
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(TASK_RENEW_MS)).await;
-                report(&s2, &leader2, "renew", &body).await;
-            }
-        })
-    };
     let result = pull(s, &b.task).await;
-    renew.abort();
-    lock(&s.repl.running).remove(&b.task.file);
+    s.with_node(|n, _| n.work_end(&b.task.file));
     let (ok, error) = match result {
         Ok(()) => (true, String::new()),
         Err(e) => {

@@ -380,7 +380,7 @@ pub(super) async fn repl_status<E: Env>(State(s): S<E>) -> Response {
     let in_flight = crate::replication::in_flight(&s);
     api_result(Ok(s.read_node(|n, now| {
         let p = n.replication_plan(now, &in_flight);
-        let mut this_node = s.repl.stats(n.repl_stats(), n.repl_tasks());
+        let mut this_node = s.repl.stats(n.repl_stats(), n.repl_tasks(), n.working());
         this_node["scrubOverdue"] = json!(n.scrub_overdue(now));
         json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0), "thisNode": this_node })
     })))
