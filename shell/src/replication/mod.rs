@@ -8,8 +8,9 @@
 //!   a stale copy, a finished task, `repl run`) grants each task a 30 s lease and hands it here
 //!   ([`send_task`]): a pull goes to its target node as `repl/task` (or runs here), a drop to
 //!   the holder as `store/delete` with the leader's term.
-//! - **Worker.** Checks the task comes from the leader of that term, renews its lease every
-//!   10 s (`repl/renew`, which also lets a new leader adopt it), pulls the copy with
+//! - **Worker.** Checks the task comes from the leader of that term, registers it with the
+//!   core, whose timer renews its lease every 10 s (`repl/renew`, which also lets a new leader
+//!   adopt it), pulls the copy with
 //!   `store/read` into a part file on its volume, checks the whole-file SHA-256, asks the core
 //!   whether the file is still current, renames it into place, publishes a verified copy and
 //!   reports `repl/done`.
