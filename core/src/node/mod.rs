@@ -43,6 +43,7 @@ mod landed;
 mod meta;
 mod peers;
 pub mod replication;
+pub mod rescan;
 pub mod volumes;
 pub use meta::SETTING_VALUE_MAX_BYTES;
 

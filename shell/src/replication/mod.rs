@@ -53,7 +53,6 @@ use shoal_core::storage::planner::{Action, InFlight, Task};
 use shoal_core::storage::tasks::ReportError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::NodeId;
-use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

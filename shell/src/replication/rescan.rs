@@ -3,17 +3,20 @@
 //! are right again, mark copies that vanished or changed stale, remove old part files.
 
 use super::*;
+use shoal_core::node::rescan::{Found, RescanCheck, RescanDid};
 
 /// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
 pub(super) const PART_FILE_MAX_AGE_MS: u64 = 60 * 60_000;
 
-/// Walk this node's volume folders: adopt files with no record, add right copies the records
-/// do not list, restore stale copies whose bytes are right again, mark copies that vanished or
-/// changed stale.
+/// Walk this node's volume folders and carry out the core's rescan plan for each: adopt files
+/// with no record, add right copies the records do not list, restore stale copies whose bytes
+/// are right again, mark copies that vanished or changed stale.
 pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
     lock(&s.repl.stats).rescans += 1;
     let mut report = Vec::new();
     for (volume, folder) in s.read_node(|n, _| n.local_volumes()) {
+        // The records are read before the walk: bytes that land and are recorded while it runs
+        // are then neither found nor listed, rather than listed and not found (vanished).
         let facts = s.read_node(|n, _| n.volume_facts(&volume));
         let root = PathBuf::from(&folder);
         // Part files of uploads and pulls cut short: left by an earlier run of this node, or
@@ -30,73 +33,31 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                 (found, removed)
             })
             .await;
+        // What each file found means is the core's (`shoal_core::node::rescan`); this walks,
+        // asks the leader before an adoption, and hashes.
+        let found: Vec<Found> =
+            found.into_iter().map(|(path, size, mtime_ms)| Found { path, size, mtime_ms }).collect();
+        let plan = facts.rescan_plan(&found);
         let (mut adopted, mut stale, mut added, mut restored) = (0u64, 0u64, 0u64, 0u64);
-        for (path, size, mtime_ms) in &found {
-            if facts.pending.contains(path) {
-                continue; // a delete or rename is on its way
+        for (path, check) in &plan.checks {
+            // This node's records may lag (it just came back, or is cut off): a file the
+            // cluster already has is not adopted over it.
+            if matches!(check, RescanCheck::Adopt { .. }) && !unknown_to_leader(s, path).await {
+                continue;
             }
-            let file = match confined_path(Path::new(&folder), path, false) {
-                Ok(f) => f,
+            let hashed = match confined_path(Path::new(&folder), path, false) {
+                Ok(file) => hash_file(s, file).await.ok(),
                 Err(_) => continue,
             };
-            match facts.live.get(path) {
-                Some(live) => match live.copy {
-                    Some(c) if c.current => {
-                        let changed = *size != live.size || *mtime_ms > c.checked_ms + 2_000;
-                        if changed {
-                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
-                            if sum != live.checksum || *size != live.size {
-                                s.with_node(|n, now| {
-                                    n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum)
-                                });
-                                stale += 1;
-                            }
-                        }
-                    }
-                    Some(c) if c.of_this_content && *size == live.size => {
-                        // Stale, of the file's present content (marked while this node was
-                        // away, or found corrupt): if the bytes are right it is a copy again,
-                        // with no transfer; a corrupt one stays stale until repaired.
-                        let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
-                        if sum == live.checksum
-                            && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
-                        {
-                            restored += 1;
-                        }
-                    }
-                    Some(_) => {}
-                    None => {
-                        if *size == live.size {
-                            let sum = hash_file(s, file).await.map(|r| r.1).unwrap_or_default();
-                            if sum == live.checksum
-                                && s.with_node(|n, now| n.copy_publish(now, path, &live.id, &sum, &volume))
-                            {
-                                added += 1;
-                            }
-                        }
-                    }
-                },
-                None => {
-                    // This node's records may lag (it just came back, or is cut off): a file
-                    // the cluster already has is not adopted over it.
-                    if !unknown_to_leader(s, path).await {
-                        continue;
-                    }
-                    let Ok((size, sum)) = hash_file(s, file).await else { continue };
-                    let mod_time = *mtime_ms;
-                    if s.with_node(|n, now| n.copy_adopt(now, path, &volume, size, &sum, mod_time)).is_ok() {
-                        adopted += 1;
-                    }
-                }
+            match s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed)) {
+                RescanDid::MarkedStale => stale += 1,
+                RescanDid::Restored => restored += 1,
+                RescanDid::Added => added += 1,
+                RescanDid::Adopted => adopted += 1,
+                RescanDid::Nothing => {}
             }
         }
-        let present: BTreeSet<&String> = found.iter().map(|(p, _, _)| p).collect();
-        for (path, live) in &facts.live {
-            if live.copy.is_some_and(|c| c.current) && !present.contains(path) {
-                s.with_node(|n, now| n.copy_mark(now, path, &volume, LocationState::Stale, &live.checksum));
-                stale += 1;
-            }
-        }
+        stale += s.with_node(|n, now| n.rescan_vanished(now, &volume, &plan.vanished));
         lock(&s.repl.stats).adopted += adopted;
         if stale > 0 || restored > 0 {
             s.repl_kick();
