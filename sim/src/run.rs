@@ -25,6 +25,10 @@ fn random_value(rng: &mut SeededRng) -> Value {
     }
 }
 
+/// Config keys the sweep writes at the mesh level: ones whose value changes no invariant the
+/// sweep checks (there are no volumes and no files in it).
+const CONFIG_KEYS: [&str; 2] = ["storage.rescan_every", "replication.plan_every"];
+
 #[derive(Clone, Debug)]
 pub struct RunReport {
     pub seed: u64,
@@ -79,6 +83,10 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
 
     // Safety phase: a random fault roughly every 10 s, invariants checked every second.
     let mut faults = 0;
+    // Config-plane values sent at the mesh level (key -> minutes), answered or not: whatever
+    // wins must be one of them, and every node must resolve the same.
+    let mut config_sent: std::collections::BTreeMap<&str, std::collections::BTreeSet<u64>> = Default::default();
+    let mut config_acked: std::collections::BTreeSet<&str> = Default::default();
     let mut removed_one = false;
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
@@ -98,6 +106,25 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
                 if (in_bounds && status == 400) || (!in_bounds && status == 200) {
                     let why = format!("a setting value in bounds: {in_bounds}, answered {status}");
                     return Err(fail(&h, seed, why));
+                }
+            }
+        }
+        if rng.below(3) == 0 {
+            let w = rng.below(n as u64) as usize;
+            if h.is_running(w) {
+                let key = CONFIG_KEYS[rng.below(CONFIG_KEYS.len() as u64) as usize];
+                let minutes = 1 + rng.below(120);
+                config_sent.entry(key).or_default().insert(minutes);
+                let body =
+                    serde_json::json!({"action": "set", "key": key, "value": format!("{minutes}m"), "why": "sweep"});
+                // A node cut off from the others may refuse (no leader): fine. Never a 5xx.
+                if let Ok((status, v)) = h.api(w, "POST /v1/config", Some(body)) {
+                    if status >= 500 {
+                        return Err(fail(&h, seed, format!("a config write answered {status}: {v}")));
+                    }
+                    if status == 200 {
+                        config_acked.insert(key);
+                    }
                 }
             }
         }
@@ -207,6 +234,42 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
     for i in h.live_members() {
         if let Some(refused) = h.snapshot(i).map(|s| s.meta_refused).filter(|r| *r > 0) {
             return Err(fail(&h, seed, format!("n{i} refused {refused} metadata entries or records")));
+        }
+    }
+    // The config plane: once the records agree, every node's config pass (every 5 s) resolves
+    // the same value from the same level for each key written; an acknowledged write is never
+    // lost (the mesh level holds a value), and the value is one that was sent.
+    h.step_for(6_000).map_err(|e| fail(&h, seed, e))?;
+    for key in CONFIG_KEYS {
+        let (module, name) = key.split_once('.').expect("module.key");
+        let mut seen: Option<(usize, Option<Value>, String)> = None;
+        for i in h.live_members() {
+            let (v, source) = h
+                .read(i, |n, _| {
+                    let r = n.config_resolved_own().get(module).and_then(|m| m.get(name)).cloned();
+                    let source = r.as_ref().and_then(|r| serde_json::to_value(r.source).ok());
+                    (r.and_then(|r| r.value), source.and_then(|s| s.as_str().map(str::to_string)).unwrap_or_default())
+                })
+                .unwrap_or_default();
+            match &seen {
+                None => seen = Some((i, v, source)),
+                Some((j, other, other_source)) if *other != v || *other_source != source => {
+                    let why = format!("n{i} resolves {key} = {v:?} ({source}), n{j} {other:?} ({other_source})");
+                    return Err(fail(&h, seed, why));
+                }
+                Some(_) => {}
+            }
+        }
+        let Some((_, v, source)) = seen else { continue };
+        if config_acked.contains(key) && source != "mesh" {
+            return Err(fail(&h, seed, format!("{key} was acknowledged at the mesh level but resolves from {source}")));
+        }
+        if source == "mesh" {
+            let ms = v.as_ref().and_then(Value::as_u64).unwrap_or(1);
+            let sent = config_sent.get(key).cloned().unwrap_or_default();
+            if ms % 60_000 != 0 || !sent.contains(&(ms / 60_000)) {
+                return Err(fail(&h, seed, format!("{key} resolves to {v:?}, never sent ({sent:?})")));
+            }
         }
     }
     let want = n - usize::from(removed_one);
