@@ -11,7 +11,7 @@ use shoal_core::config::types::{parse_value, Declaration, KeyType, ValueError};
 use shoal_core::config::{self, ConfigError, Proposal, ProposalStatus, OPEN_PROPOSALS_MAX, PROPOSAL_TTL_MS};
 use shoal_core::meta::records::{Record, RecordKind};
 use shoal_core::node::config::ConfigFilter;
-use shoal_core::node::{ApiError, Node, NodeConfig, SelfInfo};
+use shoal_core::node::{ApiError, ErrorKind, Node, NodeConfig, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::time::{Millis, DAY_MS, SECOND_MS};
 use shoal_core::NodeId;
@@ -118,10 +118,27 @@ fn at(ms: u64) -> Millis {
     T0.plus(ms)
 }
 
+/// The kind of refusal an HTTP status names (the shell maps kinds to statuses:
+/// `shell/src/http_error.rs`).
+fn kind_of(status: u16) -> ErrorKind {
+    match status {
+        400 => ErrorKind::Invalid,
+        403 => ErrorKind::Forbidden,
+        404 => ErrorKind::NotFound,
+        409 => ErrorKind::Conflict,
+        413 => ErrorKind::TooLarge,
+        416 => ErrorKind::BadRange,
+        502 => ErrorKind::PeerFailed,
+        503 => ErrorKind::Unavailable,
+        507 => ErrorKind::StorageFull,
+        other => panic!("no kind for {other}"),
+    }
+}
+
 fn refused(r: Result<impl std::fmt::Debug, ApiError>, status: u16, code: &str) -> ApiError {
     match r {
         Err(e) => {
-            assert_eq!((e.status, e.code), (status, code), "{}", e.message);
+            assert_eq!((e.kind, e.code), (kind_of(status), code), "{}", e.message);
             e
         }
         Ok(v) => panic!("expected {status} {code}, got {v:?}"),
@@ -1073,7 +1090,7 @@ fn a_trusted_key_is_refused_to_a_direct_act_and_taken_through_a_proposal() {
         for input in [Some(json!("abc")), None] {
             let e = config::judge(&pre, &r, &level, input.as_ref(), "rotate", true).unwrap_err();
             assert_eq!(e, ConfigError::Trusted(level.name()), "{}", level.name());
-            assert_eq!((e.code(), e.status()), ("trusted_key", 403));
+            assert_eq!((e.code(), e.kind()), ("trusted_key", ErrorKind::Forbidden));
             let ok = config::judge(&pre, &r, &level, input.as_ref(), "rotate", false);
             assert_eq!(ok, Ok(input.clone()), "a proposal of {} is judged as a set", level.name());
         }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use shoal_core::acn::{self, SignedHeaders};
 use shoal_core::ids::{ClusterId, NodeId};
 use shoal_core::membership::NodeState;
-use shoal_core::node::{ApiError, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo};
+use shoal_core::node::{ApiError, ErrorKind, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::rng::SeededRng;
 use shoal_core::time::{Millis, DAY_MS, MINUTE_MS, SECOND_MS};
@@ -326,7 +326,7 @@ fn a_node_removed_on_one_member_is_removed_everywhere_and_evicted() {
     // A cannot remove itself, nor a node twice.
     let at = net.clock(0);
     let a = net.id(0);
-    assert_eq!(net.nodes[0].remove_node(at, a.as_str()).unwrap_err().status, 400);
+    assert_eq!(net.nodes[0].remove_node(at, a.as_str()).unwrap_err().kind, ErrorKind::Invalid);
     assert_eq!(net.nodes[0].remove_node(at, c.as_str()).unwrap_err().code, "node_removed");
 }
 
@@ -342,7 +342,7 @@ fn a_token_cannot_re_register_an_existing_node_id_with_a_different_key() {
     let (reply, done) = net.join_with(&mut impostor, at, 0, &token);
     assert_eq!(reply.status, 409);
     assert_eq!(code(&reply), "node_exists");
-    assert_eq!(done.unwrap_err().status, 409);
+    assert_eq!(done.unwrap_err().kind, ErrorKind::Conflict);
     assert_eq!(impostor.cluster(), None);
     let pinned = net.nodes[0].members().get(&b).unwrap().public_key.clone();
     assert_eq!(pinned, acn::public_key_b64(&net.keys[1].verifying_key()));
@@ -367,7 +367,7 @@ fn a_removed_node_cannot_join_again() {
     let (reply, done) = net.join(2, 0);
     assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
     let e = done.unwrap_err();
-    assert_eq!((e.status, e.code), (409, "join_refused"));
+    assert_eq!((e.kind, e.code), (ErrorKind::Conflict, "join_refused"));
     assert_eq!(net.nodes[2].cluster(), None);
     // Through the other member too.
     let (reply, _) = net.join(2, 1);
@@ -534,7 +534,7 @@ fn a_join_with_a_bad_token_is_refused_with_the_reference_status() {
     let at = net.clock(0);
     let (reply, done) = net.join_with(&mut newcomer, at, 0, &t.encode());
     assert_eq!((reply.status, code(&reply)), (403, "bad_token"));
-    assert_eq!(done.unwrap_err().status, 403);
+    assert_eq!(done.unwrap_err().kind, ErrorKind::Forbidden);
 
     let id = shoal_core::token::JoinToken::parse(&token).unwrap().token_id;
     net.nodes[0].revoke_token(id.as_str()).unwrap();
@@ -618,7 +618,7 @@ fn a_renamed_node_is_seen_under_its_new_name_everywhere() {
         assert_eq!(net.nodes[i].members().get(&net.id(2)).unwrap().name, "attic", "on node {i}");
     }
     let at = net.clock(2);
-    assert_eq!(net.nodes[2].configure(at, Some(""), None).unwrap_err().status, 400);
+    assert_eq!(net.nodes[2].configure(at, Some(""), None).unwrap_err().kind, ErrorKind::Invalid);
 }
 
 /// cluster-runtime.md ACN `POST /cluster/acn/evict` and "Removed nodes stay as tombstones ...
@@ -691,12 +691,12 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     let at = net.clock(0);
     assert_eq!(net.state(0, 2), NodeState::Unknown);
     let e = net.nodes[0].check_drop(at, &f, &v0).unwrap_err();
-    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    assert_eq!((e.kind, e.code), (ErrorKind::Conflict, "not_authorized"));
     net.run_for(3 * MINUTE_MS, SECOND_MS);
     let at = net.clock(0);
     assert_eq!(net.state(0, 2), NodeState::Offline);
     let e = net.nodes[0].check_drop(at, &f, &v0).unwrap_err();
-    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    assert_eq!((e.kind, e.code), (ErrorKind::Conflict, "not_authorized"));
     // A copy on an ONLINE node does.
     let mut g = f.clone();
     g.locations.push(loc("v1", net.id(1)));
@@ -706,7 +706,7 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     h.replicas = 2;
     h.locations.push(loc("v1b", net.id(1)));
     let e = net.nodes[0].check_drop(at, &h, &v0).unwrap_err();
-    assert_eq!((e.status, e.code), (409, "not_authorized"));
+    assert_eq!((e.kind, e.code), (ErrorKind::Conflict, "not_authorized"));
     // Node 1 may let its second copy go: it still holds one, and node 0 another.
     assert!(net.nodes[1].check_drop(net.clock(1), &h, &VolumeId::new("v1b")).is_ok());
     let _ = Record::File(g);

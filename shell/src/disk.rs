@@ -20,17 +20,16 @@ pub fn confined_path(root: &Path, path: &str, create: bool) -> Result<PathBuf, A
     loop {
         match confined_path_once(root, path, create) {
             Err(e) if e.code == "folder_vanished" && tries < 3 => tries += 1,
-            Err(e) if e.code == "folder_vanished" => return Err(ApiError::new(500, "io", e.message)),
+            Err(e) if e.code == "folder_vanished" => return Err(ApiError::internal("io", e.message)),
             r => return r,
         }
     }
 }
 
 fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, ApiError> {
-    let segs =
-        transfer::copy_segments(path).map_err(|e| ApiError::new(e.http_status(), "bad_transfer", e.to_string()))?;
-    let io = |what: &str, e: std::io::Error| ApiError::new(500, "io", format!("{what}: {e}"));
-    let escape = || ApiError::new(400, "path_escapes_volume", "the path leaves its volume (a symlink?)");
+    let segs = transfer::copy_segments(path).map_err(|e| ApiError::new(e.kind(), "bad_transfer", e.to_string()))?;
+    let io = |what: &str, e: std::io::Error| ApiError::internal("io", format!("{what}: {e}"));
+    let escape = || ApiError::invalid("path_escapes_volume", "the path leaves its volume (a symlink?)");
     let root = std::fs::canonicalize(root).map_err(|e| io("volume folder", e))?;
     let mut dir = root;
     let mut missing = false;
@@ -43,7 +42,7 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
             Ok(md) if md.file_type().is_symlink() => return Err(escape()),
             Ok(md) if md.is_dir() => {}
             Ok(_) => {
-                return Err(ApiError::new(409, "not_a_folder", format!("{} is a file, not a folder", dir.display())))
+                return Err(ApiError::conflict("not_a_folder", format!("{} is a file, not a folder", dir.display())))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if !create {
@@ -57,15 +56,14 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
                         Ok(md) if md.file_type().is_symlink() => return Err(escape()),
                         Ok(md) if md.is_dir() => {}
                         _ => {
-                            return Err(ApiError::new(
-                                409,
+                            return Err(ApiError::conflict(
                                 "not_a_folder",
                                 format!("{} is a file, not a folder", dir.display()),
                             ))
                         }
                     },
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        return Err(ApiError::new(500, "folder_vanished", format!("create folder: {e}")))
+                        return Err(ApiError::internal("folder_vanished", format!("create folder: {e}")))
                     }
                     Err(e) => return Err(io("create folder", e)),
                 }

@@ -13,21 +13,20 @@ pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<
     let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
     if !plan.url.starts_with("http://") {
         s.with_node(|n, _| n.abort_join());
-        return Err(ApiError::new(
-            400,
+        return Err(ApiError::invalid(
             "bad_token",
             "the token's issuer URL is https://, which this build does not speak yet",
         ));
     }
     let (base, target) = match plan.url.find("/cluster/acn/") {
         Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
-        None => return Err(ApiError::new(400, "bad_token", "token issuer URL is malformed")),
+        None => return Err(ApiError::invalid("bad_token", "token issuer URL is malformed")),
     };
     match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
         Ok(resp) => s.with_node(|n, now| n.finish_join(now, resp.status, &resp.body)),
         Err(e) => {
             s.with_node(|n, _| n.abort_join());
-            Err(ApiError::new(502, "issuer_unreachable", format!("could not reach the token's issuer: {e}")))
+            Err(ApiError::peer_failed("issuer_unreachable", format!("could not reach the token's issuer: {e}")))
         }
     }
 }

@@ -257,7 +257,7 @@ fn log_event(e: &Event) {
 /// 409 when this node runs with clustering disabled (`--disable-cluster`).
 pub fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
     if s.disable_cluster {
-        return Err(ApiError::new(409, "cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
+        return Err(ApiError::conflict("cluster_disabled", "clustering is disabled on this node (--disable-cluster)"));
     }
     Ok(())
 }

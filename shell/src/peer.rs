@@ -22,15 +22,15 @@ pub const PEER_TIMEOUT_MS: u64 = 60_000;
 
 /// A peer that could not be reached (or signed for) as an API error.
 pub fn peer_error(e: impl ToString) -> ApiError {
-    ApiError::new(502, "peer_unreachable", e.to_string())
+    ApiError::peer_failed("peer_unreachable", e.to_string())
 }
 
 /// An I/O failure as an API error: 507 when the disk is full.
 pub fn io_api(what: &str, e: std::io::Error) -> ApiError {
     if e.kind() == std::io::ErrorKind::StorageFull {
-        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
+        return ApiError::storage_full("insufficient_storage", format!("{what}: {e}"));
     }
-    ApiError::new(500, "io", format!("{what}: {e}"))
+    ApiError::internal("io", format!("{what}: {e}"))
 }
 
 /// A signed request to member `to`, with `extra` headers beside the signature.
@@ -65,10 +65,12 @@ pub fn answered_error(r: &crate::client::Response, what: &str) -> ApiError {
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
     if r.status == 409 && v["error"]["code"] == "write_conflict" {
-        return ApiError::new(409, "write_conflict", format!("{what}: {msg}"));
+        return ApiError::conflict("write_conflict", format!("{what}: {msg}"));
     }
-    let status = if r.status == 507 { 507 } else { 502 };
-    ApiError::new(status, if status == 507 { "insufficient_storage" } else { "peer_refused" }, format!("{what}: {msg}"))
+    if r.status == 507 {
+        return ApiError::storage_full("insufficient_storage", format!("{what}: {msg}"));
+    }
+    ApiError::peer_failed("peer_refused", format!("{what}: {msg}"))
 }
 
 /// Read `len` bytes at `offset` of one copy: from disk when it is local, else with
@@ -100,7 +102,7 @@ pub async fn read_piece<E: Env>(
     }
     let claimed = r.header(CHUNK_SHA_HEADER).unwrap_or_default().to_string();
     if hex::encode(Sha256::digest(&r.body)) != claimed {
-        return Err(ApiError::new(502, "corrupt_in_transit", "a piece did not match its SHA-256"));
+        return Err(ApiError::peer_failed("corrupt_in_transit", "a piece did not match its SHA-256"));
     }
     let _ = r.header(FILE_SIZE_HEADER);
     Ok(r.body)

@@ -127,8 +127,7 @@ pub struct WriteConflict;
 
 impl WriteConflict {
     pub fn api_error(&self) -> ApiError {
-        ApiError::new(
-            409,
+        ApiError::conflict(
             "write_conflict",
             "another write of this path landed on this volume moments ago and is not settled yet; try again",
         )

@@ -50,7 +50,7 @@ impl StoreService {
 }
 
 fn transfer_error(e: TransferError) -> Response {
-    error_response(e.http_status(), "bad_transfer", e.to_string())
+    error_response(crate::http_error::status_of(e.kind()), "bad_transfer", e.to_string())
 }
 
 fn io_error(what: &str, e: std::io::Error) -> Response {
@@ -73,7 +73,7 @@ pub fn parse_query(q: &str) -> BTreeMap<String, String> {
 }
 
 fn api_error(e: ApiError) -> Response {
-    error_response(e.status, e.code, e.message)
+    crate::http_error::api_error_response(e)
 }
 
 #[derive(Deserialize)]
@@ -185,7 +185,7 @@ fn answer<E: Env>(
                 return error_response(507, "insufficient_storage", "the volume has no room for this file");
             }
             if let Err(e) = sessions.book.check_room() {
-                return error_response(e.http_status(), "busy", e.to_string());
+                return error_response(crate::http_error::status_of(e.kind()), "busy", e.to_string());
             }
             let session = match UploadSession::new(session_id(s), b.volume_id, path, b.size, b.checksum, b.file_id, now)
             {
@@ -568,7 +568,7 @@ mod tests {
         }
         std::fs::write(root.path().join("r0/a/file"), b"x").unwrap();
         let e = confined_path(root.path(), "/r0/a/file/g", true).unwrap_err();
-        assert_eq!((e.status, e.code), (409, "not_a_folder"));
+        assert_eq!((e.kind, e.code), (shoal_core::node::ErrorKind::Conflict, "not_a_folder"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ const BELOW_ENTRIES_MAX: usize = 4_096;
 /// a system folder, another shoal data dir); created if missing, only once it passes. Returns
 /// the canonical path and the facts the core judges again when it adds the volume.
 pub fn prepare_folder(data_dir: &Path, path: &str) -> Result<(String, FolderFacts), ApiError> {
-    let bad = |m: String| ApiError::new(400, "bad_path", m);
+    let bad = |m: String| ApiError::invalid("bad_path", m);
     if path.is_empty() || path.len() > 4096 || path.chars().any(|c| c.is_control()) {
         return Err(bad("a volume path is 1 to 4096 characters without control characters".into()));
     }

@@ -141,11 +141,12 @@ impl ConfigError {
         }
     }
 
-    pub fn status(&self) -> u16 {
+    pub fn kind(&self) -> crate::node::ErrorKind {
+        use crate::node::ErrorKind;
         match self {
-            ConfigError::Trusted(_) => 403,
-            ConfigError::Proposal(_) => 409,
-            _ => 400,
+            ConfigError::Trusted(_) => ErrorKind::Forbidden,
+            ConfigError::Proposal(_) => ErrorKind::Conflict,
+            _ => ErrorKind::Invalid,
         }
     }
 }

@@ -27,15 +27,14 @@ impl Node {
     pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
         let now = self.advance_clocks(wall);
         if let Some(c) = &self.cluster {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "in_cluster",
                 format!("this node is already in cluster {} ({})", c.name, c.id),
             ));
         }
         let name = name.trim();
         if name.len() > 128 {
-            return Err(ApiError::new(400, "bad_name", "cluster name is longer than 128 bytes"));
+            return Err(ApiError::invalid("bad_name", "cluster name is longer than 128 bytes"));
         }
         let info = ClusterInfo {
             id: ClusterId::new(self.rng.uuid_v4()),
@@ -84,8 +83,8 @@ impl Node {
         let id = NodeId::new(id);
         match self.members.get(&id) {
             Some(r) if !r.removed => Ok(id),
-            Some(_) => Err(ApiError::new(404, "node_removed", format!("node {id} was removed"))),
-            None => Err(ApiError::new(404, "unknown_node", format!("no member with id {id}"))),
+            Some(_) => Err(ApiError::not_found("node_removed", format!("node {id} was removed"))),
+            None => Err(ApiError::not_found("unknown_node", format!("no member with id {id}"))),
         }
     }
 
@@ -106,7 +105,7 @@ impl Node {
         let now = self.advance_clocks(wall);
         let id = self.known_peer(id)?;
         if id == self.id {
-            return Err(ApiError::new(400, "is_self", "a node cannot remove itself; use `shoal cluster leave`"));
+            return Err(ApiError::invalid("is_self", "a node cannot remove itself; use `shoal cluster leave`"));
         }
         let evict_target = self.route(&id);
         let v = self.hlc.next(wall);
@@ -171,14 +170,14 @@ impl Node {
         if let Some(n) = name {
             let n = n.trim();
             if n.is_empty() || n.len() > 128 {
-                return Err(ApiError::new(400, "bad_name", "node name must be 1 to 128 bytes"));
+                return Err(ApiError::invalid("bad_name", "node name must be 1 to 128 bytes"));
             }
             self.me.name = n.to_string();
         }
         if let Some(u) = advertise_url {
             let u = u.trim().trim_end_matches('/');
             if !u.is_empty() && !crate::token::valid_base_url(u) {
-                return Err(ApiError::new(400, "bad_url", "advertised URL must look like http://host:port"));
+                return Err(ApiError::invalid("bad_url", "advertised URL must look like http://host:port"));
             }
             self.me.advertise_url = u.to_string();
         }
@@ -189,8 +188,7 @@ impl Node {
     /// First half of joining: check the token and make the request to send to its issuer.
     pub fn prepare_join(&mut self, now: Millis, token: &str) -> Result<JoinPlan, ApiError> {
         if let Some(c) = &self.cluster {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "in_cluster",
                 format!("this node is already in cluster {}; leave it first", c.id),
             ));
@@ -207,16 +205,22 @@ impl Node {
     /// Second half of joining: adopt the issuer's answer.
     pub fn finish_join(&mut self, wall: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
         let now = self.advance_clocks(wall);
-        let t = self.pending_join.take().ok_or_else(|| ApiError::new(409, "no_join", "no join in progress"))?;
+        let t = self.pending_join.take().ok_or_else(|| ApiError::conflict("no_join", "no join in progress"))?;
         if self.cluster.is_some() {
-            return Err(ApiError::new(409, "in_cluster", "this node joined a cluster meanwhile"));
+            return Err(ApiError::conflict("in_cluster", "this node joined a cluster meanwhile"));
         }
         let v: Value = serde_json::from_slice(body)
-            .map_err(|_| ApiError::new(502, "bad_issuer_reply", "the issuer's answer is not JSON"))?;
+            .map_err(|_| ApiError::peer_failed("bad_issuer_reply", "the issuer's answer is not JSON"))?;
         if status != 200 {
             let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("join refused");
-            let code = if status == 403 || status == 404 || status == 409 || status == 400 { status } else { 502 };
-            return Err(ApiError::new(code, "join_refused", format!("the issuer refused the join: {msg}")));
+            let kind = match status {
+                400 => ErrorKind::Invalid,
+                403 => ErrorKind::Forbidden,
+                404 => ErrorKind::NotFound,
+                409 => ErrorKind::Conflict,
+                _ => ErrorKind::PeerFailed,
+            };
+            return Err(ApiError::new(kind, "join_refused", format!("the issuer refused the join: {msg}")));
         }
         #[derive(Deserialize)]
         struct JoinReply {
@@ -226,15 +230,21 @@ impl Node {
             time_ms: u64,
         }
         let reply: JoinReply = serde_json::from_value(v)
-            .map_err(|e| ApiError::new(502, "bad_issuer_reply", format!("the issuer's answer is malformed: {e}")))?;
+            .map_err(|e| ApiError::peer_failed("bad_issuer_reply", format!("the issuer's answer is malformed: {e}")))?;
         if reply.cluster.id != t.cluster {
-            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer answered for another cluster"));
+            return Err(ApiError::peer_failed("bad_issuer_reply", "the issuer answered for another cluster"));
         }
         let Some(own) = reply.nodes.iter().find(|r| r.id == self.id).cloned() else {
-            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer's member list does not include this node"));
+            return Err(ApiError::peer_failed(
+                "bad_issuer_reply",
+                "the issuer's member list does not include this node",
+            ));
         };
         if own.public_key != acn::public_key_b64(&self.key.verifying_key()) || own.admitted.is_none() {
-            return Err(ApiError::new(502, "bad_issuer_reply", "the issuer returned a different record for this node"));
+            return Err(ApiError::peer_failed(
+                "bad_issuer_reply",
+                "the issuer returned a different record for this node",
+            ));
         }
         self.members.clear();
         self.hlc.observe(&own.owner_version);

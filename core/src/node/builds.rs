@@ -42,11 +42,11 @@ impl Node {
     pub fn module_place(&mut self, wall: Millis, module: &str, node: &str, place: bool) -> Result<Value, ApiError> {
         self.in_cluster()?;
         if !self.user_manifests().iter().any(|m| m.module == module) {
-            return Err(ApiError::new(404, "unknown_module", format!("no module {module:?} is installed")));
+            return Err(ApiError::not_found("unknown_module", format!("no module {module:?} is installed")));
         }
         let id = crate::NodeId::new(node);
         if self.members.get(&id).filter(|r| !r.removed).is_none() {
-            return Err(ApiError::new(404, "unknown_node", format!("no member {node}")));
+            return Err(ApiError::not_found("unknown_node", format!("no member {node}")));
         }
         let version = self.hlc.next(wall);
         let key = format!("{}{module}/{node}", crate::config::PLACEMENT_PREFIX);

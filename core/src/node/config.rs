@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn api(e: ConfigError) -> ApiError {
-    ApiError::new(e.status(), e.code(), e.to_string())
+    ApiError::new(e.kind(), e.code(), e.to_string())
 }
 
 /// What a list or history is narrowed to.
@@ -325,7 +325,7 @@ impl Node {
                 .into_iter()
                 .find(|p| p.id == id)
                 .map(|p| json!(p))
-                .ok_or_else(|| ApiError::new(404, "unknown_proposal", format!("no proposal {id}"))),
+                .ok_or_else(|| ApiError::not_found("unknown_proposal", format!("no proposal {id}"))),
             None => Ok(json!({ "proposals": all })),
         }
     }
@@ -346,13 +346,13 @@ impl Node {
             .proposals()
             .into_iter()
             .find(|p| p.id == id)
-            .ok_or_else(|| ApiError::new(404, "unknown_proposal", format!("no proposal {id}")))?;
+            .ok_or_else(|| ApiError::not_found("unknown_proposal", format!("no proposal {id}")))?;
         let as_seen = match seen {
             Some((value, shown_against)) => Proposal { value, shown_against, ..now_stored.clone() },
             None => now_stored.clone(),
         };
         let level = Level::parse(&now_stored.level)
-            .ok_or_else(|| ApiError::new(409, "proposal_refused", "the proposal names no valid level"))?;
+            .ok_or_else(|| ApiError::conflict("proposal_refused", "the proposal names no valid level"))?;
         let who = format!("{}/{account}", self.id);
         if !approve {
             if !now_stored.is_open(wall.0) {

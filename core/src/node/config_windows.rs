@@ -391,12 +391,12 @@ impl Node {
             .map(|(_, r)| r)
             .find(|r| r.level == level_name)
         else {
-            return Err(ApiError::new(404, "not_retiring", format!("{level_name} is not retiring")));
+            return Err(ApiError::not_found("not_retiring", format!("{level_name} is not retiring")));
         };
         match action {
             "approve" => {
                 let level = Level::parse(level_name)
-                    .ok_or_else(|| ApiError::new(400, "bad_level", format!("{level_name} is not a level")))?;
+                    .ok_or_else(|| ApiError::invalid("bad_level", format!("{level_name} is not a level")))?;
                 let why = format!("retired: no build reads {level_name} any more");
                 let result = self.config_write(wall, &level, None, &why, account, None, "retire");
                 self.put_setting(wall, key, None);
@@ -425,7 +425,7 @@ impl Node {
                 self.put_setting(wall, key, Some(json!(r)));
                 Ok(json!(r))
             }
-            other => Err(ApiError::new(400, "bad_action", format!("{other:?}: approve, ask or cancel"))),
+            other => Err(ApiError::invalid("bad_action", format!("{other:?}: approve, ask or cancel"))),
         }
     }
 }

@@ -75,7 +75,7 @@ pub struct DeleteRequest {
 }
 
 fn bad_path(e: impl ToString) -> ApiError {
-    ApiError::new(400, "bad_path", e.to_string())
+    ApiError::invalid("bad_path", e.to_string())
 }
 
 /// What a move did: the records it moved (files and folders) and each file's old and new path
@@ -120,7 +120,7 @@ impl Node {
         let mut at = namespace::parent(path);
         while let Some(a) = at {
             if self.live_file(a).is_some_and(|f| !f.is_dir) {
-                return Err(ApiError::new(409, "not_a_folder", format!("cluster:{a} is a file, not a folder")));
+                return Err(ApiError::conflict("not_a_folder", format!("cluster:{a} is a file, not a folder")));
             }
             at = namespace::parent(a);
         }
@@ -140,8 +140,7 @@ impl Node {
             })
         });
         if pending {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "path_busy",
                 format!("cluster:{path} was just moved and its copies are still being renamed; retry shortly"),
             ));
@@ -200,7 +199,7 @@ impl Node {
         transfer::copy_segments(path).map_err(bad_path)?;
         let p = normalize(path).map_err(bad_path)?;
         if self.is_folder(&p) {
-            return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder")));
+            return Err(ApiError::conflict("is_a_folder", format!("cluster:{p} is a folder")));
         }
         self.check_ancestors(&p)?;
         self.check_no_pending_rename(&p)?;
@@ -231,16 +230,15 @@ impl Node {
         copies: &[(VolumeId, NodeId)],
     ) -> Result<Value, ApiError> {
         let target = self.file_put_target(path)?;
-        transfer::check_checksum(checksum).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
+        transfer::check_checksum(checksum).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
         if copies.is_empty() {
-            return Err(ApiError::new(400, "no_copies", "a file is published with at least one copy"));
+            return Err(ApiError::invalid("no_copies", "a file is published with at least one copy"));
         }
         // A copy on a volume retired while the bytes were on their way would be forgotten at
         // once: it is left out, and the others published.
         let copies: Vec<(VolumeId, NodeId)> = copies.iter().filter(|(v, _)| !self.volume_removed(v)).cloned().collect();
         let Some((primary, _)) = copies.first() else {
-            return Err(ApiError::new(
-                503,
+            return Err(ApiError::unavailable(
                 "volume_removed",
                 "every volume written was retired meanwhile; put it again",
             ));
@@ -309,7 +307,7 @@ impl Node {
             return Ok(json!({ "path": p, "created": false }));
         }
         if self.live_file(&p).is_some() {
-            return Err(ApiError::new(409, "exists", format!("cluster:{p} is a file")));
+            return Err(ApiError::conflict("exists", format!("cluster:{p} is a file")));
         }
         transfer::copy_segments(&p).map_err(bad_path)?;
         self.check_ancestors(&p)?;
@@ -355,15 +353,15 @@ impl Node {
         self.in_cluster()?;
         let p = normalize(path).map_err(bad_path)?;
         if p == "/" {
-            return Err(ApiError::new(400, "bad_path", "the root cannot be removed"));
+            return Err(ApiError::invalid("bad_path", "the root cannot be removed"));
         }
         let records = self.subtree(&p);
         if records.is_empty() {
-            return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}")));
+            return Err(ApiError::not_found("not_found", format!("nothing at cluster:{p}")));
         }
         let is_folder = self.is_folder(&p);
         if is_folder && !recursive && records.iter().any(|f| f.path != p) {
-            return Err(ApiError::new(409, "folder_not_empty", format!("cluster:{p} is not empty; use -r")));
+            return Err(ApiError::conflict("folder_not_empty", format!("cluster:{p} is not empty; use -r")));
         }
         let n = records.len();
         for f in records {
@@ -380,18 +378,18 @@ impl Node {
         let from = normalize(from).map_err(bad_path)?;
         let to = normalize(to).map_err(bad_path)?;
         if from == "/" || to == "/" {
-            return Err(ApiError::new(400, "bad_path", "the root cannot be moved"));
+            return Err(ApiError::invalid("bad_path", "the root cannot be moved"));
         }
         transfer::copy_segments(&to).map_err(bad_path)?;
         if namespace::is_within(&to, &from) {
-            return Err(ApiError::new(400, "bad_path", "a folder cannot move into itself"));
+            return Err(ApiError::invalid("bad_path", "a folder cannot move into itself"));
         }
         let records = self.subtree(&from);
         if records.is_empty() {
-            return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{from}")));
+            return Err(ApiError::not_found("not_found", format!("nothing at cluster:{from}")));
         }
         if self.live_file(&to).is_some() || self.is_folder(&to) {
-            return Err(ApiError::new(409, "exists", format!("cluster:{to} exists")));
+            return Err(ApiError::conflict("exists", format!("cluster:{to} exists")));
         }
         self.check_ancestors(&to)?;
         let n = records.len();
@@ -448,12 +446,12 @@ impl Node {
     pub fn file_sources(&self, path: &str, wall: Millis) -> Result<(FileRecord, Vec<Source>), ApiError> {
         let p = normalize(path).map_err(bad_path)?;
         let f = match self.live_file(&p) {
-            Some(f) if f.is_dir => return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder"))),
+            Some(f) if f.is_dir => return Err(ApiError::conflict("is_a_folder", format!("cluster:{p} is a folder"))),
             Some(f) => f.clone(),
             None if self.is_folder(&p) => {
-                return Err(ApiError::new(409, "is_a_folder", format!("cluster:{p} is a folder")))
+                return Err(ApiError::conflict("is_a_folder", format!("cluster:{p} is a folder")))
             }
-            None => return Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}"))),
+            None => return Err(ApiError::not_found("not_found", format!("nothing at cluster:{p}"))),
         };
         let now = self.clock.peek(wall);
         let mut ranked: Vec<(u8, Source)> = f
@@ -544,12 +542,12 @@ impl Node {
         let name = p.rsplit('/').next().unwrap_or_default();
         if super::volumes::NEVER_ADOPTED.contains(&name) {
             // A node's key, token or database dropped into a volume is never published.
-            return Err(ApiError::new(403, "never_adopted", format!("{name} files are never adopted")));
+            return Err(ApiError::forbidden("never_adopted", format!("{name} files are never adopted")));
         }
         if let Some(f) = self.live_file(&p).cloned() {
             // Known file, copy unknown here: add it when it holds the current content.
             if f.is_dir || !f.checksum.eq_ignore_ascii_case(checksum) {
-                return Err(ApiError::new(409, "exists", format!("cluster:{p} holds other content")));
+                return Err(ApiError::conflict("exists", format!("cluster:{p} holds other content")));
             }
             return Ok(json!({ "adopted": self.copy_publish(wall, &p, &f.id, checksum, volume) }));
         }
@@ -640,8 +638,8 @@ impl Node {
         let p = normalize(&req.path).map_err(bad_path)?;
         let vol = self
             .local_volume(req.volume_id.as_str())
-            .ok_or_else(|| ApiError::new(404, "unknown_volume", "the volume is not on this node"))?;
-        let refuse = |why: &str| ApiError::new(409, "not_authorized", why.to_string());
+            .ok_or_else(|| ApiError::not_found("unknown_volume", "the volume is not on this node"))?;
+        let refuse = |why: &str| ApiError::conflict("not_authorized", why.to_string());
         let Some(f) = self.meta.state().file(&p) else {
             return Err(refuse("this node knows no record of that path"));
         };
@@ -689,8 +687,7 @@ impl Node {
             .collect();
         let others = others.len();
         if f.removed || others < wanted {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "not_authorized",
                 format!("only {others} other node(s) hold a current copy (wanted {wanted}); the copy stays"),
             ));
@@ -705,12 +702,12 @@ impl Node {
         let to = normalize(to).map_err(bad_path)?;
         let vol = self
             .local_volume(volume.as_str())
-            .ok_or_else(|| ApiError::new(404, "unknown_volume", "the volume is not on this node"))?;
+            .ok_or_else(|| ApiError::not_found("unknown_volume", "the volume is not on this node"))?;
         let old = self.meta.state().file(&from).filter(|f| f.removed);
         let new = self.live_file(&to).filter(|f| f.locations.iter().any(|l| &l.volume_id == volume));
         match (old, new) {
             (Some(o), Some(n)) if o.id == n.id => Ok(vol.subpath),
-            _ => Err(ApiError::new(409, "not_authorized", "this node's records do not show that move (yet)")),
+            _ => Err(ApiError::conflict("not_authorized", "this node's records do not show that move (yet)")),
         }
     }
 

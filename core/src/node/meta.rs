@@ -110,11 +110,11 @@ impl Node {
 
     pub fn setting_get(&self, key: &str) -> Result<Value, ApiError> {
         if key.starts_with(crate::config::RESERVED_PREFIX) {
-            return Err(ApiError::new(404, "unknown_setting", format!("no setting {key:?}")));
+            return Err(ApiError::not_found("unknown_setting", format!("no setting {key:?}")));
         }
         match self.meta.state().get(RecordKind::Setting, key) {
             Some(Record::Setting(s)) if !s.removed => Ok(serde_json::to_value(s).expect("serialise")),
-            _ => Err(ApiError::new(404, "unknown_setting", format!("no setting {key:?}"))),
+            _ => Err(ApiError::not_found("unknown_setting", format!("no setting {key:?}"))),
         }
     }
 
@@ -133,26 +133,23 @@ impl Node {
     pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Value, ApiError> {
         self.in_cluster()?;
         if key.starts_with(crate::config::RESERVED_PREFIX) {
-            return Err(ApiError::new(
-                400,
+            return Err(ApiError::invalid(
                 "reserved_key",
                 "keys under config/ belong to the config plane: use `shoal config set` (with --why)",
             ));
         }
         if key.is_empty() || key.len() > SETTING_KEY_MAX || key.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(ApiError::new(
-                400,
+            return Err(ApiError::invalid(
                 "bad_key",
                 "a setting key is 1 to 256 characters without spaces or control characters",
             ));
         }
         if let Some(v) = &value {
             if serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX) > SETTING_VALUE_MAX_BYTES {
-                return Err(ApiError::new(400, "bad_value", "a setting value is at most 64 KiB of JSON"));
+                return Err(ApiError::invalid("bad_value", "a setting value is at most 64 KiB of JSON"));
             }
             if crate::meta::records::json_depth(v) > crate::meta::records::API_VALUE_DEPTH_MAX {
-                return Err(ApiError::new(
-                    400,
+                return Err(ApiError::invalid(
                     "bad_value",
                     format!(
                         "a setting value nests at most {} levels of arrays and objects",
@@ -181,9 +178,9 @@ impl Node {
     pub fn policy_set(&mut self, wall: Millis, folder: &str, replicas: u32) -> Result<Value, ApiError> {
         self.in_cluster()?;
         let folder =
-            crate::meta::namespace::normalize(folder).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+            crate::meta::namespace::normalize(folder).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         if replicas > POLICY_REPLICAS_MAX {
-            return Err(ApiError::new(400, "bad_replicas", format!("at most {POLICY_REPLICAS_MAX} copies")));
+            return Err(ApiError::invalid("bad_replicas", format!("at most {POLICY_REPLICAS_MAX} copies")));
         }
         let policy = Policy { folder, replicas, removed: replicas == 0, version: self.hlc.next(wall) };
         self.submit_record(wall, Record::Policy(policy.clone()));
@@ -206,16 +203,16 @@ impl Node {
 impl Node {
     /// `meta ls`: the immediate children of a folder, tombstones hidden.
     pub fn meta_ls(&self, path: &str) -> Result<Value, ApiError> {
-        let dir = crate::meta::namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        let dir = crate::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         let entries = crate::meta::namespace::list(self.meta.state(), &dir)
-            .map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+            .map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         Ok(json!({ "path": dir, "entries": entries }))
     }
 
     /// `meta stat`: one record with its copies written node first, its policy and checksum.
     pub fn meta_stat(&self, path: &str) -> Result<Value, ApiError> {
         use crate::meta::namespace;
-        let p = namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+        let p = namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         let state = self.meta.state();
         match state.file(&p).filter(|f| !f.removed) {
             Some(f) => {
@@ -247,7 +244,7 @@ impl Node {
                         json!({ "path": p, "isDir": true, "children": children, "policy": namespace::policy_for(state, &p) }),
                     )
                 } else {
-                    Err(ApiError::new(404, "not_found", format!("nothing at cluster:{p}")))
+                    Err(ApiError::not_found("not_found", format!("nothing at cluster:{p}")))
                 }
             }
         }

@@ -184,22 +184,80 @@ impl Reply {
     }
 }
 
-/// A refused admin command: HTTP status, a stable code and a message for the operator.
+/// What kind of refusal an [`ApiError`] is; the shell maps each to its HTTP status
+/// (`shell/src/http_error.rs`), so the core speaks no HTTP here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The request itself is wrong (a bad path, value, body or token).
+    Invalid,
+    /// Not allowed to anyone asking this way (a trusted key without approval, a used-up token).
+    Forbidden,
+    NotFound,
+    /// The state of the cluster does not allow it now (not in a cluster, a busy path, a race).
+    Conflict,
+    TooLarge,
+    /// A byte range outside the file.
+    BadRange,
+    /// This node failed (its disk, its store).
+    Internal,
+    /// A peer refused or could not be reached.
+    PeerFailed,
+    /// Not now: too many sessions, no readable copy.
+    Unavailable,
+    /// A peer did not answer in time.
+    PeerTimeout,
+    /// A disk is full.
+    StorageFull,
+}
+
+/// A refused command: its kind, a stable code and a message for the operator.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ApiError {
-    pub status: u16,
+    pub kind: ErrorKind,
     pub code: &'static str,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into() }
+    pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { kind, code, message: message.into() }
+    }
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Invalid, code, message)
+    }
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Forbidden, code, message)
+    }
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::NotFound, code, message)
+    }
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Conflict, code, message)
+    }
+    pub fn too_large(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::TooLarge, code, message)
+    }
+    pub fn bad_range(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::BadRange, code, message)
+    }
+    pub fn internal(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Internal, code, message)
+    }
+    pub fn peer_failed(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::PeerFailed, code, message)
+    }
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::Unavailable, code, message)
+    }
+    pub fn peer_timeout(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::PeerTimeout, code, message)
+    }
+    pub fn storage_full(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::StorageFull, code, message)
     }
     fn not_in_cluster() -> ApiError {
-        ApiError::new(
-            409,
+        ApiError::conflict(
             "not_in_cluster",
             "this node is not in a cluster; run `shoal cluster create` or `shoal join TOKEN`",
         )
@@ -208,13 +266,15 @@ impl ApiError {
 
 impl From<TokenError> for ApiError {
     fn from(e: TokenError) -> ApiError {
-        let status = match e {
-            TokenError::Unknown => 404,
-            TokenError::NoIssuerUrl => 409,
-            TokenError::UsedUp | TokenError::Revoked | TokenError::Expired | TokenError::BadSecret => 403,
-            _ => 400,
+        let kind = match e {
+            TokenError::Unknown => ErrorKind::NotFound,
+            TokenError::NoIssuerUrl => ErrorKind::Conflict,
+            TokenError::UsedUp | TokenError::Revoked | TokenError::Expired | TokenError::BadSecret => {
+                ErrorKind::Forbidden
+            }
+            _ => ErrorKind::Invalid,
         };
-        ApiError::new(status, "bad_token", e.to_string())
+        ApiError::new(kind, "bad_token", e.to_string())
     }
 }
 

@@ -116,7 +116,7 @@ impl Node {
         self.volumes()
             .find(|v| v.id.as_str() == id)
             .cloned()
-            .ok_or_else(|| ApiError::new(404, "unknown_volume", format!("no volume {id}")))
+            .ok_or_else(|| ApiError::not_found("unknown_volume", format!("no volume {id}")))
     }
 
     /// Whether the low-space guard is on (config `storage.auto_read_only`, default on).
@@ -182,23 +182,22 @@ impl Node {
             return Err(ApiError::not_in_cluster());
         }
         if let Some(why) = volume_folder_refusal(folder, facts) {
-            return Err(ApiError::new(400, "bad_path", why));
+            return Err(ApiError::invalid("bad_path", why));
         }
         if let Some(v) = self.volumes().find(|v| self.is_own(v) && v.subpath == folder) {
-            return Err(ApiError::new(409, "volume_exists", format!("{folder} is already volume {}", v.id)));
+            return Err(ApiError::conflict("volume_exists", format!("{folder} is already volume {}", v.id)));
         }
         let within = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
         if let Some(v) =
             self.volumes().find(|v| self.is_own(v) && (within(folder, &v.subpath) || within(&v.subpath, folder)))
         {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "volume_overlaps",
                 format!("{folder} overlaps volume {} at {}: two copies could land on one disk", v.id, v.subpath),
             ));
         }
         if name.len() > 128 {
-            return Err(ApiError::new(400, "bad_name", "a volume name is at most 128 bytes"));
+            return Err(ApiError::invalid("bad_name", "a volume name is at most 128 bytes"));
         }
         let version = self.hlc.next(wall);
         let (enter, leave) = self.low_space_thresholds();
@@ -274,8 +273,7 @@ impl Node {
         let only = self.files_only_on(wall, &v.id);
         if !only.is_empty() {
             let sample: Vec<&String> = only.iter().take(3).collect();
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "volume_holds_only_copy",
                 format!(
                     "volume {id} holds the only copy of {} file(s), e.g. {sample:?}; evacuate it first",

@@ -77,12 +77,13 @@ pub enum TransferError {
 }
 
 impl TransferError {
-    pub fn http_status(&self) -> u16 {
+    pub fn kind(&self) -> crate::node::ErrorKind {
+        use crate::node::ErrorKind;
         match self {
-            TransferError::Incomplete(_) => 409,
-            TransferError::Expired | TransferError::UnknownSession => 404,
-            TransferError::TooManySessions => 503,
-            _ => 400,
+            TransferError::Incomplete(_) => ErrorKind::Conflict,
+            TransferError::Expired | TransferError::UnknownSession => ErrorKind::NotFound,
+            TransferError::TooManySessions => ErrorKind::Unavailable,
+            _ => ErrorKind::Invalid,
         }
     }
 }
@@ -406,7 +407,7 @@ mod tests {
         assert_eq!(s.check_chunk(Millis(10 + SESSION_IDLE_MS), 1, 4 * MIB, C, C), Ok(4 * MIB));
         assert_eq!(s.check_chunk(Millis(11 + SESSION_IDLE_MS), 1, 4 * MIB, C, C), Err(TransferError::Expired));
         assert_eq!(s.check_alive(Millis(11 + SESSION_IDLE_MS)), Err(TransferError::Expired));
-        assert_eq!(TransferError::Expired.http_status(), 404);
+        assert_eq!(TransferError::Expired.kind(), crate::node::ErrorKind::NotFound);
         assert_eq!(
             UploadSession::new(
                 "s".into(),
@@ -458,7 +459,7 @@ mod tests {
             up.open(a.clone(), session(&format!("s{i}"), Millis(0)));
         }
         assert_eq!(up.check_room(), Err(TransferError::TooManySessions));
-        assert_eq!(TransferError::TooManySessions.http_status(), 503);
+        assert_eq!(TransferError::TooManySessions.kind(), crate::node::ErrorKind::Unavailable);
         assert_eq!(up.remove("s0").map(|u| u.id), Some("s0".to_string()));
         assert_eq!(up.check_room(), Ok(()));
     }

@@ -29,7 +29,7 @@ pub async fn write_copy<E: Env>(
     if to.node == me {
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
-            .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
+            .ok_or_else(|| ApiError::conflict("unknown_volume", "the placed volume is gone"))?;
         if let Some(dest) = copy_path(s, &to.volume, path) {
             s.store_service.landed.wait_settled(s, &to.volume, path, sum, target.replaces.as_deref(), &dest).await;
         }
@@ -71,7 +71,7 @@ pub(super) async fn send_spooled<E: Env>(
         }
         while in_flight.len() >= CHUNKS_IN_FLIGHT {
             let done = in_flight.pop_front().expect("not empty");
-            done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
+            done.await.map_err(|e| ApiError::internal("internal", e.to_string()))??;
         }
         let spool2 = spool.to_path_buf();
         let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
@@ -79,7 +79,7 @@ pub(super) async fn send_spooled<E: Env>(
         in_flight.push_back(send_chunk(s, &to.node, session, index, data));
     }
     for done in in_flight {
-        done.await.map_err(|e| ApiError::new(500, "internal", e.to_string()))??;
+        done.await.map_err(|e| ApiError::internal("internal", e.to_string()))??;
     }
     let sent_at = s.env.monotonic();
     let r = signed(s, &to.node, "POST", &commit_target(session, None, replaces), vec![], vec![]).await?;
@@ -181,7 +181,7 @@ pub(super) async fn open_sink<E: Env>(
         let writing = s.store_service.writing(&to.volume);
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
-            .ok_or_else(|| ApiError::new(409, "unknown_volume", "the placed volume is gone"))?;
+            .ok_or_else(|| ApiError::conflict("unknown_volume", "the placed volume is gone"))?;
         let (path2, tag) = (path.to_string(), format!("{:016x}", s.env.seed()));
         let (dest, part, file) = s
             .blocking(move || -> Result<_, ApiError> {
@@ -260,7 +260,7 @@ pub(super) fn write_chunk<E: Env>(
                         writes.abort_all();
                         for i in std::mem::take(&mut pending) {
                             let why = format!("fell more than {} s behind the other copies", STRAGGLER_MS / 1000);
-                            failed.push((i, ApiError::new(504, "copy_too_slow", why)));
+                            failed.push((i, ApiError::peer_timeout("copy_too_slow", why)));
                         }
                         break;
                     }
@@ -317,7 +317,7 @@ impl Fanout {
                 .flatten()
                 .next()
                 .cloned()
-                .unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file")));
+                .unwrap_or_else(|| ApiError::storage_full("insufficient_storage", "no volume could take the file")));
         }
         Ok(())
     }
@@ -361,7 +361,7 @@ pub(super) async fn stream_copies<E: Env>(
     }
     if sinks.is_empty() {
         return Err(
-            last_err.unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file"))
+            last_err.unwrap_or_else(|| ApiError::storage_full("insufficient_storage", "no volume could take the file"))
         );
     }
     let n = sinks.len();
@@ -435,11 +435,11 @@ pub(super) async fn stream_chunks<E: Env>(
     let mut index = 0u64;
     let mut body = body;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))?;
+        let frame = frame.map_err(|e| ApiError::invalid("bad_body", format!("request body: {e}")))?;
         let Ok(mut data) = frame.into_data() else { continue };
         size += data.len() as u64;
         if size > len {
-            return Err(ApiError::new(400, "bad_body", "the body is longer than its content-length"));
+            return Err(ApiError::invalid("bad_body", "the body is longer than its content-length"));
         }
         hash.update(&data);
         while !data.is_empty() {
@@ -454,7 +454,7 @@ pub(super) async fn stream_chunks<E: Env>(
         }
     }
     if size != len {
-        return Err(ApiError::new(400, "bad_body", format!("the body ended after {size} of {len} bytes")));
+        return Err(ApiError::invalid("bad_body", format!("the body ended after {size} of {len} bytes")));
     }
     if !chunk.is_empty() || index == 0 {
         out.settle(CHUNKS_IN_FLIGHT - 1).await?;
@@ -463,7 +463,7 @@ pub(super) async fn stream_chunks<E: Env>(
     out.settle(0).await?;
     let sum = hex::encode(hash.finalize());
     if expect.is_some_and(|e| e != sum) {
-        return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
+        return Err(ApiError::invalid("checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
     Ok(sum)
 }

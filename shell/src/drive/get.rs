@@ -5,10 +5,10 @@ use super::*;
 
 /// A byte range asked for with `Range: bytes=a-b` (one range; `a-`, `-n` too).
 pub(super) fn parse_range(h: &str, size: u64) -> Result<(u64, u64), ApiError> {
-    let bad = || ApiError::new(416, "bad_range", format!("cannot serve range {h:?} of a {size}-byte file"));
+    let bad = || ApiError::bad_range("bad_range", format!("cannot serve range {h:?} of a {size}-byte file"));
     let spec = h.trim().strip_prefix("bytes=").ok_or_else(bad)?;
     if spec.contains(',') {
-        return Err(ApiError::new(416, "bad_range", "only one range per request"));
+        return Err(ApiError::bad_range("bad_range", "only one range per request"));
     }
     let (a, b) = spec.split_once('-').ok_or_else(bad)?;
     let (start, end) = match (a.trim(), b.trim()) {
@@ -32,8 +32,7 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         Err(e) => return crate::http_error::api_result(Err(e)),
     };
     if sources.is_empty() {
-        return crate::http_error::api_result(Err(ApiError::new(
-            503,
+        return crate::http_error::api_result(Err(ApiError::unavailable(
             "no_copy_available",
             format!("no readable copy of cluster:{} right now", f.path),
         )));
@@ -67,8 +66,7 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         }
     }
     let Some((cur, first)) = first else {
-        return crate::http_error::api_result(Err(ApiError::new(
-            503,
+        return crate::http_error::api_result(Err(ApiError::unavailable(
             "no_copy_available",
             format!("no copy could be read: {}", tried.join("; ")),
         )));
@@ -177,9 +175,9 @@ impl<E: Env> GetStream<E> {
                 Some((k, b)) => (k, Ok(b)),
                 None => match ahead.pop_front() {
                     Some((_, _, k, h)) => {
-                        (k, h.await.unwrap_or_else(|e| Err(ApiError::new(500, "internal", e.to_string()))))
+                        (k, h.await.unwrap_or_else(|e| Err(ApiError::internal("internal", e.to_string()))))
                     }
-                    None => (self.cur, Err(ApiError::new(500, "internal", "no piece was asked for"))),
+                    None => (self.cur, Err(ApiError::internal("internal", "no piece was asked for"))),
                 },
             };
             let data = match self.checked(from, got, want) {
@@ -239,7 +237,7 @@ impl<E: Env> GetStream<E> {
             }
             Ok(_) => {
                 mark_stale(&self.s, &self.path, &self.sources[k].volume_id, &self.sum);
-                ApiError::new(502, "short_copy", "the copy is shorter than the file")
+                ApiError::peer_failed("short_copy", "the copy is shorter than the file")
             }
             Err(e) => e,
         };

@@ -76,7 +76,7 @@ pub async fn place<E: Env>(
 ) -> Result<Placed, ApiError> {
     let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now)));
     let Some(leader) = leader else {
-        return Err(ApiError::new(503, "no_leader", "no metadata leader right now; retry shortly"));
+        return Err(ApiError::unavailable("no_leader", "no metadata leader right now; retry shortly"));
     };
     let body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude}).to_string().into_bytes();
     let (status, answer) = if leader.holder == me {
@@ -89,16 +89,16 @@ pub async fn place<E: Env>(
     if status != 200 {
         let msg = answer["error"]["message"].as_str().unwrap_or("placement failed").to_string();
         return Err(if status == 507 {
-            ApiError::new(507, "insufficient_storage", msg)
+            ApiError::storage_full("insufficient_storage", msg)
         } else {
-            ApiError::new(503, "placement_failed", msg)
+            ApiError::unavailable("placement_failed", msg)
         });
     }
     let volume = answer["volumeId"].as_str().map(VolumeId::new);
     let node = answer["nodeId"].as_str().map(NodeId::new);
     match (volume, node) {
         (Some(volume), Some(node)) => Ok(Placed { volume, node }),
-        _ => Err(ApiError::new(502, "peer_refused", "the leader's placement answer is malformed")),
+        _ => Err(ApiError::peer_failed("peer_refused", "the leader's placement answer is malformed")),
     }
 }
 
@@ -119,11 +119,11 @@ async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String
     let mut size = 0u64;
     let mut body = body;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))?;
+        let frame = frame.map_err(|e| ApiError::invalid("bad_body", format!("request body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         size += data.len() as u64;
         if size > transfer::FILE_MAX_BYTES {
-            return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
+            return Err(ApiError::too_large("body_too_large", "a file is at most 1 TiB"));
         }
         hash.update(&data);
         out.write_all(&data).map_err(|e| io_api("spool", e))?;
@@ -150,7 +150,7 @@ async fn put_inner<E: Env>(
     let target = s.read_node(|n, _| n.file_put_target(path))?;
     let expect = headers.get(SHA_HEADER).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
     if let Some(e) = &expect {
-        transfer::check_checksum(e).map_err(|e| ApiError::new(400, "bad_checksum", e.to_string()))?;
+        transfer::check_checksum(e).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
     }
     let t0 = s.env.monotonic();
     let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
@@ -158,7 +158,7 @@ async fn put_inner<E: Env>(
     let mut last_err = None;
     let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if length.is_some_and(|l| l > transfer::FILE_MAX_BYTES) {
-        return Err(ApiError::new(413, "body_too_large", "a file is at most 1 TiB"));
+        return Err(ApiError::too_large("body_too_large", "a file is at most 1 TiB"));
     }
     // A large body of known length streams to every copy at once as it arrives, with no spool.
     if let Some(len) = length.filter(|l| put_policy::streams(Some(*l))) {
@@ -172,7 +172,7 @@ async fn put_inner<E: Env>(
     let (size, sum) = spool_body(&spool.0, body).await?;
     let t1 = s.env.monotonic();
     if expect.as_ref().is_some_and(|e| *e != sum) {
-        return Err(ApiError::new(400, "checksum_mismatch", "the body does not match its x-shoal-sha256"));
+        return Err(ApiError::invalid("checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
     for _ in 0..put_policy::placement_tries(target.wanted) {
         if copies.len() >= target.wanted as usize {
@@ -196,7 +196,7 @@ async fn put_inner<E: Env>(
     }
     if copies.is_empty() {
         return Err(
-            last_err.unwrap_or_else(|| ApiError::new(507, "insufficient_storage", "no volume could take the file"))
+            last_err.unwrap_or_else(|| ApiError::storage_full("insufficient_storage", "no volume could take the file"))
         );
     }
     tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), "spooled");

@@ -7,16 +7,16 @@ use super::*;
 
 pub(super) fn io_api(what: &str, e: std::io::Error) -> ApiError {
     if e.kind() == std::io::ErrorKind::StorageFull {
-        return ApiError::new(507, "insufficient_storage", format!("{what}: {e}"));
+        return ApiError::storage_full("insufficient_storage", format!("{what}: {e}"));
     }
-    ApiError::new(500, "io", format!("{what}: {e}"))
+    ApiError::internal("io", format!("{what}: {e}"))
 }
 
 /// `store/delete`: delete a copy when this node's records authorise it (see
 /// [`shoal_core::node::Node::authorize_delete`]), then mark the copy dropped.
 pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8]) -> Result<Value, ApiError> {
     let req: shoal_core::node::files::DeleteRequest =
-        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("delete body: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("delete body: {e}")))?;
     let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
     let (s2, path, volume) = (s.clone(), req.path.clone(), req.volume_id.clone());
     let done = s
@@ -39,7 +39,7 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
         to: String,
     }
     let b: RenameBody =
-        serde_json::from_slice(body).map_err(|e| ApiError::new(400, "bad_body", format!("rename body: {e}")))?;
+        serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("rename body: {e}")))?;
     let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
     let (s2, from, to, volume) = (s.clone(), b.from.clone(), b.to.clone(), b.volume_id.clone());
     let done = s
@@ -55,7 +55,7 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
 }
 
 pub(super) fn busy() -> ApiError {
-    ApiError::new(409, "busy", "newer bytes landed there than the records show; try again")
+    ApiError::conflict("busy", "newer bytes landed there than the records show; try again")
 }
 
 pub(super) fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {

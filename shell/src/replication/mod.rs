@@ -250,13 +250,13 @@ async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
 /// Pull one copy into this node's target volume and publish it.
 async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     let Action::Pull { source_node, source_volume, target_volume, .. } = &task.action else {
-        return Err(ApiError::new(400, "bad_task", "not a pull"));
+        return Err(ApiError::invalid("bad_task", "not a pull"));
     };
     let vol = s
         .read_node(|n, _| n.local_volume(target_volume.as_str()))
-        .ok_or_else(|| ApiError::new(404, "unknown_volume", "the target volume is not on this node"))?;
+        .ok_or_else(|| ApiError::not_found("unknown_volume", "the target volume is not on this node"))?;
     if !shoal_core::storage::placement::writable(&vol) {
-        return Err(ApiError::new(409, "volume_read_only", "the target volume takes no new copies"));
+        return Err(ApiError::conflict("volume_read_only", "the target volume takes no new copies"));
     }
     let src_folder = s.read_node(|n, _| n.local_volume(source_volume.as_str())).map(|v| v.subpath);
     let src = Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder };
@@ -277,7 +277,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         while at < task.size {
             let data = read_piece(s, &src, &task.path, at, (task.size - at).min(CHUNK_BYTES)).await?;
             if data.is_empty() {
-                return Err(ApiError::new(502, "short_copy", "the source copy is shorter than the file"));
+                return Err(ApiError::peer_failed("short_copy", "the source copy is shorter than the file"));
             }
             hash.update(&data);
             let (p, d) = (part.clone(), data.clone());
@@ -286,16 +286,16 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         }
         out.sync_all().map_err(|e| io_api("sync part file", e))?;
         if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
-            return Err(ApiError::new(409, "checksum_mismatch", "the source copy does not match the file's checksum"));
+            return Err(ApiError::conflict("checksum_mismatch", "the source copy does not match the file's checksum"));
         }
         if s.store_service.landed.unsettled(s, target_volume, &task.path) {
-            return Err(ApiError::new(409, "busy", "newer bytes landed there; the pull stands down"));
+            return Err(ApiError::conflict("busy", "newer bytes landed there; the pull stands down"));
         }
         // Overwritten or removed while this content was pulled: it is no copy of the file now.
         // (This node's records may lag the leader's: give them a moment to show the file.)
         s.wait_for(RECORDS_CATCH_UP_MS, |n, _| n.pull_currency(task) != PullCurrency::NotYetKnown).await;
         if s.read_node(|n, _| n.pull_currency(task)) != PullCurrency::Current {
-            return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+            return Err(ApiError::conflict("file_changed", "the file changed while its copy was pulled"));
         }
         let landed = s
             .store_service
@@ -327,7 +327,7 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
                 let _ = std::fs::remove_file(&dest);
             });
         }
-        return Err(ApiError::new(409, "file_changed", "the file changed while its copy was pulled"));
+        return Err(ApiError::conflict("file_changed", "the file changed while its copy was pulled"));
     }
     Ok(())
 }

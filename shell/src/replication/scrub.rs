@@ -39,7 +39,7 @@ pub async fn scrub_copy<E: Env>(s: Arc<Shared<E>>, copy: LocalCopy) {
 /// `shoal verify`: re-hash every copy of the file or of everything under the folder, now, on
 /// whichever node holds it; mismatches are marked stale (and repaired), matches verified.
 pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, ApiError> {
-    let p = shoal_core::meta::namespace::normalize(path).map_err(|e| ApiError::new(400, "bad_path", e.to_string()))?;
+    let p = shoal_core::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
     let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
     let files: Vec<shoal_core::meta::records::FileRecord> = s.read_node(|n, _| {
         n.meta()
@@ -50,7 +50,7 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
             .collect()
     });
     if files.is_empty() {
-        return Err(ApiError::new(404, "not_found", format!("no files at cluster:{p}")));
+        return Err(ApiError::not_found("not_found", format!("no files at cluster:{p}")));
     }
     let me = s.read_node(|n, _| n.id().clone());
     let (mut ok, mut bad, mut unreachable) = (0u64, Vec::new(), Vec::new());

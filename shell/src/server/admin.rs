@@ -128,7 +128,7 @@ pub(super) async fn node_state<E: Env>(State(s): S<E>, Path(id): Path<String>, b
     api_result((|| {
         let b: StateBody = parse_body(&body)?;
         let state = AdminState::parse(&b.state).ok_or_else(|| {
-            ApiError::new(400, "bad_state", format!("state must be maintenance, draining or active, not {:?}", b.state))
+            ApiError::invalid("bad_state", format!("state must be maintenance, draining or active, not {:?}", b.state))
         })?;
         s.with_node(|n, now| n.set_admin_state(now, &id, state))
     })())
@@ -140,9 +140,9 @@ pub(super) async fn node_remove<E: Env>(State(s): S<E>, Path(id): Path<String>) 
 
 pub(super) fn transport_error(e: TransportError) -> ApiError {
     match e {
-        TransportError::UnknownPeer(_) => ApiError::new(404, "unknown_node", e.to_string()),
-        TransportError::NotInCluster => ApiError::new(409, "not_in_cluster", e.to_string()),
-        _ => ApiError::new(502, "unreachable", e.to_string()),
+        TransportError::UnknownPeer(_) => ApiError::not_found("unknown_node", e.to_string()),
+        TransportError::NotInCluster => ApiError::conflict("not_in_cluster", e.to_string()),
+        _ => ApiError::peer_failed("unreachable", e.to_string()),
     }
 }
 
@@ -241,7 +241,7 @@ pub(super) struct PathQuery {
 pub(super) fn path_query(
     q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<String, ApiError> {
-    q.map(|q| q.0.path).map_err(|e| ApiError::new(400, "bad_query", e.body_text()))
+    q.map(|q| q.0.path).map_err(|e| ApiError::invalid("bad_query", e.body_text()))
 }
 
 pub(super) async fn meta_status<E: Env>(State(s): S<E>) -> Response {
@@ -322,7 +322,7 @@ pub(super) async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
         cluster_enabled(&s)?;
         let b: VolumeAddBody = parse_body(&body)?;
         if s.read_node(|n, _| n.cluster().is_none()) {
-            return Err(ApiError::new(409, "not_in_cluster", "this node is not in a cluster"));
+            return Err(ApiError::conflict("not_in_cluster", "this node is not in a cluster"));
         }
         let (folder, facts) = crate::volumes::prepare_folder(&s.data_dir, &b.path)?;
         let (free, total) = s.env.disk_usage(std::path::Path::new(&folder));

@@ -70,21 +70,21 @@ pub(super) async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response 
     };
     let account = "admin";
     let level = || {
-        let key = b.key.as_deref().ok_or_else(|| ApiError::new(400, "bad_body", "this action needs a key"))?;
+        let key = b.key.as_deref().ok_or_else(|| ApiError::invalid("bad_body", "this action needs a key"))?;
         shoal_core::config::level_of(key, b.node.as_deref(), b.module.as_deref())
-            .map_err(|e| ApiError::new(e.status(), e.code(), e.to_string()))
+            .map_err(|e| ApiError::new(e.kind(), e.code(), e.to_string()))
     };
     let r = match b.action.as_str() {
         "set" => match (level(), &b.value) {
             (Ok(l), Some(v)) => s.with_node(|n, now| n.config_set(now, &l, Some(v), &b.why, account)),
-            (Ok(_), None) => Err(ApiError::new(400, "bad_body", "a set needs a value (or use clear)")),
+            (Ok(_), None) => Err(ApiError::invalid("bad_body", "a set needs a value (or use clear)")),
             (Err(e), _) => Err(e),
         },
         "clear" => level().and_then(|l| s.with_node(|n, now| n.config_set(now, &l, None, &b.why, account))),
         "propose" => level().and_then(|l| {
             let v = if b.clear { None } else { b.value.as_ref() };
             if v.is_none() && !b.clear {
-                return Err(ApiError::new(400, "bad_body", "a proposal needs a value, or clear: true"));
+                return Err(ApiError::invalid("bad_body", "a proposal needs a value, or clear: true"));
             }
             s.with_node(|n, now| n.config_propose(now, &l, v, &b.why, account))
         }),
@@ -93,10 +93,9 @@ pub(super) async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response 
                 let seen = b.seen.then(|| (b.seen_value.clone(), b.seen_shown_against.clone()));
                 s.with_node(|n, now| n.config_answer(now, id, b.action == "approve", seen, account))
             }
-            None => Err(ApiError::new(400, "bad_body", "approve and decline name the proposal (id)")),
+            None => Err(ApiError::invalid("bad_body", "approve and decline name the proposal (id)")),
         },
-        other => Err(ApiError::new(
-            400,
+        other => Err(ApiError::invalid(
             "bad_action",
             format!("unknown action {other:?}: set, clear, propose, approve or decline"),
         )),

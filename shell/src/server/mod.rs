@@ -207,7 +207,7 @@ impl std::ops::Deref for Body {
 
 fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     let slice: &[u8] = if body.iter().all(|b| b.is_ascii_whitespace()) { b"{}" } else { body };
-    serde_json::from_slice(slice).map_err(|e| ApiError::new(400, "bad_body", format!("request body: {e}")))
+    serde_json::from_slice(slice).map_err(|e| ApiError::invalid("bad_body", format!("request body: {e}")))
 }
 
 fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
