@@ -489,3 +489,75 @@ fn drive_seed_233_a_node_back_with_an_unknown_rotten_copy_does_not_adopt_it() {
         panic!("{e}");
     }
 }
+
+/// A pull begun under one leader outlives it: the leader crashes mid-pull, the worker's core
+/// keeps renewing the task's lease with whoever holds the metadata lease now, the new leader
+/// adopts the task (it is in its task table, so it plans no second pull of that file), takes the
+/// worker's report when it ends, and the file ends with N right copies.
+#[test]
+fn a_pull_outlives_its_leader_and_is_adopted_by_the_next() {
+    let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(71);
+    let mut h = drive_cluster(seed, 4, 1);
+    let leader_of = |h: &Harness, among: &[usize]| {
+        among.iter().copied().find(|&i| h.read(i, |n, now| n.leader_term(now).is_some()).unwrap_or(false))
+    };
+    let all: Vec<usize> = (0..4).collect();
+    let first_leader = leader_of(&h, &all).expect("a leader");
+    // Written through a node that is not the leader, so its one copy (the writer's own volume)
+    // is not on the node about to crash.
+    let path = "/data/adopt.bin";
+    let content = format!("adopt {}", "a".repeat(40 * 1024 * 1024));
+    let (s, v) = h.put_file((first_leader + 1) % 4, path, &content).unwrap();
+    assert_eq!((s, &v["copies"]), (200, &json!(1)), "{v}");
+    let source = {
+        let f = record(&h, first_leader, path).expect("the record");
+        index_of(&h, &f.locations[0].node_id)
+    };
+    let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 2}))).unwrap();
+    assert_eq!(s, 200, "{v}");
+    let pulling = |h: &Harness| {
+        (0..4).find(|&i| {
+            std::fs::read_dir(h.volume_dir(i).join("data"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().contains(".part-repl"))
+        })
+    };
+    let mut worker = None;
+    for _ in 0..120_000 / 10 {
+        h.step_for(10).unwrap();
+        if let Some(w) = pulling(&h) {
+            worker = Some(w);
+            break;
+        }
+    }
+    let worker = worker.expect("a pull started within 2 minutes");
+    assert!(
+        worker != first_leader && source != first_leader,
+        "seed {seed}: the leader (n{first_leader}) is the worker (n{worker}) or the source (n{source}); pick another seed"
+    );
+    // The pull's link crawls, so it runs well past a leader change.
+    h.set_latency(worker, source, 3_000);
+    h.crash(first_leader);
+    let live: Vec<usize> = all.iter().copied().filter(|&i| i != first_leader).collect();
+    let mut acked = Acked::new();
+    acked.insert(path.to_string(), content);
+    let lost: BTreeSet<usize> = [first_leader].into();
+    let mut adopted_by = None;
+    wait(&mut h, 200_000, "a new leader adopted the pull begun under the old one", |h| {
+        check_no_file_lost(h, &acked, &lost).unwrap();
+        adopted_by = leader_of(h, &live)
+            .filter(|&l| h.read(l, |n, _| n.repl_tasks().iter().any(|t| t.path == path)).unwrap_or(false));
+        adopted_by.is_some()
+    });
+    let new_leader = adopted_by.expect("adopted");
+    assert!(pulling(&h) == Some(worker), "seed {seed}: the same pull is still running when it is adopted");
+    wait(&mut h, 400_000, "the adopted pull ends and the file has 2 right copies", |h| {
+        check_no_file_lost(h, &acked, &lost).unwrap();
+        converged_copies(h, &acked, 2, &live).is_ok()
+    });
+    let stats = h.read(new_leader, |n, _| n.repl_stats().clone()).expect("the new leader runs");
+    assert!(stats.succeeded >= 1, "seed {seed}: the new leader took the adopted task's report: {stats:?}");
+    assert_eq!(stats.expired, 0, "seed {seed}: the adopted task's lease never ran out: {stats:?}");
+}
