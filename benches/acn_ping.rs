@@ -7,9 +7,9 @@
 
 use shoal_core::acn::sign_request;
 use shoal_core::{ClusterId, Millis, NodeId, SeededRng};
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, ServeOptions};
 use shoal_shell::env::{Clock, TokioEnv};
+use shoal_shell::net::client::HttpClient;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,7 +92,7 @@ fn main() {
             .as_str()
             .unwrap()
             .to_string();
-        shoal_shell::join::join_with_token(b.shared(), &token).await.expect("join");
+        shoal_shell::services::join::join_with_token(b.shared(), &token).await.expect("join");
         let (me, cluster) = a.shared().read_node(|n, _| (n.id().clone(), n.cluster().unwrap().id.clone()));
         let seed = std::fs::read_to_string(root.path().join("a").join("node.key")).expect("key");
         let seed: [u8; 32] = hex::decode(seed.trim()).expect("hex").try_into().expect("32 bytes");

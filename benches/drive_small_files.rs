@@ -9,8 +9,8 @@
 //! drive_small_files` (env FILES, CLIENTS).
 
 use serde_json::{json, Value};
-use shoal_shell::client::HttpClient;
 use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -9,8 +9,8 @@
 
 use base64::Engine;
 use serde_json::{json, Value};
-use shoal_shell::client::HttpClient;
 use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

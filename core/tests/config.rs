@@ -119,7 +119,7 @@ fn at(ms: u64) -> Millis {
 }
 
 /// The kind of refusal an HTTP status names (the shell maps kinds to statuses:
-/// `shell/src/http_error.rs`).
+/// `shell/src/wire/error.rs`).
 fn kind_of(status: u16) -> ErrorKind {
     match status {
         400 => ErrorKind::Invalid,

@@ -89,7 +89,7 @@ fn loc<'a>(f: &'a FileRecord, v: &VolumeId) -> &'a shoal_core::meta::records::Lo
 }
 
 /// The kind of refusal an HTTP status names (the shell maps kinds to statuses:
-/// `shell/src/http_error.rs`).
+/// `shell/src/wire/error.rs`).
 fn kind_of(status: u16) -> ErrorKind {
     match status {
         400 => ErrorKind::Invalid,

@@ -31,7 +31,7 @@ use shoal_core::hlc::Version;
 use shoal_core::ids::{LogIndex, NodeId, Term};
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist};
 use shoal_core::meta::records::{Record, Setting};
-use shoal_shell::meta_store::MetaStore;
+use shoal_shell::persist::meta_store::MetaStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -7,15 +7,15 @@
 //! keeps batches in order), requests as spawned tasks whose answers come back as inputs, events
 //! to the log.
 
-use crate::client::HttpClient;
 use crate::env::Env;
-use crate::identity::{self, IdentityError};
-use crate::meta_store::{spawn_flusher, MetaStore};
-use crate::node_handle::Shared;
-use crate::service_state::ReplState;
-use crate::store::{Store, StoreError};
+use crate::net::client::HttpClient;
+use crate::net::transport::Transport;
+use crate::node::handle::Shared;
+use crate::node::state::ReplState;
+use crate::persist::identity::{self, IdentityError};
+use crate::persist::meta_store::{spawn_flusher, MetaStore};
+use crate::persist::store::{Store, StoreError};
 use crate::sync::lock;
-use crate::transport::Transport;
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
 use shoal_core::node::{Input, Node, NodeConfig, Output, SelfInfo};
@@ -53,7 +53,7 @@ pub struct ServeOptions {
     /// `None` runs the manifests compiled into this binary.
     pub build: Option<(String, Vec<shoal_core::config::resolve::Manifest>)>,
     /// Timeouts and the connection cap of the HTTP listener.
-    pub limits: crate::listener::ServeLimits,
+    pub limits: crate::http::listener::ServeLimits,
 }
 
 impl ServeOptions {
@@ -69,7 +69,7 @@ impl ServeOptions {
             membership: MembershipConfig::default(),
             meta: MetaConfig::default(),
             build: None,
-            limits: crate::listener::ServeLimits::default(),
+            limits: crate::http::listener::ServeLimits::default(),
         }
     }
 }
@@ -247,16 +247,16 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     shared.pump();
     tracing::info!(node = %ident.id, listen = %local_addr, advertise = %advertise, "node started");
 
-    let router = crate::server::router(shared.clone());
+    let router = crate::http::server::router(shared.clone());
     let stop = shared.shutdown_requested();
     let limits = opts.limits.clone();
     let server = tokio::spawn(async move {
-        crate::listener::serve(listener, router, limits, stop).await;
+        crate::http::listener::serve(listener, router, limits, stop).await;
     });
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {
-        crate::replication::started(&shared);
+        crate::services::replication::started(&shared);
         tasks.push(tokio::spawn(drive(shared.clone())));
     }
     Ok(Daemon { shared, tasks, local_addr })
@@ -266,13 +266,13 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
 fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
     match o {
         Output::Chore(chore) => {
-            tokio::spawn(crate::replication::run_chore(s.clone(), chore));
+            tokio::spawn(crate::services::replication::run_chore(s.clone(), chore));
         }
         Output::ScrubCopy(copy) => {
-            tokio::spawn(crate::replication::scrub_copy(s.clone(), copy));
+            tokio::spawn(crate::services::replication::scrub_copy(s.clone(), copy));
         }
         Output::ReplDispatch { term, task } => {
-            tokio::spawn(crate::replication::send_task(s.clone(), term, task));
+            tokio::spawn(crate::services::replication::send_task(s.clone(), term, task));
         }
         other => tracing::error!(output = ?other, "not a service's output"),
     }

@@ -1,36 +1,33 @@
-//! shoal-shell: drives the pure core over real I/O (DESIGN.md "The shell").
+//! shoal-shell: drives the pure core over real I/O (DESIGN.md "The shell"). The folders follow
+//! the direction of use, top to bottom (no module imports one above it; `.ci/import-cycles.py`):
 //!
-//! - [`env`]: the `Net` + `Clock` + `Probe` environment the shell is generic over;
-//! - [`daemon`]: one node: identity, redb store, HTTP listener, driver task;
-//! - [`store`] / [`meta_store`]: membership tables, and the metadata tables written behind;
-//! - [`listener`]: the accept loop, connection cap and timeouts of the one HTTP listener;
-//! - [`server`]: the ACN endpoints and the admin API;
-//! - [`client`] / [`transport`]: HTTP out, and routing a signed request to a node id;
-//! - [`wire`]: header names and request-target encoding shared by the CLI and the node;
-//! - [`sync`]: the one locking helper;
-//! - [`disk`]: confined paths, positioned and direct I/O, a file's SHA-256;
-//! - [`cli`] and [`demo`]: the `shoal` command line.
+//! - [`cli`]: the `shoal` command line (args, the verbs over HTTP, output, `put`/`get`, the demo);
+//! - [`daemon`]: starting a node and the one driver task that owns its timer;
+//! - [`http`]: the listener (connection cap, timeouts) and the router (ACN endpoints, admin API);
+//! - [`services`]: the byte-moving work the core asks for: the drive's put and get, the chunked
+//!   transfer's receiving side, replication (tasks, pulls, disk work, scrub, rescans), joining,
+//!   signed requests to peers;
+//! - [`node`]: the handle every part shares (the core `Node`, stores, client; outputs carried
+//!   out) and each service's state;
+//! - [`net`]: HTTP out, and routing a signed request to a node id;
+//! - [`persist`]: redb persistence (membership tables, the metadata tables written behind) and
+//!   the data dir's identity files;
+//! - [`disk`]: confined paths, positioned and direct I/O, a file's SHA-256; facts about a folder
+//!   for `volume add`;
+//! - [`wire`]: header names, request-target encoding and JSON error answers, shared by the CLI
+//!   and the node;
+//! - [`env`], [`probe`], [`sync`]: the environment the shell is generic over (`Net` + `Clock` +
+//!   `Probe`), host capabilities and health, the one locking helper.
 
 pub mod cli;
-pub mod client;
 pub mod daemon;
 pub mod disk;
-pub mod drive;
 pub mod env;
-pub mod http_error;
-pub mod identity;
-pub mod join;
-pub mod listener;
-pub mod meta_store;
-pub mod node_handle;
-pub mod peer;
+pub mod http;
+pub mod net;
+pub mod node;
+pub mod persist;
 pub mod probe;
-pub mod replication;
-pub mod server;
-pub mod service_state;
-pub mod store;
-pub mod store_service;
+pub mod services;
 pub mod sync;
-pub mod transport;
-pub mod volumes;
 pub mod wire;

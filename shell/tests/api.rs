@@ -5,9 +5,9 @@
 use serde_json::{json, Value};
 use shoal_core::acn::sign_request;
 use shoal_core::SeededRng;
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::{Clock, TokioEnv};
+use shoal_shell::net::client::HttpClient;
 
 async fn node(dir: &std::path::Path, disable_cluster: bool) -> Daemon<TokioEnv> {
     let mut opts = ServeOptions::new(dir, "127.0.0.1:0");

@@ -4,9 +4,9 @@
 //! and refusals over HTTP, and a clear goes back to the start config.
 
 use serde_json::{json, Value};
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
 use std::time::Duration;
 
 async fn api(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {

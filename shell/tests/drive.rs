@@ -5,9 +5,9 @@
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ async fn put_chunked(d: &Daemon<TokioEnv>, path: &str, content: &[u8]) -> u16 {
     let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
-    let (tx, body) = shoal_shell::client::ChannelBody::new(4);
+    let (tx, body) = shoal_shell::net::client::ChannelBody::new(4);
     let req = hyper::Request::put(path)
         .header("host", addr)
         .header("authorization", format!("Bearer {}", d.shared().admin_token))

@@ -4,10 +4,10 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use shoal_core::NodeId;
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::TokioEnv;
-use shoal_shell::transport::Transport;
+use shoal_shell::net::client::HttpClient;
+use shoal_shell::net::transport::Transport;
 use shoal_shell::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 
 const MIB: usize = 1024 * 1024;

@@ -4,9 +4,9 @@
 use serde_json::{json, Value};
 use shoal_core::meta::records::{FileRecord, Location, LocationState, Record};
 use shoal_core::{FileId, NodeId, VolumeId};
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, Daemon, ServeOptions};
 use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
 
 async fn call(d: &Daemon<TokioEnv>, method: &str, path: &str, body: Value) -> (u16, Value) {
     let client = HttpClient::new(TokioEnv::default());
@@ -152,7 +152,7 @@ async fn a_nodes_own_volumes_survive_a_restart_and_an_old_data_dir_adopts_them()
         async move {
             if forget_list {
                 // What a data dir written before the list was kept looks like.
-                let db = redb::Database::create(data.join(shoal_shell::identity::DB_FILE)).unwrap();
+                let db = redb::Database::create(data.join(shoal_shell::persist::identity::DB_FILE)).unwrap();
                 let txn = db.begin_write().unwrap();
                 {
                     let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("cluster");

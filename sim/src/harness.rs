@@ -10,9 +10,9 @@ use shoal_core::meta::records::{Record, RecordKind};
 use shoal_core::records::AdminState;
 use shoal_core::Version;
 use shoal_core::{NodeId, SeededRng};
-use shoal_shell::client::HttpClient;
 use shoal_shell::daemon::{self, ServeOptions};
-use shoal_shell::node_handle::Shared;
+use shoal_shell::net::client::HttpClient;
+use shoal_shell::node::handle::Shared;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,7 +270,7 @@ impl Harness {
         body: Option<Value>,
         mut between: impl FnMut(&mut Harness),
     ) -> ApiResult {
-        let token = std::fs::read_to_string(self.nodes[i].dir.join(shoal_shell::identity::TOKEN_FILE))
+        let token = std::fs::read_to_string(self.nodes[i].dir.join(shoal_shell::persist::identity::TOKEN_FILE))
             .map_err(|e| format!("token of {}: {e}", self.nodes[i].name))?;
         let base = format!("http://{}:{PORT}", self.nodes[i].name);
         let (tx, rx) = mpsc::channel();

@@ -185,7 +185,7 @@ impl Reply {
 }
 
 /// What kind of refusal an [`ApiError`] is; the shell maps each to its HTTP status
-/// (`shell/src/http_error.rs`), so the core speaks no HTTP here.
+/// (`shell/src/wire/error.rs`), so the core speaks no HTTP here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// The request itself is wrong (a bad path, value, body or token).

@@ -1,12 +1,12 @@
-//! The verbs that talk to a node's admin API: one HTTP call each (through [`crate::client`]),
+//! The verbs that talk to a node's admin API: one HTTP call each (through [`crate::net::client`]),
 //! the answer shown for a person ([`super::human`]) or as JSON.
 
 use super::args::*;
 use super::human::*;
 use super::output::{self as fmt, say, CliError};
-use crate::client::HttpClient;
 use crate::env::TokioEnv;
-use crate::identity::{API_URL_FILE, TOKEN_FILE};
+use crate::net::client::HttpClient;
+use crate::persist::identity::{API_URL_FILE, TOKEN_FILE};
 use crate::wire::{escape_query, escape_segment};
 use serde_json::{json, Value};
 
@@ -29,7 +29,7 @@ impl Api {
             .or_else(|| read_file_trimmed(&g.data.join(API_URL_FILE)))
             .unwrap_or_else(|| "http://127.0.0.1:7300".to_string());
         let base = base.trim_end_matches('/').to_string();
-        crate::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
+        crate::net::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
         let token = match &g.token {
             Some(t) => t.trim().to_string(),
             None => read_file_trimmed(&g.data.join(TOKEN_FILE)).ok_or_else(|| {

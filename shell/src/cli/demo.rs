@@ -32,13 +32,13 @@ async fn run_in(
     started: Instant,
 ) -> Result<(), CliError> {
     let mut daemons: Vec<Daemon<TokioEnv>> = Vec::new();
-    let fds = crate::listener::raise_fd_limit();
+    let fds = crate::http::listener::raise_fd_limit();
     for i in 0..nodes {
         let mut opts =
             ServeOptions::new(root.join(format!("node-{i}")), format!("127.0.0.1:{}", base_port as usize + i));
         opts.name = Some(format!("demo-{i}"));
         // The demo's nodes share one process: the cap is split between them.
-        opts.limits = crate::listener::ServeLimits::for_fd_limit(fds / nodes.max(1) as u64);
+        opts.limits = crate::http::listener::ServeLimits::for_fd_limit(fds / nodes.max(1) as u64);
         match daemon::start(TokioEnv::default(), opts).await {
             Ok(d) => daemons.push(d),
             Err(e) => {
@@ -57,7 +57,7 @@ async fn run_in(
             .as_str()
             .unwrap_or_default()
             .to_string();
-        crate::join::join_with_token(d.shared(), &token)
+        crate::services::join::join_with_token(d.shared(), &token)
             .await
             .map_err(|e| CliError(format!("node {i} could not join: {}", e.message)))?;
     }
@@ -84,7 +84,7 @@ async fn run_in(
     for (i, d) in daemons.iter().enumerate() {
         let s = d.shared();
         let (folder, facts) =
-            crate::volumes::prepare_folder(&s.data_dir, &root.join(format!("volume-{i}")).to_string_lossy())
+            crate::disk::volumes::prepare_folder(&s.data_dir, &root.join(format!("volume-{i}")).to_string_lossy())
                 .map_err(|e| CliError(format!("node {i}'s volume: {}", e.message)))?;
         let (free, total) = crate::env::Probe::disk_usage(&s.env, std::path::Path::new(&folder));
         s.with_node(|n, now| n.volume_add(now, &folder, &facts, "demo", total, free))
@@ -114,7 +114,7 @@ async fn run_in(
     say(format_args!("  export SHOAL_API={}", d0.url()));
     say(format_args!(
         "  export SHOAL_TOKEN=$(cat {})",
-        d0.shared().data_dir.join(crate::identity::TOKEN_FILE).display()
+        d0.shared().data_dir.join(crate::persist::identity::TOKEN_FILE).display()
     ));
     say("  cargo run --release -- nodes");
     say("  cargo run --release -- put README.md cluster:/readme.md && cargo run --release -- ls cluster:/");

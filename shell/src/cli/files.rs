@@ -6,7 +6,7 @@
 //! stream breaks, the get asks again, up to three times, and the node serves another copy.
 
 use crate::cli::output::CliError;
-use crate::client::{split_url, ChannelBody};
+use crate::net::client::{split_url, ChannelBody};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::client::conn::http1;

@@ -40,8 +40,8 @@ async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     opts.membership.heartbeat_timeout_ms = (a.heartbeat_ms * 4 / 3).max(1);
     opts.membership.online_within_ms = a.online_within_ms;
     opts.membership.unknown_within_ms = a.unknown_within_ms.max(a.online_within_ms);
-    let fds = crate::listener::raise_fd_limit();
-    opts.limits = crate::listener::ServeLimits::for_fd_limit(fds);
+    let fds = crate::http::listener::raise_fd_limit();
+    opts.limits = crate::http::listener::ServeLimits::for_fd_limit(fds);
     tracing::info!(fd_limit = fds, max_connections = opts.limits.max_connections, "open files");
     let d = daemon::start(TokioEnv::default(), opts).await.map_err(|e| CliError(e.to_string()))?;
     say(format_args!("shoal node {} listening on {}", d.shared().read_node(|n, _| n.id().clone()), d.url()));

@@ -35,10 +35,10 @@ pub use scrub::{scrub_copy, verify};
 
 use crate::disk::confined_path;
 use crate::env::Env;
-use crate::http_error::error_response;
-use crate::node_handle::Shared;
-use crate::peer::{read_piece, signed};
+use crate::node::handle::Shared;
+use crate::services::peer::{read_piece, signed};
 use crate::sync::lock;
+use crate::wire::error::error_response;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

@@ -3,8 +3,8 @@
 //! [`Route`] type leaves room for the reverse tunnel and the relay through a tunnel host, with
 //! the reference's order: live tunnel > advertised URL > relay via its tunnel host.
 
-use crate::client::{ClientError, HttpClient, Response};
 use crate::env::Net;
+use crate::net::client::{ClientError, HttpClient, Response};
 use shoal_core::node::Node;
 use shoal_core::{Millis, NodeId};
 

@@ -38,7 +38,7 @@ pub(super) async fn cluster_join<E: Env>(State(s): S<E>, body: Body) -> Response
 
 pub(super) async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError> {
     let b: JoinReq = parse_body(&body)?;
-    crate::join::join_with_token(s, &b.token).await
+    crate::services::join::join_with_token(s, &b.token).await
 }
 
 pub(super) async fn cluster_leave<E: Env>(State(s): S<E>) -> Response {
@@ -324,7 +324,7 @@ pub(super) async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
         if s.read_node(|n, _| n.cluster().is_none()) {
             return Err(ApiError::conflict("not_in_cluster", "this node is not in a cluster"));
         }
-        let (folder, facts) = crate::volumes::prepare_folder(&s.data_dir, &b.path)?;
+        let (folder, facts) = crate::disk::volumes::prepare_folder(&s.data_dir, &b.path)?;
         let (free, total) = s.env.disk_usage(std::path::Path::new(&folder));
         s.with_node(|n, now| n.volume_add(now, &folder, &facts, &b.name, total, free))
     })())
@@ -372,12 +372,12 @@ pub(super) async fn volume_evacuate_status<E: Env>(State(s): S<E>, Path(id): Pat
 // ---- replication ----
 
 pub(super) async fn repl_plan<E: Env>(State(s): S<E>) -> Response {
-    let in_flight = crate::replication::in_flight(&s);
+    let in_flight = crate::services::replication::in_flight(&s);
     api_result(Ok(s.read_node(|n, now| n.replication_plan(now, &in_flight))))
 }
 
 pub(super) async fn repl_status<E: Env>(State(s): S<E>) -> Response {
-    let in_flight = crate::replication::in_flight(&s);
+    let in_flight = crate::services::replication::in_flight(&s);
     api_result(Ok(s.read_node(|n, now| {
         let p = n.replication_plan(now, &in_flight);
         let mut this_node = s.repl.stats(n.repl_stats(), n.repl_tasks(), n.working());

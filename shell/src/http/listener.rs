@@ -1,6 +1,6 @@
 //! The node's one HTTP listener, hardened against clients that hold connections open (issue 11;
 //! DESIGN.md "The shell"): the accept loop, a cap on open connections, and timeouts on every way
-//! a client can stall. The router behind it is [`crate::server::router`].
+//! a client can stall. The router behind it is [`crate::http::server::router`].
 //!
 //! What a client cannot do any more:
 //! - **send nothing, half a request head, or a byte of it every few seconds**: the head must be

@@ -5,13 +5,13 @@
 //! gave) the services' work. Kicks ask the core to run a chore sooner; the driver that owns
 //! the timer is `crate::daemon`.
 
-use crate::client::HttpClient;
 use crate::env::Env;
-use crate::meta_store::MetaStore;
-use crate::service_state::{ReplState, StoreService};
-use crate::store::Store;
+use crate::net::client::HttpClient;
+use crate::net::transport::{self, Prepared, Route, Transport};
+use crate::node::state::{ReplState, StoreService};
+use crate::persist::meta_store::MetaStore;
+use crate::persist::store::Store;
 use crate::sync::lock;
-use crate::transport::{self, Prepared, Route, Transport};
 use shoal_core::node::{ApiError, Event, Input, Node, Output};
 use shoal_core::storage::chores::Chore;
 use shoal_core::Millis;

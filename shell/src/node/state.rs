@@ -1,8 +1,8 @@
-//! The state each service keeps in the node handle ([`crate::node_handle::Shared`]), apart
+//! The state each service keeps in the node handle ([`crate::node::handle::Shared`]), apart
 //! from the code that uses it, so that the handle depends on no service: the chunked
 //! transfer's upload sessions, writes under way and landing lock (used by
-//! `crate::store_service` and `crate::drive`), and replication's pulls in flight and disk-work
-//! figures (used by `crate::replication`).
+//! `crate::services::store_service` and `crate::services::drive`), and replication's pulls in flight and disk-work
+//! figures (used by `crate::services::replication`).
 
 use crate::sync::lock;
 use axum::body::Bytes;

@@ -3,7 +3,7 @@
 //! `stat`, `checksum`, `list` and `mkdir` under `/cluster/acn/`, answered by the shell after the
 //! core has verified the request's signature (only members reach them). Rules (chunk sizes,
 //! sessions, paths) come from `shoal_core::storage::transfer`; `delete` and `rename` are
-//! `crate::replication`'s, `place` the core's.
+//! `crate::services::replication`'s, `place` the core's.
 //!
 //! Uploads write `<path>.part-<session>` inside the volume; the whole-file SHA-256 is taken as
 //! chunks arrive in order ([`InOrderHash`]), and at commit the part file is fsynced, checked and
@@ -17,10 +17,10 @@
 
 use crate::disk::{confined_path, file_sha, read_at, write_at};
 use crate::env::Env;
-use crate::http_error::error_response;
-use crate::node_handle::Shared;
-use crate::service_state::{InOrderHash, Landed, StoreService, WriteConflict};
+use crate::node::handle::Shared;
+use crate::node::state::{InOrderHash, Landed, StoreService, WriteConflict};
 use crate::sync::lock;
+use crate::wire::error::error_response;
 use crate::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -50,7 +50,7 @@ impl StoreService {
 }
 
 fn transfer_error(e: TransferError) -> Response {
-    error_response(crate::http_error::status_of(e.kind()), "bad_transfer", e.to_string())
+    error_response(crate::wire::error::status_of(e.kind()), "bad_transfer", e.to_string())
 }
 
 fn io_error(what: &str, e: std::io::Error) -> Response {
@@ -73,7 +73,7 @@ pub fn parse_query(q: &str) -> BTreeMap<String, String> {
 }
 
 fn api_error(e: ApiError) -> Response {
-    crate::http_error::api_error_response(e)
+    crate::wire::error::api_error_response(e)
 }
 
 #[derive(Deserialize)]
@@ -185,7 +185,7 @@ fn answer<E: Env>(
                 return error_response(507, "insufficient_storage", "the volume has no room for this file");
             }
             if let Err(e) = sessions.book.check_room() {
-                return error_response(crate::http_error::status_of(e.kind()), "busy", e.to_string());
+                return error_response(crate::wire::error::status_of(e.kind()), "busy", e.to_string());
             }
             let session = match UploadSession::new(session_id(s), b.volume_id, path, b.size, b.checksum, b.file_id, now)
             {

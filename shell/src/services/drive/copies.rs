@@ -152,7 +152,7 @@ pub(super) enum Sink {
         dest: PathBuf,
         file: Arc<std::fs::File>,
         /// The volume is not retired while this copy is written.
-        _writing: crate::service_state::WriteGuard,
+        _writing: crate::node::state::WriteGuard,
     },
     Peer {
         placed: Placed,

@@ -3,6 +3,8 @@
 //! filesystem allows it, read-ahead and writeback hints, and a file's SHA-256. Used by the
 //! node's services and by the CLI's download writer; knows nothing of HTTP or the core's state.
 
+pub mod volumes;
+
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use shoal_core::node::ApiError;

@@ -2,6 +2,8 @@
 //! query value is written into a request target. The CLI and the node's services both use it;
 //! it imports nothing else of the shell.
 
+pub mod error;
+
 /// A file's SHA-256: sent by a client with a put (checked before anything is published),
 /// answered on a get.
 pub const SHA_HEADER: &str = "x-shoal-sha256";

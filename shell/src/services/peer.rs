@@ -1,12 +1,12 @@
 //! Requests to other members (spec: "Transport"): signed by the core, routed and sent by
-//! [`crate::transport`], their failures turned into the node's API errors; and one piece of a
+//! [`crate::net::transport`], their failures turned into the node's API errors; and one piece of a
 //! copy read from wherever it lies (this node's disk or a peer's `store/read`, each piece's
 //! SHA-256 checked).
 
 use crate::disk::confined_path;
 use crate::env::Env;
-use crate::node_handle::Shared;
-use crate::transport::Transport;
+use crate::net::transport::Transport;
+use crate::node::handle::Shared;
 use crate::wire::{escape_query, CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
 use axum::body::Bytes;
 use serde_json::Value;
@@ -41,7 +41,7 @@ pub async fn signed<E: Env>(
     target: &str,
     body: Vec<u8>,
     extra: Vec<(&'static str, String)>,
-) -> Result<crate::client::Response, ApiError> {
+) -> Result<crate::net::client::Response, ApiError> {
     signed_within(s, to, method, target, body, extra, PEER_TIMEOUT_MS).await
 }
 
@@ -53,7 +53,7 @@ pub async fn signed_within<E: Env>(
     body: Vec<u8>,
     extra: Vec<(&'static str, String)>,
     timeout_ms: u64,
-) -> Result<crate::client::Response, ApiError> {
+) -> Result<crate::net::client::Response, ApiError> {
     let mut prepared =
         s.with_node(|n, now| Transport::<E>::prepare(n, now, to, method, target, body)).map_err(peer_error)?;
     prepared.headers.extend(extra);
@@ -61,7 +61,7 @@ pub async fn signed_within<E: Env>(
 }
 
 /// A peer's refusal as an API error: a write conflict and a full disk keep their meaning.
-pub fn answered_error(r: &crate::client::Response, what: &str) -> ApiError {
+pub fn answered_error(r: &crate::net::client::Response, what: &str) -> ApiError {
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let msg = v["error"]["message"].as_str().unwrap_or("no message").to_string();
     if r.status == 409 && v["error"]["code"] == "write_conflict" {

@@ -54,7 +54,7 @@ impl Store {
     }
 
     /// The database, shared with the other tables of `cluster.redb` (the metadata store's,
-    /// [`crate::meta_store`]).
+    /// [`crate::persist::meta_store`]).
     pub fn database(&self) -> Arc<Database> {
         self.db.clone()
     }

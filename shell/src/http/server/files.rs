@@ -1,17 +1,17 @@
 //! The admin API of the `cluster:/` drive: `/v1/files/{path}` (get, put, delete), move,
-//! mkdir and verify, handed to [`crate::drive`] and [`crate::replication`].
+//! mkdir and verify, handed to [`crate::services::drive`] and [`crate::services::replication`].
 
 use super::*;
 
 // ---- the cluster:/ drive ----
 
 pub(super) async fn files_get<E: Env>(State(s): S<E>, Path(path): Path<String>, headers: HeaderMap) -> Response {
-    crate::drive::get(s, format!("/{path}"), headers).await
+    crate::services::drive::get(s, format!("/{path}"), headers).await
 }
 
 pub(super) async fn files_put<E: Env>(State(s): S<E>, Path(path): Path<String>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    crate::drive::put(s, format!("/{path}"), parts.headers, body).await
+    crate::services::drive::put(s, format!("/{path}"), parts.headers, body).await
 }
 
 #[derive(Deserialize, Default)]
@@ -36,7 +36,7 @@ pub(super) async fn files_delete<E: Env>(
     });
     match r {
         Ok((mut v, before)) => {
-            v["deletedNow"] = json!(crate::replication::delete_now(&s, before).await);
+            v["deletedNow"] = json!(crate::services::replication::delete_now(&s, before).await);
             api_result(Ok(v))
         }
         Err(e) => api_result(Err(e)),
@@ -61,7 +61,7 @@ pub(super) async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
     };
     let mut v = moved.to_json();
     let pairs = moved.files.into_iter().map(|f| (f.from, f.to, f.copies)).collect();
-    v["renamedNow"] = json!(crate::replication::rename_now(&s, pairs).await);
+    v["renamedNow"] = json!(crate::services::replication::rename_now(&s, pairs).await);
     api_result(Ok(v))
 }
 
@@ -77,7 +77,7 @@ pub(super) async fn files_mkdir<E: Env>(State(s): S<E>, body: Body) -> Response 
 
 pub(super) async fn files_verify<E: Env>(State(s): S<E>, body: Body) -> Response {
     match parse_body::<PathBody>(&body) {
-        Ok(b) => api_result(crate::replication::verify(&s, &b.path).await),
+        Ok(b) => api_result(crate::services::replication::verify(&s, &b.path).await),
         Err(e) => api_result(Err(e)),
     }
 }
@@ -88,7 +88,7 @@ pub(super) async fn repl_run<E: Env>(State(s): S<E>) -> Response {
 }
 
 pub(super) async fn rescan<E: Env>(State(s): S<E>) -> Response {
-    api_result(Ok(crate::replication::rescan(&s).await))
+    api_result(Ok(crate::services::replication::rescan(&s).await))
 }
 
 pub(super) async fn scrub_now<E: Env>(State(s): S<E>) -> Response {

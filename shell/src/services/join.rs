@@ -2,7 +2,7 @@
 //! request and judges the answer; this module only carries it to the token's issuer.
 
 use crate::env::Env;
-use crate::node_handle::{cluster_enabled, Shared};
+use crate::node::handle::{cluster_enabled, Shared};
 use serde_json::Value;
 use shoal_core::node::ApiError;
 use std::sync::Arc;

@@ -12,9 +12,9 @@ use config::*;
 use files::*;
 
 use crate::env::Env;
-use crate::http_error::{api_result, error_response, reply_response};
-use crate::node_handle::Shared;
-use crate::transport::{Transport, TransportError};
+use crate::net::transport::{Transport, TransportError};
+use crate::node::handle::Shared;
+use crate::wire::error::{api_result, error_response, reply_response};
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -211,7 +211,7 @@ fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
 }
 
 fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
-    crate::node_handle::cluster_enabled(s)
+    crate::node::handle::cluster_enabled(s)
 }
 
 // ---- ACN ----
@@ -262,16 +262,19 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
             if method != "POST" {
                 return error_response(405, "method_not_allowed", "repl endpoints take POST");
             }
-            return crate::replication::handle_acn(&s, op, &bytes, sender).await;
+            return crate::services::replication::handle_acn(&s, op, &bytes, sender).await;
         }
         match (op, method.as_str()) {
-            ("delete", "POST") => return api_result(crate::replication::delete_copy(&s, &sender, &bytes).await),
-            ("rename", "POST") => return api_result(crate::replication::rename_copy(&s, &bytes).await),
+            ("delete", "POST") => {
+                return api_result(crate::services::replication::delete_copy(&s, &sender, &bytes).await)
+            }
+            ("rename", "POST") => return api_result(crate::services::replication::rename_copy(&s, &bytes).await),
             ("delete" | "rename", _) => return error_response(405, "method_not_allowed", "takes POST"),
             _ => {}
         }
         let query = parts.uri.query().unwrap_or("");
-        return crate::store_service::handle(&s, op, &method, query, &parts.headers, bytes, body_sha, sender).await;
+        return crate::services::store_service::handle(&s, op, &method, query, &parts.headers, bytes, body_sha, sender)
+            .await;
     }
     let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));
     reply_response(reply)

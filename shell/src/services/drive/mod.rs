@@ -9,7 +9,7 @@
 //! session (signed chunked protocol). Other bodies are spooled to `DATA/spool` while hashing,
 //! then copied. It makes as many copies as the folder policy wants when enough nodes can take
 //! them, and at least one; the planner makes up the rest. Bytes are renamed into place only
-//! through [`crate::service_state::Landed::land`], which keeps racing writes of one path from
+//! through [`crate::node::state::Landed::land`], which keeps racing writes of one path from
 //! leaving one's record over the other's bytes.
 //!
 //! A get reads the best copy (this node's, then ONLINE peers), hashing as it streams; a copy
@@ -26,13 +26,13 @@ pub use copies::write_copy;
 use copies::*;
 pub use get::get;
 
-use crate::client::ChannelBody;
 use crate::disk::confined_path;
 use crate::env::Env;
-use crate::node_handle::Shared;
-use crate::peer::{answered_error, io_api, peer_error, read_piece, signed, signed_within, PEER_TIMEOUT_MS};
-use crate::store_service::copy_path;
-use crate::transport::Transport;
+use crate::net::client::ChannelBody;
+use crate::net::transport::Transport;
+use crate::node::handle::Shared;
+use crate::services::peer::{answered_error, io_api, peer_error, read_piece, signed, signed_within, PEER_TIMEOUT_MS};
+use crate::services::store_service::copy_path;
 use crate::wire::{CHUNK_SHA_HEADER, COPY_HEADER, SHA_HEADER};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
@@ -138,7 +138,7 @@ pub async fn put<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap, bo
     // A put runs to its end even if the client goes away meanwhile: copies that landed are
     // published, and a body cut short aborts every copy it started.
     let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body).await });
-    crate::http_error::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
+    crate::wire::error::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
 }
 
 async fn put_inner<E: Env>(

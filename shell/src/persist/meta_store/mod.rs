@@ -48,7 +48,7 @@
 //! writing straight into the tables gave; the gain is for keys spread over a large table
 //! (`shell/benches/meta_persist.rs` measures flushes, folds, and both together).
 //!
-//! Tables, in the same file as the membership tables of [`crate::store`]:
+//! Tables, in the same file as the membership tables of [`crate::persist::store`]:
 //! - `meta_records`: `"kind/key"` → JSON of the [`Record`];
 //! - `meta_log`: sequence number → JSON of the [`Entry`];
 //! - `meta_pending`: submit id → JSON of the [`Pending`] submit;
@@ -171,7 +171,7 @@ pub struct MetaStore {
 
 impl MetaStore {
     /// Use the metadata tables of `db` (creating them if needed), e.g. the database of
-    /// [`crate::store::Store::database`]. `durable: false` skips fsync (simulation only).
+    /// [`crate::persist::store::Store::database`]. `durable: false` skips fsync (simulation only).
     /// Reads the header of every journal row (a corrupt one is an error naming it).
     pub fn open(db: Arc<Database>, durable: bool) -> Result<MetaStore, MetaStoreError> {
         let mut txn = db.begin_write()?;
@@ -590,7 +590,7 @@ fn decode_pending(id: u64, src: &Src<'_, '_>) -> Result<Pending, MetaStoreError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::persist::store::Store;
     use redb::ReadableTableMetadata;
     use shoal_core::hlc::Version;
     use shoal_core::ids::{LogIndex, NodeId, Term};

@@ -1,0 +1,7 @@
+//! What a node keeps on disk besides file copies: the redb store of membership ([`store`]), the
+//! metadata tables written behind ([`meta_store`]), and the data dir's identity files
+//! ([`identity`]).
+
+pub mod identity;
+pub mod meta_store;
+pub mod store;

@@ -1,0 +1,10 @@
+//! The byte-moving work of a node, each piece asked for by the core or by a request and
+//! reported back to it: the `cluster:/` drive ([`drive`]), the receiving half of the chunked
+//! transfer ([`store_service`]), replication ([`replication`]), joining ([`join`]) and signed
+//! requests to peers ([`peer`]).
+
+pub mod drive;
+pub mod join;
+pub mod peer;
+pub mod replication;
+pub mod store_service;
