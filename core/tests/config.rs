@@ -17,6 +17,9 @@ use shoal_core::time::{Millis, DAY_MS, SECOND_MS};
 use shoal_core::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod common;
+use common::kind_of;
+
 const T0: Millis = Millis(1_800_000_000_000);
 const HB: &str = "membership.heartbeat_interval";
 
@@ -116,23 +119,6 @@ fn drain(n: &mut Node) {
 /// `ms` milliseconds after T0.
 fn at(ms: u64) -> Millis {
     T0.plus(ms)
-}
-
-/// The kind of refusal an HTTP status names (the shell maps kinds to statuses:
-/// `shell/src/wire/error.rs`).
-fn kind_of(status: u16) -> ErrorKind {
-    match status {
-        400 => ErrorKind::Invalid,
-        403 => ErrorKind::Forbidden,
-        404 => ErrorKind::NotFound,
-        409 => ErrorKind::Conflict,
-        413 => ErrorKind::TooLarge,
-        416 => ErrorKind::BadRange,
-        502 => ErrorKind::PeerFailed,
-        503 => ErrorKind::Unavailable,
-        507 => ErrorKind::StorageFull,
-        other => panic!("no kind for {other}"),
-    }
 }
 
 fn refused(r: Result<impl std::fmt::Debug, ApiError>, status: u16, code: &str) -> ApiError {

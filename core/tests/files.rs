@@ -8,10 +8,13 @@ use shoal_core::meta::records::{FileRecord, LocationState, Record, Volume};
 use shoal_core::meta::state::MetaState;
 use shoal_core::node::files::{DeleteRequest, DiskAction};
 use shoal_core::node::volumes::FolderFacts;
-use shoal_core::node::{ApiError, ErrorKind, Node, NodeConfig, SelfInfo};
+use shoal_core::node::{ApiError, Node, NodeConfig, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
 use shoal_core::{FileId, NodeId, VolumeId};
+
+mod common;
+use common::kind_of;
 
 const T0: Millis = Millis(1_800_000_000_000);
 
@@ -86,23 +89,6 @@ fn file(n: &Node, path: &str) -> FileRecord {
 
 fn loc<'a>(f: &'a FileRecord, v: &VolumeId) -> &'a shoal_core::meta::records::Location {
     f.locations.iter().find(|l| &l.volume_id == v).unwrap_or_else(|| panic!("{} has a copy on {v}", f.path))
-}
-
-/// The kind of refusal an HTTP status names (the shell maps kinds to statuses:
-/// `shell/src/wire/error.rs`).
-fn kind_of(status: u16) -> ErrorKind {
-    match status {
-        400 => ErrorKind::Invalid,
-        403 => ErrorKind::Forbidden,
-        404 => ErrorKind::NotFound,
-        409 => ErrorKind::Conflict,
-        413 => ErrorKind::TooLarge,
-        416 => ErrorKind::BadRange,
-        502 => ErrorKind::PeerFailed,
-        503 => ErrorKind::Unavailable,
-        507 => ErrorKind::StorageFull,
-        other => panic!("no kind for {other}"),
-    }
 }
 
 fn refused(r: Result<impl std::fmt::Debug, ApiError>, status: u16, code: &str) {

@@ -423,6 +423,28 @@ fn a_node_briefly_unknown_causes_no_extra_copy() {
     converged_copies(&h, &acked, 2, &all).unwrap();
 }
 
+/// The node (of 4) with a replication pull's part file under `/data`, if any.
+fn pulling(h: &Harness) -> Option<usize> {
+    (0..4).find(|&i| {
+        std::fs::read_dir(h.volume_dir(i).join("data"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains(".part-repl"))
+    })
+}
+
+/// Step in 10 ms steps until a pull starts (within 2 minutes); its worker.
+fn wait_for_pull(h: &mut Harness) -> usize {
+    for _ in 0..120_000 / 10 {
+        h.step_for(10).unwrap();
+        if let Some(w) = pulling(h) {
+            return w;
+        }
+    }
+    panic!("seed {}: a pull started within 2 minutes", h.cfg.seed)
+}
+
 /// A worker lost in the middle of a pull: the task's 30 s lease runs out on the leader, which
 /// counts a failure in the file's backoff register and later gives the copy to another node;
 /// the file ends with N right copies on live nodes.
@@ -442,24 +464,7 @@ fn a_pull_whose_worker_is_lost_midway_runs_out_its_lease_and_is_made_elsewhere()
     }
     let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 2}))).unwrap();
     assert_eq!(s, 200, "{v}");
-    let pulling = |h: &Harness| {
-        (0..4).find(|&i| {
-            std::fs::read_dir(h.volume_dir(i).join("data"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().contains(".part-repl"))
-        })
-    };
-    let mut worker = None;
-    for _ in 0..120_000 / 10 {
-        h.step_for(10).unwrap();
-        if let Some(w) = pulling(&h) {
-            worker = Some(w);
-            break;
-        }
-    }
-    let worker = worker.expect("a pull started within 2 minutes");
+    let worker = wait_for_pull(&mut h);
     h.crash(worker);
     let mut acked = Acked::new();
     acked.insert(path.to_string(), content);
@@ -515,24 +520,7 @@ fn a_pull_outlives_its_leader_and_is_adopted_by_the_next() {
     };
     let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 2}))).unwrap();
     assert_eq!(s, 200, "{v}");
-    let pulling = |h: &Harness| {
-        (0..4).find(|&i| {
-            std::fs::read_dir(h.volume_dir(i).join("data"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().contains(".part-repl"))
-        })
-    };
-    let mut worker = None;
-    for _ in 0..120_000 / 10 {
-        h.step_for(10).unwrap();
-        if let Some(w) = pulling(&h) {
-            worker = Some(w);
-            break;
-        }
-    }
-    let worker = worker.expect("a pull started within 2 minutes");
+    let worker = wait_for_pull(&mut h);
     assert!(
         worker != first_leader && source != first_leader,
         "seed {seed}: the leader (n{first_leader}) is the worker (n{worker}) or the source (n{source}); pick another seed"

@@ -61,24 +61,23 @@ async fn run_in(
             .await
             .map_err(|e| CliError(format!("node {i} could not join: {}", e.message)))?;
     }
+    // Woken by each input a node takes (no polling); one 30 s bound for all of them.
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let ready = daemons.iter().all(|d| {
-            d.shared().read_node(|n, now| {
+    for d in &daemons {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
+        let online = d
+            .shared()
+            .wait_for(left, |n, now| {
                 let members: Vec<_> = n.members().records().filter(|r| !r.removed).collect();
                 members.len() == nodes
                     && members
                         .iter()
                         .all(|r| matches!(n.node_state(&r.id, now), NodeState::Online | NodeState::Degraded))
             })
-        });
-        if ready {
-            break;
-        }
-        if Instant::now() > deadline {
+            .await;
+        if !online {
             return Err(CliError("the demo cluster did not become ONLINE within 30 s".into()));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Each node contributes a folder beside its data dir, so `put` and `get` work at once.
     for (i, d) in daemons.iter().enumerate() {
@@ -93,15 +92,17 @@ async fn run_in(
     // Ready only once every node knows a metadata leader and every volume: a put right after the
     // banner would otherwise get 503 `no_leader`.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !daemons.iter().all(|d| {
-        d.shared().read_node(|n, now| {
-            n.meta_leader(now).is_some() && n.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == nodes
-        })
-    }) {
-        if Instant::now() > deadline {
+    for d in &daemons {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
+        let ready = d
+            .shared()
+            .wait_for(left, |n, now| {
+                n.meta_leader(now).is_some() && n.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == nodes
+            })
+            .await;
+        if !ready {
             return Err(CliError("the demo cluster found no metadata leader within 30 s".into()));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let cluster_id = first.read_node(|n, _| n.cluster().map(|c| c.id.to_string()).unwrap_or_default());
     say(format_args!("shoal demo: cluster {cluster_id}, {nodes} nodes up after {} ms", started.elapsed().as_millis()));

@@ -155,7 +155,7 @@ async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Tas
 }
 
 /// A worker's report on its task, from `sender` (this node itself when it is both).
-fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &DoneBody, op: &str) -> Result<(), ReportError> {
+fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &TaskReportBody, op: &str) -> Result<(), ReportError> {
     let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done { ok: b.ok } };
     let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
     if ended && !b.ok {
@@ -170,8 +170,6 @@ struct TaskBody {
     term: u64,
     task: Task,
 }
-
-type DoneBody = TaskReportBody;
 
 /// `repl/task`, `repl/renew`, `repl/done` from verified member `sender`.
 pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sender: NodeId) -> Response {
@@ -189,7 +187,7 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
             (axum::http::StatusCode::ACCEPTED, axum::Json(json!({"accepted": true}))).into_response()
         }
         "renew" | "done" => {
-            let b: DoneBody = match serde_json::from_slice(body) {
+            let b: TaskReportBody = match serde_json::from_slice(body) {
                 Ok(b) => b,
                 Err(e) => return error_response(400, "bad_body", format!("{op} body: {e}")),
             };
@@ -212,7 +210,7 @@ pub async fn handle_acn<E: Env>(s: &Arc<Shared<E>>, op: &str, body: &[u8], sende
 }
 
 /// Report to the leader (renew or done); a leader that is this node is told directly.
-async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &DoneBody) {
+async fn report<E: Env>(s: &Arc<Shared<E>>, leader: &NodeId, op: &str, body: &TaskReportBody) {
     let me = s.read_node(|n, _| n.id().clone());
     if leader == &me {
         if let Err(e) = take_report(s, &me, body, op) {
@@ -244,7 +242,7 @@ async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
             (false, e.message)
         }
     };
-    report(s, &leader, "done", &DoneBody { term: b.term, task: b.task, ok, error }).await;
+    report(s, &leader, "done", &TaskReportBody { term: b.term, task: b.task, ok, error }).await;
 }
 
 /// Pull one copy into this node's target volume and publish it.
