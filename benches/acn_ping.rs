@@ -88,10 +88,7 @@ fn main() {
             .await
             .expect("b");
         a.shared().with_node(|n, now| n.create_cluster(now, "bench")).expect("create");
-        let token = a.shared().with_node(|n, now| n.new_token(now, Some(1), None)).expect("token")["token"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let token = a.shared().with_node(|n, now| n.new_token(now, Some(1), None)).expect("token").token;
         shoal_shell::services::join::join_with_token(b.shared(), &token).await.expect("join");
         let (me, cluster) = a.shared().read_node(|n, _| (n.id().clone(), n.cluster().unwrap().id.clone()));
         let seed = std::fs::read_to_string(root.path().join("a").join("node.key")).expect("key");

@@ -86,7 +86,8 @@ fn build() -> (MetaState, BTreeMap<NodeId, NodeView>) {
 fn bench(c: &mut Criterion) {
     let (state, nodes) = build();
     let backoff = BTreeMap::new();
-    let input = PlanInput { now_ms: 10_000_000, nodes: &nodes, in_flight: &[], backoff: &backoff };
+    let scoring = shoal_core::storage::planner::Scoring::default();
+    let input = PlanInput { now_ms: 10_000_000, nodes: &nodes, in_flight: &[], backoff: &backoff, scoring: &scoring };
     let cfg = PlannerConfig::default();
     let p = plan(&state, &input, &cfg);
     println!("plan over {} files: {} tasks, stats {:?}", p.stats.files, p.tasks.len(), p.stats);

@@ -175,12 +175,20 @@ pub enum AcnError {
     BodyTooLarge,
 }
 
+impl From<AcnError> for crate::answer::ApiError {
+    fn from(e: AcnError) -> crate::answer::ApiError {
+        crate::answer::ApiError::new(e.kind(), e.code(), e.to_string())
+    }
+}
+
 impl AcnError {
-    pub fn http_status(self) -> u16 {
+    /// What kind of refusal this is (the shell answers 413, 503 or 401).
+    pub fn kind(self) -> crate::answer::ErrorKind {
+        use crate::answer::ErrorKind;
         match self {
-            AcnError::BodyTooLarge => 413,
-            AcnError::ReplayCacheFull => 503,
-            _ => 401,
+            AcnError::BodyTooLarge => ErrorKind::TooLarge,
+            AcnError::ReplayCacheFull => ErrorKind::Unavailable,
+            _ => ErrorKind::Unauthorized,
         }
     }
 
@@ -569,6 +577,6 @@ mod tests {
         let big = vec![0u8; BODY_MAX_BYTES + 1];
         let r = f.check(None, "POST", "/x", &big);
         assert_eq!(r, Err(AcnError::BodyTooLarge));
-        assert_eq!(AcnError::BodyTooLarge.http_status(), 413);
+        assert_eq!(AcnError::BodyTooLarge.kind(), crate::answer::ErrorKind::TooLarge);
     }
 }

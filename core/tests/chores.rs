@@ -34,7 +34,7 @@ fn lone_leader() -> (Node, VolumeId) {
     let mut n = Node::new(id, SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me);
     n.create_cluster(T0, "c").expect("create the cluster");
     let v = n.volume_add(T0, "/srv/n1", &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("add a volume");
-    let vol = VolumeId::new(v["id"].as_str().expect("volume id"));
+    let vol = v.id;
     n.handle_timeout(T0);
     assert!(n.leader_term(T0).is_some(), "a lone member takes the lease");
     (n, vol)

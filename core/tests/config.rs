@@ -10,7 +10,7 @@ use shoal_core::config::resolve::{Change, Level, Manifest, Resolved, Resolver, S
 use shoal_core::config::types::{parse_value, Declaration, KeyType, ValueError};
 use shoal_core::config::{self, ConfigError, Proposal, ProposalStatus, OPEN_PROPOSALS_MAX, PROPOSAL_TTL_MS};
 use shoal_core::meta::records::{Record, RecordKind};
-use shoal_core::node::config::ConfigFilter;
+use shoal_core::node::config::{ConfigFilter, ConfigList};
 use shoal_core::node::{ApiError, ErrorKind, Node, NodeConfig, SelfInfo};
 use shoal_core::records::Capabilities;
 use shoal_core::time::{Millis, DAY_MS, SECOND_MS};
@@ -18,7 +18,7 @@ use shoal_core::NodeId;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
-use common::kind_of;
+use common::{kind_of, Json};
 
 const T0: Millis = Millis(1_800_000_000_000);
 const HB: &str = "membership.heartbeat_interval";
@@ -149,21 +149,19 @@ fn stored(n: &Node, level: &Level) -> Option<config::Entry> {
 }
 
 fn history(n: &Node, f: &ConfigFilter) -> Vec<Value> {
-    n.config_history(f, 100)["history"].as_array().expect("a history").clone()
+    n.config_history(f, 100).json()["history"].as_array().expect("a history").clone()
 }
 
 fn proposals(n: &Node, wall: Millis) -> Vec<Proposal> {
-    let v = n.config_proposals(wall, None).expect("proposals");
-    serde_json::from_value(v["proposals"].clone()).expect("proposals parse")
+    n.config_proposals(wall).proposals
 }
 
 fn proposal(n: &Node, wall: Millis, id: &str) -> Proposal {
-    serde_json::from_value(n.config_proposals(wall, Some(id)).expect("the proposal")).expect("a proposal")
+    n.config_proposal(wall, id).expect("the proposal")
 }
 
 fn propose(n: &mut Node, wall: Millis, level: &Level, value: Option<Value>, why: &str) -> Proposal {
-    let v = n.config_propose(wall, level, value.as_ref(), why, "op").expect("proposed");
-    serde_json::from_value(v).expect("a proposal")
+    n.config_propose(wall, level, value.as_ref(), why, "op").expect("proposed")
 }
 
 fn filter(module: Option<&str>, node: Option<&NodeId>, key: Option<&str>) -> ConfigFilter {
@@ -773,11 +771,12 @@ fn values_at_each_level_resolve_on_the_node_and_clears_fall_back() {
     let mesh_l = lvl(HB, None, None);
     let v = n.config_set(at(1_000), &mesh_l, Some(&json!("5s")), "faster failure detection", "admin").expect("set");
     assert_eq!(own(&n, "membership", "heartbeat_interval"), resolved(Some(5_000), Source::Mesh));
-    assert_eq!(v["value"], json!(5_000));
+    assert_eq!(v.json()["value"], json!(5_000));
+    let v = v.json();
     let moved = v["moved"].as_array().expect("moved");
     assert!(
         moved.iter().any(|m| m["node"] == json!(me) && m["module"] == "membership" && m["key"] == "heartbeat_interval"),
-        "the answer names the value it moved: {v}"
+        "the answer names the value it moved: {v:?}"
     );
     let e = stored(&n, &mesh_l).expect("stored");
     assert_eq!((e.value, e.by.as_str(), e.account.as_str()), (json!(5_000), me.as_str(), "admin"));
@@ -902,7 +901,7 @@ fn history_records_sets_and_clears_newest_first() {
     assert_eq!(all[0]["level"], format!("node.{me}.meta.lease"), "newest first");
     let by_node = history(&n, &filter(None, Some(&id_of(9)), Some("meta.lease")));
     assert!(by_node.is_empty(), "another node's filter excludes this node's value");
-    assert_eq!(n.config_history(&ConfigFilter::default(), 2)["history"].as_array().unwrap().len(), 2, "limited");
+    assert_eq!(n.config_history(&ConfigFilter::default(), 2).json()["history"].as_array().unwrap().len(), 2, "limited");
 }
 
 /// Two acts in the same millisecond are still listed newest first.
@@ -917,7 +916,8 @@ fn history_within_one_millisecond_is_newest_first() {
     assert_eq!(actions, vec!["clear", "set"]);
 }
 
-fn list_levels(v: &Value) -> BTreeSet<String> {
+fn list_levels(v: &ConfigList) -> BTreeSet<String> {
+    let v = v.json();
     v["values"].as_array().unwrap().iter().map(|e| e["level"].as_str().unwrap().to_string()).collect()
 }
 
@@ -925,7 +925,8 @@ fn names(items: &[&String]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-fn list_slots(v: &Value) -> Vec<(String, String, String)> {
+fn list_slots(v: &ConfigList) -> Vec<(String, String, String)> {
+    let v = v.json();
     v["resolved"]
         .as_array()
         .unwrap()
@@ -972,8 +973,8 @@ fn config_list_is_narrowed_by_node_and_key() {
     assert_eq!(list_levels(&all), names(&[&mesh_hb, &node_lease, &module_scrub, &other_timeout]));
     let total = list_slots(&all).len();
     assert_eq!(total, shoal_core::config::builtin::predefined().len(), "one member, every built-in key");
-    assert!(all["unresolved"].as_array().unwrap().is_empty());
-    let row = all["resolved"]
+    assert!(all.json()["unresolved"].as_array().unwrap().is_empty());
+    let row = all.json()["resolved"]
         .as_array()
         .unwrap()
         .iter()
@@ -1000,7 +1001,7 @@ fn config_list_is_narrowed_by_node_and_key() {
             "{k}"
         );
     }
-    let predefined = n.config_list(&filter(None, None, Some(HB)))["predefined"].clone();
+    let predefined = n.config_list(&filter(None, None, Some(HB))).json()["predefined"].clone();
     assert_eq!(predefined.as_array().unwrap().len(), 1);
     assert_eq!(predefined[0]["key"], HB);
 
@@ -1032,7 +1033,7 @@ fn settings_do_not_reach_the_config_records() {
         refused(n.setting_set(at(3_000), &key, None), 400, "reserved_key");
         refused(n.setting_get(&key), 404, "unknown_setting");
     }
-    let listed: Vec<String> = n.settings_list()["settings"]
+    let listed: Vec<String> = n.settings_list().json()["settings"]
         .as_array()
         .unwrap()
         .iter()
@@ -1187,7 +1188,7 @@ fn proposals_open_replace_and_answer_on_the_node() {
 
     // Approve: the value is set, with who approved it beside it, and recorded.
     let v = n.config_answer(at(7_000), &p5.id, true, Some((Some(json!(6_000)), None)), "boss").expect("approved");
-    assert_eq!(v["proposal"]["status"], "approved");
+    assert_eq!(v.json()["proposal"]["status"], "approved");
     let e = stored(&n, &hb).expect("set by the approve");
     assert_eq!(e.value, json!(6_000));
     let approved = e.approved.expect("approved beside the value");
@@ -1208,7 +1209,7 @@ fn proposals_open_replace_and_answer_on_the_node() {
 
     // Decline sets nothing.
     let v = n.config_answer(at(8_000), &p3.id, false, None, "boss").expect("declined");
-    assert_eq!(v["status"], "declined");
+    assert_eq!(v.json()["status"], "declined");
     assert_eq!(stored(&n, &lease), None);
     assert_eq!(proposal(&n, at(8_000), &p3.id).status, ProposalStatus::Declined);
     refused(n.config_answer(at(8_500), &p3.id, true, None, "boss"), 409, "proposal_refused");
@@ -1221,7 +1222,7 @@ fn proposals_open_replace_and_answer_on_the_node() {
     assert_eq!(proposal(&n, at(10_000), &p2.id).status, ProposalStatus::Open);
 
     refused(n.config_answer(at(10_000), "no-such-proposal", true, None, "boss"), 404, "unknown_proposal");
-    refused(n.config_proposals(at(10_000), Some("no-such-proposal")), 404, "unknown_proposal");
+    refused(n.config_proposal(at(10_000), "no-such-proposal"), 404, "unknown_proposal");
 }
 
 /// Proposals made within one millisecond are still listed newest first.
@@ -1374,8 +1375,8 @@ fn a_rename_moves_the_value_once_with_its_provenance_and_says_renamed_once() {
     // A second pass moves nothing and says nothing more.
     assert!(n.config_rename_pass(at(3_000)).iter().all(|d| !d.starts_with("renamed")));
     let events = n.config_events(at(3_000));
-    assert_eq!(events["events"].as_array().unwrap().len(), 1, "{events}");
-    assert_eq!(events["events"][0]["event"], "renamed");
+    assert_eq!(events.json()["events"].as_array().unwrap().len(), 1, "{events:?}");
+    assert_eq!(events.json()["events"][0]["event"], "renamed");
 }
 
 #[test]
@@ -1391,10 +1392,10 @@ fn a_value_never_approved_does_not_move_onto_a_trusted_name() {
     assert!(stored(&n, &mesh("storage.rescan_every")).is_some(), "the value stays where it was");
     // A finding once the condition held seven days, pending before.
     let early = n.config_findings(at(3_000));
-    assert_eq!(early["findings"].as_array().unwrap().len(), 0);
-    assert!(early["pending"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{early}");
+    assert_eq!(early.json()["findings"].as_array().unwrap().len(), 0);
+    assert!(early.json()["pending"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{early:?}");
     let late = n.config_findings(at(2_000 + 7 * 86_400_000));
-    assert!(late["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{late}");
+    assert!(late.json()["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "rename-refused"), "{late:?}");
 }
 
 #[test]
@@ -1410,24 +1411,28 @@ fn a_value_no_build_reads_is_retiring_asked_once_and_removed_only_on_approval() 
     assert_eq!(did, vec!["retiring mesh.meta.keep_entries".to_string()]);
     assert!(n.config_retire_pass(at(2_500)).is_empty(), "asked once");
     let r = n.config_retiring();
-    assert_eq!((r["retiring"][0]["asks"].as_u64(), r["retiring"][0]["status"].as_str()), (Some(1), Some("asked")));
+    assert_eq!(
+        (r.json()["retiring"][0]["asks"].as_u64(), r.json()["retiring"][0]["status"].as_str()),
+        (Some(1), Some("asked"))
+    );
     // The newest build drops a key that holds a value: it is withheld, with why.
     let list = n.config_list(&ConfigFilter::default());
-    assert_eq!(list["predefinedFrom"], "0.1.0");
-    assert!(list["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"));
+    assert_eq!(list.json()["predefinedFrom"], "0.1.0");
+    assert!(list.json()["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"));
     // Asked twice without an answer: a finding.
     n.config_retire(at(3_000), "mesh.meta.keep_entries", "ask", "admin").unwrap();
     let f = n.config_findings(at(3_001));
-    assert!(f["findings"].as_array().unwrap().iter().any(|x| x["kind"] == "retiring-unanswered"), "{f}");
+    assert!(f.json()["findings"].as_array().unwrap().iter().any(|x| x["kind"] == "retiring-unanswered"), "{f:?}");
     // Cancel keeps the value; approve removes it.
     n.config_retire(at(4_000), "mesh.meta.keep_entries", "cancel", "admin").unwrap();
     assert!(stored(&n, &mesh("meta.keep_entries")).is_some());
     refused(n.config_retire(at(4_500), "mesh.nothing", "approve", "admin"), 404, "not_retiring");
     let v = n.config_retire(at(5_000), "mesh.meta.keep_entries", "approve", "admin").unwrap();
-    assert_eq!(v["nodes"].as_array().unwrap().len(), 1);
+    assert_eq!(v.json()["nodes"].as_array().unwrap().len(), 1);
     assert!(stored(&n, &mesh("meta.keep_entries")).is_none(), "removed on approval");
-    assert_eq!(n.config_list(&ConfigFilter::default())["predefinedFrom"], "0.2.0", "no longer withheld");
+    assert_eq!(n.config_list(&ConfigFilter::default()).json()["predefinedFrom"], "0.2.0", "no longer withheld");
     let events = n.config_events(at(5_001));
+    let events = events.json();
     let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str()).collect();
     assert!(kinds.contains(&"retiring") && kinds.contains(&"retired"), "{kinds:?}");
 }

@@ -8,8 +8,12 @@
 //! with 409 if not leader and a retry, `meta/log?after=N` pages with 410 if compacted,
 //! `meta/snapshot`, compaction every N appends keeping M).
 
+mod common;
+
+use common::{Json, Status};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use shoal_core::answer::PeerAnswer;
 use shoal_core::hlc::Hlc;
 use shoal_core::meta::lease::{Candidate, Lease};
 use shoal_core::meta::log::MetaPersist;
@@ -233,7 +237,7 @@ impl Net {
     }
 
     /// The sender reads the answer to its request.
-    fn respond(&mut self, m: &Msg, result: Result<(u16, Vec<u8>), String>) {
+    fn respond(&mut self, m: &Msg, result: Result<PeerAnswer, String>) {
         let now = self.now;
         let node = self.nodes.get_mut(&m.from).expect("known sender");
         node.meta.on_response(now, &m.to, m.purpose.clone(), result, &mut node.hlc);
@@ -246,8 +250,8 @@ impl Net {
             (0, Value::Null)
         } else {
             let r = self.answer(&m);
-            self.respond(&m, Ok((r.status, serde_json::to_vec(&r.body).unwrap())));
-            (r.status, r.body)
+            self.respond(&m, Ok(common::answer(r.status(), serde_json::to_vec(&r.body).unwrap())));
+            (r.status(), r.body)
         };
         self.trace.push(Delivery {
             at: self.now,
@@ -371,7 +375,7 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
 
     // The leader appends it with the next sequence number, origin b.
     let reply = net.answer(&m);
-    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.status(), 200, "{}", reply.body);
     assert_eq!(net.meta("a").last_seq(), LogIndex(before.0 + 1));
     assert_eq!(net.meta("a").state().get(RecordKind::Setting, "colour"), Some(&rec));
     let page = net.meta("a").answer_log(&format!("after={}", before.0)).body;
@@ -382,7 +386,7 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
 
     // Still pending until the follower reads the leader's acknowledgement.
     assert_eq!(net.meta("b").pending_len(), 1);
-    net.respond(&m, Ok((reply.status, serde_json::to_vec(&reply.body).unwrap())));
+    net.respond(&m, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
     assert_eq!(net.meta("b").pending_len(), 0);
     assert!(net.node("b").persisted.iter().any(|p| matches!(p, MetaPersist::DeletePending(_))));
 
@@ -505,7 +509,7 @@ fn catch_up_reads_pages_of_at_most_page_max_entries_until_the_follower_holds_the
 
     // One page: at most page_max entries, starting right after N.
     let page = net.meta("a").answer_log(&format!("after={s}"));
-    assert_eq!(page.status, 200);
+    assert_eq!(page.status(), 200);
     assert_eq!(seqs(&page.body), (s + 1..=s + 5).collect::<Vec<_>>());
     assert_eq!(page.body["lastSeq"], json!(s + 23));
     assert_eq!(page.body["term"], json!(1));
@@ -552,8 +556,8 @@ fn a_catch_up_below_the_compaction_point_is_answered_410_and_the_follower_adopts
     assert_eq!(net.meta("a").last_seq(), LogIndex(45));
     assert_eq!(net.meta("b").last_seq(), LogIndex(0));
     // Compacted through 20 (at the 40th append, keeping 20).
-    assert_eq!(net.meta("a").answer_log("after=0").status, 410);
-    assert_eq!(net.meta("a").answer_log("after=19").status, 410);
+    assert_eq!(net.meta("a").answer_log("after=0").status(), 410);
+    assert_eq!(net.meta("a").answer_log("after=19").status(), 410);
     assert_eq!(net.meta("a").answer_log("after=19").body["compactedThrough"], json!(20));
     assert_eq!(seqs(&net.meta("a").answer_log("after=20").body), vec![21, 22, 23, 24, 25]);
 
@@ -620,7 +624,7 @@ fn every_compact_every_appends_the_log_keeps_only_keep_entries_and_deletes_the_r
     }
     assert_eq!(deletions, vec![30, 40]);
     assert_eq!(net.meta("a").log_len(), 25);
-    assert_eq!(net.meta("a").answer_log("after=19").status, 410);
+    assert_eq!(net.meta("a").answer_log("after=19").status(), 410);
     assert_eq!(seqs(&net.meta("a").answer_log("after=20").body)[0], 21);
     assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
 }
@@ -643,7 +647,7 @@ fn a_snapshot_carries_tombstones_so_a_removed_setting_reaches_a_fresh_follower_a
     net.submit("a", other);
     net.run();
     let snap = net.meta("a").answer_snapshot("");
-    assert_eq!(snap.status, 200);
+    assert_eq!(snap.status(), 200);
     let settings = snap.body["settings"].as_array().unwrap();
     let carried = settings.iter().find(|s| s["key"] == json!("gone")).expect("the tombstone is in the snapshot");
     assert_eq!(carried["removed"], json!(true));
@@ -737,11 +741,11 @@ fn an_append_under_a_lesser_lease_is_refused_with_409_naming_the_known_lease_and
     net.submit("a", rec);
     let m = net.take(|m| m.target == APPEND && m.to == id("b"));
     let reply = net.answer(&m);
-    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(reply.status(), 409, "{}", reply.body);
     assert_eq!(reply.body["lease"], serde_json::to_value(&higher).unwrap());
     assert_eq!(net.meta("b").known_lease(), Some(&higher), "b keeps the greater lease");
     assert!(net.meta("a").is_leader(net.now));
-    net.respond(&m, Ok((reply.status, serde_json::to_vec(&reply.body).unwrap())));
+    net.respond(&m, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
     assert!(!net.meta("a").is_leader(net.now), "a steps down on reading the 409");
     assert_eq!(net.meta("a").known_lease(), Some(&higher));
 }
@@ -837,11 +841,11 @@ fn malformed_fixture() -> (Net, Vec<u8>, Vec<u8>, Vec<u8>) {
 fn feed(net: &mut Net, body: &[u8]) -> [u16; 3] {
     let now = net.now;
     let (fa, fb) = (fingerprint(net.meta("a")), fingerprint(net.meta("b")));
-    let lease = net.node_mut("b").meta.answer_lease(now, &id("a"), body).status;
+    let lease = net.node_mut("b").meta.answer_lease(now, &id("a"), body).status();
     let node = net.node_mut("b");
-    let append = node.meta.answer_append(now, &id("a"), body, &mut node.hlc).status;
+    let append = node.meta.answer_append(now, &id("a"), body, &mut node.hlc).status();
     let node = net.node_mut("a");
-    let submit = node.meta.answer_submit(now, &id("b"), body, &mut node.hlc).status;
+    let submit = node.meta.answer_submit(now, &id("b"), body, &mut node.hlc).status();
     assert_eq!(fingerprint(net.meta("a")), fa);
     assert_eq!(fingerprint(net.meta("b")), fb);
     net.collect(&id("a"));
@@ -898,28 +902,28 @@ fn malformed_bodies_and_queries_to_every_answer_are_refused_with_400_and_change_
     // Well-formed, but pushed by a node that does not hold the lease it carries.
     let now = net.now;
     let forged = net.node_mut("b").meta.answer_lease(now, &id("c"), &lease);
-    assert_eq!(forged.status, 400);
+    assert_eq!(forged.status(), 400);
     let node = net.node_mut("b");
-    assert_eq!(node.meta.answer_append(now, &id("c"), &append, &mut node.hlc).status, 400);
+    assert_eq!(node.meta.answer_append(now, &id("c"), &append, &mut node.hlc).status(), 400);
     // Bodies carry an error code.
     let r = net.node_mut("b").meta.answer_lease(now, &id("a"), b"{");
     assert_eq!(r.body["error"]["code"], json!("bad_body"));
 
     // meta/log: a malformed `after` is a 400; no query, or any number, is a page or a 410.
     for q in ["after=", "after=abc", "after=-1", "after=1.5", "after=0x10", "after=99999999999999999999"] {
-        assert_eq!(net.meta("a").answer_log(q).status, 400, "{q}");
+        assert_eq!(net.meta("a").answer_log(q).status(), 400, "{q}");
     }
     let queries =
         [("", 0), ("x=1", 0), ("after=0", 0), ("x=y&after=1", 1), ("after=18446744073709551614", u64::MAX - 1)];
     for (q, after) in queries.into_iter().chain([("after=18446744073709551615", u64::MAX)]) {
         let r = net.meta("a").answer_log(q);
-        assert_eq!(r.status, 200, "{q}");
+        assert_eq!(r.status(), 200, "{q}");
         assert!(seqs(&r.body).iter().all(|s| *s > after), "{q}: {}", r.body);
     }
     assert!(seqs(&net.meta("a").answer_log("after=18446744073709551615").body).is_empty());
     // meta/snapshot takes no body and always answers.
-    assert_eq!(net.meta("a").answer_snapshot("").status, 200);
-    assert_eq!(net.meta("b").answer_snapshot("").status, 200);
+    assert_eq!(net.meta("a").answer_snapshot("").status(), 200);
+    assert_eq!(net.meta("b").answer_snapshot("").status(), 200);
 }
 
 fn purposes() -> Vec<MetaPurpose> {
@@ -955,9 +959,9 @@ proptest! {
     fn any_log_query_is_answered_without_panicking(q in "\\PC{0,24}", n in any::<u64>()) {
         let (net, _, _, _) = malformed_fixture();
         let r = net.meta("a").answer_log(&q);
-        prop_assert!(matches!(r.status, 200 | 400 | 410), "{} {}", q, r.status);
+        prop_assert!(matches!(r.status(), 200 | 400 | 410), "{} {}", q, r.status());
         let r = net.meta("a").answer_log(&format!("after={n}"));
-        prop_assert_eq!(r.status, 200);
+        prop_assert_eq!(r.status(), 200);
     }
 
     /// The requester side: any answer, garbage included, to any request is read without panicking.
@@ -971,7 +975,7 @@ proptest! {
         for p in purposes() {
             for n in ["a", "b"] {
                 let node = net.node_mut(n);
-                node.meta.on_response(now, &id("a"), p.clone(), Ok((status, bytes.clone())), &mut node.hlc);
+                node.meta.on_response(now, &id("a"), p.clone(), if status == 0 { Err("no answer".into()) } else { Ok(common::answer(status, bytes.clone())) }, &mut node.hlc);
                 node.meta.on_response(now, &id("b"), p.clone(), Err("reset".into()), &mut node.hlc);
             }
         }
@@ -1019,15 +1023,15 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     let now = net.now;
     let node = net.node_mut("b");
     let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status(), 200, "{}", r.body);
     assert_eq!(r.body["lastSeq"], json!(last + 2), "the follower is past both entries");
     net.collect(&id("b"));
     assert!(net.queue.is_empty(), "no catch-up is needed: {:?}", net.queue);
     assert_eq!(setting_of(net.meta("b"), "after").map(|s| s.value), Some(json!(7)));
     assert_eq!(setting_of(net.meta("b"), "deep"), None);
     let status = net.meta("b").status(now);
-    assert_eq!(status["refused"], json!(1));
-    assert!(status["lastRefusal"].as_str().unwrap().contains(&format!("entry {}", last + 1)), "{status}");
+    assert_eq!(status.json()["refused"], json!(1));
+    assert!(status.json()["lastRefusal"].as_str().unwrap().contains(&format!("entry {}", last + 1)), "{status:?}");
     assert_eq!(net.node("b").refusals.len(), 1, "the refusal is reported for the log");
 
     // A record that parses but is out of bounds (nested past the record bound) is refused too.
@@ -1037,7 +1041,7 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
     assert_eq!(r.body["lastSeq"], json!(last + 3));
     assert_eq!(setting_of(net.meta("b"), "deep2"), None);
-    assert_eq!(net.meta("b").status(now)["refused"], json!(2));
+    assert_eq!(net.meta("b").status(now).json()["refused"], json!(2));
 }
 
 /// The same on catch-up: a page read entry by entry.
@@ -1055,10 +1059,16 @@ fn a_log_page_with_an_unreadable_entry_still_brings_the_follower_to_the_end() {
     );
     let now = net.now;
     let node = net.node_mut("b");
-    node.meta.on_response(now, &id("a"), MetaPurpose::CatchUp, Ok((200, page.into_bytes())), &mut node.hlc);
+    node.meta.on_response(
+        now,
+        &id("a"),
+        MetaPurpose::CatchUp,
+        Ok(common::answer(200, page.into_bytes())),
+        &mut node.hlc,
+    );
     assert_eq!(net.meta("b").last_seq(), LogIndex(last + 2));
     assert_eq!(setting_of(net.meta("b"), "after").map(|s| s.value), Some(json!(8)));
-    assert_eq!(net.meta("b").status(now)["refused"], json!(1));
+    assert_eq!(net.meta("b").status(now).json()["refused"], json!(1));
 }
 
 /// A submit carrying a record out of bounds (or unreadable) among good ones: the good ones are
@@ -1077,16 +1087,22 @@ fn a_submitted_record_out_of_bounds_is_refused_alone_and_the_submitter_moves_on(
     let now = net.now;
     let node = net.node_mut("a");
     let r = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status(), 200, "{}", r.body);
     assert_eq!(r.body["refused"][0]["index"], json!(0));
     assert_eq!(setting_of(net.meta("a"), "good").map(|s| s.value), Some(json!(1)));
     assert_eq!(setting_of(net.meta("a"), "bad"), None);
-    assert_eq!(net.meta("a").status(now)["refused"], json!(1));
+    assert_eq!(net.meta("a").status(now).json()["refused"], json!(1));
 
     // The submitter reads the refusal in the answer and reports it.
     let node = net.node_mut("b");
     let answer = serde_json::to_vec(&r.body).unwrap();
-    node.meta.on_response(now, &id("a"), MetaPurpose::Submit { ids: vec![] }, Ok((200, answer)), &mut node.hlc);
+    node.meta.on_response(
+        now,
+        &id("a"),
+        MetaPurpose::Submit { ids: vec![] },
+        Ok(common::answer(200, answer)),
+        &mut node.hlc,
+    );
     net.collect(&id("b"));
     assert!(net.node("b").refusals.iter().any(|r| r.contains("our submitted record")), "{:?}", net.node("b").refusals);
 }
@@ -1149,7 +1165,13 @@ fn a_peer_refusing_our_append_is_reported_with_its_reason() {
     let now = net.now;
     let body = br#"{"error":{"code":"bad_body","message":"append body: recursion limit exceeded"}}"#.to_vec();
     let node = net.node_mut("a");
-    node.meta.on_response(now, &id("b"), MetaPurpose::Append { through: LogIndex(1) }, Ok((400, body)), &mut node.hlc);
+    node.meta.on_response(
+        now,
+        &id("b"),
+        MetaPurpose::Append { through: LogIndex(1) },
+        Ok(common::answer(400, body)),
+        &mut node.hlc,
+    );
     net.collect(&id("a"));
     assert_eq!(net.node("a").refusals, vec!["our append: append body: recursion limit exceeded".to_string()]);
 }

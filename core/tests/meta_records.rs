@@ -9,6 +9,9 @@
 //! A version names one write: two writes never share a version (DESIGN.md "Versions and merge"),
 //! so the generators below give every version one content.
 
+mod common;
+
+use common::Status;
 use proptest::prelude::*;
 use serde_json::json;
 use shoal_core::hlc::Version;
@@ -767,7 +770,7 @@ fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a
     let last_seq = after.last_seq();
     let body = serde_json::to_vec(&json!({ "records": stale })).unwrap();
     let reply = after.answer_submit(Millis(1), &node(1), &body, &mut hlc);
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.status(), 200, "{:?}", reply.body);
     assert!(after.state().is_empty(), "the stale copies are refused");
     assert_eq!(after.last_seq(), last_seq, "nothing appended");
     assert!(!persisted(&mut after).iter().any(|p| matches!(p, MetaPersist::PutRecord(_))));
@@ -779,7 +782,7 @@ fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a
         .next()
         .expect("every kind is there");
     let body = serde_json::to_vec(&json!({ "records": [recreated.clone()] })).unwrap();
-    assert_eq!(after.answer_submit(Millis(2), &node(1), &body, &mut hlc).status, 200);
+    assert_eq!(after.answer_submit(Millis(2), &node(1), &body, &mut hlc).status(), 200);
     assert!(after.state().get(recreated.kind(), &recreated.key()).is_some_and(|r| !r.is_removed()));
 
     // Without the markers (the bug), the same restart would have brought the records back.

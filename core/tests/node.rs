@@ -5,12 +5,17 @@
 //! Spec: cluster-runtime.md "ACN – node-to-node protocol", "Membership", "Joining";
 //! reference-facts.md "Wire", "Heartbeat", "Liveness" and weakness 10.
 
+mod common;
+
+use common::{Json, Status};
 use ed25519_dalek::SigningKey;
 use serde_json::{json, Value};
 use shoal_core::acn::{self, SignedHeaders};
 use shoal_core::ids::{ClusterId, NodeId};
 use shoal_core::membership::NodeState;
-use shoal_core::node::{ApiError, ErrorKind, Event, Input, Node, NodeConfig, Output, PersistOp, Reply, SelfInfo};
+use shoal_core::node::{
+    ApiError, ErrorKind, Event, Input, Node, NodeConfig, NodeStatus, Output, PersistOp, Reply, SelfInfo,
+};
 use shoal_core::records::Capabilities;
 use shoal_core::rng::SeededRng;
 use shoal_core::time::{Millis, DAY_MS, MINUTE_MS, SECOND_MS};
@@ -125,10 +130,10 @@ impl Net {
                                     self.sent[i].push(Sent {
                                         to: Some(j),
                                         target: req.target.clone(),
-                                        status: Some(r.status),
+                                        status: Some(r.status()),
                                         code: c,
                                     });
-                                    Ok((r.status, body_bytes(&r)))
+                                    Ok(common::answer(r.status(), body_bytes(&r)))
                                 }
                                 _ => {
                                     let s = Sent {
@@ -180,7 +185,7 @@ impl Net {
         let at = self.clock(issuer);
         let t = self.nodes[issuer].new_token(at, None, None).expect("issue a token");
         self.pump();
-        t["token"].as_str().unwrap().to_string()
+        t.json()["token"].as_str().unwrap().to_string()
     }
 
     /// `joiner` presents `token` to `issuer`: prepare, POST join, finish; then deliver.
@@ -190,17 +195,17 @@ impl Net {
         joiner_clock: Millis,
         issuer: usize,
         token: &str,
-    ) -> (Reply, Result<Value, ApiError>) {
+    ) -> (Reply, Result<NodeStatus, ApiError>) {
         let plan = joiner.prepare_join(joiner_clock, token).expect("prepare join");
         assert_eq!(plan.url, format!("{}{JOIN}", url_of(issuer)));
         let at = self.clock(issuer);
         let reply = self.nodes[issuer].handle_acn(at, "POST", JOIN, None, &plan.body);
-        let done = joiner.finish_join(joiner_clock, reply.status, &body_bytes(&reply));
+        let done = joiner.finish_join(joiner_clock, &common::answer(reply.status(), body_bytes(&reply)));
         (reply, done)
     }
 
     /// Node `joiner` of this net joins through `issuer` with a fresh token.
-    fn join(&mut self, joiner: usize, issuer: usize) -> (Reply, Result<Value, ApiError>) {
+    fn join(&mut self, joiner: usize, issuer: usize) -> (Reply, Result<NodeStatus, ApiError>) {
         let token = self.token(issuer);
         let at = self.clock(joiner);
         // Take the joiner out so both it and the issuer can be borrowed.
@@ -248,10 +253,10 @@ fn three_nodes() -> Net {
     net.nodes[0].create_cluster(at, "home").expect("create");
     net.pump();
     let (reply, done) = net.join(1, 0);
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.status(), 200, "{:?}", reply.body);
     done.expect("B joins");
     let (reply, done) = net.join(2, 0);
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.status(), 200, "{:?}", reply.body);
     done.expect("C joins");
     net.run_for(MINUTE_MS, SECOND_MS);
     net
@@ -340,7 +345,7 @@ fn a_token_cannot_re_register_an_existing_node_id_with_a_different_key() {
     let mut impostor = new_node(1, b.clone(), key_of(200));
     let at = net.clock(0);
     let (reply, done) = net.join_with(&mut impostor, at, 0, &token);
-    assert_eq!(reply.status, 409);
+    assert_eq!(reply.status(), 409);
     assert_eq!(code(&reply), "node_exists");
     assert_eq!(done.unwrap_err().kind, ErrorKind::Conflict);
     assert_eq!(impostor.cluster(), None);
@@ -365,13 +370,13 @@ fn a_removed_node_cannot_join_again() {
     assert_eq!(net.nodes[2].cluster(), None);
 
     let (reply, done) = net.join(2, 0);
-    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+    assert_eq!((reply.status(), code(&reply)), (409, "node_removed"));
     let e = done.unwrap_err();
     assert_eq!((e.kind, e.code), (ErrorKind::Conflict, "join_refused"));
     assert_eq!(net.nodes[2].cluster(), None);
     // Through the other member too.
     let (reply, _) = net.join(2, 1);
-    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+    assert_eq!((reply.status(), code(&reply)), (409, "node_removed"));
 
     // Eight days later the tombstone is gone, the id is still refused.
     net.run_for(8 * DAY_MS, 10 * MINUTE_MS);
@@ -379,7 +384,7 @@ fn a_removed_node_cannot_join_again() {
     assert!(net.nodes[0].members().purged().any(|p| p == &c));
     assert!(net.persisted[0].contains(&PersistOp::PutPurged(c.clone())));
     let (reply, done) = net.join(2, 0);
-    assert_eq!((reply.status, code(&reply)), (409, "node_removed"));
+    assert_eq!((reply.status(), code(&reply)), (409, "node_removed"));
     assert!(done.is_err());
     net.run_for(MINUTE_MS, SECOND_MS);
     net.assert_all_online(&[0, 1]);
@@ -389,7 +394,7 @@ fn a_removed_node_cannot_join_again() {
     let token = net.token(0);
     let at = net.clock(2);
     let (reply, done) = net.join_with(&mut fresh, at, 0, &token);
-    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.status(), 200, "{:?}", reply.body);
     done.unwrap();
     net.nodes[2] = fresh;
     net.pump();
@@ -404,7 +409,7 @@ fn a_node_that_leaves_is_removed_on_every_member() {
     let b = net.id(1);
     let at = net.clock(1);
     let left = net.nodes[1].leave(at).expect("leave");
-    assert_eq!(left["told"], 2);
+    assert_eq!(left.json()["told"], 2);
     assert_eq!(net.nodes[1].cluster(), None);
     net.pump();
     for i in [0, 2] {
@@ -435,19 +440,19 @@ fn a_heartbeat_carrying_another_nodes_record_gets_400() {
     let h = net.signed(1, "POST", "/cluster/acn/heartbeat", &body);
     let at = net.clock(0);
     let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), &body);
-    assert_eq!((r.status, code(&r)), (400, "bad_body"));
+    assert_eq!((r.status(), code(&r)), (400, "bad_body"));
 
     // Control: B's own record is accepted and answered with the member list.
     let b_record = net.nodes[1].members().get(&net.id(1)).unwrap().clone();
     let body = serde_json::to_vec(&json!({"node": b_record, "cluster": cluster})).unwrap();
     let h = net.signed(1, "POST", "/cluster/acn/heartbeat", &body);
     let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), &body);
-    assert_eq!(r.status, 200);
+    assert_eq!(r.status(), 200);
     assert_eq!(r.body["nodes"].as_array().unwrap().len(), 3);
     // Malformed body from a member: 400, not a panic.
     let h = net.signed(1, "POST", "/cluster/acn/heartbeat", b"{");
     let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/heartbeat", Some(&h), b"{");
-    assert_eq!(r.status, 400);
+    assert_eq!(r.status(), 400);
 }
 
 /// reference-facts.md "Wire" (verify order; all 401) through `Node::handle_acn`: unsigned,
@@ -461,52 +466,52 @@ fn every_acn_rejection_answers_401_through_the_node() {
     let b = net.id(1);
 
     // The unsigned probe is open, a signed ping from a member passes.
-    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/cluster/acn/hello", None, b"").status, 200);
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/cluster/acn/hello", None, b"").status(), 200);
     let h = net.signed(1, "POST", PING, b"");
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!(r.status, 200);
+    assert_eq!(r.status(), 200);
     assert_eq!(r.body["node"], json!(b));
 
     // Replay of that very request.
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "replay"));
+    assert_eq!((r.status(), code(&r)), (401, "replay"));
 
     // Unsigned, and signed with a header missing.
     let r = net.nodes[0].handle_acn(at, "POST", PING, None, b"");
-    assert_eq!((r.status, code(&r)), (401, "not_signed"));
+    assert_eq!((r.status(), code(&r)), (401, "not_signed"));
     let mut h = net.signed(1, "POST", PING, b"");
     h.nonce.clear();
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "not_signed"));
+    assert_eq!((r.status(), code(&r)), (401, "not_signed"));
 
     // Another cluster.
     let other = ClusterId::new("99999999-9999-4999-8999-999999999999");
     let h = acn::sign_request(&net.keys[1], &b, &other, "POST", PING, b"", at, &mut rng);
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "wrong_cluster"));
+    assert_eq!((r.status(), code(&r)), (401, "wrong_cluster"));
 
     // Six minutes old, six minutes ahead; four minutes ahead (C's clock) is fine.
     for skew in [-6i64, 6] {
         let when = Millis((at.0 as i64 + skew * MINUTE_MS as i64) as u64);
         let h = acn::sign_request(&net.keys[1], &b, &cluster, "POST", PING, b"", when, &mut rng);
         let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-        assert_eq!((r.status, code(&r)), (401, "clock_skew"), "skew {skew} min");
+        assert_eq!((r.status(), code(&r)), (401, "clock_skew"), "skew {skew} min");
     }
     let h = net.signed(2, "POST", PING, b"");
-    assert_eq!(net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"").status, 200);
+    assert_eq!(net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"").status(), 200);
 
     // A stranger's key under a stranger's id, and under a member's id.
     let stranger = key_of(250);
     let h = acn::sign_request(&stranger, &id_of(50), &cluster, "POST", PING, b"", at, &mut rng);
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "unknown_node"));
+    assert_eq!((r.status(), code(&r)), (401, "unknown_node"));
     let h = acn::sign_request(&stranger, &b, &cluster, "POST", PING, b"", at, &mut rng);
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "bad_signature"));
+    assert_eq!((r.status(), code(&r)), (401, "bad_signature"));
     // A body changed in transit.
     let h = net.signed(1, "POST", "/cluster/acn/members/sync", b"{\"nodes\":[]}");
     let r = net.nodes[0].handle_acn(at, "POST", "/cluster/acn/members/sync", Some(&h), b"{\"nodes\":[{}]}");
-    assert_eq!((r.status, code(&r)), (401, "bad_signature"));
+    assert_eq!((r.status(), code(&r)), (401, "bad_signature"));
 
     // A removed member, signing properly with its own key, is no longer a member.
     let c = net.id(2);
@@ -514,12 +519,12 @@ fn every_acn_rejection_answers_401_through_the_node() {
     net.pump();
     let h = acn::sign_request(&net.keys[2], &c, &cluster, "POST", PING, b"", at, &mut rng);
     let r = net.nodes[0].handle_acn(at, "POST", PING, Some(&h), b"");
-    assert_eq!((r.status, code(&r)), (401, "unknown_node"));
+    assert_eq!((r.status(), code(&r)), (401, "unknown_node"));
 
     // Not ACN at all, or the wrong method: 404 / 405 before any signature check.
-    assert_eq!(net.nodes[0].handle_acn(at, "POST", "/cluster/acn/nope", None, b"").status, 404);
-    assert_eq!(net.nodes[0].handle_acn(at, "GET", PING, None, b"").status, 405);
-    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/v1/status", None, b"").status, 404);
+    assert_eq!(net.nodes[0].handle_acn(at, "POST", "/cluster/acn/nope", None, b"").status(), 404);
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", PING, None, b"").status(), 405);
+    assert_eq!(net.nodes[0].handle_acn(at, "GET", "/v1/status", None, b"").status(), 404);
 }
 
 /// cluster-runtime.md "Joining" and ACN `POST /cluster/acn/join` ("405/404/403/400 cases"):
@@ -533,22 +538,22 @@ fn a_join_with_a_bad_token_is_refused_with_the_reference_status() {
     let mut newcomer = new_node(5, id_of(5), key_of(55));
     let at = net.clock(0);
     let (reply, done) = net.join_with(&mut newcomer, at, 0, &t.encode());
-    assert_eq!((reply.status, code(&reply)), (403, "bad_token"));
+    assert_eq!((reply.status(), code(&reply)), (403, "bad_token"));
     assert_eq!(done.unwrap_err().kind, ErrorKind::Forbidden);
 
     let id = shoal_core::token::JoinToken::parse(&token).unwrap().token_id;
     net.nodes[0].revoke_token(id.as_str()).unwrap();
     let (reply, _) = net.join_with(&mut newcomer, at, 0, &token);
-    assert_eq!(reply.status, 403);
+    assert_eq!(reply.status(), 403);
 
     let mut t = shoal_core::token::JoinToken::parse(&token).unwrap();
     t.cluster = ClusterId::new("99999999-9999-4999-8999-999999999999");
     let (reply, _) = net.join_with(&mut newcomer, at, 0, &t.encode());
-    assert_eq!((reply.status, code(&reply)), (404, "unknown_cluster"));
+    assert_eq!((reply.status(), code(&reply)), (404, "unknown_cluster"));
 
     let mut loner = new_node(6, id_of(6), key_of(66));
     let r = loner.handle_acn(at, "POST", JOIN, None, b"{}");
-    assert_eq!(r.status, 404);
+    assert_eq!(r.status(), 404);
     assert_eq!(newcomer.cluster(), None);
 }
 

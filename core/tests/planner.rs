@@ -5,7 +5,9 @@ use shoal_core::hlc::Version;
 use shoal_core::membership::NodeState;
 use shoal_core::meta::records::{FileRecord, Location, LocationState, Policy, Record, Volume};
 use shoal_core::meta::state::MetaState;
-use shoal_core::storage::planner::{plan, Action, Backoff, InFlight, NodeView, Plan, PlanInput, PlannerConfig, Reason};
+use shoal_core::storage::planner::{
+    plan, Action, Backoff, InFlight, NodeView, Plan, PlanInput, PlannerConfig, Reason, Scoring,
+};
 use shoal_core::{FileId, NodeId, VolumeId};
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ struct World {
     nodes: BTreeMap<NodeId, NodeView>,
     in_flight: Vec<InFlight>,
     backoff: BTreeMap<FileId, Backoff>,
+    scoring: Scoring,
 }
 
 impl World {
@@ -31,7 +34,7 @@ impl World {
             nodes.insert(NodeId::new(format!("n{i}")), NodeView { state: NodeState::Online, offline_for_ms: 0 });
             state.apply(&Record::Volume(volume(i, free)));
         }
-        World { state, nodes, in_flight: Vec::new(), backoff: BTreeMap::new() }
+        World { state, nodes, in_flight: Vec::new(), backoff: BTreeMap::new(), scoring: Scoring::default() }
     }
 
     fn policy(&mut self, folder: &str, replicas: u32) {
@@ -85,8 +88,13 @@ impl World {
     }
 
     fn plan(&self) -> Plan {
-        let input =
-            PlanInput { now_ms: 1_000_000, nodes: &self.nodes, in_flight: &self.in_flight, backoff: &self.backoff };
+        let input = PlanInput {
+            now_ms: 1_000_000,
+            nodes: &self.nodes,
+            in_flight: &self.in_flight,
+            backoff: &self.backoff,
+            scoring: &self.scoring,
+        };
         plan(&self.state, &input, &PlannerConfig::default())
     }
 }
@@ -379,8 +387,8 @@ fn the_low_space_guard_flips_a_volume_and_leaves_an_admins_read_only_alone() {
     let t0 = shoal_core::Millis(1_800_000_000_000);
     node.create_cluster(t0, "c").unwrap();
     let v = node.volume_add(t0, "/srv/a", &shoal_core::node::volumes::FolderFacts::default(), "", 1000, 500).unwrap();
-    let id = VolumeId::new(v["id"].as_str().unwrap());
-    let low = |n: &Node| n.volume_list()["volumes"][0]["lowSpace"].as_bool().unwrap();
+    let id = v.id.clone();
+    let low = |n: &Node| n.volume_list().volumes[0].volume.low_space;
     node.volume_usage(shoal_core::Millis(t0.0 + 1), &id, 1000, 40);
     assert!(low(&node), "below 5 % free");
     node.volume_usage(shoal_core::Millis(t0.0 + 2), &id, 1000, 60);
@@ -389,5 +397,61 @@ fn the_low_space_guard_flips_a_volume_and_leaves_an_admins_read_only_alone() {
     assert!(!low(&node), "above 7 % it recovers");
     node.volume_set_read_only(shoal_core::Millis(t0.0 + 4), id.as_str(), true).unwrap();
     node.volume_usage(shoal_core::Millis(t0.0 + 5), &id, 1000, 900);
-    assert_eq!(node.volume_list()["volumes"][0]["readOnly"], true);
+    assert!(node.volume_list().volumes[0].volume.read_only);
+}
+
+// ---- the scorer chooses the target (issue 13) ----
+
+fn first_target(p: &Plan) -> String {
+    match &p.tasks[0].action {
+        Action::Pull { target_node, .. } => target_node.to_string(),
+        other => panic!("expected a pull, got {other:?}"),
+    }
+}
+
+/// Three sites: n0 and n1 near each other, n2 far. The second copy of a file on n0 goes to the
+/// far site even though the near node has more room; without a measured matrix, room decides.
+#[test]
+fn the_second_copy_lands_in_another_site() {
+    let mut w = World::new(3, 100 * G);
+    w.set_volume(1, |v| v.free = 300 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, LocationState::Committed)]);
+    assert_eq!(first_target(&w.plan()), "n1", "no matrix: the roomiest node");
+    let mut m = shoal_core::latency::LatencyMatrix::default();
+    let row = |pairs: &[(&str, f64)]| pairs.iter().map(|(n, ms)| (NodeId::new(*n), *ms)).collect();
+    m.insert_row(NodeId::new("n0"), row(&[("n1", 2.0), ("n2", 400.0)]));
+    m.insert_row(NodeId::new("n1"), row(&[("n0", 2.0), ("n2", 400.0)]));
+    m.insert_row(NodeId::new("n2"), row(&[("n0", 400.0), ("n1", 400.0)]));
+    w.scoring.latency = m;
+    assert_eq!(first_target(&w.plan()), "n2", "the far site");
+    // A busy far node loses again: the score carries every factor.
+    let mut busy = shoal_core::sched::Inputs::new(NodeId::new("n2"), NodeState::Online);
+    busy.cpu_pct = Some(100.0);
+    w.scoring.known.insert(NodeId::new("n2"), busy);
+    assert_eq!(first_target(&w.plan()), "n1");
+}
+
+/// With two nodes diversity is left out (the reference's rule: three or more nodes).
+#[test]
+fn diversity_needs_three_nodes() {
+    let mut w = World::new(2, 100 * G);
+    w.policy("/", 2);
+    w.file("/a", &[(0, LocationState::Committed)]);
+    let mut m = shoal_core::latency::LatencyMatrix::default();
+    m.insert_row(NodeId::new("n0"), [(NodeId::new("n1"), 900.0)].into_iter().collect());
+    w.scoring.latency = m;
+    let p = w.plan();
+    assert_eq!(first_target(&p), "n1");
+}
+
+/// A DEGRADED target is held back while a healthy one can take the copy.
+#[test]
+fn a_degraded_target_is_held_back() {
+    let mut w = World::new(3, 100 * G);
+    w.set_volume(1, |v| v.free = 900 * G);
+    w.set_node(1, NodeState::Degraded, 0);
+    w.policy("/", 2);
+    w.file("/a", &[(0, LocationState::Committed)]);
+    assert_eq!(first_target(&w.plan()), "n2");
 }

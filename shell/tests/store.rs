@@ -224,16 +224,15 @@ async fn a_file_goes_up_in_verified_chunks_resumes_and_lands_only_when_whole() {
     }
     assert!(
         leads,
-        "a leads its cluster: a {} / b {}",
+        "a leads its cluster: a {:?} / b {:?}",
         a.shared().read_node(|n, now| n.meta_status(now)),
         b.shared().read_node(|n, now| n.meta_status(now))
     );
     // b's volume record reaches the leader once b hears of the lease (renewals every 10 s).
     let mut known = false;
     for _ in 0..300 {
-        known = a.shared().read_node(|n, _| {
-            n.volume_list()["volumes"].as_array().is_some_and(|v| v.iter().any(|x| x["id"] == vol.as_str()))
-        });
+        known =
+            a.shared().read_node(|n, _| n.volume_list().volumes.iter().any(|x| x.volume.id.as_str() == vol.as_str()));
         if known {
             break;
         }

@@ -62,9 +62,9 @@ pub fn drive_cluster(seed: u64, n: usize, policy: u32) -> Result<Harness, String
     wait_until(&mut h, 60_000, "every node knows every volume, the policy and a leader", |h| {
         Ok((0..n).all(|i| {
             h.read(i, |node, now| {
-                node.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == n
+                node.volume_list().volumes.len() == n
                     && node.meta_leader(now).is_some()
-                    && !node.policy_list()["policies"].as_array().is_none_or(|p| p.is_empty())
+                    && !node.policy_list().policies.is_empty()
             })
             .unwrap_or(false)
         }))

@@ -587,7 +587,7 @@ impl Harness {
                 meta_records: n.meta().state().len(),
                 pending: n.meta().pending_len(),
                 snapshots_adopted: n.meta().snapshots_adopted(),
-                meta_refused: n.meta().status(now)["refused"].as_u64().unwrap_or(0),
+                meta_refused: n.meta().status(now).refused,
                 settings: n
                     .meta()
                     .state()

@@ -4,6 +4,17 @@
 //! cluster-wide heartbeat interval changes the real heartbeat period on every node.
 
 use serde_json::{json, Value};
+
+/// A core result as the JSON the API answers with.
+trait Json {
+    fn json(&self) -> Value;
+}
+
+impl<T: serde::Serialize> Json for T {
+    fn json(&self) -> Value {
+        serde_json::to_value(self).expect("core results serialise")
+    }
+}
 use shoal_core::config::builtin;
 use shoal_core::config::resolve::Manifest;
 use shoal_sim::harness::Build;
@@ -98,19 +109,23 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
             && (0..2).all(|i| storage_of(h, i).get("rescan_every") == Some(&(json!(MIN45), "mesh".into())))
     });
     let renames = h.read(0, |n, _| n.config_renames()).unwrap();
-    let holding = renames["renames"][0]["nodesHolding"].as_array().map_or(0, |a| a.len());
-    assert_eq!(holding, 2, "nodes 0 and 1 hold the window open: {renames}");
+    let holding = renames.json()["renames"][0]["nodesHolding"].as_array().map_or(0, |a| a.len());
+    assert_eq!(holding, 2, "nodes 0 and 1 hold the window open: {renames:?}");
     // The rename's event is written by the config leader and reaches node 1 by replication.
     wait(&mut h, 10_000, "node 1 holds the rename's event", |h| {
-        h.read(1, |n, now| n.config_events(now)).unwrap()["events"].as_array().is_some_and(|e| !e.is_empty())
+        h.read(1, |n, now| n.config_events(now)).unwrap().json()["events"].as_array().is_some_and(|e| !e.is_empty())
     });
     let events = h.read(1, |n, now| n.config_events(now)).unwrap();
-    assert_eq!(events["events"].as_array().map_or(0, |e| e.len()), 1, "renamed is said once: {events}");
+    assert_eq!(events.json()["events"].as_array().map_or(0, |e| e.len()), 1, "renamed is said once: {events:?}");
     // The newest build's predefined list drops meta.keep_entries, which holds a value: it is
     // withheld, and the listing says why.
     let list = h.read(0, |n, _| n.config_list(&Default::default())).unwrap();
-    assert_eq!(list["predefinedFrom"], "0.1.0", "{}", list["withheld"]);
-    assert!(list["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"), "{}", list["withheld"]);
+    assert_eq!(list.json()["predefinedFrom"], "0.1.0", "{}", list.json()["withheld"]);
+    assert!(
+        list.json()["withheld"][0]["why"].as_str().unwrap().contains("meta.keep_entries"),
+        "{}",
+        list.json()["withheld"]
+    );
 
     // Steps 2 and 3: the others follow; each window closes; every node answers the new name.
     for i in [0, 1] {
@@ -122,7 +137,7 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     });
     wait(&mut h, 60_000, "every rename window is closed", |h| {
         h.read(0, |n, _| n.config_renames())
-            .is_some_and(|r| r["renames"][0]["nodesHolding"].as_array().is_some_and(|a| a.is_empty()))
+            .is_some_and(|r| r.json()["renames"][0]["nodesHolding"].as_array().is_some_and(|a| a.is_empty()))
     });
     wait(&mut h, 60_000, "every node resolves identical values", |h| identical_resolution(h).is_ok());
 
@@ -130,7 +145,7 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     // `retired` said per node; then the newest list is no longer withheld.
     wait(&mut h, 30_000, "the unread value is retiring", |h| {
         h.read(0, |n, _| n.config_retiring())
-            .is_some_and(|r| r["retiring"].as_array().is_some_and(|a| a.len() == 1 && a[0]["asks"] == 1))
+            .is_some_and(|r| r.json()["retiring"].as_array().is_some_and(|a| a.len() == 1 && a[0]["asks"] == 1))
     });
     let (s, v) = h
         .api(2, "POST /v1/config/retiring", Some(json!({"level": "mesh.meta.keep_entries", "action": "approve"})))
@@ -138,11 +153,18 @@ fn a_rename_across_a_rolling_upgrade_keeps_every_node_answering() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["nodes"].as_array().map(|a| a.len()), Some(3), "{v}");
     wait(&mut h, 30_000, "the newest build's predefined list is in force everywhere", |h| {
-        (0..3).all(|i| h.read(i, |n, _| n.config_list(&Default::default())["predefinedFrom"] == "0.2.0") == Some(true))
+        (0..3).all(|i| {
+            h.read(i, |n, _| n.config_list(&Default::default()).json()["predefinedFrom"] == "0.2.0") == Some(true)
+        })
     });
     let kinds = |h: &Harness| -> Vec<String> {
         let events = h.read(0, |n, now| n.config_events(now)).unwrap();
-        events["events"].as_array().unwrap().iter().filter_map(|e| e["event"].as_str().map(str::to_string)).collect()
+        events.json()["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["event"].as_str().map(str::to_string))
+            .collect()
     };
     wait(&mut h, 30_000, "retired is said for each node", |h| kinds(h).iter().filter(|k| *k == "retired").count() == 3);
     let k = kinds(&h);

@@ -36,9 +36,9 @@ fn drive_cluster(seed: u64, n: usize, policy: u32) -> Harness {
     wait(&mut h, 60_000, "every node knows every volume, the policy and a leader", |h| {
         (0..n).all(|i| {
             h.read(i, |node, now| {
-                node.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == n
+                node.volume_list().volumes.len() == n
                     && node.meta_leader(now).is_some()
-                    && !node.policy_list()["policies"].as_array().is_none_or(|p| p.is_empty())
+                    && !node.policy_list().policies.is_empty()
             })
             .unwrap_or(false)
         })
@@ -193,12 +193,8 @@ fn a_full_volume_takes_no_new_copy() {
     let vol_full = h.read(full, |n, _| n.local_volumes()[0].0.clone()).unwrap();
     wait(&mut h, 120_000, "every node sees the full volume as low on space", |h| {
         (0..4).all(|i| {
-            h.read(i, |n, _| {
-                n.volume_list()["volumes"]
-                    .as_array()
-                    .is_some_and(|vs| vs.iter().any(|v| v["id"] == json!(vol_full) && v["lowSpace"] == json!(true)))
-            })
-            .unwrap_or(false)
+            h.read(i, |n, _| n.volume_list().volumes.iter().any(|v| v.volume.id == vol_full && v.volume.low_space))
+                .unwrap_or(false)
         })
     });
     let mut acked = Acked::new();

@@ -31,6 +31,11 @@ impl Key {
     }
 }
 
+/// A scheduling weight: a number in [0, 1].
+fn weight(name: &'static str, default: f64, doc: &'static str) -> Key {
+    key(name, KeyType::Float, json!(default), doc).range(0.0, 1.0)
+}
+
 fn manifest(module: &str, keys: Vec<Key>) -> Manifest {
     Manifest {
         module: module.to_string(),
@@ -144,6 +149,20 @@ pub fn manifests() -> Vec<Manifest> {
                     .range(1.0, 100.0),
                 key("give_up", Duration, json!(H), "how long a file waits after backoff_failures_max failures")
                     .range(1_000.0, 30.0 * D as f64),
+            ],
+        ),
+        manifest(
+            "scheduling",
+            vec![
+                weight("weight.locality", 0.45, "share of the work's input bytes already on the node"),
+                weight("weight.cpu", 0.20, "free CPU from the node's health report"),
+                weight("weight.memory", 0.10, "free memory from the node's health report"),
+                weight("weight.disk", 0.05, "largest free fraction among the node's volumes"),
+                weight("weight.queue", 0.10, "penalty for queued work, full at 8 items"),
+                weight("weight.latency", 0.05, "penalty for the round trip, full at 1000 ms"),
+                weight("weight.health", 0.05, "penalty when the node is DEGRADED"),
+                weight("weight.features", 0.10, "optional features a job prefers"),
+                weight("weight.diversity", 0.05, "how far a new copy sits from the existing ones"),
             ],
         ),
     ]

@@ -3,28 +3,94 @@
 
 use super::*;
 
+/// `GET /v1/status`: this node and its cluster as it sees them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub in_cluster: bool,
+    pub id: Option<ClusterId>,
+    pub name: Option<String>,
+    pub created: Option<u64>,
+    pub node: NodeId,
+    pub node_name: String,
+    pub advertise_url: String,
+    pub version: String,
+    /// Members not removed.
+    pub members: usize,
+    /// How many members are in each state.
+    pub states: BTreeMap<&'static str, usize>,
+}
+
+/// A join token just made: the only time its secret is shown.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewToken {
+    pub token: String,
+    pub id: TokenId,
+    pub expires: u64,
+    pub max_uses: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenList {
+    pub tokens: Vec<TokenRecord>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenRevoked {
+    pub revoked: TokenId,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdminStateSet {
+    pub node: NodeId,
+    pub admin_state: &'static str,
+    pub state: NodeState,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeRemoved {
+    pub removed: NodeId,
+}
+
+/// This node left `left` and told `told` members.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LeftCluster {
+    pub left: ClusterId,
+    pub told: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConfigured {
+    pub node: NodeId,
+    pub name: String,
+    pub advertise_url: String,
+}
+
 impl Node {
-    pub fn status(&self, wall: Millis) -> Value {
+    pub fn status(&self, wall: Millis) -> NodeStatus {
         let now = self.clock.peek(wall);
         let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
         for r in self.members.records().filter(|r| !r.removed) {
             *states.entry(self.members.state(&r.id, now).as_str()).or_default() += 1;
         }
-        json!({
-            "inCluster": self.cluster.is_some(),
-            "id": self.cluster.as_ref().map(|c| c.id.clone()),
-            "name": self.cluster.as_ref().map(|c| c.name.clone()),
-            "created": self.cluster.as_ref().map(|c| c.created),
-            "node": self.id,
-            "nodeName": self.me.name,
-            "advertiseUrl": self.me.advertise_url,
-            "version": self.me.software_version,
-            "members": self.members.records().filter(|r| !r.removed).count(),
-            "states": states,
-        })
+        NodeStatus {
+            in_cluster: self.cluster.is_some(),
+            id: self.cluster.as_ref().map(|c| c.id.clone()),
+            name: self.cluster.as_ref().map(|c| c.name.clone()),
+            created: self.cluster.as_ref().map(|c| c.created),
+            node: self.id.clone(),
+            node_name: self.me.name.clone(),
+            advertise_url: self.me.advertise_url.clone(),
+            version: self.me.software_version.clone(),
+            members: self.members.records().filter(|r| !r.removed).count(),
+            states,
+        }
     }
 
-    pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<Value, ApiError> {
+    pub fn create_cluster(&mut self, wall: Millis, name: &str) -> Result<NodeStatus, ApiError> {
         let now = self.advance_clocks(wall);
         if let Some(c) = &self.cluster {
             return Err(ApiError::conflict(
@@ -58,22 +124,27 @@ impl Node {
         Ok(self.status(wall))
     }
 
-    pub fn new_token(&mut self, now: Millis, ttl_hours: Option<u64>, max_uses: Option<u64>) -> Result<Value, ApiError> {
+    pub fn new_token(
+        &mut self,
+        now: Millis,
+        ttl_hours: Option<u64>,
+        max_uses: Option<u64>,
+    ) -> Result<NewToken, ApiError> {
         let c = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
         let url = (!self.me.advertise_url.is_empty()).then_some(self.me.advertise_url.as_str());
         let (token, rec) = self.tokens.create(now, ttl_hours, max_uses, &c.id, &c.name, url, &mut self.rng)?;
         self.persist(PersistOp::PutToken(rec.clone()));
-        Ok(json!({"token": token.encode(), "id": rec.id, "expires": rec.expires, "maxUses": rec.max_uses}))
+        Ok(NewToken { token: token.encode(), id: rec.id, expires: rec.expires, max_uses: rec.max_uses })
     }
 
-    pub fn list_tokens(&self) -> Value {
-        json!({"tokens": self.tokens.list().collect::<Vec<_>>()})
+    pub fn list_tokens(&self) -> TokenList {
+        TokenList { tokens: self.tokens.list().cloned().collect() }
     }
 
-    pub fn revoke_token(&mut self, id: &str) -> Result<Value, ApiError> {
+    pub fn revoke_token(&mut self, id: &str) -> Result<TokenRevoked, ApiError> {
         let rec = self.tokens.revoke(&TokenId::new(id))?;
         self.persist(PersistOp::PutToken(rec.clone()));
-        Ok(json!({"revoked": rec.id}))
+        Ok(TokenRevoked { revoked: rec.id })
     }
 
     pub(super) fn known_peer(&self, id: &str) -> Result<NodeId, ApiError> {
@@ -88,7 +159,7 @@ impl Node {
         }
     }
 
-    pub fn set_admin_state(&mut self, wall: Millis, id: &str, state: AdminState) -> Result<Value, ApiError> {
+    pub fn set_admin_state(&mut self, wall: Millis, id: &str, state: AdminState) -> Result<AdminStateSet, ApiError> {
         let now = self.advance_clocks(wall);
         let id = self.known_peer(id)?;
         let v = self.hlc.next(wall);
@@ -98,10 +169,11 @@ impl Node {
         let rec = rec.clone();
         self.persist(PersistOp::PutRecord(Box::new(rec)));
         self.push_members(wall, now);
-        Ok(json!({"node": id, "adminState": state.as_str(), "state": self.members.state(&id, now)}))
+        let state_now = self.members.state(&id, now);
+        Ok(AdminStateSet { node: id, admin_state: state.as_str(), state: state_now })
     }
 
-    pub fn remove_node(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+    pub fn remove_node(&mut self, wall: Millis, id: &str) -> Result<NodeRemoved, ApiError> {
         let now = self.advance_clocks(wall);
         let id = self.known_peer(id)?;
         if id == self.id {
@@ -137,10 +209,10 @@ impl Node {
                 }));
             }
         }
-        Ok(json!({"removed": id}))
+        Ok(NodeRemoved { removed: id })
     }
 
-    pub fn leave(&mut self, wall: Millis) -> Result<Value, ApiError> {
+    pub fn leave(&mut self, wall: Millis) -> Result<LeftCluster, ApiError> {
         let now = self.advance_clocks(wall);
         let cluster = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
         let v = self.hlc.next(wall);
@@ -156,7 +228,7 @@ impl Node {
             self.new_request(wall, now, p, "POST", "/cluster/acn/leave", body.clone(), Purpose::Push);
         }
         self.wipe_cluster();
-        Ok(json!({"left": cluster.id, "told": peers.len()}))
+        Ok(LeftCluster { left: cluster.id, told: peers.len() })
     }
 
     /// Change this node's name or advertised URL; re-signs its record and tells the cluster.
@@ -165,7 +237,7 @@ impl Node {
         wall: Millis,
         name: Option<&str>,
         advertise_url: Option<&str>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<NodeConfigured, ApiError> {
         let now = self.advance_clocks(wall);
         if let Some(n) = name {
             let n = n.trim();
@@ -182,7 +254,11 @@ impl Node {
             self.me.advertise_url = u.to_string();
         }
         self.refresh_own_record(wall, now);
-        Ok(json!({"node": self.id, "name": self.me.name, "advertiseUrl": self.me.advertise_url}))
+        Ok(NodeConfigured {
+            node: self.id.clone(),
+            name: self.me.name.clone(),
+            advertise_url: self.me.advertise_url.clone(),
+        })
     }
 
     /// First half of joining: check the token and make the request to send to its issuer.
@@ -203,21 +279,18 @@ impl Node {
     }
 
     /// Second half of joining: adopt the issuer's answer.
-    pub fn finish_join(&mut self, wall: Millis, status: u16, body: &[u8]) -> Result<Value, ApiError> {
+    pub fn finish_join(&mut self, wall: Millis, answer: &PeerAnswer) -> Result<NodeStatus, ApiError> {
         let now = self.advance_clocks(wall);
         let t = self.pending_join.take().ok_or_else(|| ApiError::conflict("no_join", "no join in progress"))?;
         if self.cluster.is_some() {
             return Err(ApiError::conflict("in_cluster", "this node joined a cluster meanwhile"));
         }
-        let v: Value = serde_json::from_slice(body)
+        let v: Value = serde_json::from_slice(&answer.body)
             .map_err(|_| ApiError::peer_failed("bad_issuer_reply", "the issuer's answer is not JSON"))?;
-        if status != 200 {
+        if let Some(refused) = answer.refused {
             let msg = v.pointer("/error/message").and_then(|m| m.as_str()).unwrap_or("join refused");
-            let kind = match status {
-                400 => ErrorKind::Invalid,
-                403 => ErrorKind::Forbidden,
-                404 => ErrorKind::NotFound,
-                409 => ErrorKind::Conflict,
+            let kind = match refused {
+                ErrorKind::Invalid | ErrorKind::Forbidden | ErrorKind::NotFound | ErrorKind::Conflict => refused,
                 _ => ErrorKind::PeerFailed,
             };
             return Err(ApiError::new(kind, "join_refused", format!("the issuer refused the join: {msg}")));

@@ -4,6 +4,13 @@ use super::Node;
 use crate::time::Millis;
 use serde_json::{json, Value};
 
+/// `GET /v1/audit`: admin acts, newest first, each as recorded (`at`, `node`, `account`, `act`,
+/// `status`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AuditList {
+    pub audit: Vec<Value>,
+}
+
 /// Settings keys of the cluster's audit log of admin acts.
 pub const AUDIT_PREFIX: &str = "config/audit/";
 
@@ -18,11 +25,11 @@ impl Node {
     }
 
     /// The audit log, newest first (at most `limit`).
-    pub fn audit_list(&self, limit: usize) -> Value {
+    pub fn audit_list(&self, limit: usize) -> AuditList {
         let mut all: Vec<(crate::hlc::Version, Value)> =
             self.config_settings(AUDIT_PREFIX).map(|s| (s.version.clone(), s.value.clone())).collect();
         all.sort_by(|a, b| b.0.cmp(&a.0));
         all.truncate(limit);
-        json!({ "audit": all.into_iter().map(|(_, v)| v).collect::<Vec<_>>() })
+        AuditList { audit: all.into_iter().map(|(_, v)| v).collect() }
     }
 }

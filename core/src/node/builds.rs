@@ -7,8 +7,46 @@ use crate::config::resolve::Level;
 use crate::config::{self, builtin};
 use crate::meta::records::{Record, RecordKind, Setting};
 use crate::time::Millis;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// `module install`: the module kept and how many keys it declares.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModuleInstalled {
+    pub module: String,
+    pub keys: usize,
+}
+
+/// `module place` / `unplace`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModulePlaced {
+    pub module: String,
+    pub node: String,
+    pub placed: bool,
+}
+
+/// Where a module runs: a built-in one on every node, a user module on the nodes it is placed on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PlacedOn {
+    Every(&'static str),
+    Nodes(Vec<String>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleView {
+    pub module: String,
+    pub builtin: bool,
+    pub keys: usize,
+    pub placed_on: PlacedOn,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModuleList {
+    pub modules: Vec<ModuleView>,
+}
 
 impl Node {
     /// Installed user modules' manifests.
@@ -30,16 +68,26 @@ impl Node {
     }
 
     /// `module install`: keep a user module's manifest (checked, defaults typed) cluster-wide.
-    pub fn module_install(&mut self, wall: Millis, m: &crate::config::resolve::Manifest) -> Result<Value, ApiError> {
+    pub fn module_install(
+        &mut self,
+        wall: Millis,
+        m: &crate::config::resolve::Manifest,
+    ) -> Result<ModuleInstalled, ApiError> {
         self.in_cluster()?;
         let checked = crate::config::check_manifest(m, &self.predefined_in_force().0).map_err(api)?;
         let key = format!("{}{}", crate::config::MODULE_PREFIX, checked.module);
         self.put_setting(wall, key, Some(json!(checked)));
-        Ok(json!({ "module": checked.module, "keys": checked.keys.len() }))
+        Ok(ModuleInstalled { keys: checked.keys.len(), module: checked.module })
     }
 
     /// `module place` / `unplace`: run (or stop running) a user module on a member.
-    pub fn module_place(&mut self, wall: Millis, module: &str, node: &str, place: bool) -> Result<Value, ApiError> {
+    pub fn module_place(
+        &mut self,
+        wall: Millis,
+        module: &str,
+        node: &str,
+        place: bool,
+    ) -> Result<ModulePlaced, ApiError> {
         self.in_cluster()?;
         if !self.user_manifests().iter().any(|m| m.module == module) {
             return Err(ApiError::not_found("unknown_module", format!("no module {module:?} is installed")));
@@ -52,21 +100,31 @@ impl Node {
         let key = format!("{}{module}/{node}", crate::config::PLACEMENT_PREFIX);
         let setting = Setting { key, value: Value::Bool(place), removed: !place, version };
         self.submit_record(wall, Record::Setting(setting));
-        Ok(json!({ "module": module, "node": node, "placed": place }))
+        Ok(ModulePlaced { module: module.to_string(), node: node.to_string(), placed: place })
     }
 
     /// `module list`: built-in and installed modules, where each runs.
-    pub fn module_list(&self) -> Value {
+    pub fn module_list(&self) -> ModuleList {
         let placements = self.user_placements();
-        let mut out: Vec<Value> = builtin::manifests()
+        let mut modules: Vec<ModuleView> = builtin::manifests()
             .into_iter()
-            .map(|m| json!({"module": m.module, "builtin": true, "keys": m.keys.len(), "placedOn": "every node"}))
+            .map(|m| ModuleView {
+                keys: m.keys.len(),
+                module: m.module,
+                builtin: true,
+                placed_on: PlacedOn::Every("every node"),
+            })
             .collect();
         for m in self.user_manifests() {
             let on: Vec<String> = placements.get(&m.module).into_iter().flatten().map(|n| n.to_string()).collect();
-            out.push(json!({"module": m.module, "builtin": false, "keys": m.keys.len(), "placedOn": on}));
+            modules.push(ModuleView {
+                keys: m.keys.len(),
+                module: m.module,
+                builtin: false,
+                placed_on: PlacedOn::Nodes(on),
+            });
         }
-        json!({ "modules": out })
+        ModuleList { modules }
     }
 }
 

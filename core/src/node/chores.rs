@@ -118,11 +118,19 @@ impl Node {
     /// Leader: one planner pass. Copies to re-label are marked, and each task is granted its
     /// lease and handed to the shell to send ([`Output::ReplDispatch`]).
     fn plan_pass(&mut self, wall: Millis, term: u64) {
+        self.gather_latency(wall);
         let in_flight = self.repl_in_flight();
         let plan = {
             let nodes = self.planner_nodes(wall);
             let backoff = self.repl_backoffs();
-            let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff };
+            let scoring = self.planner_scoring(wall);
+            let input = PlanInput {
+                now_ms: wall.0,
+                nodes: &nodes,
+                in_flight: &in_flight,
+                backoff: &backoff,
+                scoring: &scoring,
+            };
             planner::plan(self.meta.state(), &input, &self.planner_config())
         };
         self.repl_stats.passes += 1;

@@ -5,17 +5,94 @@
 
 pub use super::audit::AUDIT_PREFIX;
 pub use super::config_pass::CONFIG_EVERY_MS;
-pub use super::config_windows::Retiring;
 use super::{ApiError, Node};
+use crate::config::resolve::{Change, Source};
 use crate::config::resolve::{Level, Resolved, Resolver};
+use crate::config::types::KeyType;
 use crate::config::{
     self, builtin, ConfigError, Entry, HistoryEntry, Proposal, ProposalStatus, HISTORY_PREFIX, PROPOSAL_PREFIX,
     VALUE_PREFIX,
 };
 use crate::meta::records::{Record, RecordKind, Setting};
 use crate::time::Millis;
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// `config list`: stored values (with who, why, when), resolved values with their source,
+/// modules that could not be resolved and why, and the predefined keys in force.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigList {
+    pub values: Vec<Entry>,
+    pub resolved: Vec<ResolvedView>,
+    pub unresolved: Vec<Unresolved>,
+    pub predefined: Vec<PredefinedKey>,
+    /// The build the predefined keys come from.
+    pub predefined_from: String,
+    pub withheld: Vec<WithheldBuild>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResolvedView {
+    pub node: crate::NodeId,
+    pub module: String,
+    pub key: String,
+    pub value: Option<Value>,
+    pub source: Source,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Unresolved {
+    pub node: crate::NodeId,
+    pub module: String,
+    pub why: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PredefinedKey {
+    pub key: String,
+    #[serde(rename = "type")]
+    pub ty: KeyType,
+    pub default: Option<Value>,
+    pub trusted: bool,
+    pub doc: String,
+}
+
+/// A build whose predefined keys are not in force, and why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WithheldBuild {
+    pub build: String,
+    pub why: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigHistory {
+    pub history: Vec<HistoryEntry>,
+}
+
+/// A value written (or cleared) at a level, and the resolved values it moved.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigWritten {
+    pub level: String,
+    pub value: Option<Value>,
+    pub previous: Option<Value>,
+    pub approved: Option<config::Approval>,
+    pub moved: Vec<Change>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProposalList {
+    pub proposals: Vec<Proposal>,
+}
+
+/// `config approve` / `decline`: a declined proposal, or the approved one and what it set.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ProposalAnswered {
+    Declined(Proposal),
+    Approved { proposal: Proposal, result: ConfigWritten },
+}
 
 pub(super) fn api(e: ConfigError) -> ApiError {
     ApiError::new(e.kind(), e.code(), e.to_string())
@@ -114,39 +191,34 @@ impl Node {
 
     /// `config list`: stored values (with who, why, when), resolved values with their source,
     /// modules that could not be resolved and why, and the predefined keys.
-    pub fn config_list(&self, f: &ConfigFilter) -> Value {
-        let values: Vec<Value> = self
-            .config_entries()
-            .into_iter()
-            .filter(|(l, _)| f.level(l))
-            .map(|(_, e)| serde_json::to_value(e).expect("serialise"))
-            .collect();
+    pub fn config_list(&self, f: &ConfigFilter) -> ConfigList {
+        let values = self.config_entries().into_iter().filter(|(l, _)| f.level(l)).map(|(_, e)| e).collect();
         let r = self.config_resolver();
-        let resolved: Vec<Value> = r
+        let resolved = r
             .resolved()
             .iter()
             .filter(|((n, m, k), _)| f.slot(n.as_str(), m, k))
-            .map(|((n, m, k), v)| json!({"node": n, "module": m, "key": k, "value": v.value, "source": v.source}))
+            .map(|((n, m, k), v)| ResolvedView {
+                node: n.clone(),
+                module: m.clone(),
+                key: k.clone(),
+                value: v.value.clone(),
+                source: v.source,
+            })
             .collect();
-        let unresolved: Vec<Value> =
-            r.unresolved().iter().map(|((n, m), why)| json!({"node": n, "module": m, "why": why})).collect();
-        let predefined: Vec<Value> = self
-            .predefined_in_force()
-            .0
+        let unresolved = r
+            .unresolved()
+            .iter()
+            .map(|((n, m), why)| Unresolved { node: n.clone(), module: m.clone(), why: why.clone() })
+            .collect();
+        let (declared, from, withheld) = self.predefined_in_force();
+        let predefined = declared
             .into_iter()
             .filter(|d| f.key.as_ref().is_none_or(|k| &d.name == k))
-            .map(|d| json!({"key": d.name, "type": d.ty, "default": d.default, "trusted": d.trusted, "doc": d.doc}))
+            .map(|d| PredefinedKey { key: d.name, ty: d.ty, default: d.default, trusted: d.trusted, doc: d.doc })
             .collect();
-        let (_, from, withheld) = self.predefined_in_force();
-        let withheld: Vec<Value> = withheld.into_iter().map(|(b, why)| json!({"build": b, "why": why})).collect();
-        json!({
-            "values": values,
-            "resolved": resolved,
-            "unresolved": unresolved,
-            "predefined": predefined,
-            "predefinedFrom": from,
-            "withheld": withheld,
-        })
+        let withheld = withheld.into_iter().map(|(build, why)| WithheldBuild { build, why }).collect();
+        ConfigList { values, resolved, unresolved, predefined, predefined_from: from, withheld }
     }
 
     /// This node's resolved values: module -> key -> (value, source).
@@ -183,7 +255,7 @@ impl Node {
         account: &str,
         approved: Option<config::Approval>,
         action: &str,
-    ) -> Value {
+    ) -> ConfigWritten {
         let mut r = self.config_resolver();
         let previous = r.value(level).cloned();
         let changes = r.set(level.clone(), value.clone());
@@ -214,13 +286,7 @@ impl Node {
             },
         );
         self.event(super::Event::ConfigChanged { level: level.name(), moved: moved.len() });
-        json!({
-            "level": level.name(),
-            "value": value,
-            "previous": previous,
-            "approved": approved,
-            "moved": changes.iter().map(|c| json!({"node": c.node, "module": c.module, "key": c.key, "from": c.from, "to": c.to})).collect::<Vec<_>>(),
-        })
+        ConfigWritten { level: level.name(), value, previous, approved, moved: changes }
     }
 
     /// `config set` / `config clear` (an admin's direct act): one level, a reason, a declared
@@ -232,7 +298,7 @@ impl Node {
         input: Option<&Value>,
         why: &str,
         account: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ConfigWritten, ApiError> {
         self.in_cluster()?;
         let r = self.config_resolver();
         let value = config::judge(&self.predefined_in_force().0, &r, level, input, why, true).map_err(api)?;
@@ -241,7 +307,7 @@ impl Node {
     }
 
     /// `config history`, newest first, narrowed like a list.
-    pub fn config_history(&self, f: &ConfigFilter, limit: usize) -> Value {
+    pub fn config_history(&self, f: &ConfigFilter, limit: usize) -> ConfigHistory {
         // Newest first by the record's version (an HLC: ordered even within one millisecond).
         let mut entries: Vec<(crate::hlc::Version, HistoryEntry)> = self
             .config_settings(HISTORY_PREFIX)
@@ -250,8 +316,7 @@ impl Node {
             .collect();
         entries.sort_by(|a, b| b.0.cmp(&a.0));
         entries.truncate(limit);
-        let entries: Vec<HistoryEntry> = entries.into_iter().map(|(_, h)| h).collect();
-        json!({ "history": entries })
+        ConfigHistory { history: entries.into_iter().map(|(_, h)| h).collect() }
     }
 
     /// Proposals with their record's version (an HLC: ordered within one millisecond too).
@@ -279,7 +344,7 @@ impl Node {
         input: Option<&Value>,
         why: &str,
         account: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Proposal, ApiError> {
         self.in_cluster()?;
         let r = self.config_resolver();
         let value = config::judge(&self.predefined_in_force().0, &r, level, input, why, false).map_err(api)?;
@@ -302,11 +367,11 @@ impl Node {
             answered_at: None,
         };
         self.put_proposal(wall, &p);
-        Ok(json!(p))
+        Ok(p)
     }
 
-    /// `config proposals`, newest first (expired ones say so), or one whole.
-    pub fn config_proposals(&self, wall: Millis, id: Option<&str>) -> Result<Value, ApiError> {
+    /// `config proposals`, newest first (expired ones say so).
+    pub fn config_proposals(&self, wall: Millis) -> ProposalList {
         let mut all: Vec<(crate::hlc::Version, Proposal)> = self
             .proposals_versioned()
             .into_iter()
@@ -319,15 +384,16 @@ impl Node {
             .collect();
         // Newest first: by when proposed, then by the record's version.
         all.sort_by(|a, b| b.1.at.cmp(&a.1.at).then_with(|| b.0.cmp(&a.0)));
-        let all: Vec<Proposal> = all.into_iter().map(|(_, p)| p).collect();
-        match id {
-            Some(id) => all
-                .into_iter()
-                .find(|p| p.id == id)
-                .map(|p| json!(p))
-                .ok_or_else(|| ApiError::not_found("unknown_proposal", format!("no proposal {id}"))),
-            None => Ok(json!({ "proposals": all })),
-        }
+        ProposalList { proposals: all.into_iter().map(|(_, p)| p).collect() }
+    }
+
+    /// One proposal, whole (an expired one says so).
+    pub fn config_proposal(&self, wall: Millis, id: &str) -> Result<Proposal, ApiError> {
+        self.config_proposals(wall)
+            .proposals
+            .into_iter()
+            .find(|p| p.id == id)
+            .ok_or_else(|| ApiError::not_found("unknown_proposal", format!("no proposal {id}")))
     }
 
     /// `config approve` / `config decline`. An approve binds the proposal as the admin saw it
@@ -340,7 +406,7 @@ impl Node {
         approve: bool,
         seen: Option<(Option<Value>, Option<Value>)>,
         account: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ProposalAnswered, ApiError> {
         self.in_cluster()?;
         let now_stored = self
             .proposals()
@@ -365,7 +431,7 @@ impl Node {
                 ..now_stored
             };
             self.put_proposal(wall, &declined);
-            return Ok(json!(declined));
+            return Ok(ProposalAnswered::Declined(declined));
         }
         let r = self.config_resolver();
         config::check_approve(&as_seen, &now_stored, r.value(&level), wall.0).map_err(api)?;
@@ -383,7 +449,7 @@ impl Node {
             ..now_stored
         };
         self.put_proposal(wall, &approved);
-        Ok(json!({ "proposal": approved, "result": result }))
+        Ok(ProposalAnswered::Approved { proposal: approved, result })
     }
 
     /// A resolved value of this node as a number (durations in ms, sizes in bytes).

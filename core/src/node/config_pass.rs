@@ -198,4 +198,19 @@ impl Node {
         }
         c
     }
+
+    /// The scheduling weights as this node resolves them (`scheduling.weight.*`; a key a
+    /// record's build never knew keeps its shipped value).
+    pub fn sched_weights(&self) -> crate::sched::Weights {
+        let own = self.config_resolved_own();
+        let mut w = crate::sched::Weights::default();
+        if let Some(keys) = own.get("scheduling") {
+            for name in crate::sched::Weights::NAMES {
+                if let Some(v) = keys.get(&format!("weight.{name}")).and_then(|r| r.value.as_ref()?.as_f64()) {
+                    w.set(name, v);
+                }
+            }
+        }
+        w
+    }
 }

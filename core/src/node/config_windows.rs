@@ -24,13 +24,65 @@ pub(super) struct Window {
 /// Something an operator should look at.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Finding {
-    kind: String,
-    level: String,
-    to: String,
-    node: String,
-    since: u64,
-    why: String,
+pub struct Finding {
+    /// `rename-refused`, `rename-window-held`, `retirement-held`, `retiring-unanswered`.
+    pub kind: String,
+    pub level: String,
+    pub to: String,
+    pub node: String,
+    pub since: u64,
+    pub why: String,
+}
+
+/// `config findings`: conditions held seven days, and those still younger under `pending`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Findings {
+    pub findings: Vec<Finding>,
+    pub pending: Vec<Finding>,
+}
+
+/// A node holding a rename window open, since when.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WindowHolder {
+    pub node: String,
+    pub since: u64,
+}
+
+/// One rename a build declares.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenameView {
+    pub module: String,
+    pub from: String,
+    pub to: String,
+    pub trusted: bool,
+    pub open: bool,
+    pub nodes_holding: Vec<WindowHolder>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RenameList {
+    pub renames: Vec<RenameView>,
+}
+
+/// Config events (`renamed`, `retired`) of the last seven days, newest first, as recorded.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ConfigEvents {
+    pub events: Vec<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RetiringList {
+    pub retiring: Vec<Retiring>,
+}
+
+/// `config retiring approve|ask|cancel`: the value retired (on which nodes, what the write
+/// moved), or the retiring record as it now stands.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum RetireAnswered {
+    Retired { retired: String, nodes: Vec<String>, result: super::config::ConfigWritten },
+    Retiring(Retiring),
 }
 
 impl Node {
@@ -177,28 +229,35 @@ impl Node {
     }
 
     /// `config renames`: every rename the builds declare, with the nodes holding its window open.
-    pub fn config_renames(&self) -> Value {
+    pub fn config_renames(&self) -> RenameList {
         let builds = self.published_builds();
         let user = self.user_manifests();
         let windows: Vec<Window> =
             self.config_records::<Window>(config::WINDOW_PREFIX).into_iter().map(|(_, w)| w).collect();
-        let list: Vec<Value> = config::renames(&builds, &user)
+        let renames = config::renames(&builds, &user)
             .into_iter()
             .map(|r| {
-                let holding: Vec<Value> = windows
+                let holding: Vec<WindowHolder> = windows
                     .iter()
                     .filter(|w| w.module == r.module && w.from == r.from)
-                    .map(|w| json!({"node": w.node, "since": w.since}))
+                    .map(|w| WindowHolder { node: w.node.clone(), since: w.since })
                     .collect();
-                json!({"module": r.module, "from": r.from, "to": r.to, "trusted": r.trusted, "open": !holding.is_empty(), "nodesHolding": holding})
+                RenameView {
+                    module: r.module,
+                    from: r.from,
+                    to: r.to,
+                    trusted: r.trusted,
+                    open: !holding.is_empty(),
+                    nodes_holding: holding,
+                }
             })
             .collect();
-        json!({ "renames": list })
+        RenameList { renames }
     }
 
     /// `config findings`: conditions held seven days (`rename-refused`, `rename-window-held`,
     /// naming the node), and the same conditions still younger than that under `pending`.
-    pub fn config_findings(&self, wall: Millis) -> Value {
+    pub fn config_findings(&self, wall: Millis) -> Findings {
         let mut all: Vec<Finding> =
             self.config_records::<Finding>(config::FINDING_PREFIX).into_iter().map(|(_, f)| f).collect();
         for (_, w) in self.config_records::<Window>(config::WINDOW_PREFIX) {
@@ -242,11 +301,11 @@ impl Node {
         }
         let (held, pending): (Vec<Finding>, Vec<Finding>) =
             all.into_iter().partition(|f| f.since + config::SEVEN_DAYS_MS <= wall.0);
-        json!({ "findings": held, "pending": pending })
+        Findings { findings: held, pending }
     }
 
     /// Config events (`renamed`) of the last seven days, newest first.
-    pub fn config_events(&self, wall: Millis) -> Value {
+    pub fn config_events(&self, wall: Millis) -> ConfigEvents {
         let mut events: Vec<Value> = self
             .config_records::<Value>(config::EVENT_PREFIX)
             .into_iter()
@@ -254,7 +313,7 @@ impl Node {
             .filter(|e| e["at"].as_u64().is_some_and(|at| at + config::SEVEN_DAYS_MS >= wall.0))
             .collect();
         events.sort_by(|a, b| b["at"].as_u64().cmp(&a["at"].as_u64()));
-        json!({ "events": events })
+        ConfigEvents { events }
     }
 }
 
@@ -368,10 +427,10 @@ impl Node {
     }
 
     /// `config retiring`: values no build reads any more, asked about for removal.
-    pub fn config_retiring(&self) -> Value {
-        let list: Vec<Retiring> =
-            self.config_records::<Retiring>(config::RETIRE_PREFIX).into_iter().map(|(_, r)| r).collect();
-        json!({ "retiring": list })
+    pub fn config_retiring(&self) -> RetiringList {
+        RetiringList {
+            retiring: self.config_records::<Retiring>(config::RETIRE_PREFIX).into_iter().map(|(_, r)| r).collect(),
+        }
     }
 
     /// Answer or handle a retiring value: `approve` removes it (`retired` said per node that
@@ -382,7 +441,7 @@ impl Node {
         level_name: &str,
         action: &str,
         account: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<RetireAnswered, ApiError> {
         self.in_cluster()?;
         let key = format!("{}{level_name}", config::RETIRE_PREFIX);
         let Some(mut r) = self
@@ -412,18 +471,18 @@ impl Node {
                         json!({"event": "retired", "level": level_name, "node": node, "at": wall.0}),
                     );
                 }
-                Ok(json!({ "retired": level_name, "nodes": nodes, "result": result }))
+                Ok(RetireAnswered::Retired { retired: level_name.to_string(), nodes, result })
             }
             "ask" => {
                 r.asks += 1;
                 r.status = "asked".into();
                 self.put_setting(wall, key, Some(json!(r)));
-                Ok(json!(r))
+                Ok(RetireAnswered::Retiring(r))
             }
             "cancel" => {
                 r.status = "cancelled".into();
                 self.put_setting(wall, key, Some(json!(r)));
-                Ok(json!(r))
+                Ok(RetireAnswered::Retiring(r))
             }
             other => Err(ApiError::invalid("bad_action", format!("{other:?}: approve, ask or cancel"))),
         }

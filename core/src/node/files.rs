@@ -24,7 +24,7 @@ use crate::storage::planner::Backoff;
 use crate::storage::transfer;
 use crate::time::Millis;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 
 /// Every copy is re-checked at least this often (issue 4 "Scrubbing": 14 days).
@@ -79,14 +79,44 @@ fn bad_path(e: impl ToString) -> ApiError {
 }
 
 /// What a move did: the records it moved (files and folders) and each file's old and new path
-/// with its copies on disk, so the caller renames those without deriving paths again.
-#[derive(Clone, Debug, PartialEq)]
+/// with its copies on disk, so the caller renames those without deriving paths again. The API
+/// answers `{from, to, moved}`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Moved {
     pub from: String,
     pub to: String,
     /// Records moved (files and folder records).
+    #[serde(rename = "moved")]
     pub records: usize,
+    #[serde(skip)]
     pub files: Vec<MovedFile>,
+}
+
+/// A file just published.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Published {
+    pub path: String,
+    pub id: FileId,
+    pub size: u64,
+    pub checksum: String,
+    /// Copies written.
+    pub copies: usize,
+    /// Copies its policy wants.
+    pub wanted: u32,
+}
+
+/// `mkdir`: `created` is false when the folder was there already.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FolderMade {
+    pub path: String,
+    pub created: bool,
+}
+
+/// `rm`: how many records (files and folders) got tombstones.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FilesRemoved {
+    pub path: String,
+    pub removed: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -95,13 +125,6 @@ pub struct MovedFile {
     pub to: String,
     /// Its copies on disk: (volume, node).
     pub copies: Vec<(VolumeId, NodeId)>,
-}
-
-impl Moved {
-    /// The API's answer: `{from, to, moved}`.
-    pub fn to_json(&self) -> Value {
-        json!({ "from": self.from, "to": self.to, "moved": self.records })
-    }
 }
 
 impl Node {
@@ -228,7 +251,7 @@ impl Node {
         checksum: &str,
         mod_time: u64,
         copies: &[(VolumeId, NodeId)],
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Published, ApiError> {
         let target = self.file_put_target(path)?;
         transfer::check_checksum(checksum).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
         if copies.is_empty() {
@@ -294,17 +317,22 @@ impl Node {
         let mut out = record.clone();
         out.canonicalize_locations();
         self.submit_record(wall, Record::File(record));
-        Ok(
-            json!({ "path": out.path, "id": out.id, "size": size, "checksum": out.checksum, "copies": copies.len(), "wanted": target.wanted }),
-        )
+        Ok(Published {
+            path: out.path,
+            id: out.id,
+            size,
+            checksum: out.checksum,
+            copies: copies.len(),
+            wanted: target.wanted,
+        })
     }
 
     /// `mkdir`: an explicit folder record (a folder that exists already is fine).
-    pub fn file_mkdir(&mut self, wall: Millis, path: &str) -> Result<Value, ApiError> {
+    pub fn file_mkdir(&mut self, wall: Millis, path: &str) -> Result<FolderMade, ApiError> {
         self.in_cluster()?;
         let p = normalize(path).map_err(bad_path)?;
         if self.is_folder(&p) {
-            return Ok(json!({ "path": p, "created": false }));
+            return Ok(FolderMade { path: p, created: false });
         }
         if self.live_file(&p).is_some() {
             return Err(ApiError::conflict("exists", format!("cluster:{p} is a file")));
@@ -329,7 +357,7 @@ impl Node {
             repl: None,
         };
         self.submit_record(wall, Record::File(record));
-        Ok(json!({ "path": p, "created": true }))
+        Ok(FolderMade { path: p, created: true })
     }
 
     /// Live records at `p` and below it (the folder itself first when it has a record).
@@ -349,7 +377,7 @@ impl Node {
 
     /// `rm [-r]`: tombstones for the file, or the folder and (with `recursive`) all below it.
     /// Each node then deletes its own copies (see [`Node::disk_actions`]).
-    pub fn file_remove(&mut self, wall: Millis, path: &str, recursive: bool) -> Result<Value, ApiError> {
+    pub fn file_remove(&mut self, wall: Millis, path: &str, recursive: bool) -> Result<FilesRemoved, ApiError> {
         self.in_cluster()?;
         let p = normalize(path).map_err(bad_path)?;
         if p == "/" {
@@ -368,7 +396,7 @@ impl Node {
             let version = self.hlc.next(wall);
             self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
         }
-        Ok(json!({ "path": p, "removed": n }))
+        Ok(FilesRemoved { path: p, removed: n })
     }
 
     /// `mv`: the file or folder gets new records at `to` with the same ids and copies, and the
@@ -537,7 +565,7 @@ impl Node {
         size: u64,
         checksum: &str,
         mod_time: u64,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<(), ApiError> {
         let p = normalize(path).map_err(bad_path)?;
         let name = p.rsplit('/').next().unwrap_or_default();
         if super::volumes::NEVER_ADOPTED.contains(&name) {
@@ -549,9 +577,10 @@ impl Node {
             if f.is_dir || !f.checksum.eq_ignore_ascii_case(checksum) {
                 return Err(ApiError::conflict("exists", format!("cluster:{p} holds other content")));
             }
-            return Ok(json!({ "adopted": self.copy_publish(wall, &p, &f.id, checksum, volume) }));
+            self.copy_publish(wall, &p, &f.id, checksum, volume);
+            return Ok(());
         }
-        self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())])
+        self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())]).map(|_| ())
     }
 
     /// Record one more failed replication task of `path` (its backoff escalates: 30 s doubling,
@@ -743,7 +772,7 @@ impl Node {
         let decoded = transfer::decode_query_value(raw);
         match normalize(&decoded) {
             Ok(p) => super::Reply::ok(json!({ "path": p, "live": self.live_file(&p).is_some() })),
-            Err(e) => super::Reply::error(400, "bad_path", e.to_string()),
+            Err(e) => super::Reply::error(super::ErrorKind::Invalid, "bad_path", e.to_string()),
         }
     }
 

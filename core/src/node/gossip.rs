@@ -96,13 +96,7 @@ impl Node {
         }
     }
 
-    pub(super) fn on_response(
-        &mut self,
-        wall: Millis,
-        now: Millis,
-        token: u64,
-        result: Result<(u16, Vec<u8>), String>,
-    ) {
+    pub(super) fn on_response(&mut self, wall: Millis, now: Millis, token: u64, result: Result<PeerAnswer, String>) {
         let Some(f) = self.in_flight.remove(&token) else {
             return;
         };
@@ -114,7 +108,7 @@ impl Node {
             self.drain_meta(wall, now);
             return;
         }
-        let (status, body) = match result {
+        let PeerAnswer { refused, body } = match result {
             Ok(r) => r,
             Err(_) => return,
         };
@@ -125,12 +119,15 @@ impl Node {
             let midpoint = f.sent_wall.0 as i64 + (now.since(f.sent) / 2) as i64;
             self.members.record_clock_offset(&f.peer, t as i64 - midpoint);
         }
-        if status == 401 {
+        if refused == Some(ErrorKind::Unauthorized) {
             self.on_refused(wall, now, &body);
             return;
         }
-        if status != 200 {
+        if refused.is_some() {
             return;
+        }
+        if f.purpose == Purpose::Latency {
+            self.take_latency_row(wall, &f.peer, &body);
         }
         if f.purpose != Purpose::Heartbeat {
             // Any answered request is a round trip and a sign of life.

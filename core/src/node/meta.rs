@@ -10,7 +10,8 @@ use crate::meta::records::{Policy, Record, RecordKind, Setting};
 use crate::records::AdminState;
 use crate::time::Millis;
 use crate::NodeId;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 /// Longest setting key.
 pub const SETTING_KEY_MAX: usize = 256;
@@ -18,6 +19,61 @@ pub const SETTING_KEY_MAX: usize = 256;
 pub const SETTING_VALUE_MAX_BYTES: usize = 64 * 1024;
 /// Most copies a folder policy may ask for.
 pub const POLICY_REPLICAS_MAX: u32 = 64;
+
+/// `meta status` of this node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeMetaStatus {
+    pub node: NodeId,
+    #[serde(flatten)]
+    pub meta: crate::meta::machine::MetaStatus,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingList {
+    pub settings: Vec<Setting>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyList {
+    pub policies: Vec<Policy>,
+}
+
+/// `meta ls`: a folder's immediate children.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Listing {
+    pub path: String,
+    pub entries: Vec<crate::meta::namespace::ListEntry>,
+}
+
+/// One copy of a file, written `node:volume/path`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyView {
+    pub copy: String,
+    pub node_id: NodeId,
+    pub volume_id: crate::ids::VolumeId,
+    pub state: crate::meta::records::LocationState,
+    pub checksum: String,
+}
+
+/// `meta stat`: a file with its copies and policy, or a folder with its child count.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+pub enum Stat {
+    File {
+        path: String,
+        record: Box<crate::meta::records::FileRecord>,
+        copies: Vec<CopyView>,
+        wanted_copies: u32,
+        policy: u32,
+    },
+    Folder {
+        path: String,
+        is_dir: bool,
+        children: usize,
+        policy: u32,
+    },
+}
 
 impl Node {
     pub fn meta(&self) -> &Meta {
@@ -84,7 +140,7 @@ impl Node {
             _ => self.meta.answer_snapshot(query),
         };
         self.drain_meta(wall, now);
-        Reply { status: r.status, body: r.body }
+        r
     }
 
     pub(super) fn in_cluster(&self) -> Result<(), ApiError> {
@@ -101,36 +157,38 @@ impl Node {
         self.drain_meta(wall, now);
     }
 
-    pub fn meta_status(&self, wall: Millis) -> Value {
+    pub fn meta_status(&self, wall: Millis) -> NodeMetaStatus {
         let now = self.clock.peek(wall);
-        let mut v = self.meta.status(now);
-        v["node"] = json!(self.id);
-        v
+        NodeMetaStatus { node: self.id.clone(), meta: self.meta.status(now) }
     }
 
-    pub fn setting_get(&self, key: &str) -> Result<Value, ApiError> {
+    pub fn setting_get(&self, key: &str) -> Result<Setting, ApiError> {
         if key.starts_with(crate::config::RESERVED_PREFIX) {
             return Err(ApiError::not_found("unknown_setting", format!("no setting {key:?}")));
         }
         match self.meta.state().get(RecordKind::Setting, key) {
-            Some(Record::Setting(s)) if !s.removed => Ok(serde_json::to_value(s).expect("serialise")),
+            Some(Record::Setting(s)) if !s.removed => Ok(s.clone()),
             _ => Err(ApiError::not_found("unknown_setting", format!("no setting {key:?}"))),
         }
     }
 
-    pub fn settings_list(&self) -> Value {
+    pub fn settings_list(&self) -> SettingList {
         // The config plane's own records (values, history, proposals) are not settings.
-        let settings: Vec<&Record> = self
+        let settings = self
             .meta
             .state()
             .of_kind(RecordKind::Setting)
             .filter(|r| !r.is_removed() && !r.key().starts_with(crate::config::RESERVED_PREFIX))
+            .filter_map(|r| match r {
+                Record::Setting(s) => Some(s.clone()),
+                _ => None,
+            })
             .collect();
-        json!({ "settings": settings.into_iter().map(|r| match r { Record::Setting(s) => json!(s), _ => Value::Null }).collect::<Vec<_>>() })
+        SettingList { settings }
     }
 
     /// Set (or with `None`, remove) a cluster-wide setting.
-    pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Value, ApiError> {
+    pub fn setting_set(&mut self, wall: Millis, key: &str, value: Option<Value>) -> Result<Setting, ApiError> {
         self.in_cluster()?;
         if key.starts_with(crate::config::RESERVED_PREFIX) {
             return Err(ApiError::invalid(
@@ -166,16 +224,15 @@ impl Node {
             version: self.hlc.next(wall),
         };
         self.submit_record(wall, Record::Setting(setting.clone()));
-        Ok(serde_json::to_value(setting).expect("serialise"))
+        Ok(setting)
     }
 
-    pub fn policy_list(&self) -> Value {
-        let policies: Vec<&Policy> = self.meta.state().policies().filter(|p| !p.removed).collect();
-        json!({ "policies": policies })
+    pub fn policy_list(&self) -> PolicyList {
+        PolicyList { policies: self.meta.state().policies().filter(|p| !p.removed).cloned().collect() }
     }
 
     /// Set the copy count of a folder (0 removes the policy, so the parent's applies).
-    pub fn policy_set(&mut self, wall: Millis, folder: &str, replicas: u32) -> Result<Value, ApiError> {
+    pub fn policy_set(&mut self, wall: Millis, folder: &str, replicas: u32) -> Result<Policy, ApiError> {
         self.in_cluster()?;
         let folder =
             crate::meta::namespace::normalize(folder).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
@@ -184,7 +241,7 @@ impl Node {
         }
         let policy = Policy { folder, replicas, removed: replicas == 0, version: self.hlc.next(wall) };
         self.submit_record(wall, Record::Policy(policy.clone()));
-        Ok(serde_json::to_value(policy).expect("serialise"))
+        Ok(policy)
     }
 
     /// Submit any record made elsewhere in the node (storage, jobs); versions are the caller's.
@@ -202,47 +259,44 @@ impl Node {
 
 impl Node {
     /// `meta ls`: the immediate children of a folder, tombstones hidden.
-    pub fn meta_ls(&self, path: &str) -> Result<Value, ApiError> {
+    pub fn meta_ls(&self, path: &str) -> Result<Listing, ApiError> {
         let dir = crate::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         let entries = crate::meta::namespace::list(self.meta.state(), &dir)
             .map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
-        Ok(json!({ "path": dir, "entries": entries }))
+        Ok(Listing { path: dir, entries })
     }
 
     /// `meta stat`: one record with its copies written node first, its policy and checksum.
-    pub fn meta_stat(&self, path: &str) -> Result<Value, ApiError> {
+    pub fn meta_stat(&self, path: &str) -> Result<Stat, ApiError> {
         use crate::meta::namespace;
         let p = namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
         let state = self.meta.state();
         match state.file(&p).filter(|f| !f.removed) {
             Some(f) => {
-                let copies: Vec<Value> = f
+                let copies = f
                     .locations
                     .iter()
-                    .map(|l| {
-                        json!({
-                            "copy": format!("{}:{}{}", l.node_id, l.volume_id, f.path),
-                            "nodeId": l.node_id,
-                            "volumeId": l.volume_id,
-                            "state": l.state,
-                            "checksum": l.checksum,
-                        })
+                    .map(|l| CopyView {
+                        copy: format!("{}:{}{}", l.node_id, l.volume_id, f.path),
+                        node_id: l.node_id.clone(),
+                        volume_id: l.volume_id.clone(),
+                        state: l.state,
+                        checksum: l.checksum.clone(),
                     })
                     .collect();
-                Ok(json!({
-                    "path": f.path,
-                    "record": f,
-                    "copies": copies,
-                    "wantedCopies": namespace::wanted_copies(state, f),
-                    "policy": namespace::policy_for(state, &f.path),
-                }))
+                Ok(Stat::File {
+                    path: f.path.clone(),
+                    record: Box::new(f.clone()),
+                    copies,
+                    wanted_copies: namespace::wanted_copies(state, f),
+                    policy: namespace::policy_for(state, &f.path),
+                })
             }
             None => {
                 let children = namespace::list(state, &p).map(|l| l.len()).unwrap_or(0);
                 if p == "/" || children > 0 {
-                    Ok(
-                        json!({ "path": p, "isDir": true, "children": children, "policy": namespace::policy_for(state, &p) }),
-                    )
+                    let policy = namespace::policy_for(state, &p);
+                    Ok(Stat::Folder { path: p, is_dir: true, children, policy })
                 } else {
                     Err(ApiError::not_found("not_found", format!("nothing at cluster:{p}")))
                 }

@@ -18,6 +18,7 @@
 //! peer look alive or stall heartbeats.
 
 use crate::acn::{self, AcnError, Incoming, SignedHeaders, Verifier};
+pub use crate::answer::{ApiError, ErrorKind, PeerAnswer, Reply};
 use crate::hlc::Hlc;
 use crate::ids::{is_uuid, ClusterId, NodeId, TokenId};
 use crate::membership::{Membership, MembershipConfig, MergeOutcome, NodeState, Trust};
@@ -44,8 +45,17 @@ mod meta;
 mod peers;
 pub mod replication;
 pub mod rescan;
+pub mod sched;
 pub mod volumes;
-pub use meta::SETTING_VALUE_MAX_BYTES;
+pub use admin::{
+    AdminStateSet, LeftCluster, NewToken, NodeConfigured, NodeRemoved, NodeStatus, TokenList, TokenRevoked,
+};
+pub use audit::AuditList;
+pub use builds::{ModuleInstalled, ModuleList, ModulePlaced, ModuleView, PlacedOn};
+pub use config_windows::{
+    ConfigEvents, Finding, Findings, RenameList, RenameView, RetireAnswered, Retiring, RetiringList, WindowHolder,
+};
+pub use meta::{CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, SETTING_VALUE_MAX_BYTES};
 
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
@@ -159,109 +169,13 @@ pub enum Output {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
-    /// The answer (status, body) to a request this node asked for, or why none came.
+    /// A peer's answer to a request this node asked for, or why none came.
     Response {
         token: u64,
-        result: Result<(u16, Vec<u8>), String>,
+        result: Result<PeerAnswer, String>,
     },
     Health(Health),
     Capabilities(Capabilities),
-}
-
-/// A JSON answer with its status, for both the ACN and the admin API.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
-    pub status: u16,
-    pub body: Value,
-}
-
-impl Reply {
-    pub fn ok(body: Value) -> Reply {
-        Reply { status: 200, body }
-    }
-    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Reply {
-        Reply { status, body: json!({"error": {"code": code, "message": message.into()}}) }
-    }
-}
-
-/// What kind of refusal an [`ApiError`] is; the shell maps each to its HTTP status
-/// (`shell/src/wire/error.rs`), so the core speaks no HTTP here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// The request itself is wrong (a bad path, value, body or token).
-    Invalid,
-    /// Not allowed to anyone asking this way (a trusted key without approval, a used-up token).
-    Forbidden,
-    NotFound,
-    /// The state of the cluster does not allow it now (not in a cluster, a busy path, a race).
-    Conflict,
-    TooLarge,
-    /// A byte range outside the file.
-    BadRange,
-    /// This node failed (its disk, its store).
-    Internal,
-    /// A peer refused or could not be reached.
-    PeerFailed,
-    /// Not now: too many sessions, no readable copy.
-    Unavailable,
-    /// A peer did not answer in time.
-    PeerTimeout,
-    /// A disk is full.
-    StorageFull,
-}
-
-/// A refused command: its kind, a stable code and a message for the operator.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    pub kind: ErrorKind,
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { kind, code, message: message.into() }
-    }
-    pub fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Invalid, code, message)
-    }
-    pub fn forbidden(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Forbidden, code, message)
-    }
-    pub fn not_found(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::NotFound, code, message)
-    }
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Conflict, code, message)
-    }
-    pub fn too_large(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::TooLarge, code, message)
-    }
-    pub fn bad_range(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::BadRange, code, message)
-    }
-    pub fn internal(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Internal, code, message)
-    }
-    pub fn peer_failed(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::PeerFailed, code, message)
-    }
-    pub fn unavailable(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::Unavailable, code, message)
-    }
-    pub fn peer_timeout(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::PeerTimeout, code, message)
-    }
-    pub fn storage_full(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError::new(ErrorKind::StorageFull, code, message)
-    }
-    fn not_in_cluster() -> ApiError {
-        ApiError::conflict(
-            "not_in_cluster",
-            "this node is not in a cluster; run `shoal cluster create` or `shoal join TOKEN`",
-        )
-    }
 }
 
 impl From<TokenError> for ApiError {
@@ -330,6 +244,8 @@ enum Purpose {
     Push,
     /// A worker renewing its task's lease (`replication.rs`); the answer is only a sign of life.
     TaskRenew,
+    /// The leader gathering a member's latency row for the matrix (`sched.rs`).
+    Latency,
     Meta(MetaPurpose),
 }
 
@@ -378,6 +294,8 @@ pub struct Node {
     own_volumes: BTreeMap<crate::ids::VolumeId, String>,
     /// Leader: replication tasks in flight and their leases (`replication.rs`).
     repl_tasks: crate::storage::tasks::TaskLeases,
+    /// The latency matrix the leader gathered for site diversity, and when.
+    latency: sched::LatencyCache,
     /// When the config pass is due next (`config.rs` `config_timeout`), and what it last
     /// applied.
     config_due: Millis,
@@ -418,11 +336,11 @@ fn signed_proof<'a>(
 
 /// Parse a member-list body, or the 400 to answer.
 fn members_body(body: &[u8], what: &str) -> Result<MembersBody, Reply> {
-    serde_json::from_slice(body).map_err(|e| Reply::error(400, "bad_body", format!("{what} body: {e}")))
+    serde_json::from_slice(body).map_err(|e| Reply::error(ErrorKind::Invalid, "bad_body", format!("{what} body: {e}")))
 }
 
 fn err_reply(e: AcnError) -> Reply {
-    Reply::error(e.http_status(), e.code(), e.to_string())
+    Reply::from(ApiError::from(e))
 }
 
 impl Node {
@@ -456,6 +374,7 @@ impl Node {
             volume_reported: BTreeMap::new(),
             own_volumes: BTreeMap::new(),
             repl_tasks: Default::default(),
+            latency: Default::default(),
             config_due: Millis::ZERO,
             config_applied: None,
             landed: Default::default(),

@@ -16,17 +16,17 @@ impl Node {
         let now = self.advance_clocks(wall);
         let path = target.split('?').next().unwrap_or("");
         let Some(endpoint) = path.strip_prefix(ACN_PREFIX) else {
-            return Reply::error(404, "not_found", "no such ACN endpoint");
+            return Reply::error(ErrorKind::NotFound, "not_found", "no such ACN endpoint");
         };
         let want = match endpoint {
             "hello" | "members" | "latency" => "GET",
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
             "meta/log" | "meta/snapshot" | "meta/file" => "GET",
             "meta/lease" | "meta/append" | "meta/submit" | "store/place" => "POST",
-            _ => return Reply::error(404, "not_found", format!("no such ACN endpoint: {endpoint}")),
+            _ => return Reply::error(ErrorKind::NotFound, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
         if !method.eq_ignore_ascii_case(want) {
-            return Reply::error(405, "method_not_allowed", format!("{endpoint} takes {want}"));
+            return Reply::error(ErrorKind::WrongMethod, "method_not_allowed", format!("{endpoint} takes {want}"));
         }
         match endpoint {
             "hello" => return Reply::ok(self.hello(wall)),
@@ -51,7 +51,7 @@ impl Node {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
                 self.answer_meta(wall, now, endpoint, &sender, query, body)
             }
-            _ => Reply::error(404, "not_found", "no such ACN endpoint"),
+            _ => Reply::error(ErrorKind::NotFound, "not_found", "no such ACN endpoint"),
         }
     }
 
@@ -180,10 +180,10 @@ impl Node {
     pub(super) fn answer_heartbeat(&mut self, wall: Millis, now: Millis, sender: &NodeId, body: &[u8]) -> Reply {
         let hb: HeartbeatBody = match serde_json::from_slice(body) {
             Ok(b) => b,
-            Err(e) => return Reply::error(400, "bad_body", format!("heartbeat body: {e}")),
+            Err(e) => return Reply::error(ErrorKind::Invalid, "bad_body", format!("heartbeat body: {e}")),
         };
         if &hb.node.id != sender {
-            return Reply::error(400, "bad_body", "heartbeat record is not the sender's own");
+            return Reply::error(ErrorKind::Invalid, "bad_body", "heartbeat record is not the sender's own");
         }
         let out = self.members.merge(now, std::slice::from_ref(&hb.node), None, Trust::Gossip, &mut self.hlc);
         self.apply_merge(wall, out);
@@ -220,7 +220,7 @@ impl Node {
             .filter(|r| &r.id == target && r.removal.as_ref().is_some_and(|m| &m.by == author))
             .collect();
         if found.is_empty() {
-            return Err(Reply::error(400, "bad_body", missing));
+            return Err(Reply::error(ErrorKind::Invalid, "bad_body", missing));
         }
         Ok(found)
     }
@@ -244,7 +244,7 @@ impl Node {
         };
         let out = self.members.merge(now, &mine, None, Trust::Gossip, &mut self.hlc);
         if !out.removed.contains(&self.id) {
-            return Reply::error(400, "bad_body", "the removal does not verify");
+            return Reply::error(ErrorKind::Invalid, "bad_body", "the removal does not verify");
         }
         self.apply_merge(wall, out);
         Reply::ok(json!({"ok": true}))
@@ -252,41 +252,45 @@ impl Node {
 
     pub(super) fn answer_join(&mut self, wall: Millis, now: Millis, body: &[u8]) -> Reply {
         let Some(cluster) = self.cluster.clone() else {
-            return Reply::error(404, "not_in_cluster", "this node is not in a cluster");
+            return Reply::error(ErrorKind::NotFound, "not_in_cluster", "this node is not in a cluster");
         };
         let b: JoinBody = match serde_json::from_slice(body) {
             Ok(b) => b,
-            Err(e) => return Reply::error(400, "bad_body", format!("join body: {e}")),
+            Err(e) => return Reply::error(ErrorKind::Invalid, "bad_body", format!("join body: {e}")),
         };
         if b.cluster_id != cluster.id {
-            return Reply::error(404, "unknown_cluster", "this node is in another cluster");
+            return Reply::error(ErrorKind::NotFound, "unknown_cluster", "this node is in another cluster");
         }
         if let Err(e) = self.tokens.check(wall, &b.token_id, &b.secret) {
-            return Reply::error(403, "bad_token", e.to_string());
+            return Reply::error(ErrorKind::Forbidden, "bad_token", e.to_string());
         }
         let r = &b.node;
         let Some(key) = r.key() else {
-            return Reply::error(400, "bad_record", "node record has no valid public key");
+            return Reply::error(ErrorKind::Invalid, "bad_record", "node record has no valid public key");
         };
         if !is_uuid(r.id.as_str()) || r.owner_version.node != r.id || !r.owner_sig_valid(&key) {
-            return Reply::error(400, "bad_record", "node record is not signed by its own key");
+            return Reply::error(ErrorKind::Invalid, "bad_record", "node record is not signed by its own key");
         }
         if !r.shape_ok() {
             return Reply::error(
-                400,
+                ErrorKind::Invalid,
                 "bad_record",
                 "node record fields are too long or malformed (name <= 128 bytes, http(s) URL, <= 256 features)",
             );
         }
         if r.id == self.id {
-            return Reply::error(409, "node_exists", "that is this node's own id");
+            return Reply::error(ErrorKind::Conflict, "node_exists", "that is this node's own id");
         }
         if self.members.purged().any(|p| p == &r.id) || self.members.get(&r.id).is_some_and(|x| x.removed) {
-            return Reply::error(409, "node_removed", "this node id was removed from the cluster; give the node a fresh identity (new data dir) to join again");
+            return Reply::error(ErrorKind::Conflict, "node_removed", "this node id was removed from the cluster; give the node a fresh identity (new data dir) to join again");
         }
         if let Some(existing) = self.members.get(&r.id) {
             if existing.public_key != r.public_key {
-                return Reply::error(409, "node_exists", "a member with this node id already exists under another key");
+                return Reply::error(
+                    ErrorKind::Conflict,
+                    "node_exists",
+                    "a member with this node id already exists under another key",
+                );
             }
         } else {
             let mut rec = r.clone();

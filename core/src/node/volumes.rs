@@ -9,7 +9,50 @@ use crate::ids::VolumeId;
 use crate::meta::records::{Record, RecordKind, Volume};
 use crate::storage::placement::low_space_next_at;
 use crate::time::Millis;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::json;
+
+/// One volume as listed: its record, whether it is this node's and its `node:volume` path.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VolumeView {
+    #[serde(flatten)]
+    pub volume: Volume,
+    pub local: bool,
+    pub path: String,
+}
+
+/// `GET /v1/volumes`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeList {
+    pub volumes: Vec<VolumeView>,
+    pub auto_read_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VolumeRemoved {
+    pub removed: VolumeId,
+}
+
+/// How far an evacuation has come.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evacuation {
+    pub volume: VolumeId,
+    pub evacuating: bool,
+    /// Current copies still on the volume.
+    pub copies_left: usize,
+    /// Files for which it still holds the only readable current copy.
+    pub only_copies_left: usize,
+    pub done: bool,
+}
+
+/// The replication plan as the leader would make it now.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlanPreview {
+    pub leader: Option<crate::NodeId>,
+    pub plan: crate::storage::planner::Plan,
+}
 
 /// What the shell found out about a folder an admin offers as a volume (issue 11): the rule
 /// that judges it is [`volume_folder_refusal`].
@@ -105,7 +148,7 @@ const USAGE_REPORT_STEP: f64 = 0.01;
 const USAGE_REPORT_EVERY_MS: u64 = 10 * 60_000;
 
 impl Node {
-    fn volumes(&self) -> impl Iterator<Item = &Volume> {
+    pub(super) fn volumes(&self) -> impl Iterator<Item = &Volume> {
         self.meta.state().of_kind(RecordKind::Volume).filter_map(|r| match r {
             Record::Volume(v) if !v.removed => Some(v),
             _ => None,
@@ -177,7 +220,7 @@ impl Node {
         name: &str,
         capacity: u64,
         free: u64,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Volume, ApiError> {
         if self.cluster.is_none() {
             return Err(ApiError::not_in_cluster());
         }
@@ -221,30 +264,25 @@ impl Node {
         self.persist_own_volumes();
         self.volume_reported.insert(v.id.clone(), (wall, free));
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
-        Ok(json!(v))
+        Ok(v)
     }
 
     /// Every volume of the cluster, each with whether it is on this node.
-    pub fn volume_list(&self) -> Value {
-        let list: Vec<Value> = self
+    pub fn volume_list(&self) -> VolumeList {
+        let volumes = self
             .volumes()
-            .map(|v| {
-                let mut j = json!(v);
-                j["local"] = json!(self.is_own(v));
-                j["path"] = json!(format!("{}:{}", v.node_id, v.id));
-                j
-            })
+            .map(|v| VolumeView { volume: v.clone(), local: self.is_own(v), path: format!("{}:{}", v.node_id, v.id) })
             .collect();
-        json!({ "volumes": list, "autoReadOnly": self.auto_read_only() })
+        VolumeList { volumes, auto_read_only: self.auto_read_only() }
     }
 
     /// An admin's read-only switch; the low-space guard never touches it.
-    pub fn volume_set_read_only(&mut self, wall: Millis, id: &str, read_only: bool) -> Result<Value, ApiError> {
+    pub fn volume_set_read_only(&mut self, wall: Millis, id: &str, read_only: bool) -> Result<Volume, ApiError> {
         let mut v = self.volume(id)?;
         v.read_only = read_only;
         v.version = self.hlc.next(wall);
         self.submit_meta_record(wall, Record::Volume(v.clone()))?;
-        Ok(json!(v))
+        Ok(v)
     }
 
     /// Live files with a current copy on volume `id` and none elsewhere that can be read now:
@@ -268,7 +306,7 @@ impl Node {
     }
 
     /// Retire a volume; refused while it holds the only readable current copy of any file.
-    pub fn volume_remove(&mut self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+    pub fn volume_remove(&mut self, wall: Millis, id: &str) -> Result<VolumeRemoved, ApiError> {
         let mut v = self.volume(id)?;
         let only = self.files_only_on(wall, &v.id);
         if !only.is_empty() {
@@ -287,7 +325,7 @@ impl Node {
         // Kept in this node's own list: if the removal record is lost in a crash, the volume
         // is still this node's to retire again.
         self.volume_reported.remove(&v.id);
-        Ok(json!({ "removed": v.id }))
+        Ok(VolumeRemoved { removed: v.id })
     }
 
     /// The shell measured one of this node's volumes: update its usage register and the
@@ -317,18 +355,18 @@ impl Node {
 impl Node {
     /// Start or cancel evacuating a volume: while evacuating it takes no new copies and the
     /// planner moves its copies elsewhere, then drops them.
-    pub fn volume_evacuate(&mut self, wall: Millis, id: &str, on: bool) -> Result<Value, ApiError> {
+    pub fn volume_evacuate(&mut self, wall: Millis, id: &str, on: bool) -> Result<Evacuation, ApiError> {
         let mut v = self.volume(id)?;
         v.evacuating = on;
         v.version = self.hlc.next(wall);
-        self.submit_meta_record(wall, Record::Volume(v.clone()))?;
-        Ok(self.volume_evacuation_status(wall, id).unwrap_or_else(|_| json!(v)))
+        self.submit_meta_record(wall, Record::Volume(v))?;
+        self.volume_evacuation_status(wall, id)
     }
 
     /// How far an evacuation has come: current copies still on the volume (what the planner
     /// moves; copies of older content are not moved and go with the volume), and files for
     /// which it still holds the only readable current copy.
-    pub fn volume_evacuation_status(&self, wall: Millis, id: &str) -> Result<Value, ApiError> {
+    pub fn volume_evacuation_status(&self, wall: Millis, id: &str) -> Result<Evacuation, ApiError> {
         let v = self.volume(id)?;
         let copies = self
             .meta
@@ -337,13 +375,13 @@ impl Node {
             .filter(|f| !f.removed && f.locations.iter().any(|l| l.volume_id == v.id && f.is_current(l)))
             .count();
         let only = self.files_only_on(wall, &v.id).len();
-        Ok(json!({
-            "volume": v.id,
-            "evacuating": v.evacuating,
-            "copiesLeft": copies,
-            "onlyCopiesLeft": only,
-            "done": v.evacuating && copies == 0,
-        }))
+        Ok(Evacuation {
+            done: v.evacuating && copies == 0,
+            volume: v.id,
+            evacuating: v.evacuating,
+            copies_left: copies,
+            only_copies_left: only,
+        })
     }
 
     /// This node's evacuating volumes that hold nothing a file may still need: no current
@@ -414,14 +452,15 @@ impl Node {
     /// The replication plan as the leader would make it now (nothing is carried out yet), with
     /// each file's backoff (from its record) and the tasks in flight (`in_flight`: known on the
     /// leader that dispatched them; empty elsewhere).
-    pub fn replication_plan(&self, wall: Millis, in_flight: &[crate::storage::planner::InFlight]) -> Value {
+    pub fn replication_plan(&self, wall: Millis, in_flight: &[crate::storage::planner::InFlight]) -> PlanPreview {
         use crate::storage::planner::{plan, PlanInput};
         let nodes = self.planner_nodes(wall);
         let backoff = self.repl_backoffs();
-        let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight, backoff: &backoff };
+        let scoring = self.planner_scoring(wall);
+        let input = PlanInput { now_ms: wall.0, nodes: &nodes, in_flight, backoff: &backoff, scoring: &scoring };
         let p = plan(self.meta.state(), &input, &self.planner_config());
         let leader = self.meta.leader(self.clock.peek(wall)).map(|l| l.holder.clone());
-        json!({ "leader": leader, "plan": p })
+        PlanPreview { leader, plan: p }
     }
 }
 
@@ -454,32 +493,34 @@ impl Node {
         let now = self.clock.peek(wall);
         if !self.meta.is_leader(now) {
             let lease = self.meta.leader(now).cloned();
-            return super::Reply {
-                status: 409,
-                body: json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": lease}),
-            };
+            return super::Reply::refused(
+                super::ErrorKind::Conflict,
+                json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": lease}),
+            );
         }
         let b: PlaceBody = match serde_json::from_slice(body) {
             Ok(b) => b,
-            Err(e) => return super::Reply::error(400, "bad_body", format!("place body: {e}")),
+            Err(e) => return super::Reply::error(super::ErrorKind::Invalid, "bad_body", format!("place body: {e}")),
         };
         let writer = b.writer.unwrap_or_else(|| sender.clone());
         let states: Vec<(Volume, crate::membership::NodeState)> =
             self.volumes().map(|v| (v.clone(), self.members.state(&v.node_id, now))).collect();
-        match crate::storage::placement::place(
-            states.iter().map(|(v, s)| (v, *s)),
-            b.size,
-            &writer,
-            b.primary.as_ref(),
-            &b.exclude,
-        ) {
+        let ask = crate::storage::placement::PlaceAsk {
+            size: b.size,
+            writer: &writer,
+            primary: b.primary.as_ref(),
+            exclude: &b.exclude,
+        };
+        let known = self.sched_inputs(wall);
+        match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &self.sched_weights(), ask)
+        {
             Ok(v) => super::Reply::ok(json!({
                 "volumeId": v.id,
                 "nodeId": v.node_id,
                 "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
                 "term": self.meta.known_lease().map(|l| l.term),
             })),
-            Err(e) => super::Reply::error(507, "insufficient_storage", e.to_string()),
+            Err(e) => super::Reply::error(super::ErrorKind::StorageFull, "insufficient_storage", e.to_string()),
         }
     }
 }

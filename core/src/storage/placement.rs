@@ -3,13 +3,16 @@
 //!
 //! A volume takes a copy of `size` bytes only when it is writable (not removed, read-only,
 //! evacuating or low on space), its node is usable (ONLINE or DEGRADED, not DRAINING or in
-//! MAINTENANCE) and it has `size + size/10 + 64 MiB` free. Among those: a volume on the writing
-//! node first, then the file's existing primary volume, then the most free space, then id. The
-//! shared scorer of the scheduling milestone will rank nodes behind [`place`].
+//! MAINTENANCE) and it has `size + size/10 + 64 MiB` free. The nodes are ranked by the shared
+//! scorer ([`crate::sched`]) with the writer's locality 1, so the writer's own volume wins
+//! unless it is loaded or DEGRADED; on the winning node: the file's existing primary volume,
+//! then the most free space, then id.
 
 use crate::ids::{NodeId, VolumeId};
 use crate::membership::NodeState;
 use crate::meta::records::Volume;
+use crate::sched::{rank, Inputs, Ranked, Weights};
+use std::collections::BTreeMap;
 
 pub const HEADROOM_BYTES: u64 = 64 * 1024 * 1024;
 /// Below this free fraction a volume goes read-only (low space)...
@@ -62,23 +65,83 @@ pub enum PlaceError {
     NothingFits(u64),
 }
 
-/// Pick the volume for a new copy of `size` bytes written on `writer`.
-pub fn place<'a>(
+/// What a new copy needs: its size, who writes it, the file's primary volume if it has one,
+/// and nodes that must not take it (they hold a copy already).
+#[derive(Clone, Copy, Debug)]
+pub struct PlaceAsk<'a> {
+    pub size: u64,
+    pub writer: &'a NodeId,
+    pub primary: Option<&'a VolumeId>,
+    pub exclude: &'a [NodeId],
+}
+
+/// Every node with a volume, ranked for taking a new copy: `known` gives what is known of a
+/// node (health, latency, queue; its locality and free disk are set here), the hard rule is a
+/// usable node, not excluded, with a volume that fits.
+pub fn place_ranking<'a>(
     volumes: impl IntoIterator<Item = (&'a Volume, NodeState)>,
-    size: u64,
-    writer: &NodeId,
-    primary: Option<&VolumeId>,
-    exclude_nodes: &[NodeId],
+    known: &BTreeMap<NodeId, Inputs>,
+    weights: &Weights,
+    ask: PlaceAsk<'_>,
+) -> Vec<Ranked> {
+    // Per node: its state, whether a volume fits, the largest free fraction.
+    let mut nodes: BTreeMap<&NodeId, (NodeState, bool, Option<f64>)> = BTreeMap::new();
+    for (v, st) in volumes {
+        if v.removed {
+            continue;
+        }
+        let e = nodes.entry(&v.node_id).or_insert((st, false, None));
+        e.1 |= fits(v, ask.size);
+        if v.capacity > 0 && writable(v) {
+            let frac = v.free as f64 / v.capacity as f64;
+            e.2 = Some(e.2.map_or(frac, |f: f64| f.max(frac)));
+        }
+    }
+    let inputs: Vec<Inputs> = nodes
+        .iter()
+        .map(|(id, (state, _, disk))| {
+            let mut i = known.get(*id).cloned().unwrap_or_else(|| Inputs::new((*id).clone(), *state));
+            i.state = *state;
+            i.locality = if *id == ask.writer { 1.0 } else { 0.0 };
+            i.disk_free = *disk;
+            i.diversity = None;
+            i.features = None;
+            i
+        })
+        .collect();
+    rank(&inputs, weights, |i| {
+        let (state, fits_here, _) = nodes[&i.node];
+        if !node_usable(state) {
+            Err(format!("node is {}", state.as_str()))
+        } else if ask.exclude.contains(&i.node) {
+            Err("node holds a copy already".to_string())
+        } else if !fits_here {
+            Err(format!("no writable volume with room for {} bytes", ask.size))
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Pick the volume for a new copy: the best node of [`place_ranking`], then on it the file's
+/// primary volume, then the most free space, then id.
+pub fn place<'a>(
+    volumes: impl IntoIterator<Item = (&'a Volume, NodeState)> + Clone,
+    known: &BTreeMap<NodeId, Inputs>,
+    weights: &Weights,
+    ask: PlaceAsk<'_>,
 ) -> Result<&'a Volume, PlaceError> {
+    let ranked = place_ranking(volumes.clone(), known, weights, ask);
+    let winner = crate::sched::best(&ranked).map_err(|_| PlaceError::NothingFits(ask.size))?;
     volumes
         .into_iter()
-        .filter(|(v, st)| node_usable(*st) && fits(v, size) && !exclude_nodes.contains(&v.node_id))
         .map(|(v, _)| v)
+        .filter(|v| v.node_id == winner.node && fits(v, ask.size))
         .min_by(|a, b| {
-            let key = |v: &Volume| (v.node_id != *writer, primary != Some(&v.id), std::cmp::Reverse(v.free));
+            let key = |v: &Volume| (ask.primary != Some(&v.id), std::cmp::Reverse(v.free));
             key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
         })
-        .ok_or(PlaceError::NothingFits(size))
+        .ok_or(PlaceError::NothingFits(ask.size))
 }
 
 #[cfg(test)]
@@ -114,18 +177,49 @@ mod tests {
         assert!(!fits(&v, G));
     }
 
+    fn ask<'a>(size: u64, writer: &'a NodeId, primary: Option<&'a VolumeId>) -> PlaceAsk<'a> {
+        PlaceAsk { size, writer, primary, exclude: &[] }
+    }
+
+    /// The writer's node first (locality 1), else the node the scorer ranks best (here: the
+    /// most free disk); on the winner, the primary volume, then the most free.
     #[test]
-    fn local_then_primary_then_most_free() {
-        let vs = [vol("a", "n1", 10 * G), vol("b", "n2", 50 * G), vol("c", "n3", 20 * G)];
+    fn writer_then_best_scored_node_then_primary_then_most_free() {
+        let vs = [vol("a", "n1", 10 * G), vol("b", "n2", 50 * G), vol("c", "n3", 20 * G), vol("d", "n3", 30 * G)];
         let on = |v: &Volume| (v.clone(), NodeState::Online);
         let list: Vec<(Volume, NodeState)> = vs.iter().map(on).collect();
+        let none = BTreeMap::new();
         let pick = |writer: &str, primary: Option<&str>| {
             let p = primary.map(VolumeId::new);
-            place(list.iter().map(|(v, s)| (v, *s)), G, &NodeId::new(writer), p.as_ref(), &[]).unwrap().id.to_string()
+            let w = NodeId::new(writer);
+            let vols = list.iter().map(|(v, s)| (v, *s));
+            place(vols, &none, &Weights::default(), ask(G, &w, p.as_ref())).unwrap().id.to_string()
         };
         assert_eq!(pick("n1", None), "a");
-        assert_eq!(pick("n9", Some("c")), "c");
         assert_eq!(pick("n9", None), "b");
+        assert_eq!(pick("n3", None), "d", "most free on the winner");
+        assert_eq!(pick("n3", Some("c")), "c", "the primary on the winner");
+        assert_eq!(pick("n9", Some("c")), "b", "a primary on another node does not outrank the scorer");
+    }
+
+    /// A busy writer loses to an idle node: the scorer, not a fixed order, decides.
+    #[test]
+    fn a_loaded_writer_loses_to_an_idle_node() {
+        let vs = [vol("a", "n1", 10 * G), vol("b", "n2", 10 * G)];
+        let list: Vec<(Volume, NodeState)> = vs.iter().map(|v| (v.clone(), NodeState::Online)).collect();
+        let n1 = NodeId::new("n1");
+        let mut known = BTreeMap::new();
+        let mut busy = Inputs::new(n1.clone(), NodeState::Online);
+        busy.cpu_pct = Some(100.0);
+        busy.queue = 8;
+        busy.latency_ms = 1000.0;
+        known.insert(n1.clone(), busy);
+        let mut w = Weights::default();
+        w.set("locality", 0.1);
+        let v = place(list.iter().map(|(v, s)| (v, *s)), &known, &w, ask(G, &n1, None)).unwrap();
+        assert_eq!(v.id.as_str(), "b");
+        let v = place(list.iter().map(|(v, s)| (v, *s)), &known, &Weights::default(), ask(G, &n1, None)).unwrap();
+        assert_eq!(v.id.as_str(), "a", "with the shipped weights locality still wins");
     }
 
     #[test]
@@ -145,9 +239,16 @@ mod tests {
             (&drain, NodeState::Draining),
             (&ok, NodeState::Online),
         ];
-        let v = place(list, G / 2, &NodeId::new("n1"), None, &[]).unwrap();
+        let n1 = NodeId::new("n1");
+        let none = BTreeMap::new();
+        let w = Weights::default();
+        let v = place(list, &none, &w, ask(G / 2, &n1, None)).unwrap();
         assert_eq!(v.id.as_str(), "ok");
-        assert_eq!(place(list, 10 * G, &NodeId::new("n1"), None, &[]), Err(PlaceError::NothingFits(10 * G)));
+        assert_eq!(place(list, &none, &w, ask(10 * G, &n1, None)), Err(PlaceError::NothingFits(10 * G)));
+        let why: Vec<Option<String>> =
+            place_ranking(list, &none, &w, ask(G / 2, &n1, None)).into_iter().map(|r| r.reason).collect();
+        assert_eq!(why[0], None, "n5 takes it");
+        assert!(why[1..].iter().all(|r| r.is_some()), "every other node says why not: {why:?}");
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!   counts, so a short absence causes no extra copy (reference weakness 11);
 //! - fewer counted copies than wanted: one pull task, from a healthy copy on a usable node, to
 //!   a usable node holding no healthy copy — its stale copy's volume first (`repair`), else the
-//!   roomiest volume that fits (`replica`, or `evacuate` when the shortfall is an evacuation);
+//!   node the shared scorer ranks best among those with a volume that fits, with site
+//!   diversity (distance to the nearest holder) when the cluster has three or more nodes, the
+//!   file a holder and more than one node could take it; on that node its roomiest volume that
+//!   fits (`replica`, or `evacuate` when the shortfall is an evacuation);
 //! - enough counted copies: copies to evacuate are dropped (`evacuate`); more copies on usable
 //!   nodes than wanted: the copy on the fullest non-primary volume is dropped (`drop`). A copy
 //!   is never dropped unless `wanted` others remain, so the last healthy copy is never deleted.
@@ -168,6 +171,58 @@ pub struct PlanInput<'a> {
     pub nodes: &'a BTreeMap<NodeId, NodeView>,
     pub in_flight: &'a [InFlight],
     pub backoff: &'a BTreeMap<FileId, Backoff>,
+    pub scoring: &'a Scoring,
+}
+
+/// What the scorer needs to choose a target: the weights, what is known of each node (health,
+/// round trip, queue), and the cluster's latency matrix for site diversity.
+#[derive(Clone, Debug, Default)]
+pub struct Scoring {
+    pub weights: crate::sched::Weights,
+    pub known: BTreeMap<NodeId, crate::sched::Inputs>,
+    pub latency: crate::latency::LatencyMatrix,
+}
+
+impl Scoring {
+    /// A candidate's site diversity: its distance to the nearest holder as a fraction of one
+    /// second (capped at 1), `None` when no pair to a holder is measured.
+    fn diversity(&self, candidate: &NodeId, holders: &BTreeSet<&NodeId>) -> Option<f64> {
+        holders
+            .iter()
+            .map(|h| self.latency.pair(candidate, h))
+            .filter(|d| *d >= 0.0)
+            .min_by(|a, b| a.total_cmp(b))
+            .map(|d| (d / 1000.0).min(1.0))
+    }
+
+    /// The best node among `candidates` (each with its largest free fraction), or `None`.
+    fn choose<'v>(
+        &self,
+        candidates: &[(&'v Volume, NodeState, Option<f64>)],
+        holders: &BTreeSet<&NodeId>,
+        cluster_nodes: usize,
+    ) -> Option<&'v Volume> {
+        let diverse = cluster_nodes >= 3 && !holders.is_empty() && candidates.len() > 1;
+        let inputs: Vec<crate::sched::Inputs> = candidates
+            .iter()
+            .map(|(v, state, disk)| {
+                let mut i = self
+                    .known
+                    .get(&v.node_id)
+                    .cloned()
+                    .unwrap_or_else(|| crate::sched::Inputs::new(v.node_id.clone(), *state));
+                i.state = *state;
+                i.locality = 0.0;
+                i.disk_free = *disk;
+                i.features = None;
+                i.diversity = if diverse { self.diversity(&v.node_id, holders) } else { None };
+                i
+            })
+            .collect();
+        let ranked = crate::sched::rank(&inputs, &self.weights, |_| Ok(()));
+        let best = crate::sched::best(&ranked).ok()?;
+        candidates.iter().find(|(v, _, _)| v.node_id == best.node).map(|(v, _, _)| *v)
+    }
 }
 
 /// Task counts by worker, and the total, checked against the limits.
@@ -203,6 +258,17 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
     let mut targets: Vec<&Volume> =
         volumes.values().copied().filter(|v| usable(&v.node_id) && crate::storage::placement::writable(v)).collect();
     targets.sort_by(|a, b| b.free.cmp(&a.free).then_with(|| a.id.cmp(&b.id)));
+    // Each target node's state and its largest free fraction (the scorer's disk factor).
+    let mut node_disk: BTreeMap<&NodeId, Option<f64>> = BTreeMap::new();
+    for v in &targets {
+        let frac = (v.capacity > 0).then(|| v.free as f64 / v.capacity as f64);
+        let e = node_disk.entry(&v.node_id).or_insert(frac);
+        *e = match (*e, frac) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let cluster_nodes = input.nodes.len();
 
     let busy: BTreeSet<&FileId> = input.in_flight.iter().map(|t| &t.file).collect();
     let mut budget = Budget { per_node: BTreeMap::new(), total: 0, cfg };
@@ -323,10 +389,21 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
             let (target, reason) = match repair {
                 Some(v) => (Some(v), Reason::Repair),
                 None => {
-                    let t = targets
-                        .iter()
-                        .copied()
-                        .find(|v| !holders.contains(&v.node_id) && budget.node_has_room(&v.node_id) && fits(v, f.size));
+                    // Each candidate node once, with its roomiest volume that fits.
+                    let mut candidates: Vec<(&Volume, NodeState, Option<f64>)> = Vec::new();
+                    let mut seen: BTreeSet<&NodeId> = BTreeSet::new();
+                    for v in targets.iter().copied() {
+                        if holders.contains(&v.node_id)
+                            || !budget.node_has_room(&v.node_id)
+                            || !fits(v, f.size)
+                            || !seen.insert(&v.node_id)
+                        {
+                            continue;
+                        }
+                        let state = input.nodes.get(&v.node_id).map_or(NodeState::Unknown, |n| n.state);
+                        candidates.push((v, state, node_disk.get(&v.node_id).copied().flatten()));
+                    }
+                    let t = input.scoring.choose(&candidates, &holders, cluster_nodes);
                     let reason = if !evac.is_empty() && counted + evac.len() >= wanted {
                         Reason::Evacuate
                     } else {

@@ -227,6 +227,44 @@ impl Api {
                     )
                 })
             }
+            Cmd::Sched { cmd: SchedCmd::Status } => {
+                (self.call("GET", "/sched/status", None).await?, human_sched_status)
+            }
+            Cmd::Sched { cmd: SchedCmd::Weights { set, reset, why } } => {
+                if set.is_empty() && !reset {
+                    (self.call("GET", "/sched/weights", None).await?, human_weights)
+                } else {
+                    let mut pairs = serde_json::Map::new();
+                    for s in &set {
+                        let (name, v) = s
+                            .split_once('=')
+                            .ok_or_else(|| CliError(format!("--set {s:?}: write NAME=VALUE, like cpu=0.3")))?;
+                        let v: f64 = v
+                            .trim()
+                            .parse()
+                            .map_err(|_| CliError(format!("--set {s:?}: {v:?} is not a number between 0 and 1")))?;
+                        pairs.insert(name.trim().to_string(), json!(v));
+                    }
+                    let why = why.ok_or_else(|| CliError("changing the weights needs --why TEXT".into()))?;
+                    let body = json!({"set": pairs, "reset": reset, "why": why});
+                    (self.call("POST", "/sched/weights", Some(body)).await?, |v| human_weights(&v["weights"]))
+                }
+            }
+            Cmd::Sched { cmd: SchedCmd::Explain { place, path, job } } => {
+                let q = match (place, job) {
+                    (Some(size), None) => {
+                        let mut q = format!("place={}", escape_query(&size));
+                        if let Some(p) = path {
+                            let p = p.strip_prefix("cluster:").unwrap_or(&p).to_string();
+                            q.push_str(&format!("&path={}", escape_query(&p)));
+                        }
+                        q
+                    }
+                    (None, Some(id)) => format!("job={}", escape_query(&id)),
+                    _ => return Err(CliError("sched explain takes --place SIZE (with --path P) or --job ID".into())),
+                };
+                (self.call("GET", &format!("/sched/explain?{q}"), None).await?, human_explain)
+            }
             Cmd::Repl { cmd: ReplCmd::Status } => (self.call("GET", "/repl/status", None).await?, |v| {
                 let st = &v["stats"];
                 format!(

@@ -89,6 +89,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ReplCmd,
     },
+    /// Scheduling: the scorer's weights, each node's score and why a node would take work.
+    Sched {
+        #[command(subcommand)]
+        cmd: SchedCmd,
+    },
     /// Copy a local file into the cluster drive: `shoal put LOCAL cluster:/path`.
     Put { local: PathBuf, remote: String },
     /// Copy a file out of the cluster drive, verified: `shoal get cluster:/path LOCAL`.
@@ -270,6 +275,36 @@ pub enum ReplCmd {
     Status,
     /// The plan the leader would carry out now, with the reason for each task.
     Plan,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SchedCmd {
+    /// The weights, every member's score with its factors, and the latency matrix.
+    Status,
+    /// Show the weights, or change them cluster-wide: `--set cpu=0.3 --why TEXT`, `--reset`.
+    Weights {
+        /// NAME=VALUE, VALUE between 0 and 1 (locality, cpu, memory, disk, queue, latency,
+        /// health, features, diversity); repeat for several.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
+        /// Back to the shipped weights.
+        #[arg(long)]
+        reset: bool,
+        /// Why (kept in the config history); needed to change anything.
+        #[arg(long)]
+        why: Option<String>,
+    },
+    /// Why each node would or would not take a new copy of SIZE bytes (`--place 64MiB`).
+    Explain {
+        #[arg(long, value_name = "SIZE")]
+        place: Option<String>,
+        /// The file the copy is of (its holders are left out, its primary preferred).
+        #[arg(long)]
+        path: Option<String>,
+        /// A job (arrives with jobs).
+        #[arg(long)]
+        job: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -52,11 +52,7 @@ async fn run_in(
     let first = daemons[0].shared().clone();
     first.with_node(|n, now| n.create_cluster(now, "demo")).map_err(|e| CliError(e.message))?;
     for (i, d) in daemons.iter().enumerate().skip(1) {
-        let token = first.with_node(|n, now| n.new_token(now, Some(1), None)).map_err(|e| CliError(e.message))?
-            ["token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let token = first.with_node(|n, now| n.new_token(now, Some(1), None)).map_err(|e| CliError(e.message))?.token;
         crate::services::join::join_with_token(d.shared(), &token)
             .await
             .map_err(|e| CliError(format!("node {i} could not join: {}", e.message)))?;
@@ -96,9 +92,7 @@ async fn run_in(
         let left = deadline.saturating_duration_since(Instant::now()).as_millis() as u64;
         let ready = d
             .shared()
-            .wait_for(left, |n, now| {
-                n.meta_leader(now).is_some() && n.volume_list()["volumes"].as_array().map_or(0, |a| a.len()) == nodes
-            })
+            .wait_for(left, |n, now| n.meta_leader(now).is_some() && n.volume_list().volumes.len() == nodes)
             .await;
         if !ready {
             return Err(CliError("the demo cluster found no metadata leader within 30 s".into()));

@@ -288,6 +288,77 @@ pub(super) fn human_audit(v: &Value) -> String {
     }
 }
 
+const WEIGHT_NAMES: [&str; 9] =
+    ["locality", "cpu", "memory", "disk", "queue", "latency", "health", "features", "diversity"];
+
+pub(super) fn human_weights(v: &Value) -> String {
+    WEIGHT_NAMES
+        .iter()
+        .map(|n| format!("{n:<10} {:.2}", v[*n].as_f64().unwrap_or(f64::NAN)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn factor(v: &Value) -> String {
+    v.as_f64().map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
+}
+
+/// One ranked node per line: score, state, factors, and why not when it is not eligible.
+fn human_ranked(ranked: &Value) -> String {
+    let mut out = format!(
+        "{:<38} {:>5}  {:<11} {:>4} {:>4} {:>4} {:>4} {:>5} {:>4} {:>4}  {}\n",
+        "NODE", "SCORE", "STATE", "LOC", "CPU", "MEM", "DISK", "QUEUE", "LAT", "DIV", "WHY NOT"
+    );
+    for r in ranked.as_array().into_iter().flatten() {
+        let f = &r["factors"];
+        out.push_str(&format!(
+            "{:<38} {:>5.3}  {:<11} {:>4} {:>4} {:>4} {:>4} {:>5} {:>4} {:>4}  {}\n",
+            r["node"].as_str().unwrap_or("?"),
+            r["score"].as_f64().unwrap_or(0.0),
+            r["state"].as_str().unwrap_or("?"),
+            factor(&f["locality"]),
+            factor(&f["cpu"]),
+            factor(&f["memory"]),
+            factor(&f["disk"]),
+            factor(&f["queue"]),
+            factor(&f["latency"]),
+            factor(&f["diversity"]),
+            r["reason"].as_str().unwrap_or("")
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+pub(super) fn human_sched_status(v: &Value) -> String {
+    let mut out =
+        format!("weights\n{}\n\nscores (no locality)\n{}\n", human_weights(&v["weights"]), human_ranked(&v["preview"]));
+    let rows = v["latency"]["rows"].as_object();
+    match rows.filter(|r| !r.is_empty()) {
+        None => out.push_str("\nlatency matrix: not gathered (the leader gathers it with three or more nodes)"),
+        Some(rows) => {
+            out.push_str("\nlatency matrix (ms, -1 not measured)\n");
+            for (from, row) in rows {
+                for (to, ms) in row.as_object().into_iter().flatten() {
+                    out.push_str(&format!("{from} -> {to}: {}\n", factor(ms)));
+                }
+            }
+        }
+    }
+    out.trim_end().to_string()
+}
+
+pub(super) fn human_explain(v: &Value) -> String {
+    let head = match v["chosen"].as_str() {
+        Some(n) => format!("{}: {n} takes it", v["subject"].as_str().unwrap_or("")),
+        None => format!(
+            "{}: no node takes it: {}",
+            v["subject"].as_str().unwrap_or(""),
+            v["whyNone"].as_str().unwrap_or("")
+        ),
+    };
+    format!("{head}\n{}", human_ranked(&v["ranked"]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -153,7 +153,9 @@ impl<E: Env> Shared<E> {
                     };
                     tokio::spawn(async move {
                         let res = shared.transport.send(prepared, req.timeout_ms).await;
-                        let result = res.map(|r| (r.status, r.body.to_vec())).map_err(|e| e.to_string());
+                        let result = res
+                            .map(|r| crate::wire::error::peer_answer(r.status, r.body.to_vec()))
+                            .map_err(|e| e.to_string());
                         shared.with_node(|n, now| n.handle(now, Input::Response { token: req.token, result }));
                     });
                 }

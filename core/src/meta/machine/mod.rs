@@ -29,6 +29,7 @@
 mod replies;
 mod serve;
 
+use crate::answer::{ErrorKind, PeerAnswer, Reply};
 use crate::hlc::{Hlc, Version};
 use crate::ids::{LogIndex, NodeId, Term};
 use crate::meta::lease::{Candidate, Lease, LeaseAction, LeaseConfig, LeaseState, PushVerdict};
@@ -110,12 +111,29 @@ pub enum MetaOutput {
     },
 }
 
-/// A JSON answer to a peer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MetaReply {
-    pub status: u16,
-    pub body: Value,
+/// `meta status`: the lease, the log and the records as this node holds them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetaStatus {
+    pub leader: Option<NodeId>,
+    pub term: Term,
+    pub is_leader: bool,
+    pub last_seq: LogIndex,
+    pub applied: LogIndex,
+    /// Records submitted here and not yet acknowledged by the leader.
+    pub pending: usize,
+    pub records: usize,
+    pub log_entries: usize,
+    pub compacted_through: LogIndex,
+    pub digest: String,
+    pub snapshots_adopted: u64,
+    /// Entries and records refused as out of bounds, and the last reason.
+    pub refused: u64,
+    pub last_refusal: Option<String>,
 }
+
+/// A JSON answer to a peer (the node's [`Reply`]).
+pub type MetaReply = Reply;
 
 /// Most bytes of records in one submit or append (well under the 64 MiB request limit).
 pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
@@ -144,12 +162,13 @@ pub(super) fn believable(r: &Record, hlc: &Hlc) -> bool {
     r.shape_ok() && r.versions().into_iter().all(|v| hlc.acceptable(v))
 }
 
-pub(super) fn reply(status: u16, body: Value) -> MetaReply {
-    MetaReply { status, body }
+/// An answer of `kind` (`None`: carried out) with its body.
+pub(super) fn reply(refused: Option<ErrorKind>, body: Value) -> MetaReply {
+    MetaReply { refused, body }
 }
 
 pub(super) fn bad(msg: impl Into<String>) -> MetaReply {
-    reply(400, json!({"error": {"code": "bad_body", "message": msg.into()}}))
+    reply(Some(ErrorKind::Invalid), json!({"error": {"code": "bad_body", "message": msg.into()}}))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -463,23 +482,23 @@ impl Meta {
         self.leader(now).is_some_and(|l| l.holder == self.me)
     }
 
-    pub fn status(&self, now: Millis) -> Value {
+    pub fn status(&self, now: Millis) -> MetaStatus {
         let leader = self.leader(now);
-        json!({
-            "leader": leader.map(|l| l.holder.clone()),
-            "term": self.lease.term(),
-            "isLeader": leader.is_some_and(|l| l.holder == self.me),
-            "lastSeq": self.last_seq,
-            "applied": self.last_seq,
-            "pending": self.pending.len(),
-            "records": self.state.len(),
-            "logEntries": self.log.len(),
-            "compactedThrough": self.compacted_through,
-            "digest": self.state.digest(),
-            "snapshotsAdopted": self.snapshots_adopted,
-            "refused": self.refused,
-            "lastRefusal": self.last_refusal,
-        })
+        MetaStatus {
+            leader: leader.map(|l| l.holder.clone()),
+            term: self.lease.term(),
+            is_leader: leader.is_some_and(|l| l.holder == self.me),
+            last_seq: self.last_seq,
+            applied: self.last_seq,
+            pending: self.pending.len(),
+            records: self.state.len(),
+            log_entries: self.log.len(),
+            compacted_through: self.compacted_through,
+            digest: self.state.digest(),
+            snapshots_adopted: self.snapshots_adopted,
+            refused: self.refused,
+            last_refusal: self.last_refusal.clone(),
+        }
     }
 
     // ---- the state machine face ----
@@ -854,7 +873,7 @@ mod tests {
         for _ in 0..10 {
             let q = after.as_ref().map(|c| format!("after={c}")).unwrap_or_default();
             let r = m.answer_snapshot(&q);
-            assert_eq!(r.status, 200);
+            assert_eq!(r.refused, None);
             let page: Snapshot = serde_json::from_value(r.body).unwrap();
             assert!(page.records.settings.len() <= 5);
             seen.extend(page.records.settings.into_iter().map(|s| s.key));
@@ -916,8 +935,8 @@ mod tests {
     #[test]
     fn a_malformed_snapshot_cursor_is_a_400() {
         let m = meta_with(3, 5);
-        assert_eq!(m.answer_snapshot("after=zz").status, 400);
-        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("nokind"))).status, 400);
-        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("bogus\nk"))).status, 400);
+        assert_eq!(m.answer_snapshot("after=zz").refused, Some(ErrorKind::Invalid));
+        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("nokind"))).refused, Some(ErrorKind::Invalid));
+        assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("bogus\nk"))).refused, Some(ErrorKind::Invalid));
     }
 }

@@ -9,13 +9,15 @@ impl Meta {
         now: Millis,
         peer: &NodeId,
         purpose: MetaPurpose,
-        result: Result<(u16, Vec<u8>), String>,
+        result: Result<PeerAnswer, String>,
         hlc: &mut Hlc,
     ) {
         self.now = self.now.max(now);
-        // A transport failure reads as status 0 with no body.
-        let (status, body) = result.unwrap_or_default();
-        if status == 409 {
+        // A transport failure reads as a peer failure with no body.
+        let PeerAnswer { refused, body } =
+            result.unwrap_or_else(|_| PeerAnswer::refused(ErrorKind::PeerFailed, Vec::new()));
+        let carried_out = refused.is_none();
+        if refused == Some(ErrorKind::Conflict) {
             #[derive(Deserialize)]
             struct Refusal {
                 lease: Option<Lease>,
@@ -23,7 +25,7 @@ impl Meta {
             if let Ok(Refusal { lease: Some(l) }) = serde_json::from_slice::<Refusal>(&body) {
                 self.lease.on_refused(now, l);
             }
-        } else if matches!(status, 400 | 413) {
+        } else if matches!(refused, Some(ErrorKind::Invalid | ErrorKind::TooLarge)) {
             // A peer refused what we sent as malformed (it is sent again): say so.
             let what = match &purpose {
                 MetaPurpose::LeasePush => "our lease push",
@@ -49,7 +51,7 @@ impl Meta {
                 let reported = answer(&body).and_then(|a| a.last_seq);
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
-                    if status == 200 {
+                    if carried_out {
                         p.acked_through = reported.unwrap_or(through);
                         // A peer behind what we sent catches up by itself (log?after=N).
                     } else {
@@ -57,13 +59,13 @@ impl Meta {
                         p.sent_through = p.acked_through.min(p.sent_through);
                     }
                 }
-                if status == 200 && self.is_leader(now) {
+                if carried_out && self.is_leader(now) {
                     self.pump_appends();
                 }
             }
             MetaPurpose::Submit { ids } => {
                 self.submit_in_flight = None;
-                if status == 200 {
+                if carried_out {
                     for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
@@ -80,8 +82,8 @@ impl Meta {
             }
             MetaPurpose::CatchUp => {
                 self.catch_up_in_flight = None;
-                match status {
-                    200 => {
+                match refused {
+                    None => {
                         let Ok(page) = serde_json::from_slice::<LogPage<Box<RawValue>>>(&body) else { return };
                         let same_numbering = self.log_lease.as_ref().is_some_and(|l| {
                             l.term == page.term && page.holder.as_ref().is_none_or(|h| h == &l.holder)
@@ -98,12 +100,12 @@ impl Meta {
                             self.request_catch_up(peer);
                         }
                     }
-                    410 => self.request_snapshot(peer),
+                    Some(ErrorKind::Gone) => self.request_snapshot(peer),
                     _ => {}
                 }
             }
             MetaPurpose::Snapshot { after } => {
-                let page = (status == 200).then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
+                let page = carried_out.then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
                 let Some(page) = page else {
                     self.catch_up_in_flight = None;
                     self.snapshot_progress = None;

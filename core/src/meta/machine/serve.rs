@@ -15,10 +15,10 @@ impl Meta {
             return bad("a lease can only be pushed by its holder");
         }
         match self.lease.on_push(now, b.lease.clone()) {
-            PushVerdict::Refused(k) => reply(409, json!({"lease": k})),
+            PushVerdict::Refused(k) => reply(Some(ErrorKind::Conflict), json!({"lease": k})),
             PushVerdict::Accepted { .. } => {
                 self.follow(&b.lease, b.last_seq, &b.digest, now);
-                reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+                reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
             }
         }
     }
@@ -63,7 +63,7 @@ impl Meta {
             return bad("appends come only from the lease holder");
         }
         if let PushVerdict::Refused(k) = self.lease.on_push(now, b.lease.clone()) {
-            return reply(409, json!({"lease": k}));
+            return reply(Some(ErrorKind::Conflict), json!({"lease": k}));
         }
         if self.log_lease.as_ref() != Some(&b.lease) {
             // Another leader's numbering: the records are still good, the positions are not.
@@ -79,7 +79,7 @@ impl Meta {
         } else if !self.take_entries(from, read_entries(b.entries), hlc) || self.last_seq < b.last_seq {
             self.request_catch_up(&b.lease.holder);
         }
-        reply(200, json!({"ok": true, "lastSeq": self.last_seq}))
+        reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
     }
 
     /// `POST meta/submit` (leader only).
@@ -87,7 +87,7 @@ impl Meta {
         self.now = self.now.max(now);
         if !self.is_leader(now) {
             return reply(
-                409,
+                Some(ErrorKind::Conflict),
                 json!({"error": {"code": "not_leader", "message": "this node is not the leader"}, "lease": self.lease.known()}),
             );
         }
@@ -127,7 +127,7 @@ impl Meta {
             }
         }
         self.pump_appends();
-        reply(200, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
+        reply(None, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
     }
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
@@ -137,7 +137,7 @@ impl Meta {
         let Ok(after) = after else { return bad("after must be a number") };
         if after < self.compacted_through.0 {
             return reply(
-                410,
+                Some(ErrorKind::Gone),
                 json!({"error": {"code": "compacted", "message": "that range was compacted; fetch a snapshot"}, "compactedThrough": self.compacted_through}),
             );
         }
@@ -150,7 +150,7 @@ impl Meta {
             term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
         };
-        reply(200, serde_json::to_value(page).expect("serialise"))
+        reply(None, serde_json::to_value(page).expect("serialise"))
     }
 
     /// `GET meta/snapshot`: every record, tombstones included.
@@ -184,6 +184,6 @@ impl Meta {
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
             next: if more { last_key.as_ref().map(encode_cursor) } else { None },
         };
-        reply(200, serde_json::to_value(snap).expect("serialise"))
+        reply(None, serde_json::to_value(snap).expect("serialise"))
     }
 }

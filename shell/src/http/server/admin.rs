@@ -6,7 +6,7 @@ use super::*;
 // ---- cluster ----
 
 pub(super) async fn cluster_status<E: Env>(State(s): S<E>) -> Response {
-    let mut v = s.read_node(|n, now| n.status(now));
+    let mut v = json_of(s.read_node(|n, now| n.status(now)));
     v["clusterEnabled"] = json!(!s.disable_cluster);
     (StatusCode::OK, axum::Json(v)).into_response()
 }
@@ -36,7 +36,7 @@ pub(super) async fn cluster_join<E: Env>(State(s): S<E>, body: Body) -> Response
     api_result(join(&s, body).await)
 }
 
-pub(super) async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<Value, ApiError> {
+pub(super) async fn join<E: Env>(s: &Arc<Shared<E>>, body: Body) -> Result<shoal_core::node::NodeStatus, ApiError> {
     let b: JoinReq = parse_body(&body)?;
     crate::services::join::join_with_token(s, &b.token).await
 }
@@ -382,6 +382,6 @@ pub(super) async fn repl_status<E: Env>(State(s): S<E>) -> Response {
         let p = n.replication_plan(now, &in_flight);
         let mut this_node = s.repl.stats(n.repl_stats(), n.repl_tasks(), n.working());
         this_node["scrubOverdue"] = json!(n.scrub_overdue(now));
-        json!({ "leader": p["leader"], "stats": p["plan"]["stats"], "tasksPlanned": p["plan"]["tasks"].as_array().map(|t| t.len()).unwrap_or(0), "thisNode": this_node })
+        json!({ "leader": p.leader, "stats": p.plan.stats, "tasksPlanned": p.plan.tasks.len(), "thisNode": this_node })
     })))
 }

@@ -27,11 +27,11 @@ pub(super) async fn config_resolved<E: Env>(State(s): S<E>) -> Response {
 }
 
 pub(super) async fn config_proposals<E: Env>(State(s): S<E>) -> Response {
-    api_result(s.read_node(|n, now| n.config_proposals(now, None)))
+    api_result(s.read_node(|n, now| Ok::<_, ApiError>(n.config_proposals(now))))
 }
 
 pub(super) async fn config_proposal<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
-    api_result(s.read_node(|n, now| n.config_proposals(now, Some(&id))))
+    api_result(s.read_node(|n, now| n.config_proposal(now, &id)))
 }
 
 #[derive(Deserialize)]
@@ -66,7 +66,7 @@ pub(super) struct ConfigPost {
 pub(super) async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response {
     let b: ConfigPost = match parse_body(&body) {
         Ok(b) => b,
-        Err(e) => return api_result(Err(e)),
+        Err(e) => return crate::wire::error::api_error_response(e),
     };
     let account = "admin";
     let level = || {
@@ -76,22 +76,24 @@ pub(super) async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response 
     };
     let r = match b.action.as_str() {
         "set" => match (level(), &b.value) {
-            (Ok(l), Some(v)) => s.with_node(|n, now| n.config_set(now, &l, Some(v), &b.why, account)),
+            (Ok(l), Some(v)) => s.with_node(|n, now| n.config_set(now, &l, Some(v), &b.why, account)).map(json_of),
             (Ok(_), None) => Err(ApiError::invalid("bad_body", "a set needs a value (or use clear)")),
             (Err(e), _) => Err(e),
         },
-        "clear" => level().and_then(|l| s.with_node(|n, now| n.config_set(now, &l, None, &b.why, account))),
+        "clear" => {
+            level().and_then(|l| s.with_node(|n, now| n.config_set(now, &l, None, &b.why, account))).map(json_of)
+        }
         "propose" => level().and_then(|l| {
             let v = if b.clear { None } else { b.value.as_ref() };
             if v.is_none() && !b.clear {
                 return Err(ApiError::invalid("bad_body", "a proposal needs a value, or clear: true"));
             }
-            s.with_node(|n, now| n.config_propose(now, &l, v, &b.why, account))
+            s.with_node(|n, now| n.config_propose(now, &l, v, &b.why, account)).map(json_of)
         }),
         "approve" | "decline" => match &b.id {
             Some(id) => {
                 let seen = b.seen.then(|| (b.seen_value.clone(), b.seen_shown_against.clone()));
-                s.with_node(|n, now| n.config_answer(now, id, b.action == "approve", seen, account))
+                s.with_node(|n, now| n.config_answer(now, id, b.action == "approve", seen, account)).map(json_of)
             }
             None => Err(ApiError::invalid("bad_body", "approve and decline name the proposal (id)")),
         },

@@ -35,11 +35,12 @@ pub(super) async fn files_delete<E: Env>(
         n.file_remove(now, &path, q.recursive).map(|v| (v, before))
     });
     match r {
-        Ok((mut v, before)) => {
+        Ok((v, before)) => {
+            let mut v = json_of(v);
             v["deletedNow"] = json!(crate::services::replication::delete_now(&s, before).await);
             api_result(Ok(v))
         }
-        Err(e) => api_result(Err(e)),
+        Err(e) => crate::wire::error::api_error_response(e),
     }
 }
 
@@ -53,13 +54,13 @@ pub(super) struct MoveBody {
 pub(super) async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
     let b = match parse_body::<MoveBody>(&body) {
         Ok(b) => b,
-        Err(e) => return api_result(Err(e)),
+        Err(e) => return crate::wire::error::api_error_response(e),
     };
     let moved = match s.with_node(|n, now| n.file_move(now, &b.from, &b.to)) {
         Ok(m) => m,
-        Err(e) => return api_result(Err(e)),
+        Err(e) => return crate::wire::error::api_error_response(e),
     };
-    let mut v = moved.to_json();
+    let mut v = json_of(&moved);
     let pairs = moved.files.into_iter().map(|f| (f.from, f.to, f.copies)).collect();
     v["renamedNow"] = json!(crate::services::replication::rename_now(&s, pairs).await);
     api_result(Ok(v))
@@ -78,7 +79,7 @@ pub(super) async fn files_mkdir<E: Env>(State(s): S<E>, body: Body) -> Response 
 pub(super) async fn files_verify<E: Env>(State(s): S<E>, body: Body) -> Response {
     match parse_body::<PathBody>(&body) {
         Ok(b) => api_result(crate::services::replication::verify(&s, &b.path).await),
-        Err(e) => api_result(Err(e)),
+        Err(e) => crate::wire::error::api_error_response(e),
     }
 }
 

@@ -6,15 +6,17 @@
 mod admin;
 mod config;
 mod files;
+mod sched;
 
 use admin::*;
 use config::*;
 use files::*;
+use sched::*;
 
 use crate::env::Env;
 use crate::net::transport::{Transport, TransportError};
 use crate::node::handle::Shared;
-use crate::wire::error::{api_result, error_response, reply_response};
+use crate::wire::error::{api_result, error_response, json_of, reply_response};
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -90,6 +92,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .route("/audit", get(audit_list::<E>))
+        .route("/sched/status", get(sched_status::<E>))
+        .route("/sched/weights", get(sched_weights::<E>).post(sched_weights_post::<E>))
+        .route("/sched/explain", get(sched_explain::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));

@@ -29,18 +29,18 @@ pub(super) fn parse_range(h: &str, size: u64) -> Result<(u64, u64), ApiError> {
 pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) -> Response {
     let (f, sources) = match s.read_node(|n, now| n.file_sources(&path, now)) {
         Ok(x) => x,
-        Err(e) => return crate::wire::error::api_result(Err(e)),
+        Err(e) => return crate::wire::error::api_error_response(e),
     };
     if sources.is_empty() {
-        return crate::wire::error::api_result(Err(ApiError::unavailable(
+        return crate::wire::error::api_error_response(ApiError::unavailable(
             "no_copy_available",
             format!("no readable copy of cluster:{} right now", f.path),
-        )));
+        ));
     }
     let range = match headers.get("range").and_then(|v| v.to_str().ok()) {
         Some(h) => match parse_range(h, f.size) {
             Ok(r) => Some(r),
-            Err(e) => return crate::wire::error::api_result(Err(e)),
+            Err(e) => return crate::wire::error::api_error_response(e),
         },
         None => None,
     };
@@ -66,10 +66,10 @@ pub async fn get<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap) ->
         }
     }
     let Some((cur, first)) = first else {
-        return crate::wire::error::api_result(Err(ApiError::unavailable(
+        return crate::wire::error::api_error_response(ApiError::unavailable(
             "no_copy_available",
             format!("no copy could be read: {}", tried.join("; ")),
-        )));
+        ));
     };
     let (tx, body) = ChannelBody::new(4);
     let copy_name = format!("{}:{}{}", sources[cur].node_id, sources[cur].volume_id, f.path);

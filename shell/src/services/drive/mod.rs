@@ -79,16 +79,17 @@ pub async fn place<E: Env>(
         return Err(ApiError::unavailable("no_leader", "no metadata leader right now; retry shortly"));
     };
     let body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude}).to_string().into_bytes();
-    let (status, answer) = if leader.holder == me {
+    let (refused, answer) = if leader.holder == me {
         let r = s.with_node(|n, now| n.place_for_self(now, &body));
-        (r.status, r.body)
+        (r.refused, r.body)
     } else {
         let r = signed(s, &leader.holder, "POST", "/cluster/acn/store/place", body, vec![]).await?;
-        (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+        let r = crate::wire::error::peer_answer(r.status, r.body.to_vec());
+        (r.refused, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
     };
-    if status != 200 {
+    if let Some(refused) = refused {
         let msg = answer["error"]["message"].as_str().unwrap_or("placement failed").to_string();
-        return Err(if status == 507 {
+        return Err(if refused == shoal_core::answer::ErrorKind::StorageFull {
             ApiError::storage_full("insufficient_storage", msg)
         } else {
             ApiError::unavailable("placement_failed", msg)
@@ -234,7 +235,7 @@ async fn publish<E: Env>(
     if copies.len() < target.wanted as usize {
         s.repl_kick();
     }
-    let mut v = v;
+    let mut v = crate::wire::error::json_of(v);
     let held = s.wait_for(RECORD_WAIT_MS, |n, _| n.file_record_held_elsewhere(&target.path)).await;
     v["recordReplicated"] = json!(held);
     tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
