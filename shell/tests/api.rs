@@ -161,3 +161,48 @@ async fn a_setting_value_nested_too_deeply_is_a_400() {
     }
     d.shutdown().await;
 }
+
+/// The scheduling API over real HTTP (issue 13): the status shows the shipped weights and
+/// this node scored; weights change only with a reason, by known names, within [0, 1], and
+/// land in the config history; an explain says which node takes a copy and why the others
+/// would not; bad sizes and queries are 400s.
+#[tokio::test]
+async fn the_sched_api_shows_changes_and_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    let (s, v) = call(&d, &token, "GET", "/v1/sched/status", b"").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["weights"]["locality"], 0.45);
+    let (s, v) = call(&d, &token, "POST", "/v1/sched/weights", br#"{"set":{"cpu":0.3},"why":"x"}"#).await;
+    assert_json_error(s, &v, 409); // not in a cluster yet
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let (s, v) = call(&d, &token, "GET", "/v1/sched/status", b"").await;
+    assert_eq!((s, v["preview"].as_array().map(|a| a.len())), (200, Some(1)), "{v}");
+    for (body, why) in [
+        (r#"{"set":{"cpu":0.3}}"#, "no reason"),
+        (r#"{"set":{"speed":0.3},"why":"x"}"#, "unknown weight"),
+        (r#"{"set":{"cpu":1.5},"why":"x"}"#, "out of range"),
+        (r#"{"set":{"cpu":"high"},"why":"x"}"#, "not a number"),
+        (r#"{"why":"x"}"#, "nothing to change"),
+    ] {
+        let (s, v) = call(&d, &token, "POST", "/v1/sched/weights", body.as_bytes()).await;
+        assert_eq!(s, 400, "{why}: {v}");
+        assert!(v["error"]["code"].is_string(), "{why}: {v}");
+    }
+    let (s, v) =
+        call(&d, &token, "POST", "/v1/sched/weights", br#"{"set":{"cpu":0.3},"why":"cpu matters less"}"#).await;
+    assert_eq!((s, v["weights"]["cpu"].as_f64()), (200, Some(0.3)), "{v}");
+    let (_, h) = call(&d, &token, "GET", "/v1/config/history", b"").await;
+    assert!(h.to_string().contains("cpu matters less"), "the change has a history: {h}");
+    let (s, v) = call(&d, &token, "POST", "/v1/sched/weights", br#"{"reset":true,"why":"back"}"#).await;
+    assert_eq!((s, v["weights"]["cpu"].as_f64()), (200, Some(0.2)), "{v}");
+    let (s, v) = call(&d, &token, "GET", "/v1/sched/explain?place=1MiB", b"").await;
+    assert_eq!(s, 200, "{v}");
+    assert!(v["chosen"].is_null(), "no volume yet: {v}");
+    assert!(v["whyNone"].as_str().unwrap().contains("node has no volume"), "{v}");
+    for q in ["place=lots", "job=abc", "", "place=1MiB&color=red"] {
+        let (s, v) = call(&d, &token, "GET", &format!("/v1/sched/explain?{q}"), b"").await;
+        assert_json_error(s, &v, 400);
+    }
+}

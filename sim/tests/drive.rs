@@ -545,3 +545,36 @@ fn a_pull_outlives_its_leader_and_is_adopted_by_the_next() {
     assert!(stats.succeeded >= 1, "seed {seed}: the new leader took the adopted task's report: {stats:?}");
     assert_eq!(stats.expired, 0, "seed {seed}: the adopted task's lease never ran out: {stats:?}");
 }
+
+/// Three sites (issue 13, "Scheduling"): six nodes in pairs, 2 ms within a site and 150 ms
+/// between sites, policy 2. Once the leader has gathered the latency matrix, the second copy
+/// of every file written lands in another site than the first (each site has room).
+#[test]
+fn with_three_sites_the_second_copy_lands_in_another_site() {
+    let mut h = drive_cluster(41, 6, 2);
+    let site = |i: usize| i / 2;
+    for a in 0..6 {
+        for b in (a + 1)..6 {
+            h.set_latency(a, b, if site(a) == site(b) { 2 } else { 150 });
+        }
+    }
+    wait(&mut h, 400_000, "the leader's matrix shows the sites", |h| {
+        let leader = h.read(0, |n, now| n.meta_leader(now).map(|l| l.holder)).flatten();
+        let Some(leader) = leader else { return false };
+        let l = index_of(h, &leader);
+        let ids = h.ids.clone();
+        h.read(l, |n, now| {
+            let m = n.sched_status(now).latency;
+            (0..6).all(|a| (0..6).filter(|b| site(*b) != site(a)).all(|b| m.pair(&ids[a], &ids[b]) > 100.0))
+        })
+        .unwrap_or(false)
+    });
+    for k in 0..6 {
+        let path = format!("/data/site{k}");
+        let (s, v) = h.put_file(k, &path, &format!("content {k}")).unwrap();
+        assert_eq!((s, &v["copies"]), (200, &json!(2)), "{v}");
+        let f = record(&h, k, &path).expect("the writer holds the record");
+        let sites: BTreeSet<usize> = f.locations.iter().map(|l| site(index_of(&h, &l.node_id))).collect();
+        assert_eq!(sites.len(), 2, "{path} written on n{k}: copies on {:?}", f.locations);
+    }
+}

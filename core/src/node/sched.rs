@@ -161,6 +161,7 @@ impl Node {
             writer: &self.id,
             primary: primary.as_ref(),
             exclude: &holders,
+            latency: Some(&self.latency.matrix),
         };
         let ranked = crate::storage::placement::place_ranking(
             states.iter().map(|(v, s)| (v, *s)),

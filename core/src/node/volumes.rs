@@ -510,6 +510,7 @@ impl Node {
             writer: &writer,
             primary: b.primary.as_ref(),
             exclude: &b.exclude,
+            latency: Some(&self.latency.matrix),
         };
         let known = self.sched_inputs(wall);
         match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &self.sched_weights(), ask)

@@ -73,6 +73,9 @@ pub struct PlaceAsk<'a> {
     pub writer: &'a NodeId,
     pub primary: Option<&'a VolumeId>,
     pub exclude: &'a [NodeId],
+    /// The cluster's latency matrix: with the excluded nodes as holders, a further copy is
+    /// worth more in another site ([`crate::sched::site_diversity`]).
+    pub latency: Option<&'a crate::latency::LatencyMatrix>,
 }
 
 /// Every node with a volume, ranked for taking a new copy: `known` gives what is known of a
@@ -97,6 +100,31 @@ pub fn place_ranking<'a>(
             e.2 = Some(e.2.map_or(frac, |f: f64| f.max(frac)));
         }
     }
+    // Members with no volume are candidates too, so an explanation names them.
+    let mut volumeless: Vec<&NodeId> = Vec::new();
+    for (id, i) in known {
+        if !nodes.contains_key(id) {
+            nodes.insert(id, (i.state, false, None));
+            volumeless.push(id);
+        }
+    }
+    let rule = |id: &NodeId| {
+        let (state, fits_here, _) = nodes[id];
+        if !node_usable(state) {
+            Err(format!("node is {}", state.as_str()))
+        } else if ask.exclude.contains(id) {
+            Err("node holds a copy already".to_string())
+        } else if volumeless.contains(&id) {
+            Err("node has no volume".to_string())
+        } else if !fits_here {
+            Err(format!("no writable volume with room for {} bytes", ask.size))
+        } else {
+            Ok(())
+        }
+    };
+    let eligible = nodes.keys().filter(|id| rule(id).is_ok()).count();
+    let diverse = ask.latency.is_some()
+        && crate::sched::diversity_applies(nodes.len().max(known.len()), ask.exclude.len(), eligible);
     let inputs: Vec<Inputs> = nodes
         .iter()
         .map(|(id, (state, _, disk))| {
@@ -104,23 +132,16 @@ pub fn place_ranking<'a>(
             i.state = *state;
             i.locality = if *id == ask.writer { 1.0 } else { 0.0 };
             i.disk_free = *disk;
-            i.diversity = None;
             i.features = None;
+            i.diversity = None;
+            if let (true, Some(m)) = (diverse, ask.latency) {
+                i.diversity = crate::sched::site_diversity(m, id, ask.exclude);
+                i.latency_ms = 0.0;
+            }
             i
         })
         .collect();
-    rank(&inputs, weights, |i| {
-        let (state, fits_here, _) = nodes[&i.node];
-        if !node_usable(state) {
-            Err(format!("node is {}", state.as_str()))
-        } else if ask.exclude.contains(&i.node) {
-            Err("node holds a copy already".to_string())
-        } else if !fits_here {
-            Err(format!("no writable volume with room for {} bytes", ask.size))
-        } else {
-            Ok(())
-        }
-    })
+    rank(&inputs, weights, |i| rule(&i.node))
 }
 
 /// Pick the volume for a new copy: the best node of [`place_ranking`], then on it the file's
@@ -178,7 +199,7 @@ mod tests {
     }
 
     fn ask<'a>(size: u64, writer: &'a NodeId, primary: Option<&'a VolumeId>) -> PlaceAsk<'a> {
-        PlaceAsk { size, writer, primary, exclude: &[] }
+        PlaceAsk { size, writer, primary, exclude: &[], latency: None }
     }
 
     /// The writer's node first (locality 1), else the node the scorer ranks best (here: the
@@ -200,6 +221,31 @@ mod tests {
         assert_eq!(pick("n3", None), "d", "most free on the winner");
         assert_eq!(pick("n3", Some("c")), "c", "the primary on the winner");
         assert_eq!(pick("n9", Some("c")), "b", "a primary on another node does not outrank the scorer");
+    }
+
+    /// A further copy goes to another site: with the holders excluded and a latency matrix,
+    /// the node far from every holder wins over a near one with more room; the round trip
+    /// from the scorer is left out (it would cancel the distance).
+    #[test]
+    fn a_further_copy_goes_to_another_site() {
+        let vs = [vol("a", "n0", 10 * G), vol("b", "n1", 90 * G), vol("c", "n2", 30 * G)];
+        let list: Vec<(Volume, NodeState)> = vs.iter().map(|v| (v.clone(), NodeState::Online)).collect();
+        let n0 = NodeId::new("n0");
+        let mut m = crate::latency::LatencyMatrix::default();
+        let row = |pairs: &[(&str, f64)]| pairs.iter().map(|(n, ms)| (NodeId::new(*n), *ms)).collect();
+        m.insert_row(n0.clone(), row(&[("n1", 2.0), ("n2", 500.0)]));
+        let mut known = BTreeMap::new();
+        let mut far = Inputs::new(NodeId::new("n2"), NodeState::Online);
+        far.latency_ms = 500.0;
+        known.insert(far.node.clone(), far);
+        let holders = [n0.clone()];
+        let mut a = ask(G, &n0, None);
+        a.exclude = &holders;
+        let w = Weights::default();
+        let pick = |a: PlaceAsk<'_>| place(list.iter().map(|(v, s)| (v, *s)), &known, &w, a).unwrap().id.to_string();
+        assert_eq!(pick(a), "b", "no matrix: the roomiest near node");
+        a.latency = Some(&m);
+        assert_eq!(pick(a), "c", "the far site");
     }
 
     /// A busy writer loses to an idle node: the scorer, not a fixed order, decides.

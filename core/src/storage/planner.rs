@@ -184,17 +184,6 @@ pub struct Scoring {
 }
 
 impl Scoring {
-    /// A candidate's site diversity: its distance to the nearest holder as a fraction of one
-    /// second (capped at 1), `None` when no pair to a holder is measured.
-    fn diversity(&self, candidate: &NodeId, holders: &BTreeSet<&NodeId>) -> Option<f64> {
-        holders
-            .iter()
-            .map(|h| self.latency.pair(candidate, h))
-            .filter(|d| *d >= 0.0)
-            .min_by(|a, b| a.total_cmp(b))
-            .map(|d| (d / 1000.0).min(1.0))
-    }
-
     /// The best node among `candidates` (each with its largest free fraction), or `None`.
     fn choose<'v>(
         &self,
@@ -202,7 +191,7 @@ impl Scoring {
         holders: &BTreeSet<&NodeId>,
         cluster_nodes: usize,
     ) -> Option<&'v Volume> {
-        let diverse = cluster_nodes >= 3 && !holders.is_empty() && candidates.len() > 1;
+        let diverse = crate::sched::diversity_applies(cluster_nodes, holders.len(), candidates.len());
         let inputs: Vec<crate::sched::Inputs> = candidates
             .iter()
             .map(|(v, state, disk)| {
@@ -215,7 +204,12 @@ impl Scoring {
                 i.locality = 0.0;
                 i.disk_free = *disk;
                 i.features = None;
-                i.diversity = if diverse { self.diversity(&v.node_id, holders) } else { None };
+                if diverse {
+                    i.diversity = crate::sched::site_diversity(&self.latency, &v.node_id, holders.iter().copied());
+                    i.latency_ms = 0.0;
+                } else {
+                    i.diversity = None;
+                }
                 i
             })
             .collect();

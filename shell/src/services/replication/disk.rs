@@ -4,6 +4,7 @@
 //! "now" pass over the holders.
 
 use super::*;
+use crate::services::peer::signed_within;
 
 pub(super) fn io_api(what: &str, e: std::io::Error) -> ApiError {
     if e.kind() == std::io::ErrorKind::StorageFull {
@@ -12,12 +13,31 @@ pub(super) fn io_api(what: &str, e: std::io::Error) -> ApiError {
     ApiError::internal("io", format!("{what}: {e}"))
 }
 
+/// How long a holder asked to delete or rename a copy waits for its own records to show why
+/// (they may lag the asker's by a replication round), woken as they change.
+pub const RECORDS_CATCH_UP_MS: u64 = 5_000;
+
+/// Ask the core whether `authorized` holds now; when refused as not (yet) authorised, wait
+/// for this node's records to catch up, then ask once more.
+async fn when_authorized<E: Env, T>(
+    s: &Arc<Shared<E>>,
+    mut authorized: impl FnMut(&mut shoal_core::node::Node, shoal_core::Millis) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    match s.with_node(&mut authorized) {
+        Err(e) if e.code == "not_authorized" => {
+            s.wait_for(RECORDS_CATCH_UP_MS, |n, now| authorized(n, now).is_ok()).await;
+            s.with_node(authorized)
+        }
+        r => r,
+    }
+}
+
 /// `store/delete`: delete a copy when this node's records authorise it (see
 /// [`shoal_core::node::Node::authorize_delete`]), then mark the copy dropped.
 pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8]) -> Result<Value, ApiError> {
     let req: shoal_core::node::files::DeleteRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("delete body: {e}")))?;
-    let folder = s.read_node(|n, now| n.authorize_delete(now, sender, &req))?;
+    let folder = when_authorized(s, |n, now| n.authorize_delete(now, sender, &req)).await?;
     let (s2, path, volume) = (s.clone(), req.path.clone(), req.volume_id.clone());
     let done = s
         .blocking(move || {
@@ -40,7 +60,7 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     }
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("rename body: {e}")))?;
-    let folder = s.read_node(|n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to))?;
+    let folder = when_authorized(s, |n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to)).await?;
     let (s2, from, to, volume) = (s.clone(), b.from.clone(), b.to.clone(), b.volume_id.clone());
     let done = s
         .blocking(move || {
@@ -159,63 +179,57 @@ pub(super) fn retire_evacuated<E: Env>(s: &Arc<Shared<E>>) {
 /// A file's copies: (volume, node).
 pub type Copies = Vec<(shoal_core::VolumeId, NodeId)>;
 
+/// How long a remove or a move asks holders to act at once; what is left after that their
+/// reconcilers finish.
+const NOW_PASS_MS: u64 = 10_000;
+
 /// After a remove: have every holder delete its copies now (each checks the removal against
-/// its own records; one whose records lag answers 409 and is asked again for a while, after
-/// which its reconciler finishes the job). `removed` is (path, copies).
+/// its own records, waiting a little for them when they lag; what is not done within
+/// [`NOW_PASS_MS`] its reconciler finishes). `removed` is (path, copies).
 pub async fn delete_now<E: Env>(
     s: &Arc<Shared<E>>,
     removed: Vec<(String, Vec<(shoal_core::VolumeId, NodeId)>)>,
 ) -> u64 {
-    const REMOVE_WAIT_MS: u64 = 10_000;
     let me = s.read_node(|n, _| n.id().clone());
     let started = s.env.monotonic();
     reconcile_once(s).await;
     let mut done = 0u64;
     for (path, copies) in removed {
         for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            if s.env.monotonic().since(started) >= NOW_PASS_MS {
+                return done;
+            }
             let body = json!({"volumeId": volume, "path": path}).to_string().into_bytes();
-            loop {
-                match signed(s, &node, "POST", "/cluster/acn/store/delete", body.clone(), vec![]).await {
-                    Ok(r) if r.status == 200 => {
-                        done += 1;
-                        break;
-                    }
-                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < REMOVE_WAIT_MS => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    _ => break,
-                }
+            let r = signed_within(s, &node, "POST", "/cluster/acn/store/delete", body, vec![], NOW_ASK_TIMEOUT_MS);
+            if matches!(r.await, Ok(r) if r.status == 200) {
+                done += 1;
             }
         }
     }
     done
 }
 
+/// One "now" request: the holder's wait for its records plus a peer's time to answer.
+const NOW_ASK_TIMEOUT_MS: u64 = RECORDS_CATCH_UP_MS + 10_000;
+
 /// After a move: have every holder rename its copies now, so the files are where the records
-/// say before the move is answered. Holders check the move against their own records (a
-/// holder whose records lag answers 409 and is asked again); whatever is not done within
-/// `MOVE_WAIT_MS` the holders' reconcilers finish. `moved` is (old path, new path, copies).
+/// say before the move is answered. Holders check the move against their own records, waiting
+/// a little for them when they lag; whatever is not done within [`NOW_PASS_MS`] the holders'
+/// reconcilers finish. `moved` is (old path, new path, copies).
 pub async fn rename_now<E: Env>(s: &Arc<Shared<E>>, moved: Vec<(String, String, Copies)>) -> u64 {
-    const MOVE_WAIT_MS: u64 = 10_000;
     let me = s.read_node(|n, _| n.id().clone());
     let started = s.env.monotonic();
     reconcile_once(s).await;
     let mut done = 0u64;
     for (from, to, copies) in moved {
         for (volume, node) in copies.into_iter().filter(|(_, n)| *n != me) {
+            if s.env.monotonic().since(started) >= NOW_PASS_MS {
+                return done;
+            }
             let body = json!({"volumeId": volume, "from": from, "to": to}).to_string().into_bytes();
-            loop {
-                let r = signed(s, &node, "POST", "/cluster/acn/store/rename", body.clone(), vec![]).await;
-                match r {
-                    Ok(r) if r.status == 200 => {
-                        done += 1;
-                        break;
-                    }
-                    Ok(r) if r.status == 409 && s.env.monotonic().since(started) < MOVE_WAIT_MS => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    _ => break, // the holder's reconciler will do it
-                }
+            let r = signed_within(s, &node, "POST", "/cluster/acn/store/rename", body, vec![], NOW_ASK_TIMEOUT_MS);
+            if matches!(r.await, Ok(r) if r.status == 200) {
+                done += 1;
             }
         }
     }
