@@ -8,6 +8,7 @@
 use crate::ids::NodeId;
 use crate::membership::NodeState;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// The reason a DEGRADED node is held back.
 pub const DEGRADED_HELD_BACK: &str = "node is degraded and a healthy node is available";
@@ -209,7 +210,7 @@ pub struct Ranked {
     pub eligible: bool,
     /// Why it is not eligible.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Cow<'static, str>>,
 }
 
 /// Every candidate in order: the eligible by score (highest first), then id; the ineligible
@@ -228,7 +229,7 @@ pub fn rank(candidates: &[Inputs], w: &Weights, hard_rule: impl Fn(&Inputs) -> R
                 score,
                 factors,
                 eligible: verdict.is_ok(),
-                reason: verdict.err(),
+                reason: verdict.err().map(Cow::Owned),
             }
         })
         .collect();
@@ -236,10 +237,11 @@ pub fn rank(candidates: &[Inputs], w: &Weights, hard_rule: impl Fn(&Inputs) -> R
     if healthy_eligible {
         for r in all.iter_mut().filter(|r| r.eligible && r.state == NodeState::Degraded) {
             r.eligible = false;
-            r.reason = Some(DEGRADED_HELD_BACK.to_string());
+            r.reason = Some(Cow::Borrowed(DEGRADED_HELD_BACK));
         }
     }
-    all.sort_by(|a, b| {
+    // Node ids are unique, so the order is total and an unstable sort is deterministic.
+    all.sort_unstable_by(|a, b| {
         b.eligible
             .cmp(&a.eligible)
             .then_with(|| if a.eligible { b.score.total_cmp(&a.score) } else { std::cmp::Ordering::Equal })
