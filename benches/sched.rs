@@ -32,9 +32,7 @@ fn bench(c: &mut Criterion) {
     let nodes = nodes();
     let w = Weights::default();
     let mut g = c.benchmark_group("sched");
-    g.bench_function("score_100_nodes", |b| {
-        b.iter(|| nodes.iter().map(|i| score(black_box(i), &w).0).sum::<f64>())
-    });
+    g.bench_function("score_100_nodes", |b| b.iter(|| nodes.iter().map(|i| score(black_box(i), &w).0).sum::<f64>()));
     g.bench_function("rank_100_nodes_all_factors", |b| {
         b.iter(|| {
             rank(black_box(&nodes), &w, |i| {

@@ -87,10 +87,7 @@ pub enum EventError {
 /// Check a user's `app.*` event before it is raised.
 pub fn check_app(kind: &str, data: &Value) -> Result<(), EventError> {
     let name = kind.strip_prefix("app.").ok_or(EventError::NotApp)?;
-    if name.is_empty()
-        || kind.len() > 128
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-    {
+    if name.is_empty() || kind.len() > 128 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
         return Err(EventError::NotApp);
     }
     if serde_json::to_vec(data).map(|b| b.len()).unwrap_or(usize::MAX) > APP_DATA_MAX_BYTES {

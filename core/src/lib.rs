@@ -28,6 +28,7 @@
 pub mod acn;
 pub mod answer;
 pub mod config;
+pub mod events;
 pub mod hlc;
 pub mod ids;
 pub mod latency;

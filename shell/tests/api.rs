@@ -206,3 +206,95 @@ async fn the_sched_api_shows_changes_and_explains() {
         assert_json_error(s, &v, 400);
     }
 }
+
+/// A WebSocket to `/v1/events` with these extra headers.
+async fn events_socket(
+    d: &Daemon<TokioEnv>,
+    token: &str,
+    query: &str,
+    origin: Option<&str>,
+) -> Result<tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>, tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let authority = d.url().trim_start_matches("http://").to_string();
+    let mut req = format!("ws://{authority}/v1/events?{query}").into_client_request().unwrap();
+    req.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    if let Some(o) = origin {
+        req.headers_mut().insert("origin", o.parse().unwrap());
+    }
+    let tcp = tokio::net::TcpStream::connect(authority).await.unwrap();
+    tokio_tungstenite::client_async(req, tcp).await.map(|(ws, _)| ws)
+}
+
+async fn next_event(ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>) -> Value {
+    use futures_util::StreamExt;
+    loop {
+        let msg = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next())
+            .await
+            .expect("an event within 5 s")
+            .expect("the feed is open")
+            .expect("a message");
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// The events API over real HTTP (issue 13): only `app.*` may be published (≤ 64 KiB); the
+/// recent list and a WebSocket feed with a type filter; a subscriber that reconnects with
+/// `since` gets what it missed; a browser `Origin` not the node's own (nor listed in
+/// `events.allowed_origins`) is refused with 403; a plain GET without `follow=false` is a 400.
+#[tokio::test]
+async fn events_are_published_listed_and_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    for (body, status) in [
+        (json!({"type": "file.created", "data": {}}), 400),
+        (json!({"type": "app.a b", "data": {}}), 400),
+        (json!({"type": "app.big", "data": "x".repeat(70_000)}), 413),
+        (json!({"kind": "app.x"}), 400),
+    ] {
+        let (s, v) = call(&d, &token, "POST", "/v1/events", body.to_string().as_bytes()).await;
+        assert_json_error(s, &v, status);
+    }
+    let (s, v) = call(&d, &token, "GET", "/v1/events", b"").await;
+    assert_json_error(s, &v, 400);
+
+    let mut ws = events_socket(&d, &token, "type=app.*", None).await.expect("a feed");
+    let (s, first) = call(&d, &token, "POST", "/v1/events", br#"{"type":"app.one","data":{"n":1}}"#).await;
+    assert_eq!(s, 200, "{first}");
+    let got = next_event(&mut ws).await;
+    assert_eq!((got["type"].as_str(), &got["data"]), (Some("app.one"), &json!({"n": 1})));
+    drop(ws);
+    // Published while no one listens: a resume with `since` gets them, in order.
+    for k in 2..5 {
+        let (s, _) =
+            call(&d, &token, "POST", "/v1/events", json!({"type": "app.more", "data": k}).to_string().as_bytes()).await;
+        assert_eq!(s, 200);
+    }
+    let since = got["seq"].as_u64().unwrap();
+    let mut ws = events_socket(&d, &token, &format!("type=app.*&since={since}"), None).await.expect("a feed");
+    for k in 2..5 {
+        assert_eq!(next_event(&mut ws).await["data"], json!(k), "resumed in order");
+    }
+    let (s, v) = call(&d, &token, "GET", &format!("/v1/events?follow=false&type=app.more&since={since}"), b"").await;
+    assert_eq!((s, v["events"].as_array().map(|a| a.len())), (200, Some(3)), "{v}");
+
+    let own = d.url();
+    assert!(events_socket(&d, &token, "", Some(&own)).await.is_ok(), "the node's own origin");
+    match events_socket(&d, &token, "", Some("http://evil.example")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 403),
+        other => panic!("a foreign origin must get 403, got {:?}", other.map(|_| "a feed")),
+    }
+    let (s, v) = call(
+        &d,
+        &token,
+        "POST",
+        "/v1/config",
+        br#"{"action":"set","key":"events.allowed_origins","value":["http://ui.example:8080"],"why":"the lab's dashboard"}"#,
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert!(events_socket(&d, &token, "", Some("http://ui.example:8080")).await.is_ok(), "a listed origin");
+}

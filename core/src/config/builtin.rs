@@ -152,6 +152,15 @@ pub fn manifests() -> Vec<Manifest> {
             ],
         ),
         manifest(
+            "events",
+            vec![key(
+                "allowed_origins",
+                List,
+                json!([]),
+                "browser origins (scheme://host:port) that may open the events WebSocket besides the node's own",
+            )],
+        ),
+        manifest(
             "scheduling",
             vec![
                 weight("weight.locality", 0.45, "share of the work's input bytes already on the node"),

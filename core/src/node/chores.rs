@@ -174,7 +174,18 @@ impl Node {
         self.repl_stats.scrubbed_copies += 1;
         self.repl_stats.scrubbed_bytes += read;
         let state = if ok { LocationState::Verified } else { LocationState::Stale };
+        let before = self
+            .meta
+            .state()
+            .file(&copy.path)
+            .and_then(|f| f.locations.iter().find(|l| l.volume_id == copy.volume).map(|l| l.state));
         self.copy_mark(wall, &copy.path, &copy.volume, state, &copy.checksum);
+        if before != Some(state) {
+            // An event when a copy's state changes, not for every re-check of a good copy.
+            let kind = if ok { "replica.verified" } else { "replica.stale" };
+            let data = serde_json::json!({"path": copy.path, "volume": copy.volume, "node": self.id});
+            self.raise(wall, kind, data);
+        }
         if !ok {
             self.repl_stats.scrub_mismatches += 1;
             self.chores.kick(Chore::Plan, now);

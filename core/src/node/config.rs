@@ -286,6 +286,7 @@ impl Node {
             },
         );
         self.event(super::Event::ConfigChanged { level: level.name(), moved: moved.len() });
+        self.raise(wall, "config.changed", json!({"level": level.name(), "value": value, "moved": moved}));
         ConfigWritten { level: level.name(), value, previous, approved, moved: changes }
     }
 

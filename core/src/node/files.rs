@@ -317,6 +317,8 @@ impl Node {
         let mut out = record.clone();
         out.canonicalize_locations();
         self.submit_record(wall, Record::File(record));
+        let data = json!({"path": out.path, "id": out.id, "size": size, "checksum": out.checksum});
+        self.raise(wall, "file.created", data);
         Ok(Published {
             path: out.path,
             id: out.id,
@@ -396,6 +398,7 @@ impl Node {
             let version = self.hlc.next(wall);
             self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
         }
+        self.raise(wall, "file.removed", json!({"path": p, "records": n}));
         Ok(FilesRemoved { path: p, removed: n })
     }
 
@@ -447,6 +450,7 @@ impl Node {
             let version = self.hlc.next(wall);
             self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
         }
+        self.raise(wall, "file.renamed", json!({"from": from, "to": to, "records": n}));
         Ok(Moved { from, to, records: n, files })
     }
 

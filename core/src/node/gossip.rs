@@ -108,6 +108,10 @@ impl Node {
             self.drain_meta(wall, now);
             return;
         }
+        if f.purpose == Purpose::Events {
+            let delivered = matches!(&result, Ok(a) if a.is_ok());
+            self.events_answered(now, &f.peer, delivered);
+        }
         let PeerAnswer { refused, body } = match result {
             Ok(r) => r,
             Err(_) => return,

@@ -38,6 +38,7 @@ mod clock;
 pub mod config;
 mod config_pass;
 mod config_windows;
+pub mod events;
 pub mod files;
 mod gossip;
 mod landed;
@@ -246,6 +247,8 @@ enum Purpose {
     TaskRenew,
     /// The leader gathering a member's latency row for the matrix (`sched.rs`).
     Latency,
+    /// A batch of events sent to a member (`events.rs`).
+    Events,
     Meta(MetaPurpose),
 }
 
@@ -296,6 +299,11 @@ pub struct Node {
     repl_tasks: crate::storage::tasks::TaskLeases,
     /// The latency matrix the leader gathered for site diversity, and when.
     latency: sched::LatencyCache,
+    /// The event bus: the ring subscribers read, de-duplication, each peer's outbox.
+    bus: crate::events::EventBus,
+    /// When this node next computes its `node.*` events, and what it saw last time.
+    node_events_due: Millis,
+    node_view: events::NodeView,
     /// When the config pass is due next (`config.rs` `config_timeout`), and what it last
     /// applied.
     config_due: Millis,
@@ -375,6 +383,9 @@ impl Node {
             own_volumes: BTreeMap::new(),
             repl_tasks: Default::default(),
             latency: Default::default(),
+            bus: crate::events::EventBus::new(),
+            node_events_due: Millis::ZERO,
+            node_view: Default::default(),
             config_due: Millis::ZERO,
             config_applied: None,
             landed: Default::default(),
@@ -532,7 +543,8 @@ impl Node {
         let config = (self.cluster.is_some() || self.config_applied.is_none()).then_some(self.config_due);
         let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
         let renewals = self.cluster.as_ref().and_then(|_| self.work_next_renewal());
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals]
+        let events = self.events_next_due();
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events]
             .into_iter()
             .flatten()
             .min()
@@ -563,6 +575,7 @@ impl Node {
             self.repl_tasks_timeout(wall, now);
             self.chores_timeout(wall, now);
             self.work_timeout(wall, now);
+            self.events_timeout(wall, now);
         }
     }
 

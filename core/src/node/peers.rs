@@ -22,7 +22,7 @@ impl Node {
             "hello" | "members" | "latency" => "GET",
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
             "meta/log" | "meta/snapshot" | "meta/file" => "GET",
-            "meta/lease" | "meta/append" | "meta/submit" | "store/place" => "POST",
+            "meta/lease" | "meta/append" | "meta/submit" | "store/place" | "events/publish" => "POST",
             _ => return Reply::error(ErrorKind::NotFound, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
         if !method.eq_ignore_ascii_case(want) {
@@ -46,6 +46,7 @@ impl Node {
             "evict" => self.answer_evict(wall, now, &sender, body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             "store/place" => self.answer_place(wall, &sender, body),
+            "events/publish" => self.answer_events(&sender, body),
             "meta/file" => self.answer_file_exists(target),
             "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");

@@ -185,7 +185,7 @@ impl Node {
     /// are one this node added itself (kept in its own list, outside the replicated records).
     /// Another member cannot make this node measure, read or write a folder of its choosing by
     /// writing a volume record that names it, nor move one of its volumes to another folder.
-    fn is_own(&self, v: &Volume) -> bool {
+    pub(super) fn is_own(&self, v: &Volume) -> bool {
         v.node_id == self.id && self.own_volumes.get(&v.id) == Some(&v.subpath)
     }
 

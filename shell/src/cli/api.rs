@@ -42,6 +42,41 @@ impl Api {
         Ok(Api { base, token, json: g.json, client: HttpClient::new(TokioEnv::default()) })
     }
 
+    /// `events --follow`: a WebSocket to `/v1/events`, one line per event until the node closes
+    /// it (a close for slowness says how to resume) or the user stops.
+    async fn follow_events(&self, query: &str) -> Result<(), CliError> {
+        use futures_util::StreamExt;
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        use tokio_tungstenite::tungstenite::Message;
+        let (authority, _) = crate::net::client::split_url(&self.base).map_err(|e| CliError(format!("--api: {e}")))?;
+        let url = format!("ws://{authority}/v1/events?{query}");
+        let mut req = url.as_str().into_client_request().map_err(|e| CliError(format!("{url}: {e}")))?;
+        let auth = format!("Bearer {}", self.token)
+            .parse()
+            .map_err(|_| CliError("the admin token has characters a header cannot carry".into()))?;
+        req.headers_mut().insert("authorization", auth);
+        let tcp = tokio::net::TcpStream::connect(authority.as_str())
+            .await
+            .map_err(|e| CliError(format!("cannot reach the node's API at {}: {e}", self.base)))?;
+        let (mut ws, _) = tokio_tungstenite::client_async(req, tcp)
+            .await
+            .map_err(|e| CliError(format!("the node refused the events feed: {e}")))?;
+        while let Some(msg) = ws.next().await {
+            match msg.map_err(|e| CliError(format!("events feed: {e}")))? {
+                Message::Text(t) => {
+                    let e: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+                    say(if self.json { e.to_string() } else { human_event(&e) });
+                }
+                Message::Close(Some(f)) if u16::from(f.code) != 1000 => {
+                    return Err(CliError(format!("the node closed the feed: {}", f.reason)));
+                }
+                Message::Close(_) => return Ok(()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
         let auth = format!("Bearer {}", self.token);
         let body = body.map(|b| serde_json::to_vec(&b).expect("serialise")).unwrap_or_default();
@@ -226,6 +261,24 @@ impl Api {
                         if v["done"] == json!(true) { ", done" } else { "" }
                     )
                 })
+            }
+            Cmd::Events { cmd: Some(EventsCmd::Publish { kind, data }), .. } => {
+                let data: Value = serde_json::from_str(&data)
+                    .map_err(|e| CliError(format!("--data is not JSON: {e} (quote a string: '\"text\"')")))?;
+                (self.call("POST", "/events", Some(json!({"type": kind, "data": data}))).await?, |v| {
+                    format!("published {} {} (seq {})", s(&v["type"]), s(&v["id"]), s(&v["seq"]))
+                })
+            }
+            Cmd::Events { cmd: None, kind, since, follow } => {
+                let q = format!("type={}&since={since}", escape_query(&kind));
+                if follow {
+                    return self.follow_events(&q).await;
+                }
+                let v = self.call("GET", &format!("/events?follow=false&{q}"), None).await?;
+                for e in v["events"].as_array().into_iter().flatten() {
+                    say(if self.json { e.to_string() } else { human_event(e) });
+                }
+                return Ok(());
             }
             Cmd::Sched { cmd: SchedCmd::Status } => {
                 (self.call("GET", "/sched/status", None).await?, human_sched_status)

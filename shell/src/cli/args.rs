@@ -89,6 +89,20 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ReplCmd,
     },
+    /// The cluster's events: the recent ones, or follow them as they come (`--follow`).
+    Events {
+        #[command(subcommand)]
+        cmd: Option<EventsCmd>,
+        /// Only types matching this glob (`file.*`, `app.build-*`).
+        #[arg(long = "type", value_name = "GLOB", default_value = "")]
+        kind: String,
+        /// Only events after this sequence number of the node's ring (resume where you left).
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Keep the connection open and print each event as it comes (a WebSocket).
+        #[arg(long)]
+        follow: bool,
+    },
     /// Scheduling: the scorer's weights, each node's score and why a node would take work.
     Sched {
         #[command(subcommand)]
@@ -275,6 +289,18 @@ pub enum ReplCmd {
     Status,
     /// The plan the leader would carry out now, with the reason for each task.
     Plan,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EventsCmd {
+    /// Publish an `app.NAME` event to the whole cluster.
+    Publish {
+        #[arg(long = "type", value_name = "app.NAME")]
+        kind: String,
+        /// The payload, JSON (at most 64 KiB).
+        #[arg(long, default_value = "null")]
+        data: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -359,6 +359,18 @@ pub(super) fn human_explain(v: &Value) -> String {
     format!("{head}\n{}", human_ranked(&v["ranked"]))
 }
 
+/// One event on one line: sequence, time, type, the node that raised it, the payload.
+pub(super) fn human_event(e: &Value) -> String {
+    format!(
+        "{:>6}  {}  {:<16} {}  {}",
+        e["seq"].as_u64().unwrap_or(0),
+        e["time"].as_u64().unwrap_or(0),
+        e["type"].as_str().unwrap_or("?"),
+        e["node"].as_str().unwrap_or("?"),
+        e["data"]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,7 +234,9 @@ impl Connection {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(Duration::from_millis(self.limits.header_read_ms));
         let evicted = {
-            let conn = builder.serve_connection(TokioIo::new(guarded), service);
+            // With upgrades: a WebSocket (`/v1/events`) takes the socket over after its 101; it
+            // then lives in its own task, outside this registry.
+            let conn = builder.serve_connection(TokioIo::new(guarded), service).with_upgrades();
             let mut conn = std::pin::pin!(conn);
             let activity = self.activity.clone();
             let mut shutting = false;

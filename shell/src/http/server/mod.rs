@@ -5,11 +5,13 @@
 
 mod admin;
 mod config;
+mod events;
 mod files;
 mod sched;
 
 use admin::*;
 use config::*;
+use events::*;
 use files::*;
 use sched::*;
 
@@ -92,6 +94,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .fallback(api_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .route("/audit", get(audit_list::<E>))
+        .route("/events", get(events_get::<E>).post(events_post::<E>))
         .route("/sched/status", get(sched_status::<E>))
         .route("/sched/weights", get(sched_weights::<E>).post(sched_weights_post::<E>))
         .route("/sched/explain", get(sched_explain::<E>))
@@ -172,7 +175,9 @@ async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Respons
         .unwrap_or_else(|| req.uri().path().to_string());
     let resp = next.run(req).await;
     let mutating = method != axum::http::Method::GET && method != axum::http::Method::HEAD;
-    let data_write = method == axum::http::Method::PUT && path.starts_with("/v1/files/");
+    // File contents and app events are data, not acts.
+    let data_write = (method == axum::http::Method::PUT && path.starts_with("/v1/files/"))
+        || (method == axum::http::Method::POST && path == "/v1/events");
     if mutating && !data_write && resp.status().is_success() && !s.disable_cluster {
         let act = format!("{method} {path}");
         let status = resp.status().as_u16();
