@@ -2,9 +2,10 @@
 //!
 //! - An event has an id, a type, a time, the node that raised it and a JSON payload.
 //! - `node.*` events are this node's own view (raised locally, never fanned out); the others
-//!   (`file.*`, `replica.*`, `config.changed`, `job.*`, `app.*`) are batched every 200 ms to every
-//!   member (`events/publish`, signed), each peer's batch resent every 2 s until it is
-//!   acknowledged, and de-duplicated by id on arrival: at-least-once delivery, once in the ring.
+//!   (`file.*`, `replica.*`, `config.changed`, `job.*`, `app.*`) are batched to every member
+//!   (`events/publish`, signed): an idle bus gathers for 200 ms, a busy one sends the next batch
+//!   as soon as the last is acknowledged; a batch not acknowledged is resent after 2 s until it
+//!   is, and de-duplicated by id on arrival: at-least-once delivery, once in the ring.
 //! - Every node keeps the recent events in a bounded ring, each with a local sequence number,
 //!   so a subscriber that reconnects resumes with `since=` and misses nothing still in the ring
 //!   (beyond the reference, whose feed has no resume).
@@ -276,8 +277,10 @@ impl EventBus {
         let Some(o) = self.outboxes.get_mut(peer) else { return };
         let Some((n, _)) = o.in_flight.take() else { return };
         if delivered {
+            // What gathered while this batch was on its way goes at once: under load batches
+            // follow each other back to back, and the 200 ms wait only gathers an idle bus's.
             o.queue.drain(..n.min(o.queue.len()));
-            o.next_at = if o.queue.is_empty() { now } else { now.plus(BATCH_EVERY_MS) };
+            o.next_at = now;
         } else {
             o.next_at = now.plus(RETRY_MS);
         }

@@ -291,8 +291,10 @@ mod tests {
         let v = place(list, &none, &w, ask(G / 2, &n1, None)).unwrap();
         assert_eq!(v.id.as_str(), "ok");
         assert_eq!(place(list, &none, &w, ask(10 * G, &n1, None)), Err(PlaceError::NothingFits(10 * G)));
-        let why: Vec<Option<String>> =
-            place_ranking(list, &none, &w, ask(G / 2, &n1, None)).into_iter().map(|r| r.reason.map(|c| c.into_owned())).collect();
+        let why: Vec<Option<String>> = place_ranking(list, &none, &w, ask(G / 2, &n1, None))
+            .into_iter()
+            .map(|r| r.reason.map(|c| c.into_owned()))
+            .collect();
         assert_eq!(why[0], None, "n5 takes it");
         assert!(why[1..].iter().all(|r| r.is_some()), "every other node says why not: {why:?}");
     }
