@@ -459,3 +459,61 @@ fn the_demo_is_ready_for_a_put_when_it_says_so() {
         .collect();
     assert!(left.is_empty(), "the demo removed its data");
 }
+
+/// Scheduling and events through the real CLI against two real processes (issue 13): weights
+/// change with a reason and are refused out of range; `sched explain` ranks both nodes; an
+/// `app.*` event published on one node reaches an `events --follow --json` on the other as one
+/// JSON line, and is in its recent list; a non-app type is refused with a non-zero exit.
+#[test]
+fn scheduling_and_events_through_the_real_cli() {
+    use std::io::BufRead;
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> =
+        (0..2).map(|i| Node { dir: root.path().join(format!("n{i}")), port: free_port(), child: None }).collect();
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    nodes[0].cli_json(&["cluster", "create", "--name", "ev"]);
+    let token = nodes[0].cli_json(&["token", "new"])["token"].as_str().unwrap().to_string();
+    nodes[1].cli_json(&["join", &token]);
+    wait_for(Duration::from_secs(20), || nodes.iter().all(|n| n.cli_json(&["meta", "status"])["leader"].is_string()));
+
+    let w = nodes[0].cli_json(&["sched", "weights", "--set", "cpu=0.3", "--why", "cpu matters less here"]);
+    assert_eq!(w["weights"]["cpu"], 0.3, "{w}");
+    let (ok, _, err) = nodes[0].cli(&["sched", "weights", "--set", "cpu=2", "--why", "x"]);
+    assert!(!ok && err.contains("between 0 and 1"), "{err}");
+    let (ok, _, err) = nodes[0].cli(&["sched", "weights", "--set", "cpu=0.5"]);
+    assert!(!ok && err.contains("--why"), "{err}");
+    let (ok, out, _) = nodes[0].cli(&["sched", "status"]);
+    assert!(ok && out.contains("locality") && out.contains("SCORE"), "{out}");
+    let e = nodes[0].cli_json(&["sched", "explain", "--place", "1MiB"]);
+    assert_eq!(e["ranked"].as_array().map(|r| r.len()), Some(2), "{e}");
+
+    let mut follow = Command::new(BIN)
+        .arg("--data")
+        .arg(&nodes[1].dir)
+        .args(["--api", &nodes[1].url(), "--json", "events", "--follow", "--type", "app.*"])
+        .env_remove("SHOAL_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("events --follow");
+    let stdout = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    nodes[0].cli_json(&["events", "publish", "--type", "app.hello", "--payload", r#"{"from":"n0"}"#]);
+    let line = rx.recv_timeout(Duration::from_secs(10)).expect("the event reaches the other node's feed");
+    let ev: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!((ev["type"].as_str(), &ev["data"]["from"]), (Some("app.hello"), &Value::from("n0")), "{line}");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let (ok, out, _) = nodes[1].cli(&["--json", "events", "--type", "app.*"]);
+    assert!(ok && out.lines().count() == 1 && out.contains("app.hello"), "{out}");
+    let (ok, _, err) = nodes[0].cli(&["events", "publish", "--type", "file.created"]);
+    assert!(!ok && err.contains("app."), "{err}");
+}

@@ -297,4 +297,20 @@ async fn events_are_published_listed_and_followed() {
     .await;
     assert_eq!(s, 200, "{v}");
     assert!(events_socket(&d, &token, "", Some("http://ui.example:8080")).await.is_ok(), "a listed origin");
+
+    // A subscriber resuming below what the ring still holds is closed with the reason and
+    // where to resume, not fed a gap.
+    for k in 0..shoal_core::events::RING_MAX + 5 {
+        d.shared().with_node(|n, now| n.event_publish(now, "app.flood", json!(k))).unwrap();
+    }
+    let mut ws = events_socket(&d, &token, "since=1", None).await.expect("a feed");
+    use futures_util::StreamExt;
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(5), ws.next()).await.expect("an answer");
+    match msg {
+        Some(Ok(tokio_tungstenite::tungstenite::Message::Close(Some(f)))) => {
+            assert_eq!(u16::from(f.code), 1008);
+            assert!(f.reason.contains("fell behind") && f.reason.contains("since="), "{}", f.reason);
+        }
+        other => panic!("expected a close for falling behind, got {other:?}"),
+    }
 }

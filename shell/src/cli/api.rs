@@ -262,9 +262,9 @@ impl Api {
                     )
                 })
             }
-            Cmd::Events { cmd: Some(EventsCmd::Publish { kind, data }), .. } => {
-                let data: Value = serde_json::from_str(&data)
-                    .map_err(|e| CliError(format!("--data is not JSON: {e} (quote a string: '\"text\"')")))?;
+            Cmd::Events { cmd: Some(EventsCmd::Publish { kind, payload }), .. } => {
+                let data: Value = serde_json::from_str(&payload)
+                    .map_err(|e| CliError(format!("--payload is not JSON: {e} (quote a string: '\"text\"')")))?;
                 (self.call("POST", "/events", Some(json!({"type": kind, "data": data}))).await?, |v| {
                     format!("published {} {} (seq {})", s(&v["type"]), s(&v["id"]), s(&v["seq"]))
                 })

@@ -297,9 +297,10 @@ pub enum EventsCmd {
     Publish {
         #[arg(long = "type", value_name = "app.NAME")]
         kind: String,
-        /// The payload, JSON (at most 64 KiB).
+        /// The payload, JSON (at most 64 KiB). Named `--payload` because `--data` is the data
+        /// folder every verb takes.
         #[arg(long, default_value = "null")]
-        data: String,
+        payload: String,
     },
 }
 
@@ -447,4 +448,15 @@ pub enum NodeCmd {
     Remove { id: String },
     /// Send a signed ping to a member and report the round trip.
     Probe { id: String },
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own consistency checks over every verb (two options with one name, a default of
+    /// the wrong type...), which otherwise show only when that verb is run.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }
