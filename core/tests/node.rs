@@ -154,7 +154,8 @@ impl Net {
                         | Output::ConfigFiles(_)
                         | Output::Chore(_)
                         | Output::ScrubCopy(_)
-                        | Output::ReplDispatch { .. } => {}
+                        | Output::ReplDispatch { .. }
+                        | Output::SampleHealth => {}
                         Output::Event(e) => self.events[i].push(e),
                     }
                 }

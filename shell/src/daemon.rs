@@ -1,7 +1,7 @@
 //! The node daemon: owns one core [`Node`], its store and its HTTP listener, and drives it
 //! (DESIGN.md "The shell"; after quinn's `ConnectionDriver`).
 //!
-//! One driver task arms a single timer from `poll_timeout`, samples health, and pumps outputs.
+//! One driver task arms a single timer from `poll_timeout` and pumps outputs.
 //! Request handlers call into the node under its lock and then pump too. A pump drains the
 //! node's outputs and carries them out: persistence in one redb transaction (under a lock that
 //! keeps batches in order), requests as spawned tasks whose answers come back as inputs, events
@@ -18,8 +18,8 @@ use crate::persist::store::{Store, StoreError};
 use crate::sync::lock;
 use shoal_core::membership::MembershipConfig;
 use shoal_core::meta::machine::{MetaConfig, MetaRestored};
-use shoal_core::node::{Input, Node, NodeConfig, Output, SelfInfo};
-use shoal_core::{Millis, SeededRng};
+use shoal_core::node::{Node, NodeConfig, Output, SelfInfo};
+use shoal_core::SeededRng;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -278,24 +278,18 @@ fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
     }
 }
 
-/// The driver: one timer, armed from the core's `poll_timeout`. Each turn feeds a health
-/// sample when one is due, runs the core's timers, and carries out what they asked for.
+/// The driver: one timer, armed from the core's `poll_timeout`. Each turn runs the core's
+/// timers and carries out what they asked for (health samples included).
 async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
-    let mut next_health = Millis::ZERO;
     loop {
         let now = shared.env.now();
-        let health = (now >= next_health).then(|| shared.env.health(&shared.data_dir, now));
         shared.armed.store(u64::MAX, Ordering::Release);
         let wake_at = {
             let mut node = lock(&shared.node);
             node.observe_monotonic(shared.env.monotonic());
-            if let Some(h) = health {
-                node.handle(now, Input::Health(h));
-                next_health = now.plus(node.config().membership.heartbeat_interval_ms);
-            }
             node.handle_timeout(now);
-            let latest = now.plus(DRIVER_SLEEP_MAX_MS).min(next_health);
+            let latest = now.plus(DRIVER_SLEEP_MAX_MS);
             let wake_at = node.poll_timeout().map_or(latest, |d| d.min(latest));
             shared.armed.store(wake_at.0, Ordering::Release);
             wake_at

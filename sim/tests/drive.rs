@@ -247,7 +247,7 @@ fn a_put_says_whether_another_node_holds_its_record() {
 /// after the link is back the planner makes the missing copy.
 #[test]
 fn a_peer_that_hangs_mid_put_is_left_out_and_its_copy_made_later() {
-    // The part file is made at full length at `store/begin`: n2 is writing once its first
+    // The part file is made at full length at `store/begin`: a node is writing once its first
     // bytes are the file's.
     hang_during_put(31, 3, |first| first == Some(b'"'));
 }
@@ -261,15 +261,15 @@ fn a_peer_that_hangs_as_it_opens_its_copy_is_passed_over_for_another() {
 }
 
 /// Put a 20 MiB file through n0 of `nodes` nodes with a policy of three copies; hold the link
-/// n0 <-> n2 once `hang_when(first byte of n2's part file)`; the put answers within 25 s with
-/// the copies the other nodes could take, and after release the file converges to three right
-/// copies.
+/// from n0 to the first other node whose part file shows `hang_when(its first byte)` (the
+/// scorer decides which nodes take copies); the put answers within 25 s with the copies the
+/// other nodes could take, and after release the file converges to three right copies.
 fn hang_during_put(seed: u64, nodes: usize, hang_when: impl Fn(Option<u8>) -> bool) {
     let mut h = drive_cluster(seed, nodes, 3);
     let content = format!("hang {}", "h".repeat(5 * 4 * 1024 * 1024));
     let path = "/data/hang.bin";
-    let part_dir = h.volume_dir(2).join("data");
-    let mut held_at = None;
+    let part_dirs: Vec<(usize, std::path::PathBuf)> = (1..nodes).map(|i| (i, h.volume_dir(i).join("data"))).collect();
+    let mut held: Option<(usize, u64)> = None;
     let (status, v) = h
         .api_with(0, &format!("PUT /v1/files{path}"), Some(json!(content)), |h| {
             let first_byte = |e: std::fs::DirEntry| {
@@ -277,25 +277,27 @@ fn hang_during_put(seed: u64, nodes: usize, hang_when: impl Fn(Option<u8>) -> bo
                 let mut first = [0u8; 1];
                 std::fs::File::open(e.path()).and_then(|mut f| f.read_exact(&mut first)).ok().map(|_| first[0])
             };
-            let parts = std::fs::read_dir(&part_dir).into_iter().flatten().flatten();
-            let mut parts = parts.filter(|e| e.file_name().to_string_lossy().contains(".part-"));
-            if held_at.is_none() && parts.next().is_some_and(|e| hang_when(first_byte(e))) {
-                h.hold(0, 2);
-                held_at = Some(h.elapsed_ms());
+            for (i, dir) in &part_dirs {
+                let parts = std::fs::read_dir(dir).into_iter().flatten().flatten();
+                let mut parts = parts.filter(|e| e.file_name().to_string_lossy().contains(".part-"));
+                if held.is_none() && parts.next().is_some_and(|e| hang_when(first_byte(e))) {
+                    h.hold(0, *i);
+                    held = Some((*i, h.elapsed_ms()));
+                }
             }
         })
         .unwrap();
     let answered = h.elapsed_ms();
-    let held_at = held_at.expect("n2 started its copy before the put answered");
+    let (hung, held_at) = held.expect("another node started its copy before the put answered");
     assert_eq!(status, 200, "seed {seed}: {v}");
     let others = (nodes - 1).min(3);
     assert_eq!(v["copies"], json!(others), "seed {seed}: the hung copy is left out: {v}");
     assert!(
         answered - held_at < 25_000,
-        "seed {seed}: the put answered {} ms after n2 hung (the 60 s peer timeout, not the 15 s rule)",
+        "seed {seed}: the put answered {} ms after n{hung} hung (the 60 s peer timeout, not the 15 s rule)",
         answered - held_at
     );
-    h.release(0, 2);
+    h.release(0, hung);
     let mut acked = Acked::new();
     acked.insert(path.to_string(), content);
     let live: Vec<usize> = (0..nodes).collect();
@@ -514,6 +516,11 @@ fn a_pull_outlives_its_leader_and_is_adopted_by_the_next() {
         let f = record(&h, first_leader, path).expect("the record");
         index_of(&h, &f.locations[0].node_id)
     };
+    // The leader's volume takes no copies, so the scorer cannot pick the leader as the worker.
+    let vol = h.read(first_leader, |n, _| n.local_volumes()[0].0.clone()).unwrap();
+    let (s, v) =
+        h.api(first_leader, &format!("POST /v1/volumes/{vol}/readonly"), Some(json!({"readOnly": true}))).unwrap();
+    assert_eq!(s, 200, "{v}");
     let (s, v) = h.api(0, "POST /v1/policies", Some(json!({"folder": "/data", "replicas": 2}))).unwrap();
     assert_eq!(s, 200, "{v}");
     let worker = wait_for_pull(&mut h);

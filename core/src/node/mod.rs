@@ -166,6 +166,9 @@ pub enum Output {
         term: u64,
         task: crate::storage::planner::Task,
     },
+    /// A health sample is due (every heartbeat interval): read CPU, memory and disk and hand
+    /// them back as [`Input::Health`].
+    SampleHealth,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -304,6 +307,8 @@ pub struct Node {
     /// When this node next computes its `node.*` events, and what it saw last time.
     node_events_due: Millis,
     node_view: events::NodeView,
+    /// When the shell is next asked for a health sample.
+    health_due: Millis,
     /// When the config pass is due next (`config.rs` `config_timeout`), and what it last
     /// applied.
     config_due: Millis,
@@ -386,6 +391,7 @@ impl Node {
             bus: crate::events::EventBus::new(),
             node_events_due: Millis::ZERO,
             node_view: Default::default(),
+            health_due: Millis::ZERO,
             config_due: Millis::ZERO,
             config_applied: None,
             landed: Default::default(),
@@ -544,7 +550,8 @@ impl Node {
         let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
         let renewals = self.cluster.as_ref().and_then(|_| self.work_next_renewal());
         let events = self.events_next_due();
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events]
+        let health = Some(self.health_due);
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health]
             .into_iter()
             .flatten()
             .min()
@@ -553,6 +560,11 @@ impl Node {
 
     pub fn handle_timeout(&mut self, wall: Millis) {
         let now = self.advance_clocks(wall);
+        if now >= self.health_due {
+            // In a cluster or not: the sample rides on this node's record once it has one.
+            self.push_output(Output::SampleHealth);
+            self.health_due = now.plus(self.config.membership.heartbeat_interval_ms);
+        }
         if now >= self.config_due && (self.cluster.is_some() || self.config_applied.is_none()) {
             self.config_timeout(wall, now);
         }

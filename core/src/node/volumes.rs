@@ -512,7 +512,11 @@ impl Node {
             exclude: &b.exclude,
             latency: Some(&self.latency.matrix),
         };
-        let known = self.sched_inputs(wall);
+        let mut known = self.sched_inputs(wall);
+        if writer != self.id {
+            // This node's round trips are not the writer's: left out unless the matrix has them.
+            known.values_mut().for_each(|i| i.latency_ms = 0.0);
+        }
         match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &self.sched_weights(), ask)
         {
             Ok(v) => super::Reply::ok(json!({

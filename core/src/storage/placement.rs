@@ -79,8 +79,8 @@ pub struct PlaceAsk<'a> {
 }
 
 /// Every node with a volume, ranked for taking a new copy: `known` gives what is known of a
-/// node (health, latency, queue; its locality and free disk are set here), the hard rule is a
-/// usable node, not excluded, with a volume that fits.
+/// node (health, queue, and its round trip as the writer measures it; its locality and free
+/// disk are set here), the hard rule is a usable node, not excluded, with a volume that fits.
 pub fn place_ranking<'a>(
     volumes: impl IntoIterator<Item = (&'a Volume, NodeState)>,
     known: &BTreeMap<NodeId, Inputs>,
@@ -134,6 +134,10 @@ pub fn place_ranking<'a>(
             i.disk_free = *disk;
             i.features = None;
             i.diversity = None;
+            // The round trip the copy travels is the writer's: from the matrix when measured.
+            if let Some(d) = ask.latency.map(|m| m.pair(ask.writer, id)).filter(|d| *d >= 0.0) {
+                i.latency_ms = d;
+            }
             if let (true, Some(m)) = (diverse, ask.latency) {
                 i.diversity = crate::sched::site_diversity(m, id, ask.exclude);
                 i.latency_ms = 0.0;

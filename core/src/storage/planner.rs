@@ -184,12 +184,16 @@ pub struct Scoring {
 }
 
 impl Scoring {
-    /// The best node among `candidates` (each with its largest free fraction), or `None`.
+    /// The best node among `candidates` (each with its largest free fraction), or `None`. The
+    /// network distance is the round trip from `source` (the copy travels from there), from
+    /// the matrix; not measured, it is left out (the leader's own round trips would favour
+    /// the leader itself).
     fn choose<'v>(
         &self,
         candidates: &[(&'v Volume, NodeState, Option<f64>)],
         holders: &BTreeSet<&NodeId>,
         cluster_nodes: usize,
+        source: &NodeId,
     ) -> Option<&'v Volume> {
         let diverse = crate::sched::diversity_applies(cluster_nodes, holders.len(), candidates.len());
         let inputs: Vec<crate::sched::Inputs> = candidates
@@ -204,6 +208,7 @@ impl Scoring {
                 i.locality = 0.0;
                 i.disk_free = *disk;
                 i.features = None;
+                i.latency_ms = self.latency.pair(source, &v.node_id).max(0.0);
                 if diverse {
                     i.diversity = crate::sched::site_diversity(&self.latency, &v.node_id, holders.iter().copied());
                     i.latency_ms = 0.0;
@@ -397,7 +402,7 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                         let state = input.nodes.get(&v.node_id).map_or(NodeState::Unknown, |n| n.state);
                         candidates.push((v, state, node_disk.get(&v.node_id).copied().flatten()));
                     }
-                    let t = input.scoring.choose(&candidates, &holders, cluster_nodes);
+                    let t = input.scoring.choose(&candidates, &holders, cluster_nodes, src_node);
                     let reason = if !evac.is_empty() && counted + evac.len() >= wanted {
                         Reason::Evacuate
                     } else {

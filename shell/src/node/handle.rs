@@ -160,6 +160,14 @@ impl<E: Env> Shared<E> {
                     });
                 }
                 Output::Event(e) => log_event(&e),
+                Output::SampleHealth => {
+                    // Read off the node's lock (and this pump's), then handed back as an input.
+                    let shared = self.clone();
+                    tokio::spawn(async move {
+                        let h = shared.env.health(&shared.data_dir, shared.env.now());
+                        shared.with_node(|n, now| n.handle(now, Input::Health(h)));
+                    });
+                }
                 Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
                 o @ (Output::Chore(_) | Output::ScrubCopy(_) | Output::ReplDispatch { .. }) => (self.services)(self, o),
             }
