@@ -1489,3 +1489,28 @@ fn entering_a_cluster_runs_the_config_pass_at_once() {
     let keys: Vec<String> = n.meta().state().of_kind(RecordKind::Setting).map(|r| r.key()).collect();
     assert!(keys.iter().any(|k| k.starts_with("config/build/")), "{keys:?}");
 }
+
+/// A rename's new name is where its value lives: never taken for a value no build reads.
+#[test]
+fn a_rename_target_is_known_at_every_level() {
+    let r = config::Rename {
+        module: "storage".into(),
+        from: "rescan_every".into(),
+        to: "rescan_interval".into(),
+        trusted: false,
+        predefined: true,
+    };
+    let node = NodeId::new("n1");
+    let renames = [r];
+    assert!(config::rename_target(&Level::Mesh { key: "storage.rescan_interval".into() }, &renames));
+    assert!(config::rename_target(
+        &Level::Node { node: node.clone(), key: "storage.rescan_interval".into() },
+        &renames
+    ));
+    assert!(config::rename_target(
+        &Level::Module { node: node.clone(), module: "storage".into(), key: "rescan_interval".into() },
+        &renames
+    ));
+    assert!(!config::rename_target(&Level::Mesh { key: "storage.rescan_every".into() }, &renames));
+    assert!(!config::rename_target(&Level::Mesh { key: "meta.keep_entries".into() }, &renames));
+}

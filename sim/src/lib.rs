@@ -9,15 +9,18 @@
 //! heartbeat intervals. Every check folds the cluster's state into a trace digest, so the same
 //! seed must give the same digest (tested). `SEED=n` replays one seed.
 //!
+//! [`config_run`] sweeps the configuration plane across a rolling upgrade under faults.
 //! [`drive_run`] does the same for the cluster drive: files written through random nodes under
 //! partitions, crashes, flipped bytes and full disks, no acknowledged file ever without a right
 //! copy, and N right copies on N nodes after heal.
 
+pub mod config_run;
 pub mod drive_run;
 pub mod env;
 pub mod harness;
 pub mod run;
 
+pub use config_run::run_config_seed;
 pub use drive_run::{run_drive_seed, run_drive_seed_with, DriveOptions};
 pub use harness::{Harness, SimConfig};
 pub use run::{run_seed, RunReport};

@@ -1,6 +1,7 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS]]`: a
-//! long seed sweep (membership and metadata, or with `--drive` the cluster drive, one write in N
-//! over 4 MiB, faults for MS simulated milliseconds).
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] | --config]`:
+//! a long seed sweep (membership and metadata; with `--drive` the cluster drive, one write in N
+//! over 4 MiB, faults for MS simulated milliseconds; with `--config` a rolling upgrade of the
+//! configuration plane under faults).
 //! `SEED=n` runs one.
 
 use std::time::Instant;
@@ -15,6 +16,7 @@ fn main() {
         None => (arg("--from").unwrap_or(1), arg("--seeds").unwrap_or(100)),
     };
     let drive = args.iter().any(|a| a == "--drive");
+    let config = args.iter().any(|a| a == "--config");
     let mut opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
     if let Some(ms) = arg("--chaos-ms") {
         opts.chaos_ms = ms;
@@ -22,7 +24,13 @@ fn main() {
     let started = Instant::now();
     let mut failed = 0u64;
     for seed in from..from + count {
-        let run = if drive { shoal_sim::run_drive_seed_with(seed, &opts) } else { shoal_sim::run_seed(seed) };
+        let run = if drive {
+            shoal_sim::run_drive_seed_with(seed, &opts)
+        } else if config {
+            shoal_sim::run_config_seed(seed)
+        } else {
+            shoal_sim::run_seed(seed)
+        };
         match run {
             Ok(r) => println!(
                 "seed {seed}: ok, {} faults, {} s simulated, digest {}",

@@ -15,11 +15,8 @@ impl<T: serde::Serialize> Json for T {
         serde_json::to_value(self).expect("core results serialise")
     }
 }
-use shoal_core::config::builtin;
-use shoal_core::config::resolve::Manifest;
-use shoal_sim::harness::Build;
+use shoal_sim::config_run::{build_b, identical_resolution, storage_of};
 use shoal_sim::{Harness, SimConfig};
-use std::collections::BTreeMap;
 
 const INTERVAL: u64 = 15_000;
 
@@ -36,53 +33,6 @@ fn wait(h: &mut Harness, bound_ms: u64, what: &str, mut cond: impl FnMut(&mut Ha
         assert!(h.elapsed_ms() - start < bound_ms, "seed {}: not within {bound_ms} ms: {what}", h.cfg.seed);
         h.run_checked(1_000).unwrap_or_else(|e| panic!("seed {}: {e}", h.cfg.seed));
     }
-}
-
-/// Build 0.2.0: this build's manifests with `storage.rescan_every` renamed `rescan_interval`,
-/// and `meta.keep_entries` no longer read.
-fn build_b() -> Build {
-    let mut manifests: Vec<Manifest> = builtin::manifests();
-    for m in manifests.iter_mut().filter(|m| m.module == "meta") {
-        m.keys.retain(|d| d.name != "keep_entries");
-    }
-    for m in manifests.iter_mut().filter(|m| m.module == "storage") {
-        for d in m.keys.iter_mut().filter(|d| d.name == "rescan_every") {
-            d.name = "rescan_interval".into();
-            d.fallback = Some("storage.rescan_interval".into());
-            d.renamed_from = Some("rescan_every".into());
-        }
-    }
-    ("0.2.0".into(), manifests)
-}
-
-/// What node `i` resolves for itself: storage key -> (value, source).
-fn storage_of(h: &Harness, i: usize) -> BTreeMap<String, (Value, String)> {
-    h.read(i, |n, _| n.config_resolved_own())
-        .and_then(|m| m.get("storage").cloned())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, r)| {
-            (k, (r.value.unwrap_or(Value::Null), serde_json::to_value(r.source).unwrap().as_str().unwrap().to_string()))
-        })
-        .collect()
-}
-
-/// Every live node computes the same resolved values for every node.
-fn identical_resolution(h: &Harness) -> Result<(), String> {
-    let mut first: Option<(usize, Vec<String>)> = None;
-    for i in h.live_members() {
-        let Some(view) = h.read(i, |n, _| {
-            n.config_resolver().resolved().iter().map(|(k, v)| format!("{k:?}={v:?}")).collect::<Vec<_>>()
-        }) else {
-            continue;
-        };
-        match &first {
-            None => first = Some((i, view)),
-            Some((j, other)) if *other != view => return Err(format!("n{i} and n{j} resolve differently")),
-            Some(_) => {}
-        }
-    }
-    Ok(())
 }
 
 const MIN45: u64 = 45 * 60_000;
@@ -197,4 +147,33 @@ fn a_cluster_wide_heartbeat_interval_changes_every_nodes_period_in_the_simulator
     let after = beats(&h);
     assert!(before.iter().zip(&after).all(|(b, a)| a - b >= 25), "1 s: {before:?} -> {after:?}");
     wait(&mut h, 30_000, "every node resolves identical values", |h| identical_resolution(h).is_ok());
+}
+
+/// The bounded CI part of the config sweep (`shoal-sim --config --seeds K` for more): a rolling
+/// upgrade across two builds with a partition or a crash at each step (`SHOAL_SIM_CONFIG_SEEDS`,
+/// default 2; `SEED=n` runs only seed n).
+#[test]
+fn config_seed_sweep_keeps_every_node_answering_through_a_rolling_upgrade() {
+    let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => {
+            let n = std::env::var("SHOAL_SIM_CONFIG_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2u64);
+            (1..=n).collect()
+        }
+    };
+    for seed in seeds {
+        if let Err(e) = shoal_sim::run_config_seed(seed) {
+            panic!("{e}");
+        }
+    }
+}
+
+/// Regression (config seed 13): the leader moved a value to its new name while members'
+/// records still showed the old build, took the new name for unread and asked to retire a value
+/// in use. A rename's target is read by the build that declared it.
+#[test]
+fn config_seed_13_a_renamed_value_is_not_taken_for_unread() {
+    if let Err(e) = shoal_sim::run_config_seed(13) {
+        panic!("{e}");
+    }
 }

@@ -457,6 +457,16 @@ pub fn renamed_level(level: &Level, renames: &[Rename]) -> Option<(Level, Rename
     None
 }
 
+/// Whether `level` is where a declared rename moves a value to (its new name). Such a value is
+/// read by the build that declared the rename even while members' records still show the
+/// older build, so it is never taken for unread.
+pub fn rename_target(level: &Level, renames: &[Rename]) -> bool {
+    renames.iter().any(|r| match level {
+        Level::Module { module, key, .. } => *module == r.module && *key == r.to,
+        Level::Mesh { key } | Level::Node { key, .. } => r.predefined && *key == format!("{}.{}", r.module, r.to),
+    })
+}
+
 /// Settings keys of config events (`renamed`, kept seven days), findings and rename windows.
 pub const EVENT_PREFIX: &str = "config/event/";
 pub const FINDING_PREFIX: &str = "config/finding/";

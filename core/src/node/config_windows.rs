@@ -399,7 +399,9 @@ impl Node {
         let entries = self.config_entries();
         for level in entries.keys() {
             let name = level.name();
-            let unread = !self.level_is_read(level, &builds, &user) && config::renamed_level(level, &renames).is_none();
+            let unread = !self.level_is_read(level, &builds, &user)
+                && config::renamed_level(level, &renames).is_none()
+                && !config::rename_target(level, &renames);
             match (unread, known.contains_key(&name)) {
                 (true, false) => {
                     let r = Retiring { level: name.clone(), since: wall.0, asks: 1, status: "asked".into() };
