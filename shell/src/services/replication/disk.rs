@@ -32,19 +32,39 @@ async fn when_authorized<E: Env, T>(
     }
 }
 
+/// Carry out `act` (on the blocking pool) unless bytes landed at one of `paths` that the records
+/// do not account for yet; then wait for them to settle (woken as the records change, up to
+/// [`RECORDS_CATCH_UP_MS`]) and try once more; still unsettled, 409 `busy`.
+async fn when_settled<E: Env, F>(
+    s: &Arc<Shared<E>>,
+    volume: &shoal_core::VolumeId,
+    paths: &[&str],
+    act: impl Fn(Arc<Shared<E>>) -> F,
+) -> Result<(), ApiError>
+where
+    F: FnOnce() -> Option<Result<(), ApiError>> + Send + 'static,
+{
+    if let Some(done) = s.blocking(act(s.clone())).await {
+        return done;
+    }
+    s.wait_for(RECORDS_CATCH_UP_MS, |n, now| paths.iter().all(|p| !n.landed_unsettled(now, volume, p))).await;
+    s.blocking(act(s.clone())).await.ok_or_else(busy)?
+}
+
 /// `store/delete`: delete a copy when this node's records authorise it (see
 /// [`shoal_core::node::Node::authorize_delete`]), then mark the copy dropped.
 pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8]) -> Result<Value, ApiError> {
     let req: shoal_core::node::files::DeleteRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("delete body: {e}")))?;
     let folder = when_authorized(s, |n, now| n.authorize_delete(now, sender, &req)).await?;
-    let (s2, path, volume) = (s.clone(), req.path.clone(), req.volume_id.clone());
-    let done = s
-        .blocking(move || {
+    let (path, volume) = (req.path.clone(), req.volume_id.clone());
+    when_settled(s, &req.volume_id, &[&req.path], move |s2| {
+        let (path, volume, folder) = (path.clone(), volume.clone(), folder.clone());
+        move || {
             s2.store_service.landed.unless_unsettled(&s2, &volume, &[&path], || remove_copy(Path::new(&folder), &path))
-        })
-        .await;
-    done.ok_or_else(busy)??;
+        }
+    })
+    .await?;
     s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
 }
@@ -61,15 +81,16 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("rename body: {e}")))?;
     let folder = when_authorized(s, |n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to)).await?;
-    let (s2, from, to, volume) = (s.clone(), b.from.clone(), b.to.clone(), b.volume_id.clone());
-    let done = s
-        .blocking(move || {
+    let (from, to, volume) = (b.from.clone(), b.to.clone(), b.volume_id.clone());
+    when_settled(s, &b.volume_id, &[&b.from, &b.to], move |s2| {
+        let (from, to, volume, folder) = (from.clone(), to.clone(), volume.clone(), folder.clone());
+        move || {
             s2.store_service
                 .landed
                 .unless_unsettled(&s2, &volume, &[&from, &to], || move_copy(Path::new(&folder), &from, &to))
-        })
-        .await;
-    done.ok_or_else(busy)??;
+        }
+    })
+    .await?;
     s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
 }
