@@ -307,8 +307,9 @@ pub struct Node {
     /// When this node next computes its `node.*` events, and what it saw last time.
     node_events_due: Millis,
     node_view: events::NodeView,
-    /// When the shell is next asked for a health sample.
+    /// When the shell is next asked for a health sample, and whether it was asked yet.
     health_due: Millis,
+    health_asked: bool,
     /// When the config pass is due next (`config.rs` `config_timeout`), and what it last
     /// applied.
     config_due: Millis,
@@ -392,6 +393,7 @@ impl Node {
             node_events_due: Millis::ZERO,
             node_view: Default::default(),
             health_due: Millis::ZERO,
+            health_asked: false,
             config_due: Millis::ZERO,
             config_applied: None,
             landed: Default::default(),
@@ -550,7 +552,8 @@ impl Node {
         let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
         let renewals = self.cluster.as_ref().and_then(|_| self.work_next_renewal());
         let events = self.events_next_due();
-        let health = Some(self.health_due);
+        // Health rides on the record: sampled in a cluster, and once at start.
+        let health = (self.cluster.is_some() || !self.health_asked).then_some(self.health_due);
         [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health]
             .into_iter()
             .flatten()
@@ -560,8 +563,9 @@ impl Node {
 
     pub fn handle_timeout(&mut self, wall: Millis) {
         let now = self.advance_clocks(wall);
-        if now >= self.health_due {
-            // In a cluster or not: the sample rides on this node's record once it has one.
+        if now >= self.health_due && (self.cluster.is_some() || !self.health_asked) {
+            self.health_asked = true;
+            // The sample rides on this node's record; outside a cluster one at start is enough.
             self.push_output(Output::SampleHealth);
             self.health_due = now.plus(self.config.membership.heartbeat_interval_ms);
         }
