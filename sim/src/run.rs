@@ -122,7 +122,9 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
                     if status >= 500 {
                         return Err(fail(&h, seed, format!("a config write answered {status}: {v}")));
                     }
-                    if status == 200 {
+                    // A node removed while cut off still answers; its writes go with it (as for
+                    // settings).
+                    if status == 200 && !h.removed_nodes.contains(&w) {
                         config_acked.insert(key);
                     }
                 }
