@@ -4,12 +4,12 @@
 //! after the shell reports their end; the scrub hands out one copy at a time and rests in
 //! proportion to what it read. Time is only the `Millis` handed in.
 
-use ed25519_dalek::SigningKey;
+mod common;
+
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::LocalCopy;
 use shoal_core::node::volumes::FolderFacts;
-use shoal_core::node::{Node, NodeConfig, Output, SelfInfo};
-use shoal_core::records::Capabilities;
+use shoal_core::node::{Node, Output};
 use shoal_core::storage::chores::Chore;
 use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
 use shoal_core::{NodeId, VolumeId};
@@ -24,14 +24,7 @@ fn at(ms: u64) -> Millis {
 /// Node 1, alone in a new cluster with one volume of its own, holding the metadata lease
 /// (its first timer turn, at T0, has run).
 fn lone_leader() -> (Node, VolumeId) {
-    let me = SelfInfo {
-        name: "node-1".into(),
-        advertise_url: "http://10.0.0.1:7000".into(),
-        software_version: "0.1.0".into(),
-        capabilities: Capabilities::default(),
-    };
-    let id = NodeId::new("aaaaaaaa-aaaa-4aaa-8aaa-000000000001");
-    let mut n = Node::new(id, SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me);
+    let mut n = common::node_one();
     n.create_cluster(T0, "c").expect("create the cluster");
     let v = n.volume_add(T0, "/srv/n1", &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("add a volume");
     let vol = v.id;

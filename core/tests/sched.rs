@@ -3,26 +3,18 @@
 //! them is checked and recorded, placement is explained, and the drive's acts raise events that
 //! fan out while `node.*` stays local.
 
-use ed25519_dalek::SigningKey;
+mod common;
+
 use serde_json::json;
 use shoal_core::node::volumes::FolderFacts;
-use shoal_core::node::{Node, NodeConfig, SelfInfo};
-use shoal_core::records::Capabilities;
+use shoal_core::node::Node;
 use shoal_core::sched::Weights;
 use shoal_core::time::Millis;
-use shoal_core::NodeId;
 
 const T0: Millis = Millis(1_800_000_000_000);
 
 fn lone_leader() -> Node {
-    let me = SelfInfo {
-        name: "node-1".into(),
-        advertise_url: "http://10.0.0.1:7000".into(),
-        software_version: "0.1.0".into(),
-        capabilities: Capabilities::default(),
-    };
-    let id = NodeId::new("aaaaaaaa-aaaa-4aaa-8aaa-000000000001");
-    let mut n = Node::new(id, SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me);
+    let mut n = common::node_one();
     n.create_cluster(T0, "c").expect("create the cluster");
     n.handle_timeout(T0);
     n

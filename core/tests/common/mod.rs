@@ -63,3 +63,17 @@ impl<T: serde::Serialize> Json for T {
         serde_json::to_value(self).expect("core results serialise")
     }
 }
+
+/// Node 1 of a test cluster (`http://10.0.0.1:7000`, build 0.1.0, a fixed key and seed), not
+/// yet in a cluster.
+pub fn node_one() -> shoal_core::node::Node {
+    use shoal_core::node::{Node, NodeConfig, SelfInfo};
+    let me = SelfInfo {
+        name: "node-1".into(),
+        advertise_url: "http://10.0.0.1:7000".into(),
+        software_version: "0.1.0".into(),
+        capabilities: shoal_core::records::Capabilities::default(),
+    };
+    let id = shoal_core::NodeId::new("aaaaaaaa-aaaa-4aaa-8aaa-000000000001");
+    Node::new(id, ed25519_dalek::SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me)
+}
