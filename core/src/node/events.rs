@@ -104,10 +104,6 @@ impl Node {
         ))
     }
 
-    pub fn events_stats(&self) -> Value {
-        json!({"stats": self.bus.stats(), "backlog": self.bus.backlog(), "lastSeq": self.bus.last_seq()})
-    }
-
     /// The bus's next deadline: a batch due, or the next look at the members.
     pub(super) fn events_next_due(&self) -> Option<Millis> {
         self.cluster.as_ref()?;
