@@ -31,6 +31,7 @@ pub mod config;
 pub mod events;
 pub mod hlc;
 pub mod ids;
+pub mod jobs;
 pub mod latency;
 pub mod membership;
 pub mod meta;

@@ -16,6 +16,7 @@ use proptest::prelude::*;
 use serde_json::json;
 use shoal_core::hlc::Version;
 use shoal_core::ids::{FileId, JobId, NodeId, VolumeId};
+use shoal_core::meta::job::{JobLease, JobSpec, JobState, JobStatus};
 use shoal_core::meta::records::{FileRecord, Job, Location, LocationState, Policy, Record, Setting, Volume};
 use shoal_core::meta::state::{MetaState, TOMBSTONE_TTL_MS};
 use shoal_core::time::{Millis, DAY_MS};
@@ -174,11 +175,15 @@ fn job_batch() -> impl Strategy<Value = Vec<Record>> {
             .into_iter()
             .map(|(r, c)| {
                 let (version, status, attempts, removed) = r.get(&runs).clone();
-                let status = ["queued", "running", "succeeded", "failed"][status];
+                let status = [JobStatus::Queued, JobStatus::Running, JobStatus::Succeeded, JobStatus::Failed][status];
+                let state = JobState { status, attempts, node: Some(version.node.clone()), ..Default::default() };
                 Record::Job(Job {
                     id: JobId::new("job-1"),
-                    spec: json!({"script": "run(job)"}),
-                    state: json!({"status": status, "attempts": attempts, "node": version.node}),
+                    spec: JobSpec { script: "run(job)".into(), ..Default::default() },
+                    state,
+                    state_version: version.clone(),
+                    lease: None,
+                    lease_version: version.clone(),
                     removed,
                     version,
                     cancelled: c.get(&cancels).clone(),
@@ -460,11 +465,14 @@ fn a_record_whose_copies_arrive_unsorted_or_repeated_converges_anyway() {
     assert_eq!(copies, [("v1", LocationState::Stale), ("v2", LocationState::Committed)]);
 }
 
-fn job(version: Version, status: &str, cancelled: Option<Version>) -> Job {
+fn job(version: Version, status: JobStatus, cancelled: Option<Version>) -> Job {
     Job {
         id: JobId::new("job-1"),
-        spec: json!({"script": "run(job)"}),
-        state: json!({"status": status}),
+        spec: JobSpec { script: "run(job)".into(), ..Default::default() },
+        state: JobState { status, ..Default::default() },
+        state_version: version.clone(),
+        lease: None,
+        lease_version: version.clone(),
         removed: false,
         version,
         cancelled,
@@ -475,10 +483,10 @@ fn job(version: Version, status: &str, cancelled: Option<Version>) -> Job {
 /// AJS)": "Cancellation marks the record; the running node interrupts its VM".
 #[test]
 fn a_cancel_survives_a_later_run_state_write() {
-    let running = job(ver(10, 0, 0), "running", None);
+    let running = job(ver(10, 0, 0), JobStatus::Running, None);
     let cancel = Job { cancelled: Some(ver(20, 0, 1)), version: ver(20, 0, 1), ..running.clone() };
     // The worker has not seen the cancel yet; its lease renewal is newer.
-    let renewal = job(ver(30, 0, 2), "running", None);
+    let renewal = job(ver(30, 0, 2), JobStatus::Running, None);
     for order in [[0, 1, 2], [0, 2, 1], [2, 1, 0], [1, 2, 0]] {
         let records = [Record::Job(running.clone()), Record::Job(cancel.clone()), Record::Job(renewal.clone())];
         let s = applied(&order.map(|i| records[i].clone()));
@@ -493,8 +501,8 @@ fn a_cancel_survives_a_later_run_state_write() {
 /// DESIGN.md "Versions and merge": of two cancels the earlier is kept, whatever the order.
 #[test]
 fn of_two_cancels_the_earlier_is_kept_whatever_the_order() {
-    let a = Record::Job(job(ver(10, 0, 0), "running", Some(ver(12, 0, 1))));
-    let b = Record::Job(job(ver(10, 0, 0), "running", Some(ver(11, 0, 2))));
+    let a = Record::Job(job(ver(10, 0, 0), JobStatus::Running, Some(ver(12, 0, 1))));
+    let b = Record::Job(job(ver(10, 0, 0), JobStatus::Running, Some(ver(11, 0, 2))));
     let (ab, _) = merged(&a, &b);
     let (ba, _) = merged(&b, &a);
     assert_eq!(ab, ba);
@@ -598,7 +606,7 @@ fn live_and_tombstone_of_every_kind(live_at: Version, removed_at: Version) -> Ve
     let v_removed = Volume { removed: true, version: removed_at.clone(), ..v.clone() };
     let p = Policy { folder: "/p".into(), replicas: 2, removed: false, version: live_at.clone() };
     let p_removed = Policy { removed: true, version: removed_at.clone(), ..p.clone() };
-    let j = job(live_at.clone(), "succeeded", None);
+    let j = job(live_at.clone(), JobStatus::Succeeded, None);
     let j_removed = Job { removed: true, version: removed_at.clone(), ..j.clone() };
     let s = Setting { key: "k".into(), value: json!(1), removed: false, version: live_at };
     let s_removed = Setting { removed: true, version: removed_at, ..s.clone() };
@@ -827,4 +835,26 @@ fn restored_purged_keys_refuse_older_copies_and_keep_the_bound() {
     assert_eq!(purge.purged, vec![((shoal_core::meta::records::RecordKind::Setting, "old".to_string()), ver(0, 0, 0))]);
     assert_eq!(purge.forgotten, vec![(shoal_core::meta::records::RecordKind::Setting, "old".to_string())]);
     assert_eq!(s.purged().count(), PURGED_MAX);
+}
+
+/// DESIGN.md "Versions and merge", issue 14: a job's run state and its lease are separate
+/// registers, so the leader's newer lease (a hand-over) and a newer run-state write made
+/// elsewhere both survive, whatever the order they arrive in.
+#[test]
+fn a_jobs_state_and_lease_merge_as_separate_registers() {
+    let base = job(ver(10, 0, 0), JobStatus::Queued, None);
+    let lease = JobLease { node: node(1), attempt: 1, term: 3 };
+    let leased = Job { lease: Some(lease.clone()), lease_version: ver(30, 0, 1), ..base.clone() };
+    let progressed = Job {
+        state: JobState { status: JobStatus::Running, progress: 0.5, ..Default::default() },
+        state_version: ver(20, 0, 2),
+        ..base.clone()
+    };
+    let (ab, _) = merged(&Record::Job(leased.clone()), &Record::Job(progressed.clone()));
+    let (ba, _) = merged(&Record::Job(progressed), &Record::Job(leased));
+    assert_eq!(ab, ba);
+    let Record::Job(j) = ab else { panic!("a job") };
+    assert_eq!(j.lease, Some(lease));
+    assert_eq!(j.state.status, JobStatus::Running);
+    assert_eq!(j.state.progress, 0.5);
 }

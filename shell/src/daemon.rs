@@ -239,6 +239,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         store_service: Default::default(),
         offload_io: opts.offload_io,
         repl: ReplState::default(),
+        jobs: Default::default(),
         services: run_service::<E>,
         armed: AtomicU64::new(u64::MAX),
         changed: Notify::new(),
@@ -273,6 +274,11 @@ fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
         }
         Output::ReplDispatch { term, task } => {
             tokio::spawn(crate::services::replication::send_task(s.clone(), term, task));
+        }
+        Output::JobRun(run) => crate::services::jobs::start(s.clone(), *run),
+        Output::JobStop { job, attempt, why } => {
+            tracing::info!(%job, attempt, ?why, "stopping a job's script");
+            crate::services::jobs::stop(s, &job, attempt);
         }
         other => tracing::error!(output = ?other, "not a service's output"),
     }

@@ -16,17 +16,24 @@ struct Key {
     default: Value,
     min: Option<f64>,
     max: Option<f64>,
+    trusted: bool,
     doc: &'static str,
 }
 
 fn key(name: &'static str, ty: KeyType, default: Value, doc: &'static str) -> Key {
-    Key { name, ty, default, min: None, max: None, doc }
+    Key { name, ty, default, min: None, max: None, trusted: false, doc }
 }
 
 impl Key {
     fn range(mut self, min: f64, max: f64) -> Key {
         self.min = Some(min);
         self.max = Some(max);
+        self
+    }
+
+    /// A key whose cluster-wide value takes an approved proposal (mesh-config "trusted").
+    fn trusted(mut self) -> Key {
+        self.trusted = true;
         self
     }
 }
@@ -51,7 +58,7 @@ fn manifest(module: &str, keys: Vec<Key>) -> Manifest {
                 pattern: None,
                 choices: vec![],
                 fallback: Some(format!("{module}.{}", k.name)),
-                trusted: false,
+                trusted: k.trusted,
                 renamed_from: None,
                 doc: k.doc.to_string(),
             })
@@ -159,6 +166,20 @@ pub fn manifests() -> Vec<Manifest> {
                 json!([]),
                 "browser origins (scheme://host:port) that may open the events WebSocket besides the node's own",
             )],
+        ),
+        manifest(
+            "jobs",
+            vec![
+                key("enabled", Bool, json!(true), "whether this node runs jobs at all"),
+                key("slots", Int, json!(0), "jobs run at once on a node (0: its CPU core count)").range(0.0, 1_024.0),
+                key("pass_every", Duration, json!(3 * S), "how often the leader schedules").range(100.0, (10 * MIN) as f64),
+                key("lease", Duration, json!(30 * S), "a running job's lease, renewed by its node every third of it")
+                    .range(3_000.0, H as f64),
+                key("retention", Duration, json!(72 * H), "how long finished jobs are kept").range(MIN as f64, 365.0 * D as f64),
+                key("memory_limit", Bytes, json!(256 * MIB), "memory one script may use").range(MIB as f64, 64.0 * 1024.0 * MIB as f64),
+                key("exec_allowed", List, json!([]), "host programs scripts may run with exec (each must be in the node's capabilities)")
+                    .trusted(),
+            ],
         ),
         manifest(
             "scheduling",

@@ -7,6 +7,7 @@
 //! - [`path`]: the canonical form of a path (imports nothing else of `meta`);
 //! - [`namespace`]: listing, folder policies and globs over the file records.
 
+pub mod job;
 pub mod lease;
 pub mod log;
 pub mod machine;

@@ -17,6 +17,7 @@
 
 use crate::hlc::Version;
 use crate::ids::{FileId, JobId, NodeId, VolumeId};
+use crate::meta::job::{JobLease, JobSpec, JobState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -238,21 +239,31 @@ pub struct Policy {
     pub version: Version,
 }
 
+/// A job: four registers, each merged on its own version, because different nodes write
+/// them: the spec and removal (the submitter, the leader's purge), the run state (the leader),
+/// the lease (the leader, at each hand-over), the cancel flag (anyone, once).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
     pub id: JobId,
-    /// What to run, fixed at submit (its fields belong to the jobs milestone).
+    /// What to run, fixed at submit.
     #[serde(default)]
-    pub spec: Value,
-    /// Status, node, attempts, progress, output... (the run-state register).
-    #[serde(default)]
-    pub state: Value,
+    pub spec: JobSpec,
     #[serde(default)]
     pub removed: bool,
-    /// Version of the run-state register (with `spec` and `removed`).
+    /// Version of the spec register (with `removed`).
     pub version: Version,
-    /// Set once by a cancel; a worker's later run-state write cannot clear it.
+    /// Status, node, attempts, progress, output...
+    #[serde(default)]
+    pub state: JobState,
+    #[serde(default)]
+    pub state_version: Version,
+    /// Who may run it now; `None` when no run is under way.
+    #[serde(default)]
+    pub lease: Option<JobLease>,
+    #[serde(default)]
+    pub lease_version: Version,
+    /// Set once by a cancel; a later run-state write cannot clear it.
     #[serde(default)]
     pub cancelled: Option<Version>,
 }
@@ -354,7 +365,7 @@ impl Record {
                 .collect(),
             Record::Volume(r) => vec![&r.version, &r.usage_version],
             Record::Policy(r) => vec![&r.version],
-            Record::Job(r) => std::iter::once(&r.version).chain(r.cancelled.iter()).collect(),
+            Record::Job(r) => [&r.version, &r.state_version, &r.lease_version].into_iter().chain(r.cancelled.iter()).collect(),
             Record::Setting(r) => vec![&r.version],
         }
     }
@@ -394,7 +405,7 @@ impl Record {
     pub fn shape_error(&self) -> Option<&'static str> {
         let deep = |v: &Value| json_depth(v) > RECORD_VALUE_DEPTH_MAX;
         match self {
-            Record::Job(j) if deep(&j.spec) || deep(&j.state) => return Some("a job value nests too deeply"),
+            Record::Job(j) if deep(&j.spec.args) || deep(&j.state.output) => return Some("a job value nests too deeply"),
             Record::Setting(s) if deep(&s.value) => return Some("a setting value nests too deeply"),
             _ => {}
         }
@@ -416,7 +427,18 @@ impl Record {
             }
             Record::Volume(v) => label(&v.name) && label(&v.subpath) && label(&v.fsh_uuid),
             Record::Policy(p) => norm(&p.folder) && p.replicas <= 64,
-            Record::Job(j) => json_len(&j.spec) <= 1 << 20 && json_len(&j.state) <= 1 << 20,
+            Record::Job(j) => {
+                j.spec.script.len() + j.spec.name.len() <= 1 << 20
+                    && json_len(&j.spec.args) <= 1 << 20
+                    && j.spec.inputs.len() <= 100_000
+                    && j.spec.nodes.len() <= 1024
+                    && json_len(&j.state.output) <= 1 << 20
+                    && j.state.log.len() <= crate::meta::job::JOB_LOG_LINES_MAX
+                    && j.state.log.iter().all(|l| label(l))
+                    && label(&j.state.error)
+                    && label(&j.state.reason)
+                    && j.state.children.len() <= 100_000
+            }
             Record::Setting(s) => {
                 !s.key.is_empty()
                     && s.key.len() <= 256
@@ -461,6 +483,8 @@ impl Record {
             Record::Policy(r) => version(&r.version),
             Record::Job(r) => {
                 version(&r.version);
+                version(&r.state_version);
+                version(&r.lease_version);
                 if let Some(c) = &r.cancelled {
                     version(c);
                 }
@@ -544,8 +568,19 @@ fn merge_volume(a: &mut Volume, b: &Volume) -> bool {
 fn merge_job(a: &mut Job, b: &Job) -> bool {
     let mut changed = false;
     if b.version > a.version {
-        let cancelled = a.cancelled.take();
-        *a = Job { cancelled, ..b.clone() };
+        a.spec = b.spec.clone();
+        a.removed = b.removed;
+        a.version = b.version.clone();
+        changed = true;
+    }
+    if b.state_version > a.state_version {
+        a.state = b.state.clone();
+        a.state_version = b.state_version.clone();
+        changed = true;
+    }
+    if b.lease_version > a.lease_version {
+        a.lease = b.lease.clone();
+        a.lease_version = b.lease_version.clone();
         changed = true;
     }
     // The cancel flag only ever gets set; of two cancels the earlier version is kept, so the

@@ -108,6 +108,13 @@ impl Node {
             self.drain_meta(wall, now);
             return;
         }
+        if matches!(f.purpose, Purpose::JobHandOver { .. } | Purpose::JobRenew { .. } | Purpose::JobDone { .. }) {
+            if result.is_ok() {
+                self.members.saw_at(&f.peer, now, now);
+            }
+            self.jobs_on_response(wall, now, &f.peer, f.sent, &f.purpose, result);
+            return;
+        }
         if f.purpose == Purpose::Events {
             let delivered = matches!(&result, Ok(a) if a.is_ok());
             self.events_answered(now, &f.peer, delivered);

@@ -140,6 +140,10 @@ impl Node {
             _ => self.meta.answer_snapshot(query),
         };
         self.drain_meta(wall, now);
+        if matches!(endpoint, "meta/append" | "meta/submit") && body.windows(5).any(|w| w == b"\"job\"") {
+            // A job record arrived: a cancel reaches a run here at once, a submit a pass.
+            self.jobs_records_arrived(wall, now);
+        }
         r
     }
 

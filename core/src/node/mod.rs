@@ -41,6 +41,7 @@ mod config_windows;
 pub mod events;
 pub mod files;
 mod gossip;
+pub mod jobs;
 mod landed;
 mod meta;
 mod peers;
@@ -169,6 +170,15 @@ pub enum Output {
     /// A health sample is due (every heartbeat interval): read CPU, memory and disk and hand
     /// them back as [`Input::Health`].
     SampleHealth,
+    /// A job was handed to this node: run its script, report with [`Node::job_progress`],
+    /// [`Node::job_log`] and [`Node::job_finished`].
+    JobRun(Box<jobs::JobRun>),
+    /// Stop a running script (cancelled, timed out, or its lease is lost).
+    JobStop {
+        job: crate::ids::JobId,
+        attempt: u32,
+        why: jobs::StopWhy,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -252,6 +262,19 @@ enum Purpose {
     Latency,
     /// A batch of events sent to a member (`events.rs`).
     Events,
+    /// The leader handing a job's run to a node, a worker's renewal, its outcome (`jobs.rs`).
+    JobHandOver {
+        job: crate::ids::JobId,
+        attempt: u32,
+    },
+    JobRenew {
+        job: crate::ids::JobId,
+        attempt: u32,
+    },
+    JobDone {
+        job: crate::ids::JobId,
+        attempt: u32,
+    },
     Meta(MetaPurpose),
 }
 
@@ -323,6 +346,8 @@ pub struct Node {
     repl_stats: chores::ReplStats,
     /// Worker: the tasks this node carries out (`replication.rs`).
     working: BTreeMap<crate::ids::FileId, replication::Working>,
+    /// Jobs: the leader's lease clock and pass, the worker's runs (`jobs.rs`).
+    jobs: jobs::JobsBook,
 }
 
 /// What the shell read back from disk.
@@ -401,6 +426,7 @@ impl Node {
             scrub_pending: VecDeque::new(),
             repl_stats: Default::default(),
             working: BTreeMap::new(),
+            jobs: Default::default(),
         }
     }
 
@@ -552,9 +578,10 @@ impl Node {
         let chores = self.cluster.as_ref().and_then(|_| self.chores.next_due());
         let renewals = self.cluster.as_ref().and_then(|_| self.work_next_renewal());
         let events = self.events_next_due();
+        let jobs = self.cluster.as_ref().and_then(|_| self.jobs_next_due());
         // Health rides on the record: sampled in a cluster, and once at start.
         let health = (self.cluster.is_some() || !self.health_asked).then_some(self.health_due);
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health]
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health, jobs]
             .into_iter()
             .flatten()
             .min()
@@ -592,6 +619,7 @@ impl Node {
             self.chores_timeout(wall, now);
             self.work_timeout(wall, now);
             self.events_timeout(wall, now);
+            self.jobs_timeout(wall, now);
         }
     }
 

@@ -23,6 +23,7 @@ impl Node {
             "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
             "meta/log" | "meta/snapshot" | "meta/file" => "GET",
             "meta/lease" | "meta/append" | "meta/submit" | "store/place" | "events/publish" => "POST",
+            "jobs/run" | "jobs/renew" | "jobs/done" => "POST",
             _ => return Reply::error(ErrorKind::NotFound, "not_found", format!("no such ACN endpoint: {endpoint}")),
         };
         if !method.eq_ignore_ascii_case(want) {
@@ -47,6 +48,7 @@ impl Node {
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             "store/place" => self.answer_place(wall, &sender, body),
             "events/publish" => self.answer_events(&sender, body),
+            "jobs/run" | "jobs/renew" | "jobs/done" => self.answer_jobs(wall, now, endpoint, &sender, body),
             "meta/file" => self.answer_file_exists(target),
             "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");

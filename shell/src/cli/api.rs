@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 pub(super) struct Api {
     base: String,
     token: String,
-    json: bool,
+    pub(super) json: bool,
     client: HttpClient<TokioEnv>,
 }
 
@@ -77,7 +77,7 @@ impl Api {
         Ok(())
     }
 
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+    pub(super) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
         let auth = format!("Bearer {}", self.token);
         let body = body.map(|b| serde_json::to_vec(&b).expect("serialise")).unwrap_or_default();
         let target = format!("/v1{path}");
@@ -280,6 +280,7 @@ impl Api {
                 }
                 return Ok(());
             }
+            Cmd::Job { cmd } => return self.job(cmd).await,
             Cmd::Sched { cmd: SchedCmd::Status } => {
                 (self.call("GET", "/sched/status", None).await?, human_sched_status)
             }
@@ -502,7 +503,7 @@ impl Api {
 }
 
 /// Node ids and token ids are plain tokens; refuse anything that would change the URL path.
-fn path_seg(id: &str) -> Result<&str, CliError> {
+pub(super) fn path_seg(id: &str) -> Result<&str, CliError> {
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
         return Err(CliError(format!("{id:?} is not a valid id (letters, digits and '-' only)")));
     }

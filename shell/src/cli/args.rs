@@ -103,6 +103,11 @@ pub enum Cmd {
         #[arg(long)]
         follow: bool,
     },
+    /// Jobs: JavaScript run where the data and the tools are, map/reduce over a dataset.
+    Job {
+        #[command(subcommand)]
+        cmd: JobCmd,
+    },
     /// Scheduling: the scorer's weights, each node's score and why a node would take work.
     Sched {
         #[command(subcommand)]
@@ -332,6 +337,69 @@ pub enum SchedCmd {
         #[arg(long)]
         job: Option<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobCmd {
+    /// Submit a script (prints the job's id; `--follow` shows its progress, log and output).
+    Submit {
+        script: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+        /// The job's arguments as JSON (`job.args`).
+        #[arg(long, value_name = "JSON")]
+        args: Option<String>,
+        /// A `cluster:/` file the job reads (its bytes draw it to the nodes holding them); repeat.
+        #[arg(long = "input", value_name = "cluster:/PATH")]
+        inputs: Vec<String>,
+        /// A glob over `cluster:/` (`*`, `**`, `?`): a map/reduce job over the files it matches.
+        #[arg(long, value_name = "GLOB")]
+        dataset: Option<String>,
+        /// Files per map child (default 50).
+        #[arg(long)]
+        partition_max: Option<u32>,
+        /// Only these nodes may run it; repeat.
+        #[arg(long = "node", value_name = "ID")]
+        nodes: Vec<String>,
+        /// A tool or CPU flag the node must have (`ffmpeg`, `cpu.avx2`); repeat.
+        #[arg(long = "require", value_name = "FEATURE")]
+        require: Vec<String>,
+        #[arg(long, value_name = "BYTES")]
+        min_ram: Option<String>,
+        #[arg(long)]
+        min_cores: Option<u32>,
+        /// Higher runs first (-1000..=1000).
+        #[arg(long, default_value_t = 0)]
+        priority: i32,
+        /// How long it may run (`90s`, `10m`, `2h`; default 1h).
+        #[arg(long)]
+        timeout: Option<String>,
+        /// Runs started before a job whose node went silent fails (default 3).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// Follow it to its end: progress, log lines, then the output.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Unfinished jobs (`--all`: finished ones and map/reduce children too).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// A job's status, node, attempts, progress, output and error.
+    Status { id: String },
+    /// A job's last 200 log lines (`--follow` until it ends).
+    Logs {
+        id: String,
+        #[arg(long)]
+        follow: bool,
+    },
+    /// A job's output (JSON).
+    Output { id: String },
+    /// Cancel a job: a waiting one ends, a running one's script is stopped.
+    Cancel { id: String },
+    /// Every node ranked for the job now, with its factors and why it can or cannot run it.
+    Explain { id: String },
 }
 
 #[derive(Subcommand, Debug)]

@@ -43,6 +43,8 @@ pub struct Shared<E: Env> {
     pub offload_io: bool,
     /// Replication bookkeeping of the shell (pulls running, disk work done).
     pub repl: ReplState,
+    /// The jobs running here (`services::jobs`).
+    pub jobs: super::state::JobsState,
     /// Carries out the outputs that are a service's work (chores, scrub hashing, replication
     /// tasks); given by [`crate::daemon::start`], so this handle depends on no service.
     pub(crate) services: ServiceFn<E>,
@@ -169,7 +171,11 @@ impl<E: Env> Shared<E> {
                     });
                 }
                 Output::ConfigFiles(own) => write_config_files(&self.data_dir, &own),
-                o @ (Output::Chore(_) | Output::ScrubCopy(_) | Output::ReplDispatch { .. }) => (self.services)(self, o),
+                o @ (Output::Chore(_)
+                | Output::ScrubCopy(_)
+                | Output::ReplDispatch { .. }
+                | Output::JobRun(_)
+                | Output::JobStop { .. }) => (self.services)(self, o),
             }
         }
         if !meta_ops.is_empty() {

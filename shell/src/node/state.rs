@@ -206,3 +206,10 @@ mod tests {
         assert!(h.finish(EARLY_CHUNKS_MAX as u64 + 1).is_some(), "the chunk that drains them is taken");
     }
 }
+
+/// The jobs running on this node: each run's stop flag, which its script's interrupt hook
+/// reads (`services::jobs`).
+#[derive(Default)]
+pub struct JobsState {
+    pub stops: std::sync::Mutex<BTreeMap<(shoal_core::ids::JobId, u32), Arc<std::sync::atomic::AtomicBool>>>,
+}

@@ -4,6 +4,7 @@
 //! requests to peers ([`peer`]).
 
 pub mod drive;
+pub mod jobs;
 pub mod join;
 pub mod peer;
 pub mod replication;

@@ -7,12 +7,14 @@ mod admin;
 mod config;
 mod events;
 mod files;
+mod jobs;
 mod sched;
 
 use admin::*;
 use config::*;
 use events::*;
 use files::*;
+use jobs::*;
 use sched::*;
 
 use crate::env::Env;
@@ -98,6 +100,12 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/sched/status", get(sched_status::<E>))
         .route("/sched/weights", get(sched_weights::<E>).post(sched_weights_post::<E>))
         .route("/sched/explain", get(sched_explain::<E>))
+        .route("/jobs", get(jobs_list::<E>).post(jobs_submit::<E>))
+        .route("/jobs/{id}", get(job_status::<E>))
+        .route("/jobs/{id}/logs", get(job_logs::<E>))
+        .route("/jobs/{id}/output", get(job_output::<E>))
+        .route("/jobs/{id}/explain", get(job_explain::<E>))
+        .route("/jobs/{id}/cancel", post(job_cancel::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));

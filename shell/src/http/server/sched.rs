@@ -55,9 +55,7 @@ pub(super) async fn sched_explain<E: Env>(
             Some(size) => s.read_node(|n, now| n.sched_explain_place(now, size, q.path.as_deref())),
             None => Err(ApiError::invalid("bad_size", format!("{size:?} is not a size (like 4096, 64MiB, 1GB)"))),
         },
-        (None, Some(_)) => {
-            Err(ApiError::invalid("no_jobs", "this build runs no jobs yet: explain --job arrives with jobs"))
-        }
+        (None, Some(id)) => s.read_node(|n, now| n.job_explain(now, id)),
         _ => Err(ApiError::invalid("bad_query", "explain takes place=SIZE (with path=P) or job=ID")),
     };
     api_result(r)

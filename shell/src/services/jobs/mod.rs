@@ -1,0 +1,287 @@
+//! Running the jobs the core hands to this node (`Output::JobRun`): each script on its own
+//! thread in a fresh QuickJS runtime ([`script`]), its `fs` calls carried out on the cluster
+//! drive as the job's owner (a local copy is read when this node holds one), its log lines and
+//! progress reported to the core, its end reported with [`Node::job_finished`]. `Output::JobStop`
+//! sets the run's stop flag, which the engine's interrupt hook reads.
+//!
+//! Map children's pairs over [`SPILL_BYTES`] are written to `cluster:/.shoal/jobs/<parent>/`
+//! and the reduce child reads them from there (no 8 MiB cap on the reduce input).
+//!
+//! [`Node::job_finished`]: shoal_core::node::Node::job_finished
+
+pub mod script;
+
+use crate::env::Env;
+use crate::node::handle::Shared;
+use axum::http::HeaderMap;
+use serde_json::{json, Value};
+use shoal_core::ids::JobId;
+use shoal_core::jobs::{SPILL_BYTES, SPILL_DIR};
+use shoal_core::meta::job::{JobKind, JobStatus};
+use shoal_core::node::jobs::{JobRun, ScriptEnd};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Stack a script may use.
+const STACK_BYTES: usize = 1024 * 1024;
+/// Largest file a script reads at once.
+const READ_MAX_BYTES: usize = 1 << 30;
+/// Outputs larger than this go to a file; the record keeps its path.
+const OUTPUT_INLINE_MAX: usize = 512 * 1024;
+/// How long a reduce waits for its maps' records to reach this node.
+const MAPS_WAIT_MS: u64 = 5_000;
+
+/// `Output::JobStop`: raise the run's stop flag.
+pub fn stop<E: Env>(s: &Arc<Shared<E>>, job: &JobId, attempt: u32) {
+    if let Some(f) = crate::sync::lock(&s.jobs.stops).get(&(job.clone(), attempt)) {
+        f.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `Output::JobRun`: run the script, then report its end to the core.
+pub fn start<E: Env>(s: Arc<Shared<E>>, run: JobRun) {
+    let flag = Arc::new(AtomicBool::new(false));
+    crate::sync::lock(&s.jobs.stops).insert((run.job.clone(), run.attempt), flag.clone());
+    tokio::spawn(async move {
+        let end = run_one(&s, &run, flag).await;
+        crate::sync::lock(&s.jobs.stops).remove(&(run.job.clone(), run.attempt));
+        s.with_node(|n, now| n.job_finished(now, &run.job, run.attempt, end));
+    });
+}
+
+async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>) -> ScriptEnd {
+    let spec = &run.spec;
+    let entry = match spec.kind {
+        JobKind::Map => script::Entry::Map { files: spec.inputs.iter().map(|p| format!("cluster:{p}")).collect() },
+        JobKind::Reduce => match reduce_groups(s, spec).await {
+            Ok(groups) => script::Entry::Reduce { groups },
+            Err(e) => return ScriptEnd::Threw(e),
+        },
+        _ => script::Entry::Run,
+    };
+    let (me, memory, exec_allowed) = s.read_node(|n, _| {
+        let memory = n.config_number("jobs", "memory_limit").unwrap_or(256.0 * 1024.0 * 1024.0) as usize;
+        let allowed: Vec<String> = n
+            .config_resolved_own()
+            .get("jobs")
+            .and_then(|m| m.get("exec_allowed"))
+            .and_then(|r| r.value.clone())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        let allowed = allowed.into_iter().filter(|p| n.self_info().capabilities.features.get(p).copied().unwrap_or(false)).collect();
+        (n.id().clone(), memory, allowed)
+    });
+    let job_json = json!({"id": run.job, "name": spec.name, "kind": spec.kind, "args": spec.args,
+        "inputs": spec.inputs.iter().map(|p| format!("cluster:{p}")).collect::<Vec<_>>(),
+        "node": me, "owner": spec.owner, "attempt": run.attempt});
+    let limits = script::Limits {
+        memory_bytes: memory,
+        stack_bytes: STACK_BYTES,
+        deadline: Instant::now() + Duration::from_secs(spec.timeout_sec),
+    };
+    let handle = tokio::runtime::Handle::current();
+    let (s2, source, job, attempt) = (s.clone(), spec.script.clone(), run.job.clone(), run.attempt);
+    let ended = tokio::task::spawn_blocking(move || {
+        let host = Rc::new(ShellHost { s: s2, handle, job, attempt, exec_allowed, stop: stop.clone() });
+        script::run(&source, &job_json, entry, host, stop, limits)
+    })
+    .await
+    .unwrap_or_else(|e| script::Ended::Failed(format!("the script's thread failed: {e}")));
+    let out = match ended {
+        script::Ended::Failed(e) => return ScriptEnd::Threw(e),
+        script::Ended::Output(o) => o,
+    };
+    let parent = spec.parent_id.clone().unwrap_or_else(|| run.job.clone());
+    let spill = match spec.kind {
+        JobKind::Map => out.len() > SPILL_BYTES,
+        _ => out.len() > OUTPUT_INLINE_MAX,
+    };
+    if spill {
+        let path = format!("{SPILL_DIR}/{parent}/{}.json", run.job);
+        let len = out.len();
+        if let Err(e) = write_file(s, &path, out.into_bytes()).await {
+            return ScriptEnd::Threw(format!("could not write the output to cluster:{path}: {e}"));
+        }
+        return ScriptEnd::Returned(json!({"spilled": format!("cluster:{path}"), "bytes": len}));
+    }
+    match serde_json::from_str::<Value>(&out) {
+        Ok(v) => ScriptEnd::Returned(v),
+        Err(e) => ScriptEnd::Threw(format!("the output is not JSON: {e}")),
+    }
+}
+
+/// The reduce child's input: every map child's pairs (from its record, or the file it spilled
+/// to), grouped by key, as a JSON object of arrays.
+async fn reduce_groups<E: Env>(s: &Arc<Shared<E>>, spec: &shoal_core::meta::job::JobSpec) -> Result<String, String> {
+    let maps: Vec<JobId> = spec
+        .args
+        .get("maps")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .ok_or("a reduce child without its maps")?;
+    let ids = maps.clone();
+    let all_here = s
+        .wait_for(MAPS_WAIT_MS, move |n, _| {
+            ids.iter().all(|id| n.job_status(id.as_str()).is_ok_and(|v| v.status == JobStatus::Succeeded))
+        })
+        .await;
+    if !all_here {
+        return Err("the map children's results did not reach this node within 5 s".into());
+    }
+    let mut groups: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for id in &maps {
+        let output = s.read_node(|n, _| n.job_status(id.as_str()).map(|v| v.output)).map_err(|e| e.message)?;
+        let pairs: Value = match output.get("spilled").and_then(Value::as_str) {
+            Some(path) => {
+                let bytes = read_file(s, path).await?;
+                serde_json::from_slice(&bytes).map_err(|e| format!("{path}: {e}"))?
+            }
+            None => output,
+        };
+        let Value::Array(pairs) = pairs else { return Err(format!("map child {id} put out no pair list")) };
+        for p in pairs {
+            if let Value::Array(mut kv) = p {
+                if kv.len() == 2 {
+                    let v = kv.pop().unwrap_or_default();
+                    let k = match kv.pop() {
+                        Some(Value::String(k)) => k,
+                        Some(other) => other.to_string(),
+                        None => continue,
+                    };
+                    groups.entry(k).or_default().push(v);
+                }
+            }
+        }
+    }
+    serde_json::to_string(&groups).map_err(|e| e.to_string())
+}
+
+fn bare(path: &str) -> Result<String, String> {
+    shoal_core::jobs::submit::cluster_path(path).map_err(|e| format!("bad path {path:?}: {e}"))
+}
+
+async fn read_file<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Vec<u8>, String> {
+    let p = bare(path)?;
+    let resp = crate::services::drive::get(s.clone(), p.clone(), HeaderMap::new()).await;
+    let status = resp.status();
+    let body = axum::body::to_bytes(resp.into_body(), READ_MAX_BYTES).await.map_err(|e| format!("cluster:{p}: {e}"))?;
+    if !status.is_success() {
+        return Err(error_message(&body).unwrap_or_else(|| format!("cluster:{p}: {status}")));
+    }
+    Ok(body.to_vec())
+}
+
+async fn write_file<E: Env>(s: &Arc<Shared<E>>, path: &str, bytes: Vec<u8>) -> Result<(), String> {
+    let p = bare(path)?;
+    let mut h = HeaderMap::new();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&bytes.len().to_string()) {
+        h.insert("content-length", v);
+    }
+    let resp = crate::services::drive::put(s.clone(), p.clone(), h, axum::body::Body::from(bytes)).await;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+    Err(error_message(&body).unwrap_or_else(|| format!("cluster:{p}: {status}")))
+}
+
+fn error_message(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v.pointer("/error/message").and_then(Value::as_str).map(str::to_string)
+}
+
+/// The script's way out, on the script's own thread: drive calls are run on the node's
+/// runtime and waited for.
+struct ShellHost<E: Env> {
+    s: Arc<Shared<E>>,
+    handle: tokio::runtime::Handle,
+    job: JobId,
+    attempt: u32,
+    exec_allowed: Vec<String>,
+    stop: Arc<AtomicBool>,
+}
+
+impl<E: Env> script::Host for ShellHost<E> {
+    fn log(&self, line: &str) {
+        self.s.with_node(|n, now| n.job_log(now, &self.job, self.attempt, line));
+    }
+
+    fn progress(&self, p: f64) {
+        self.s.with_node(|n, now| n.job_progress(now, &self.job, self.attempt, p));
+    }
+
+    fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        self.handle.block_on(read_file(&self.s, path))
+    }
+
+    fn write(&self, path: &str, bytes: Vec<u8>) -> Result<(), String> {
+        self.handle.block_on(write_file(&self.s, path, bytes))
+    }
+
+    fn list(&self, path: &str) -> Result<Value, String> {
+        let p = bare(path)?;
+        self.s.read_node(|n, _| n.meta_ls(&p)).map(|l| serde_json::to_value(l.entries).unwrap_or_default()).map_err(|e| e.message)
+    }
+
+    fn stat(&self, path: &str) -> Result<Option<Value>, String> {
+        let p = bare(path)?;
+        match self.s.read_node(|n, _| n.meta_stat(&p)) {
+            Ok(st) => Ok(Some(serde_json::to_value(st).unwrap_or_default())),
+            Err(e) if e.kind == shoal_core::answer::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.message),
+        }
+    }
+
+    fn publish(&self, kind: &str, payload: Value) -> Result<(), String> {
+        if !kind.starts_with("app.") {
+            return Err(format!("a script publishes app.* events only, not {kind:?}"));
+        }
+        self.s.with_node(|n, now| n.event_publish(now, kind, payload)).map(|_| ()).map_err(|e| e.message)
+    }
+
+    fn exec(&self, program: &str, args: Vec<String>) -> Result<Value, String> {
+        if !self.exec_allowed.iter().any(|p| p == program) {
+            return Err(format!(
+                "exec of {program:?} is not allowed here: it must be in the cluster's jobs.exec_allowed (a trusted key) and in this node's capabilities"
+            ));
+        }
+        let mut child = std::process::Command::new(program)
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("could not start {program}: {e}"))?;
+        // Both pipes are drained while the program runs, so a chatty one never blocks.
+        let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = std::io::Read::read_to_end(&mut r, &mut buf);
+                }
+                buf
+            })
+        };
+        let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+        let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) if self.stop.load(Ordering::Relaxed) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("job interrupted".into());
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+        let stdout = out_t.join().unwrap_or_default();
+        let stderr = err_t.join().unwrap_or_default();
+        let clip = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(1 << 20)]).into_owned();
+        Ok(json!({"code": status.code(), "stdout": clip(&stdout), "stderr": clip(&stderr)}))
+    }
+}
