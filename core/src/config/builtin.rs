@@ -172,13 +172,21 @@ pub fn manifests() -> Vec<Manifest> {
             vec![
                 key("enabled", Bool, json!(true), "whether this node runs jobs at all"),
                 key("slots", Int, json!(0), "jobs run at once on a node (0: its CPU core count)").range(0.0, 1_024.0),
-                key("pass_every", Duration, json!(3 * S), "how often the leader schedules").range(100.0, (10 * MIN) as f64),
+                key("pass_every", Duration, json!(3 * S), "how often the leader schedules")
+                    .range(100.0, (10 * MIN) as f64),
                 key("lease", Duration, json!(30 * S), "a running job's lease, renewed by its node every third of it")
                     .range(3_000.0, H as f64),
-                key("retention", Duration, json!(72 * H), "how long finished jobs are kept").range(MIN as f64, 365.0 * D as f64),
-                key("memory_limit", Bytes, json!(256 * MIB), "memory one script may use").range(MIB as f64, 64.0 * 1024.0 * MIB as f64),
-                key("exec_allowed", List, json!([]), "host programs scripts may run with exec (each must be in the node's capabilities)")
-                    .trusted(),
+                key("retention", Duration, json!(72 * H), "how long finished jobs are kept")
+                    .range(MIN as f64, 365.0 * D as f64),
+                key("memory_limit", Bytes, json!(256 * MIB), "memory one script may use")
+                    .range(MIB as f64, 64.0 * 1024.0 * MIB as f64),
+                key(
+                    "exec_allowed",
+                    List,
+                    json!([]),
+                    "host programs scripts may run with exec (each must be in the node's capabilities)",
+                )
+                .trusted(),
             ],
         ),
         manifest(

@@ -39,7 +39,13 @@ pub struct LeaderLeases {
 impl LeaderLeases {
     /// A new leader adopts every lease in the records as if renewed now, so a run under way
     /// keeps going if its node is alive, and is requeued a whole lease later if not.
-    pub fn adopt(&mut self, term: u64, now: Millis, lease_ms: u64, leased: impl IntoIterator<Item = (JobId, NodeId, u32)>) {
+    pub fn adopt(
+        &mut self,
+        term: u64,
+        now: Millis,
+        lease_ms: u64,
+        leased: impl IntoIterator<Item = (JobId, NodeId, u32)>,
+    ) {
         self.term = term;
         self.held = leased
             .into_iter()
@@ -52,7 +58,14 @@ impl LeaderLeases {
     }
 
     /// The worker `node` renews its run `attempt` of `job`.
-    pub fn renew(&mut self, job: &JobId, node: &NodeId, attempt: u32, now: Millis, lease_ms: u64) -> Result<(), LeaseError> {
+    pub fn renew(
+        &mut self,
+        job: &JobId,
+        node: &NodeId,
+        attempt: u32,
+        now: Millis,
+        lease_ms: u64,
+    ) -> Result<(), LeaseError> {
         match self.held.get_mut(job) {
             Some(h) if &h.node == node && h.attempt == attempt => {
                 h.deadline = h.deadline.max(now.plus(lease_ms));

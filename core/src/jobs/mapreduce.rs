@@ -46,8 +46,7 @@ pub fn expand(files: &[Holding], partition_max: u32, allowed: &[NodeId]) -> Expa
         return Expansion::Empty;
     }
     let ok = |n: &NodeId| allowed.is_empty() || allowed.contains(n);
-    let unreachable: Vec<&str> =
-        files.iter().filter(|f| !f.holders.iter().any(ok)).map(|f| f.path.as_str()).collect();
+    let unreachable: Vec<&str> = files.iter().filter(|f| !f.holders.iter().any(ok)).map(|f| f.path.as_str()).collect();
     if !unreachable.is_empty() {
         let mut msg = format!("no reachable copy of: {}", unreachable.join(", "));
         if msg.len() > UNREACHABLE_MSG_MAX {
@@ -84,7 +83,14 @@ pub fn expand(files: &[Holding], partition_max: u32, allowed: &[NodeId]) -> Expa
 }
 
 /// The spec of a map child (`index` from 1) or of the reduce child (`index` 0).
-pub fn child_spec(parent: &JobSpec, parent_id: &JobId, kind: JobKind, index: usize, p: Option<&Partition>, created: u64) -> JobSpec {
+pub fn child_spec(
+    parent: &JobSpec,
+    parent_id: &JobId,
+    kind: JobKind,
+    index: usize,
+    p: Option<&Partition>,
+    created: u64,
+) -> JobSpec {
     let name = match kind {
         JobKind::Map => format!("{} map {index}", parent.name),
         _ => format!("{} reduce", parent.name),
@@ -126,7 +132,11 @@ pub enum ParentStep {
 /// The parent's next step from its children (maps and at most one reduce).
 pub fn parent_step(children: &[ChildView]) -> ParentStep {
     if let Some(bad) = children.iter().find(|c| matches!(c.status, JobStatus::Failed | JobStatus::Cancelled)) {
-        let what = if bad.status == JobStatus::Cancelled { "was cancelled".to_string() } else { format!("failed: {}", bad.error) };
+        let what = if bad.status == JobStatus::Cancelled {
+            "was cancelled".to_string()
+        } else {
+            format!("failed: {}", bad.error)
+        };
         return ParentStep::Fail { error: format!("child {} ({}) {what}", bad.id, bad.kind.as_str()) };
     }
     let maps: Vec<&ChildView> = children.iter().filter(|c| c.kind == JobKind::Map).collect();

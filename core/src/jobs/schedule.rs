@@ -100,7 +100,8 @@ pub fn rank_for(
     let verdicts: std::collections::BTreeMap<&NodeId, Result<(), String>> = candidates
         .iter()
         .map(|c| {
-            let v = hard_rule(q.spec, q.blocked, c).and_then(|()| if c.free == 0 { Err(NO_SLOT.into()) } else { Ok(()) });
+            let v =
+                hard_rule(q.spec, q.blocked, c).and_then(|()| if c.free == 0 { Err(NO_SLOT.into()) } else { Ok(()) });
             (&c.inputs.node, v)
         })
         .collect();

@@ -99,7 +99,8 @@ pub fn spec_of(s: JobSubmit, owner: &str, created: u64) -> Result<JobSpec, Submi
         String::new()
     } else {
         let bare = s.dataset.strip_prefix("cluster:").unwrap_or(&s.dataset).to_string();
-        crate::meta::namespace::Pattern::parse(&bare).map_err(|e| SubmitError::BadDataset(s.dataset.clone(), e.to_string()))?;
+        crate::meta::namespace::Pattern::parse(&bare)
+            .map_err(|e| SubmitError::BadDataset(s.dataset.clone(), e.to_string()))?;
         bare
     };
     let partition_max = s.partition_max.unwrap_or(PARTITION_MAX_DEFAULT);

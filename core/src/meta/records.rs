@@ -365,7 +365,9 @@ impl Record {
                 .collect(),
             Record::Volume(r) => vec![&r.version, &r.usage_version],
             Record::Policy(r) => vec![&r.version],
-            Record::Job(r) => [&r.version, &r.state_version, &r.lease_version].into_iter().chain(r.cancelled.iter()).collect(),
+            Record::Job(r) => {
+                [&r.version, &r.state_version, &r.lease_version].into_iter().chain(r.cancelled.iter()).collect()
+            }
             Record::Setting(r) => vec![&r.version],
         }
     }
@@ -405,7 +407,9 @@ impl Record {
     pub fn shape_error(&self) -> Option<&'static str> {
         let deep = |v: &Value| json_depth(v) > RECORD_VALUE_DEPTH_MAX;
         match self {
-            Record::Job(j) if deep(&j.spec.args) || deep(&j.state.output) => return Some("a job value nests too deeply"),
+            Record::Job(j) if deep(&j.spec.args) || deep(&j.state.output) => {
+                return Some("a job value nests too deeply")
+            }
             Record::Setting(s) if deep(&s.value) => return Some("a setting value nests too deeply"),
             _ => {}
         }

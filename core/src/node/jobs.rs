@@ -303,7 +303,11 @@ impl Node {
         self.in_cluster()?;
         let mut j = self.job_lookup(id)?.clone();
         if j.state.status.is_final() {
-            return Err(job_error(ErrorKind::Conflict, "job_finished", format!("job {} is {} already", j.id, j.state.status.as_str())));
+            return Err(job_error(
+                ErrorKind::Conflict,
+                "job_finished",
+                format!("job {} is {} already", j.id, j.state.status.as_str()),
+            ));
         }
         if j.cancelled.is_none() {
             j.cancelled = Some(self.hlc.next(wall));
@@ -374,7 +378,12 @@ impl Node {
                 let running = used.get(&r.id).copied().unwrap_or(0);
                 i.queue = running;
                 let slots = if slots_set > 0 { slots_set } else { r.capabilities.cpu_cores.max(1) };
-                Some(Candidate { inputs: i, caps: r.capabilities.clone(), free: slots.saturating_sub(running), runs_jobs: true })
+                Some(Candidate {
+                    inputs: i,
+                    caps: r.capabilities.clone(),
+                    free: slots.saturating_sub(running),
+                    runs_jobs: true,
+                })
             })
             .collect()
     }
@@ -417,7 +426,12 @@ impl Node {
     }
 
     pub(super) fn jobs_next_due(&self) -> Option<Millis> {
-        let worker = self.jobs.runs.values().map(|r| if r.outcome.is_some() { r.done_due } else { r.renew_due.min(r.lease_until) }).min();
+        let worker = self
+            .jobs
+            .runs
+            .values()
+            .map(|r| if r.outcome.is_some() { r.done_due } else { r.renew_due.min(r.lease_until) })
+            .min();
         let leader = self.jobs.leases.next_deadline();
         let pass = Some(self.jobs.pass_due);
         [worker, leader, pass].into_iter().flatten().min()
@@ -483,7 +497,8 @@ impl Node {
     /// The scheduling pass (leader, every 3 s and at once on a submit).
     fn jobs_pass(&mut self, wall: Millis, now: Millis) {
         let retention = self.config_number("jobs", "retention").map_or(RETENTION_MS, |v| v as u64);
-        let jobs: Vec<Job> = self.jobs_iter().filter(|j| !j.state.status.is_final() || j.state.finished > 0).cloned().collect();
+        let jobs: Vec<Job> =
+            self.jobs_iter().filter(|j| !j.state.status.is_final() || j.state.finished > 0).cloned().collect();
         let mut queued: Vec<Job> = Vec::new();
         for j in jobs {
             let status = j.state.status;
@@ -498,9 +513,14 @@ impl Node {
                 continue;
             }
             match status {
-                JobStatus::Queued if j.cancelled.is_some() => {
-                    self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled before it ran".into())
-                }
+                JobStatus::Queued if j.cancelled.is_some() => self.job_end(
+                    wall,
+                    j,
+                    JobStatus::Cancelled,
+                    Value::Null,
+                    String::new(),
+                    "cancelled before it ran".into(),
+                ),
                 JobStatus::Queued => queued.push(j),
                 JobStatus::Scheduled | JobStatus::Running => self.job_follow_up(wall, now, j),
                 _ => {}
@@ -537,7 +557,8 @@ impl Node {
             self.jobs.leases.grant(j.id.clone(), lease.node.clone(), lease.attempt, now, lease_ms);
         }
         if j.state.status == JobStatus::Scheduled {
-            let in_flight = self.in_flight.values().any(|f| matches!(&f.purpose, Purpose::JobHandOver { job, .. } if *job == j.id));
+            let in_flight =
+                self.in_flight.values().any(|f| matches!(&f.purpose, Purpose::JobHandOver { job, .. } if *job == j.id));
             if !in_flight {
                 self.job_send_hand_over(wall, now, &j, &lease);
             }
@@ -568,7 +589,8 @@ impl Node {
         if lease.node == self.id {
             let me = self.id.clone();
             let reply = self.job_accept(wall, now, &me, body);
-            let answer = super::PeerAnswer { refused: reply.refused, body: serde_json::to_vec(&reply.body).unwrap_or_default() };
+            let answer =
+                super::PeerAnswer { refused: reply.refused, body: serde_json::to_vec(&reply.body).unwrap_or_default() };
             self.job_handed(wall, now, &j.id, lease.attempt, &me, Ok(answer));
             return;
         }
@@ -758,7 +780,8 @@ impl Node {
                 self.job_write(wall, j, Some(state), None);
             }
             ParentStep::Succeed { reduce } => {
-                let output = children.iter().find(|c| c.id == reduce).map(|c| c.state.output.clone()).unwrap_or_default();
+                let output =
+                    children.iter().find(|c| c.id == reduce).map(|c| c.state.output.clone()).unwrap_or_default();
                 self.job_end(wall, j, JobStatus::Succeeded, output, String::new(), "finished".into());
             }
             ParentStep::Fail { error } => {
@@ -799,7 +822,9 @@ impl Node {
             })
             .collect();
         match mapreduce::expand(&holdings, j.spec.partition_max, &j.spec.nodes) {
-            Expansion::Empty => self.job_end(wall, j, JobStatus::Succeeded, json!({}), String::new(), "empty dataset".into()),
+            Expansion::Empty => {
+                self.job_end(wall, j, JobStatus::Succeeded, json!({}), String::new(), "empty dataset".into())
+            }
             Expansion::Unreachable(e) => self.job_end(wall, j, JobStatus::Failed, Value::Null, e.clone(), e),
             Expansion::Partitions(parts) => {
                 let mut children = Vec::new();
@@ -840,17 +865,30 @@ impl Node {
         if self.jobs.accepted_set.contains(&key) {
             return Reply::ok(json!({"accepted": true, "repeat": true}));
         }
-        if self.config_resolved_own().get("jobs").and_then(|m| m.get("enabled")).and_then(|r| r.value.as_ref()).and_then(Value::as_bool)
+        if self
+            .config_resolved_own()
+            .get("jobs")
+            .and_then(|m| m.get("enabled"))
+            .and_then(|r| r.value.as_ref())
+            .and_then(Value::as_bool)
             == Some(false)
         {
-            return Reply::error(ErrorKind::Forbidden, "cannot_run", "this node does not run jobs (jobs.enabled is false)");
+            return Reply::error(
+                ErrorKind::Forbidden,
+                "cannot_run",
+                "this node does not run jobs (jobs.enabled is false)",
+            );
         }
         if b.spec.kind == JobKind::Mapreduce {
             return Reply::error(ErrorKind::Forbidden, "cannot_run", "a map/reduce parent is never run by a node");
         }
         let running = self.jobs.runs.values().filter(|r| r.outcome.is_none()).count() as u32;
         if running >= self.jobs_slots() {
-            return Reply::error(ErrorKind::Conflict, "busy", format!("all {running} job slots of this node are in use"));
+            return Reply::error(
+                ErrorKind::Conflict,
+                "busy",
+                format!("all {running} job slots of this node are in use"),
+            );
         }
         if self.jobs.runs.contains_key(&b.job) {
             return Reply::error(ErrorKind::Conflict, "busy", "an earlier run of this job is still ending here");
@@ -1004,7 +1042,8 @@ impl Node {
             if now >= r.renew_due {
                 let Some(to) = leader.clone() else { continue };
                 let lease_ms = self.jobs_lease_ms();
-                let body = RenewBody { job: id.clone(), attempt: r.attempt, progress: r.progress, log: r.new_log.clone() };
+                let body =
+                    RenewBody { job: id.clone(), attempt: r.attempt, progress: r.progress, log: r.new_log.clone() };
                 if let Some(r) = self.jobs.runs.get_mut(&id) {
                     r.renew_due = now.plus(lease_ms / 3);
                     r.last_report = now;
@@ -1041,7 +1080,15 @@ impl Node {
     }
 
     /// The leader's answer to a renewal sent at `sent`: `Ok(cancelled)`, or why it was refused.
-    pub(super) fn job_renewed(&mut self, _wall: Millis, now: Millis, job: &JobId, attempt: u32, sent: Millis, r: Result<bool, String>) {
+    pub(super) fn job_renewed(
+        &mut self,
+        _wall: Millis,
+        now: Millis,
+        job: &JobId,
+        attempt: u32,
+        sent: Millis,
+        r: Result<bool, String>,
+    ) {
         let lease_ms = self.jobs_lease_ms();
         let Some(run) = self.jobs.runs.get_mut(job).filter(|x| x.attempt == attempt) else { return };
         match r {
@@ -1082,7 +1129,14 @@ impl Node {
     }
 
     /// `jobs/run`, `jobs/renew`, `jobs/done` from verified member `sender`.
-    pub(super) fn answer_jobs(&mut self, wall: Millis, now: Millis, endpoint: &str, sender: &NodeId, body: &[u8]) -> Reply {
+    pub(super) fn answer_jobs(
+        &mut self,
+        wall: Millis,
+        now: Millis,
+        endpoint: &str,
+        sender: &NodeId,
+        body: &[u8],
+    ) -> Reply {
         let bad = |e: serde_json::Error| Reply::error(ErrorKind::Invalid, "bad_body", format!("{endpoint} body: {e}"));
         let refused = |e: LeaseError| match e {
             LeaseError::NotLeader => Reply::error(ErrorKind::Conflict, "not_leader", e.to_string()),

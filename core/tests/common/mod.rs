@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod net;
+
 use shoal_core::answer::{ErrorKind, PeerAnswer, Reply};
 
 /// The kind of refusal an HTTP status names.

@@ -86,10 +86,9 @@ impl Api {
                 };
                 let timeout_sec = match timeout {
                     Some(t) => Some(
-                        shoal_core::config::types::parse_duration_ms(&t)
-                            .filter(|ms| *ms >= 1000)
-                            .ok_or_else(|| CliError(format!("--timeout {t:?} is not a duration of 1s or more (like 90s, 10m)")))?
-                            / 1000,
+                        shoal_core::config::types::parse_duration_ms(&t).filter(|ms| *ms >= 1000).ok_or_else(|| {
+                            CliError(format!("--timeout {t:?} is not a duration of 1s or more (like 90s, 10m)"))
+                        })? / 1000,
                     ),
                     None => None,
                 };
@@ -131,13 +130,17 @@ impl Api {
                     return Err(CliError(format!("job {id} failed: {}", s(&v["error"]))));
                 }
                 (v, |v| match &v["output"] {
-                    Value::Null if !is_final(&v["status"]) => format!("(no output yet: the job is {})", s(&v["status"])),
+                    Value::Null if !is_final(&v["status"]) => {
+                        format!("(no output yet: the job is {})", s(&v["status"]))
+                    }
                     o => serde_json::to_string_pretty(o).unwrap_or_default(),
                 })
             }
-            JobCmd::Cancel { id } => (self.call("POST", &format!("/jobs/{}/cancel", path_seg(&id)?), None).await?, |v| {
-                format!("cancel asked for job {} (it was {})", s(&v["id"]), s(&v["status"]))
-            }),
+            JobCmd::Cancel { id } => {
+                (self.call("POST", &format!("/jobs/{}/cancel", path_seg(&id)?), None).await?, |v| {
+                    format!("cancel asked for job {} (it was {})", s(&v["id"]), s(&v["status"]))
+                })
+            }
             JobCmd::Explain { id } => {
                 (self.call("GET", &format!("/jobs/{}/explain", path_seg(&id)?), None).await?, human_explain)
             }
@@ -168,10 +171,7 @@ impl Api {
             let logs = self.call("GET", &format!("/jobs/{seg}/logs"), None).await?;
             let lines: Vec<String> = logs["log"].as_array().into_iter().flatten().map(s).collect();
             // The record keeps the last 200 lines: print those after the ones printed already.
-            let start = (0..=seen.len().min(lines.len()))
-                .rev()
-                .find(|k| seen.ends_with(&lines[..*k]))
-                .unwrap_or(0);
+            let start = (0..=seen.len().min(lines.len())).rev().find(|k| seen.ends_with(&lines[..*k])).unwrap_or(0);
             for l in &lines[start..] {
                 match &pb {
                     Some(pb) => pb.println(l),

@@ -71,7 +71,10 @@ async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
             .and_then(|r| r.value.clone())
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
-        let allowed = allowed.into_iter().filter(|p| n.self_info().capabilities.features.get(p).copied().unwrap_or(false)).collect();
+        let allowed = allowed
+            .into_iter()
+            .filter(|p| n.self_info().capabilities.features.get(p).copied().unwrap_or(false))
+            .collect();
         (n.id().clone(), memory, allowed)
     });
     let job_json = json!({"id": run.job, "name": spec.name, "kind": spec.kind, "args": spec.args,
@@ -223,7 +226,10 @@ impl<E: Env> script::Host for ShellHost<E> {
 
     fn list(&self, path: &str) -> Result<Value, String> {
         let p = bare(path)?;
-        self.s.read_node(|n, _| n.meta_ls(&p)).map(|l| serde_json::to_value(l.entries).unwrap_or_default()).map_err(|e| e.message)
+        self.s
+            .read_node(|n, _| n.meta_ls(&p))
+            .map(|l| serde_json::to_value(l.entries).unwrap_or_default())
+            .map_err(|e| e.message)
     }
 
     fn stat(&self, path: &str) -> Result<Option<Value>, String> {

@@ -131,7 +131,14 @@ fn sha256_hex(b: &[u8]) -> String {
 }
 
 /// Run `source` with `job` (the JSON the prelude turns into `job`) at `entry`.
-pub fn run(source: &str, job: &Value, entry: Entry, host: Rc<dyn Host>, stop: Arc<AtomicBool>, limits: Limits) -> Ended {
+pub fn run(
+    source: &str,
+    job: &Value,
+    entry: Entry,
+    host: Rc<dyn Host>,
+    stop: Arc<AtomicBool>,
+    limits: Limits,
+) -> Ended {
     let rt = match Runtime::new() {
         Ok(rt) => rt,
         Err(e) => return Ended::Failed(format!("could not start the script engine: {e}")),
@@ -255,7 +262,9 @@ fn install<'js>(ctx: &Ctx<'js>, job: &Value, host: Rc<dyn Host>, stop: Arc<Atomi
     g.set(
         "__fs_stat",
         Function::new(ctx.clone(), move |ctx: Ctx<'js>, p: String| -> rquickjs::Result<String> {
-            h.stat(&p).map(|v| v.map(|v| v.to_string()).unwrap_or_default()).map_err(|e| Exception::throw_message(&ctx, &e))
+            h.stat(&p)
+                .map(|v| v.map(|v| v.to_string()).unwrap_or_default())
+                .map_err(|e| Exception::throw_message(&ctx, &e))
         })?,
     )?;
     let h = host.clone();
@@ -365,7 +374,11 @@ mod tests {
     #[test]
     fn run_returns_json_and_logs() {
         let host = Rc::new(TestHost::default());
-        let out = go("function run(job) { job.log('hi ' + job.args.n); return {twice: job.args.n * 2}; }", Entry::Run, host.clone());
+        let out = go(
+            "function run(job) { job.log('hi ' + job.args.n); return {twice: job.args.n * 2}; }",
+            Entry::Run,
+            host.clone(),
+        );
         assert_eq!(out, Ended::Output(r#"{"twice":6}"#.into()));
         assert_eq!(host.logs.borrow().as_slice(), ["hi 3"]);
         assert_eq!(go("function run(job) {}", Entry::Run, host.clone()), Ended::Output("null".into()));
@@ -385,7 +398,14 @@ mod tests {
         let host: Rc<dyn Host> = Rc::new(TestHost::default());
         let t0 = Instant::now();
         let job = serde_json::json!({});
-        let out = run("function run() { while (true) {} }", &job, Entry::Run, host.clone(), Arc::new(AtomicBool::new(false)), limits(300));
+        let out = run(
+            "function run() { while (true) {} }",
+            &job,
+            Entry::Run,
+            host.clone(),
+            Arc::new(AtomicBool::new(false)),
+            limits(300),
+        );
         assert!(matches!(out, Ended::Failed(ref e) if e.contains("timed out")), "{out:?}");
         assert!(t0.elapsed() < Duration::from_secs(2));
         let stop = Arc::new(AtomicBool::new(false));
@@ -404,7 +424,8 @@ mod tests {
     #[test]
     fn memory_over_the_limit_fails_with_a_clear_error() {
         let host = Rc::new(TestHost::default());
-        let out = go("function run() { var a = []; for (;;) { a.push(new Array(100000).fill(1)); } }", Entry::Run, host);
+        let out =
+            go("function run() { var a = []; for (;;) { a.push(new Array(100000).fill(1)); } }", Entry::Run, host);
         assert!(matches!(out, Ended::Failed(ref e) if e.contains("out of memory")), "{out:?}");
     }
 
