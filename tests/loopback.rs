@@ -517,3 +517,111 @@ fn scheduling_and_events_through_the_real_cli() {
     let (ok, _, err) = nodes[0].cli(&["events", "publish", "--type", "file.created"]);
     assert!(!ok && err.contains("app."), "{err}");
 }
+
+/// Issue 14 through the real CLI on three real processes: the examples in `examples/jobs/`
+/// (hello pinned to every member, a word count map/reduce, a dataset's checksums), a
+/// `while(true){}` job cancelled within 2 s, a job over its memory limit failing clearly while
+/// the node keeps running, and the `--json` shapes.
+#[test]
+fn jobs_and_map_reduce_through_the_real_cli() {
+    let root = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs");
+    let ex = |name: &str| examples.join(name).to_str().unwrap().to_string();
+    let mut nodes: Vec<Node> =
+        (0..3).map(|i| Node { dir: root.path().join(format!("n{i}")), port: free_port(), child: None }).collect();
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    nodes[0].cli_json(&["cluster", "create", "--name", "jobs"]);
+    for i in 1..3 {
+        let token = nodes[0].cli_json(&["token", "new"])["token"].as_str().unwrap().to_string();
+        nodes[i].cli_json(&["join", &token]);
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        let vol = root.path().join(format!("vol{i}"));
+        n.cli_json(&["volume", "add", vol.to_str().unwrap()]);
+    }
+    wait_for(Duration::from_secs(20), || {
+        nodes.iter().all(|n| {
+            n.cli_json(&["volume", "list"])["volumes"].as_array().is_some_and(|a| a.len() == 3)
+                && n.cli_json(&["meta", "status"])["leader"].is_string()
+        })
+    });
+    let ids: Vec<String> =
+        nodes.iter().map(|n| n.cli_json(&["cluster", "status"])["node"].as_str().unwrap().to_string()).collect();
+
+    // Hello on every node: one job pinned to each member.
+    for (i, id) in ids.iter().enumerate() {
+        let (ok, out, err) = nodes[i % 3].cli(&["job", "submit", &ex("hello.js"), "--node", id, "--follow"]);
+        assert!(ok, "hello on {id}: {err}");
+        assert!(out.contains(&format!("\"node\": \"{id}\"")), "ran where pinned: {out}");
+    }
+
+    // A word count over a folder of files spread over the nodes, against counting it here.
+    let mut want: std::collections::BTreeMap<String, u64> = Default::default();
+    let words = ["alpha", "beta", "gamma", "delta", "shoal", "cluster", "node"];
+    for f in 0..12 {
+        let text: String = (0..200).map(|k| words[(k * 7 + f * 3) % words.len()]).collect::<Vec<_>>().join(" ");
+        let text = format!("{text}. It's file-{f}\n");
+        for w in text.split(|c: char| !c.is_ascii_alphabetic()).filter(|w| !w.is_empty()) {
+            *want.entry(w.to_string()).or_default() += 1;
+        }
+        let local = root.path().join(format!("book{f}.txt"));
+        std::fs::write(&local, &text).unwrap();
+        nodes[f % 3].cli_json(&["put", local.to_str().unwrap(), &format!("cluster:/books/b{f:02}.txt")]);
+    }
+    let (ok, out, err) = nodes[1].cli(&[
+        "--json",
+        "job",
+        "submit",
+        &ex("wordcount.js"),
+        "--dataset",
+        "cluster:/books/*",
+        "--partition-max",
+        "3",
+        "--follow",
+    ]);
+    assert!(ok, "word count: {err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let got: std::collections::BTreeMap<String, u64> = serde_json::from_value(v["output"].clone()).unwrap();
+    assert_eq!(got, want, "the map/reduce word count equals counting it directly");
+    let children: Vec<String> = serde_json::from_value(v["children"].clone()).unwrap();
+    assert!(children.len() >= 5, "12 files in partitions of at most 3, then the reduce: {children:?}");
+
+    // The dataset's checksums, computed where the bytes are, match the records'.
+    let (ok, out, err) =
+        nodes[2].cli(&["--json", "job", "submit", &ex("checksum.js"), "--dataset", "cluster:/books/**", "--follow"]);
+    assert!(ok, "checksums: {err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let sum = nodes[0].cli_json(&["stat", "cluster:/books/b05.txt"])["record"]["checksum"].clone();
+    assert_eq!(v["output"]["cluster:/books/b05.txt"], sum, "{v}");
+
+    // An endless loop is stopped within 2 s of the cancel.
+    let id = nodes[0].cli_json(&["job", "submit", &ex("spin.js")])["id"].as_str().unwrap().to_string();
+    wait_for(Duration::from_secs(10), || nodes[0].cli_json(&["job", "status", &id])["status"] == "running");
+    let t0 = Instant::now();
+    nodes[1].cli_json(&["job", "cancel", &id]);
+    wait_for(Duration::from_secs(2), || nodes[2].cli_json(&["job", "status", &id])["status"] == "cancelled");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+
+    // Over its memory limit: a clear error, and the node that ran it keeps running.
+    let hog = root.path().join("hog.js");
+    std::fs::write(&hog, "function run() { var a = []; for (;;) { a.push(new Array(100000).fill(1)); } }").unwrap();
+    let (ok, _, err) = nodes[0].cli(&["job", "submit", hog.to_str().unwrap(), "--follow"]);
+    assert!(!ok && err.contains("out of memory"), "{err}");
+    for n in &nodes {
+        assert_eq!(n.cli_json(&["cluster", "status"])["inCluster"], true);
+    }
+
+    // The --json shapes, explain, and a bad submit.
+    let st = nodes[0].cli_json(&["job", "status", &id]);
+    for k in ["status", "node", "attempts", "progress", "output", "error"] {
+        assert!(st.get(k).is_some(), "{k} in {st}");
+    }
+    let e = nodes[0].cli_json(&["job", "explain", &id]);
+    assert_eq!((e["kind"].as_str(), e["ranked"].as_array().map(|r| r.len())), (Some("job"), Some(3)), "{e}");
+    let (ok, _, err) = nodes[0].cli(&["job", "submit", &ex("hello.js"), "--timeout", "0s"]);
+    assert!(!ok && err.contains("--timeout"), "{err}");
+    let (ok, _, err) = nodes[0].cli(&["job", "status", "no-such-job"]);
+    assert!(!ok && err.contains("no job"), "{err}");
+}
