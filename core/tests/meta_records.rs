@@ -179,8 +179,8 @@ fn job_batch() -> impl Strategy<Value = Vec<Record>> {
                 let state = JobState { status, attempts, node: Some(version.node.clone()), ..Default::default() };
                 Record::Job(Job {
                     id: JobId::new("job-1"),
-                    spec: JobSpec { script: "run(job)".into(), ..Default::default() },
-                    state,
+                    spec: Box::new(JobSpec { script: "run(job)".into(), ..Default::default() }),
+                    state: Box::new(state),
                     state_version: version.clone(),
                     lease: None,
                     lease_version: version.clone(),
@@ -468,8 +468,8 @@ fn a_record_whose_copies_arrive_unsorted_or_repeated_converges_anyway() {
 fn job(version: Version, status: JobStatus, cancelled: Option<Version>) -> Job {
     Job {
         id: JobId::new("job-1"),
-        spec: JobSpec { script: "run(job)".into(), ..Default::default() },
-        state: JobState { status, ..Default::default() },
+        spec: Box::new(JobSpec { script: "run(job)".into(), ..Default::default() }),
+        state: Box::new(JobState { status, ..Default::default() }),
         state_version: version.clone(),
         lease: None,
         lease_version: version.clone(),
@@ -846,7 +846,7 @@ fn a_jobs_state_and_lease_merge_as_separate_registers() {
     let lease = JobLease { node: node(1), attempt: 1, term: 3 };
     let leased = Job { lease: Some(lease.clone()), lease_version: ver(30, 0, 1), ..base.clone() };
     let progressed = Job {
-        state: JobState { status: JobStatus::Running, progress: 0.5, ..Default::default() },
+        state: Box::new(JobState { status: JobStatus::Running, progress: 0.5, ..Default::default() }),
         state_version: ver(20, 0, 2),
         ..base.clone()
     };

@@ -47,6 +47,8 @@ pub struct Pending {
 /// writes them behind (one transaction every 50 ms): a later op on the same key replaces an
 /// earlier one, so a put followed by a delete is a delete.
 #[derive(Clone, Debug, PartialEq)]
+// Each value is made once and moved once to the store's buffer; boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum MetaPersist {
     PutRecord(Record),
     DeleteRecord(RecordKey),

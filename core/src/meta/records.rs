@@ -248,14 +248,14 @@ pub struct Job {
     pub id: JobId,
     /// What to run, fixed at submit.
     #[serde(default)]
-    pub spec: JobSpec,
+    pub spec: Box<JobSpec>,
     #[serde(default)]
     pub removed: bool,
     /// Version of the spec register (with `removed`).
     pub version: Version,
     /// Status, node, attempts, progress, output...
     #[serde(default)]
-    pub state: JobState,
+    pub state: Box<JobState>,
     #[serde(default)]
     pub state_version: Version,
     /// Who may run it now; `None` when no run is under way.

@@ -259,10 +259,10 @@ impl Node {
 
     fn job_create(&mut self, wall: Millis, id: JobId, spec: JobSpec, reason: &str) {
         let v = self.hlc.next(wall);
-        let state = JobState { reason: reason.to_string(), ..Default::default() };
+        let state = Box::new(JobState { reason: reason.to_string(), ..Default::default() });
         let job = Job {
             id,
-            spec,
+            spec: Box::new(spec),
             removed: false,
             version: v.clone(),
             state,
@@ -389,7 +389,7 @@ impl Node {
     }
 
     /// Write a job's changed registers (each with a new version).
-    fn job_write(&mut self, wall: Millis, mut j: Job, state: Option<JobState>, lease: Option<Option<JobLease>>) {
+    fn job_write(&mut self, wall: Millis, mut j: Job, state: Option<Box<JobState>>, lease: Option<Option<JobLease>>) {
         if let Some(s) = state {
             j.state = s;
             j.state_version = self.hlc.next(wall);
@@ -585,7 +585,7 @@ impl Node {
     }
 
     fn job_send_hand_over(&mut self, wall: Millis, now: Millis, j: &Job, lease: &JobLease) {
-        let body = HandOver { job: j.id.clone(), attempt: lease.attempt, term: lease.term, spec: j.spec.clone() };
+        let body = HandOver { job: j.id.clone(), attempt: lease.attempt, term: lease.term, spec: (*j.spec).clone() };
         if lease.node == self.id {
             let me = self.id.clone();
             let reply = self.job_accept(wall, now, &me, body);
@@ -724,10 +724,10 @@ impl Node {
         let v = self.hlc.next(wall);
         let tomb = Job {
             id: j.id,
-            spec: JobSpec::default(),
+            spec: Box::default(),
             removed: true,
             version: v.clone(),
-            state: JobState::default(),
+            state: Box::default(),
             state_version: v.clone(),
             lease: None,
             lease_version: v,

@@ -340,6 +340,8 @@ pub enum SchedCmd {
 }
 
 #[derive(Subcommand, Debug)]
+// Parsed once per command line: the size of a submit's flags does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum JobCmd {
     /// Submit a script (prints the job's id; `--follow` shows its progress, log and output).
     Submit {

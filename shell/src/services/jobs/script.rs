@@ -149,7 +149,7 @@ pub fn run(
     let mut ticks = 0u32;
     rt.set_interrupt_handler(Some(Box::new(move || {
         ticks = ticks.wrapping_add(1);
-        stop2.load(Ordering::Relaxed) || (ticks % 16 == 0 && Instant::now() >= deadline)
+        stop2.load(Ordering::Relaxed) || (ticks.is_multiple_of(16) && Instant::now() >= deadline)
     })));
     let ctx = match Context::full(&rt) {
         Ok(c) => c,
