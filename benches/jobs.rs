@@ -54,14 +54,16 @@ fn bench(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("sort the queue only (floor)", |b| {
         b.iter(|| {
-            let mut q: Vec<Queued> = ids.iter().zip(&specs).map(|(id, spec)| Queued { id, spec, blocked: &[] }).collect();
+            let mut q: Vec<Queued> =
+                ids.iter().zip(&specs).map(|(id, spec)| Queued { id, spec, blocked: &[] }).collect();
             q.sort_unstable_by(schedule::queue_order);
             black_box(q.len())
         })
     });
     g.bench_function("whole pass (800 handed out)", |b| {
         b.iter(|| {
-            let mut q: Vec<Queued> = ids.iter().zip(&specs).map(|(id, spec)| Queued { id, spec, blocked: &[] }).collect();
+            let mut q: Vec<Queued> =
+                ids.iter().zip(&specs).map(|(id, spec)| Queued { id, spec, blocked: &[] }).collect();
             let mut c = cands.clone();
             let out = schedule::pass(&mut q, &mut c, &w, |_, _| 0.0);
             assert_eq!(out.len(), 800);

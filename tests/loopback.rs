@@ -588,6 +588,48 @@ fn jobs_and_map_reduce_through_the_real_cli() {
     let children: Vec<String> = serde_json::from_value(v["children"].clone()).unwrap();
     assert!(children.len() >= 5, "12 files in partitions of at most 3, then the reduce: {children:?}");
 
+    // Pairs too large for a record are spilled to cluster:/.shoal/jobs/<parent>/maps/ and the
+    // reduce reads them from there; the spill files go when the parent ends.
+    let big = root.path().join("big.js");
+    std::fs::write(
+        &big,
+        "function mapper(files, emit) { files.forEach(function (f) { for (var i = 0; i < 4000; i++) { emit('key-' + (i % 1000) + '-' + f, 1); } }); }\n\
+         function reducer(k, v) { return v.length; }",
+    )
+    .unwrap();
+    let (ok, out, err) = nodes[0].cli(&[
+        "--json",
+        "job",
+        "submit",
+        big.to_str().unwrap(),
+        "--dataset",
+        "cluster:/books/b0*",
+        "--partition-max",
+        "5",
+        "--follow",
+    ]);
+    assert!(ok, "spilling map/reduce: {err}");
+    let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let map = v["output"].as_object().unwrap_or_else(|| panic!("an inline or spilled output: {v}"));
+    let output: serde_json::Map<String, Value> = match map.get("spilled").and_then(Value::as_str) {
+        Some(p) => {
+            let local = root.path().join("out.json");
+            nodes[0].cli_json(&["get", p, local.to_str().unwrap()]);
+            serde_json::from_slice(&std::fs::read(&local).unwrap()).unwrap()
+        }
+        None => map.clone(),
+    };
+    assert_eq!(output.len(), 1000 * 10, "1,000 keys per file, ten files b00..b09");
+    assert!(output.values().all(|n| n == 4), "each key emitted 4 times");
+    let parent = v["id"].as_str().unwrap();
+    let first_map = v["children"][0].as_str().unwrap();
+    let m = nodes[0].cli_json(&["job", "status", first_map]);
+    assert!(m["output"]["spilled"].as_str().is_some_and(|p| p.contains("/maps/")), "the map spilled: {m}");
+    wait_for(Duration::from_secs(10), || {
+        let (_, out, _) = nodes[0].cli(&["--json", "ls", &format!("cluster:/.shoal/jobs/{parent}")]);
+        !out.contains("maps")
+    });
+
     // The dataset's checksums, computed where the bytes are, match the records'.
     let (ok, out, err) =
         nodes[2].cli(&["--json", "job", "submit", &ex("checksum.js"), "--dataset", "cluster:/books/**", "--follow"]);

@@ -276,7 +276,17 @@ fn expected(batch: &[Record]) -> Record {
                 batch.iter().filter_map(|r| if let Record::Job(j) = r { Some(j) } else { None }).collect();
             let top = jobs.iter().max_by(|a, b| a.version.cmp(&b.version)).expect("a batch is never empty");
             let cancelled = jobs.iter().filter_map(|j| j.cancelled.clone()).min();
-            Record::Job(Job { cancelled, ..(*top).clone() })
+            // The run state: a final one outranks any other, then the newer.
+            let run = jobs
+                .iter()
+                .max_by_key(|j| (j.state.status.is_final(), j.state_version.clone()))
+                .expect("a batch is never empty");
+            Record::Job(Job {
+                cancelled,
+                state: run.state.clone(),
+                state_version: run.state_version.clone(),
+                ..(*top).clone()
+            })
         }
         Record::Policy(_) | Record::Setting(_) => {
             batch.iter().max_by_key(|r| r.main_version().clone()).expect("a batch is never empty").clone()
@@ -857,4 +867,17 @@ fn a_jobs_state_and_lease_merge_as_separate_registers() {
     assert_eq!(j.lease, Some(lease));
     assert_eq!(j.state.status, JobStatus::Running);
     assert_eq!(j.state.progress, 0.5);
+}
+
+/// Issue 14: a job's end is final. A requeue written later (by a leader a partition cut off)
+/// does not undo it, whatever the order the writes arrive in.
+#[test]
+fn a_final_job_state_is_never_replaced_by_a_later_non_final_one() {
+    let done = job(ver(20, 0, 1), JobStatus::Succeeded, None);
+    let requeued = job(ver(30, 0, 2), JobStatus::Queued, None);
+    let (ab, _) = merged(&Record::Job(done.clone()), &Record::Job(requeued.clone()));
+    let (ba, _) = merged(&Record::Job(requeued), &Record::Job(done));
+    assert_eq!(ab, ba);
+    let Record::Job(j) = ab else { panic!("a job") };
+    assert_eq!(j.state.status, JobStatus::Succeeded);
 }

@@ -241,7 +241,8 @@ pub struct Policy {
 
 /// A job: four registers, each merged on its own version, because different nodes write
 /// them: the spec and removal (the submitter, the leader's purge), the run state (the leader),
-/// the lease (the leader, at each hand-over), the cancel flag (anyone, once).
+/// the lease (the leader, at each hand-over), the cancel flag (anyone, once). A final run state
+/// is never replaced by one that is not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Job {
@@ -577,7 +578,12 @@ fn merge_job(a: &mut Job, b: &Job) -> bool {
         a.version = b.version.clone();
         changed = true;
     }
-    if b.state_version > a.state_version {
+    // A final state (succeeded, failed, cancelled) outranks any state that is not, whatever
+    // their versions: a requeue written by a leader cut off by a partition cannot undo a job's
+    // end. Among two states of the same kind the newer wins. (A max over one total order, so
+    // the merge stays commutative, associative and idempotent.)
+    let rank = |j: &Job| (j.state.status.is_final(), j.state_version.clone());
+    if rank(b) > rank(a) {
         a.state = b.state.clone();
         a.state_version = b.state_version.clone();
         changed = true;

@@ -416,6 +416,10 @@ impl Node {
         let data = json!({"id": j.id, "name": j.spec.name, "kind": j.spec.kind, "status": status,
             "node": state.node, "attempts": state.attempts, "error": error, "parentId": j.spec.parent_id});
         let parent = j.spec.parent_id.clone();
+        if j.spec.kind == JobKind::Mapreduce {
+            // The maps' spilled pairs served the reduce; they go with the parent's end.
+            let _ = self.file_remove(wall, &format!("{SPILL_DIR}/{}/maps", j.id), true);
+        }
         self.job_write(wall, j, Some(state), Some(None));
         let kind = if status == JobStatus::Succeeded { "job.completed" } else { "job.failed" };
         self.raise(wall, kind, data);
@@ -721,13 +725,16 @@ impl Node {
     /// Finished longer than the retention: the record becomes a tombstone (purged in turn on
     /// every node), with the spec and state dropped (reference weakness 7).
     fn job_purge(&mut self, wall: Millis, j: Job) {
+        // Its output file, if it was too large for the record.
+        let _ = self.file_remove(wall, &format!("{SPILL_DIR}/{}", j.id), true);
         let v = self.hlc.next(wall);
         let tomb = Job {
             id: j.id,
             spec: Box::default(),
             removed: true,
             version: v.clone(),
-            state: Box::default(),
+            // Final, so it outranks the old state; nothing else of it is kept.
+            state: Box::new(JobState { status: j.state.status, finished: j.state.finished, ..Default::default() }),
             state_version: v.clone(),
             lease: None,
             lease_version: v,

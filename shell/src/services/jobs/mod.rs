@@ -97,13 +97,19 @@ async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
         script::Ended::Failed(e) => return ScriptEnd::Threw(e),
         script::Ended::Output(o) => o,
     };
-    let parent = spec.parent_id.clone().unwrap_or_else(|| run.job.clone());
+    // A map's pairs go under its parent's `maps/` (removed when the parent ends); a reduce's
+    // output is its parent's output, kept under the parent; any other job's under its own id
+    // (removed with the job's record).
     let spill = match spec.kind {
         JobKind::Map => out.len() > SPILL_BYTES,
         _ => out.len() > OUTPUT_INLINE_MAX,
     };
     if spill {
-        let path = format!("{SPILL_DIR}/{parent}/{}.json", run.job);
+        let path = match (&spec.kind, &spec.parent_id) {
+            (JobKind::Map, Some(parent)) => format!("{SPILL_DIR}/{parent}/maps/{}.json", run.job),
+            (_, Some(parent)) => format!("{SPILL_DIR}/{parent}/output.json"),
+            _ => format!("{SPILL_DIR}/{}/output.json", run.job),
+        };
         let len = out.len();
         if let Err(e) = write_file(s, &path, out.into_bytes()).await {
             return ScriptEnd::Threw(format!("could not write the output to cluster:{path}: {e}"));
