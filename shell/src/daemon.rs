@@ -54,6 +54,8 @@ pub struct ServeOptions {
     pub build: Option<(String, Vec<shoal_core::config::resolve::Manifest>)>,
     /// Timeouts and the connection cap of the HTTP listener.
     pub limits: crate::http::listener::ServeLimits,
+    /// What runs job scripts (QuickJS; the simulator sets its own).
+    pub jobs_engine: crate::node::state::JobsEngine,
 }
 
 impl ServeOptions {
@@ -70,6 +72,7 @@ impl ServeOptions {
             meta: MetaConfig::default(),
             build: None,
             limits: crate::http::listener::ServeLimits::default(),
+            jobs_engine: Default::default(),
         }
     }
 }
@@ -240,6 +243,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         offload_io: opts.offload_io,
         repl: ReplState::default(),
         jobs: Default::default(),
+        jobs_engine: opts.jobs_engine,
         services: run_service::<E>,
         armed: AtomicU64::new(u64::MAX),
         changed: Notify::new(),

@@ -154,6 +154,7 @@ impl Harness {
                     opts.membership = membership;
                     opts.meta = meta;
                     opts.build = build;
+                    opts.jobs_engine = shoal_shell::node::state::JobsEngine::Simulated;
                     let d = daemon::start(env, opts).await.map_err(|e| e.to_string())?;
                     *lock(&slot) = Some(d.downgrade());
                     d.wait().await;

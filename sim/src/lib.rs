@@ -13,14 +13,19 @@
 //! [`drive_run`] does the same for the cluster drive: files written through random nodes under
 //! partitions, crashes, flipped bytes and full disks, no acknowledged file ever without a right
 //! copy, and N right copies on N nodes after heal.
+//! [`jobs_run`] runs jobs and a word count map/reduce under crashes (the leader's too),
+//! partitions and skewed clocks: no job on two nodes at once, every job ends once, the count is
+//! right.
 
 pub mod config_run;
 pub mod drive_run;
 pub mod env;
 pub mod harness;
+pub mod jobs_run;
 pub mod run;
 
 pub use config_run::run_config_seed;
 pub use drive_run::{run_drive_seed, run_drive_seed_with, DriveOptions};
 pub use harness::{Harness, SimConfig};
+pub use jobs_run::run_jobs_seed;
 pub use run::{run_seed, RunReport};

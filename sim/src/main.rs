@@ -1,7 +1,7 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] | --config]`:
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] | --config | --jobs]`:
 //! a long seed sweep (membership and metadata; with `--drive` the cluster drive, one write in N
 //! over 4 MiB, faults for MS simulated milliseconds; with `--config` a rolling upgrade of the
-//! configuration plane under faults).
+//! configuration plane under faults; with `--jobs` jobs and a word count map/reduce under faults).
 //! `SEED=n` runs one.
 
 use std::time::Instant;
@@ -17,6 +17,7 @@ fn main() {
     };
     let drive = args.iter().any(|a| a == "--drive");
     let config = args.iter().any(|a| a == "--config");
+    let jobs = args.iter().any(|a| a == "--jobs");
     let mut opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
     if let Some(ms) = arg("--chaos-ms") {
         opts.chaos_ms = ms;
@@ -28,6 +29,8 @@ fn main() {
             shoal_sim::run_drive_seed_with(seed, &opts)
         } else if config {
             shoal_sim::run_config_seed(seed)
+        } else if jobs {
+            shoal_sim::run_jobs_seed(seed)
         } else {
             shoal_sim::run_seed(seed)
         };

@@ -45,6 +45,8 @@ pub struct Shared<E: Env> {
     pub repl: ReplState,
     /// The jobs running here (`services::jobs`).
     pub jobs: super::state::JobsState,
+    /// What runs job scripts (QuickJS; the simulator's own engine in simulation).
+    pub jobs_engine: super::state::JobsEngine,
     /// Carries out the outputs that are a service's work (chores, scrub hashing, replication
     /// tasks); given by [`crate::daemon::start`], so this handle depends on no service.
     pub(crate) services: ServiceFn<E>,

@@ -213,3 +213,15 @@ mod tests {
 pub struct JobsState {
     pub stops: std::sync::Mutex<BTreeMap<(shoal_core::ids::JobId, u32), Arc<std::sync::atomic::AtomicBool>>>,
 }
+
+/// What runs a job's script.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JobsEngine {
+    /// QuickJS, each run on its own thread (`services::jobs::script`).
+    #[default]
+    QuickJs,
+    /// The simulator's: no JavaScript (a real thread would run outside the simulated clock and
+    /// break a seed's replay); the job's kind and args say what to do, natively, on the node's
+    /// own task (`services::jobs::simulated`).
+    Simulated,
+}

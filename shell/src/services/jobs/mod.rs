@@ -10,9 +10,11 @@
 //! [`Node::job_finished`]: shoal_core::node::Node::job_finished
 
 pub mod script;
+pub mod simulated;
 
 use crate::env::Env;
 use crate::node::handle::Shared;
+use crate::node::state::JobsEngine;
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
 use shoal_core::ids::JobId;
@@ -53,13 +55,22 @@ pub fn start<E: Env>(s: Arc<Shared<E>>, run: JobRun) {
 }
 
 async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>) -> ScriptEnd {
+    let out = match s.jobs_engine {
+        JobsEngine::QuickJs => quickjs(s, run, stop).await,
+        JobsEngine::Simulated => simulated::run(s, run, stop).await,
+    };
+    match out {
+        Ok(out) => finish(s, run, out).await,
+        Err(e) => ScriptEnd::Threw(e),
+    }
+}
+
+/// Run the script in QuickJS on a thread of its own; its output as JSON text.
+async fn quickjs<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>) -> Result<String, String> {
     let spec = &run.spec;
     let entry = match spec.kind {
         JobKind::Map => script::Entry::Map { files: spec.inputs.iter().map(|p| format!("cluster:{p}")).collect() },
-        JobKind::Reduce => match reduce_groups(s, spec).await {
-            Ok(groups) => script::Entry::Reduce { groups },
-            Err(e) => return ScriptEnd::Threw(e),
-        },
+        JobKind::Reduce => script::Entry::Reduce { groups: reduce_groups(s, spec).await? },
         _ => script::Entry::Run,
     };
     let (me, memory, exec_allowed) = s.read_node(|n, _| {
@@ -93,10 +104,15 @@ async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
     })
     .await
     .unwrap_or_else(|e| script::Ended::Failed(format!("the script's thread failed: {e}")));
-    let out = match ended {
-        script::Ended::Failed(e) => return ScriptEnd::Threw(e),
-        script::Ended::Output(o) => o,
-    };
+    match ended {
+        script::Ended::Failed(e) => Err(e),
+        script::Ended::Output(o) => Ok(o),
+    }
+}
+
+/// A run's output (JSON text) into its outcome: spilled to a file when too large for a record.
+async fn finish<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, out: String) -> ScriptEnd {
+    let spec = &run.spec;
     // A map's pairs go under its parent's `maps/` (removed when the parent ends); a reduce's
     // output is its parent's output, kept under the parent; any other job's under its own id
     // (removed with the job's record).
@@ -124,7 +140,10 @@ async fn run_one<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
 
 /// The reduce child's input: every map child's pairs (from its record, or the file it spilled
 /// to), grouped by key, as a JSON object of arrays.
-async fn reduce_groups<E: Env>(s: &Arc<Shared<E>>, spec: &shoal_core::meta::job::JobSpec) -> Result<String, String> {
+pub(crate) async fn reduce_groups<E: Env>(
+    s: &Arc<Shared<E>>,
+    spec: &shoal_core::meta::job::JobSpec,
+) -> Result<String, String> {
     let maps: Vec<JobId> = spec
         .args
         .get("maps")
@@ -171,7 +190,7 @@ fn bare(path: &str) -> Result<String, String> {
     shoal_core::jobs::submit::cluster_path(path).map_err(|e| format!("bad path {path:?}: {e}"))
 }
 
-async fn read_file<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_file<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Vec<u8>, String> {
     let p = bare(path)?;
     let resp = crate::services::drive::get(s.clone(), p.clone(), HeaderMap::new()).await;
     let status = resp.status();
