@@ -2,7 +2,7 @@
 //! "Jobs (AJR / AJS)", "Map / reduce").
 //!
 //! 3 or 4 nodes, each with a volume, two copies of everything under /data, and 150 small text
-//! files there. Submitted through random nodes: a dozen jobs that work a few seconds each, a word
+//! files there. Submitted through random nodes: a dozen jobs that work 5 to 40 s each, a word
 //! count map/reduce over the files (partitions of 10, so 15 or more maps), and one job that would
 //! work for ten minutes and is cancelled from another node. Then faults every few seconds:
 //! crashes and restarts (the leader among them), partitions, held links; odd seeds skew every
@@ -66,7 +66,7 @@ pub fn run_jobs_seed(seed: u64) -> Result<RunReport, String> {
     let mut plain = Vec::new();
     for k in 0..12 {
         let via = rng.below(n as u64) as usize;
-        let work = 1_000 + rng.below(8_000);
+        let work = 5_000 + rng.below(35_000);
         let body = json!({"name": format!("work {k}"), "script": "function run(){}", "args": {"workMs": work},
             "maxAttempts": 20, "timeoutSec": 3600});
         plain.push(submit(&mut h, via, body).map_err(|e| fail(&h, e))?);
@@ -185,7 +185,37 @@ pub fn run_jobs_seed(seed: u64) -> Result<RunReport, String> {
                 match status_on(h, i, job) {
                     Some(st) if st.is_final() => {}
                     other => {
-                        last = format!("{job} on n{i}: {other:?}");
+                        let views: Vec<String> = (0..n)
+                            .map(|k| {
+                                let v = h.read(k, |node, now| {
+                                    let running = node.jobs_running();
+                                    let leader = node.meta_leader(now).map(|l| (l.holder.to_string(), l.term.0));
+                                    let v = node
+                                        .job_status(job)
+                                        .ok()
+                                        .map(|v| serde_json::to_string(&v).unwrap_or_default());
+                                    let kids: Vec<String> = node
+                                        .job_status(job)
+                                        .map(|v| v.children)
+                                        .unwrap_or_default()
+                                        .iter()
+                                        .map(|c| {
+                                            format!(
+                                                "{c}:{:?}",
+                                                node.job_status(c.as_str()).ok().map(|v| (
+                                                    v.status,
+                                                    v.leased_to,
+                                                    v.reason
+                                                ))
+                                            )
+                                        })
+                                        .collect();
+                                    format!("leader {leader:?} running {running:?} view {v:?} children {kids:?}")
+                                });
+                                format!("n{k} ({}): {v:?}", h.ids[k])
+                            })
+                            .collect();
+                        last = format!("{job} on n{i}: {other:?}\n{}", views.join("\n"));
                         return Ok(false);
                     }
                 }

@@ -288,6 +288,12 @@ impl Node {
         JobList { jobs }
     }
 
+    /// Whether another node (the leader, or a follower when this node leads) holds this
+    /// node's latest write of the job, so it survives losing this node.
+    pub fn job_held_elsewhere(&self, id: &JobId) -> bool {
+        self.meta.held_elsewhere(RecordKind::Job, id.as_str())
+    }
+
     pub fn job_status(&self, id: &str) -> Result<JobView, ApiError> {
         self.job_lookup(id).map(view)
     }
@@ -501,23 +507,30 @@ impl Node {
     /// The scheduling pass (leader, every 3 s and at once on a submit).
     fn jobs_pass(&mut self, wall: Millis, now: Millis) {
         let retention = self.config_number("jobs", "retention").map_or(RETENTION_MS, |v| v as u64);
-        let jobs: Vec<Job> =
-            self.jobs_iter().filter(|j| !j.state.status.is_final() || j.state.finished > 0).cloned().collect();
-        let mut queued: Vec<Job> = Vec::new();
-        for j in jobs {
-            let status = j.state.status;
+        // What each job needs, read without copying the records (scripts can be large); a job
+        // that needs work is copied then.
+        let light: Vec<(JobId, JobStatus, JobKind, bool, u64)> = self
+            .jobs_iter()
+            .map(|j| (j.id.clone(), j.state.status, j.spec.kind, j.cancelled.is_some(), j.state.finished))
+            .collect();
+        let mut queued: Vec<JobId> = Vec::new();
+        for (id, status, kind, cancelled, finished) in light {
             if status.is_final() {
-                if wall.since(Millis(j.state.finished)) > retention {
-                    self.job_purge(wall, j);
+                if finished > 0 && wall.since(Millis(finished)) > retention {
+                    if let Some(j) = self.job_record(&id).cloned() {
+                        self.job_purge(wall, j);
+                    }
                 }
                 continue;
             }
-            if j.spec.kind == JobKind::Mapreduce {
-                self.job_coordinate(wall, j);
+            if status == JobStatus::Queued && !cancelled && kind != JobKind::Mapreduce {
+                queued.push(id);
                 continue;
             }
-            match status {
-                JobStatus::Queued if j.cancelled.is_some() => self.job_end(
+            let Some(j) = self.job_record(&id).cloned() else { continue };
+            match (kind, status) {
+                (JobKind::Mapreduce, _) => self.job_coordinate(wall, j),
+                (_, JobStatus::Queued) => self.job_end(
                     wall,
                     j,
                     JobStatus::Cancelled,
@@ -525,8 +538,7 @@ impl Node {
                     String::new(),
                     "cancelled before it ran".into(),
                 ),
-                JobStatus::Queued => queued.push(j),
-                JobStatus::Scheduled | JobStatus::Running => self.job_follow_up(wall, now, j),
+                (_, JobStatus::Scheduled | JobStatus::Running) => self.job_follow_up(wall, now, j),
                 _ => {}
             }
         }
@@ -536,13 +548,15 @@ impl Node {
         let mut candidates = self.job_candidates(wall);
         let weights = self.sched_weights();
         let assigned = {
-            let mut q: Vec<Queued> =
-                queued.iter().map(|j| Queued { id: &j.id, spec: &j.spec, blocked: &j.state.blocked }).collect();
+            let mut q: Vec<Queued> = queued
+                .iter()
+                .filter_map(|id| self.job_record(id))
+                .map(|j| Queued { id: &j.id, spec: &j.spec, blocked: &j.state.blocked })
+                .collect();
             schedule::pass(&mut q, &mut candidates, &weights, |spec, node| self.job_locality(spec, node))
         };
-        let by_id: BTreeMap<JobId, Job> = queued.into_iter().map(|j| (j.id.clone(), j)).collect();
         for (id, node) in assigned {
-            let Some(j) = by_id.get(&id).cloned() else { continue };
+            let Some(j) = self.job_record(&id).cloned() else { continue };
             self.job_hand_over(wall, now, j, node);
         }
     }

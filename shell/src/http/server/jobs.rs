@@ -22,10 +22,25 @@ pub(super) async fn jobs_list<E: Env>(
     api_result(Ok::<_, ApiError>(s.read_node(|n, _| n.job_list(q.all))))
 }
 
+/// How long a submit or a cancel waits, once written here, for another node to hold it too
+/// (as a put does), so the answer survives losing this node.
+const RECORD_WAIT_MS: u64 = 3_000;
+
+async fn held_elsewhere<E: Env>(s: &Arc<Shared<E>>, id: &shoal_core::ids::JobId) -> bool {
+    let id = id.clone();
+    s.wait_for(RECORD_WAIT_MS, move |n, _| n.job_held_elsewhere(&id)).await
+}
+
 pub(super) async fn jobs_submit<E: Env>(State(s): S<E>, body: Bytes) -> Response {
     // No accounts yet: the admin token's holder submits as "admin".
     let r = parse_body::<JobSubmit>(&body).and_then(|b| s.with_node(|n, now| n.job_submit(now, "admin", b)));
-    api_result(r)
+    match r {
+        Ok(sub) => {
+            let held = held_elsewhere(&s, &sub.id).await;
+            api_result(Ok::<_, ApiError>(serde_json::json!({"id": sub.id, "recordReplicated": held})))
+        }
+        Err(e) => api_result(Err::<(), _>(e)),
+    }
 }
 
 pub(super) async fn job_status<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
@@ -42,7 +57,15 @@ pub(super) async fn job_output<E: Env>(State(s): S<E>, Path(id): Path<String>) -
 }
 
 pub(super) async fn job_cancel<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
-    api_result(s.with_node(|n, now| n.job_cancel(now, &id)))
+    match s.with_node(|n, now| n.job_cancel(now, &id)) {
+        Ok(v) => {
+            let held = held_elsewhere(&s, &v.id).await;
+            let mut body = json_of(v);
+            body["recordReplicated"] = serde_json::json!(held);
+            api_result(Ok::<_, ApiError>(body))
+        }
+        Err(e) => api_result(Err::<(), _>(e)),
+    }
 }
 
 pub(super) async fn job_explain<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
