@@ -655,6 +655,36 @@ fn jobs_and_map_reduce_through_the_real_cli() {
         assert_eq!(n.cli_json(&["cluster", "status"])["inCluster"], true);
     }
 
+    // exec: refused until the trusted key jobs.exec_allowed names the program (which takes an
+    // approved proposal) and the node's capabilities list it; then it runs.
+    let ex_js = root.path().join("exec.js");
+    std::fs::write(&ex_js, "function run(job) { return exec('git', ['--version']); }").unwrap();
+    let (ok, _, err) = nodes[0].cli(&["job", "submit", ex_js.to_str().unwrap(), "--follow"]);
+    assert!(!ok && err.contains("not allowed"), "{err}");
+    let (ok, _, err) =
+        nodes[0].cli(&["config", "set", "--key", "jobs.exec_allowed", "--value", r#"["git"]"#, "--why", "x"]);
+    assert!(!ok, "a trusted key is not set directly: {err}");
+    let p = nodes[0].cli_json(&[
+        "config",
+        "propose",
+        "--key",
+        "jobs.exec_allowed",
+        "--value",
+        r#"["git"]"#,
+        "--why",
+        "version checks",
+    ]);
+    let pid =
+        p["proposal"]["id"].as_str().or(p["id"].as_str()).unwrap_or_else(|| panic!("a proposal id: {p}")).to_string();
+    nodes[1].cli_json(&["config", "approve", &pid]);
+    let caps = nodes[0].cli_json(&["nodes"]);
+    let has_git = caps["nodes"].as_array().unwrap().iter().all(|n| n["capabilities"]["features"]["git"] == true);
+    assert!(has_git, "this test needs git on PATH (the capability probe lists it): {caps}");
+    wait_for(Duration::from_secs(10), || {
+        let (ok, out, _) = nodes[0].cli(&["--json", "job", "submit", ex_js.to_str().unwrap(), "--follow"]);
+        ok && out.contains("git version")
+    });
+
     // The --json shapes, explain, and a bad submit.
     let st = nodes[0].cli_json(&["job", "status", &id]);
     for k in ["status", "node", "attempts", "progress", "output", "error"] {

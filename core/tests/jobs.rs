@@ -314,3 +314,22 @@ proptest! {
         for (job, _) in &out { prop_assert!(seen.insert(job.clone()), "a job handed out twice in one pass"); }
     }
 }
+
+/// Spec "Jobs": `timeoutSec` is enforced by the running node: its run is stopped and the job
+/// fails with "job timed out after Ns" (not requeued).
+#[test]
+fn a_run_over_its_timeout_is_stopped_and_the_job_fails() {
+    let mut net = cluster();
+    let id = submit(&mut net, 0, JobSubmit { timeout_sec: Some(5), ..script("function run(){ while(true){} }") });
+    net.run_for(2 * SECOND_MS, 100);
+    let (w, _, attempt) = runs(&net)[0].clone();
+    assert!(net.stops[w].is_empty());
+    net.run_for(4 * SECOND_MS, 100);
+    assert_eq!(net.stops[w], vec![(id.clone(), attempt)], "stopped at its timeout");
+    finish(&mut net, w, &id, attempt, ScriptEnd::Threw("job interrupted".into()));
+    net.run_for(SECOND_MS, 100);
+    let v = net.nodes[1].job_status(id.as_str()).unwrap();
+    assert_eq!(v.status, JobStatus::Failed);
+    assert_eq!(v.error, "job timed out after 5s");
+    assert_eq!(runs(&net).len(), 1, "not requeued");
+}
