@@ -333,3 +333,22 @@ fn a_run_over_its_timeout_is_stopped_and_the_job_fails() {
     assert_eq!(v.error, "job timed out after 5s");
     assert_eq!(runs(&net).len(), 1, "not requeued");
 }
+
+/// A stopped script that never ends (a host call stuck in I/O) does not hold its slot and its
+/// job forever: after the stop grace the run is given up and the cancel reported anyway.
+#[test]
+fn a_cancelled_run_whose_script_never_ends_is_given_up_after_the_grace() {
+    let mut net = cluster();
+    let pin = vec![net.id(1)];
+    let id = submit(&mut net, 0, JobSubmit { nodes: pin, ..script("function run(){ while(true){} }") });
+    net.run_for(2 * SECOND_MS, 100);
+    let at = net.clock(2);
+    net.nodes[2].job_cancel(at, id.as_str()).expect("cancel");
+    net.pump();
+    net.run_for(SECOND_MS, 100);
+    assert_eq!(net.stops[1].len(), 1, "asked to stop");
+    assert_eq!(net.nodes[1].jobs_running().len(), 1, "still running here within the grace");
+    net.run_for(12 * SECOND_MS, 500);
+    assert!(net.nodes[1].jobs_running().is_empty(), "the slot is free");
+    assert_eq!(status(&net, 0, &id), JobStatus::Cancelled);
+}

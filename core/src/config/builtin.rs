@@ -175,7 +175,7 @@ pub fn manifests() -> Vec<Manifest> {
                 key("pass_every", Duration, json!(3 * S), "how often the leader schedules")
                     .range(100.0, (10 * MIN) as f64),
                 key("lease", Duration, json!(30 * S), "a running job's lease, renewed by its node every third of it")
-                    .range(3_000.0, H as f64),
+                    .range(12_000.0, H as f64),
                 key("retention", Duration, json!(72 * H), "how long finished jobs are kept")
                     .range(MIN as f64, 365.0 * D as f64),
                 key("memory_limit", Bytes, json!(256 * MIB), "memory one script may use")

@@ -111,6 +111,8 @@ pub struct JobState {
     pub node: Option<NodeId>,
     /// Runs started (hand-overs a node accepted).
     pub attempts: u32,
+    /// Hand-overs made: the last attempt number (never reused).
+    pub handovers: u32,
     pub progress: f64,
     pub output: Value,
     /// The last log lines (at most [`JOB_LOG_LINES_MAX`]).

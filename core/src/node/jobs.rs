@@ -32,6 +32,13 @@ pub struct HandOver {
     pub attempt: u32,
     pub term: u64,
     pub spec: JobSpec,
+    /// The leader's lease length: the worker times its side with the same one.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+}
+
+fn default_lease_ms() -> u64 {
+    LEASE_MS
 }
 
 /// `jobs/renew`: a worker renews its run's lease and reports progress and new log lines.
@@ -91,6 +98,10 @@ pub enum ScriptEnd {
 pub(super) struct Run {
     attempt: u32,
     timeout_sec: u64,
+    /// The lease length the leader granted.
+    lease_ms: u64,
+    /// Monotonic: when the run was asked to stop (its script gets [`STOP_GRACE_MS`] to end).
+    stopped_at: Option<Millis>,
     /// Monotonic: when the run started, its next renewal, the worker's lease deadline.
     started: Millis,
     renew_due: Millis,
@@ -107,12 +118,30 @@ pub(super) struct Run {
     done_due: Millis,
 }
 
+/// How long a stopped script may take to end before its run is given up here (a host call
+/// stuck in I/O): the slot is freed and, for a cancel or a timeout, the end is reported anyway.
+pub const STOP_GRACE_MS: u64 = 10_000;
+/// At most this often a worker reports progress or log lines between its regular renewals
+/// (each report rewrites the job's record).
+pub const REPORT_MIN_MS: u64 = 2_000;
+/// How long the leader leaves out a node that said it runs no jobs before offering it again.
+pub const UNABLE_FORGET_MS: u64 = 5 * 60_000;
+/// Most map children one map/reduce makes (the reduce lists them all in its arguments).
+pub const PARTITIONS_MAX: usize = 10_000;
+
 /// The jobs state a node keeps beside its records.
 #[derive(Debug, Default)]
 pub(super) struct JobsBook {
     /// Leader: the lease clock.
     leases: crate::jobs::leases::LeaderLeases,
     pass_due: Millis,
+    /// Leader: no hand-over before this (a new term waits one lease, so a run the previous
+    /// leader handed out just before it went, which these records may not show yet, has been
+    /// renewed here or stopped by its node).
+    hand_over_from: Millis,
+    /// Leader: nodes that said they run no jobs (`cannot_run`), and when: left out of the
+    /// candidates for [`UNABLE_FORGET_MS`] (their `jobs.enabled` is their own node's value).
+    unable: BTreeMap<NodeId, Millis>,
     /// Worker: runs here.
     runs: BTreeMap<JobId, Run>,
     /// Worker: hand-overs accepted (a repeat is answered, not run again), oldest first.
@@ -375,6 +404,8 @@ impl Node {
     fn job_candidates(&self, wall: Millis) -> Vec<Candidate> {
         let inputs = self.sched_inputs(wall);
         let used = self.jobs.leases.per_node();
+        let now = self.clock.peek(wall);
+        let unable = |n: &NodeId| self.jobs.unable.get(n).is_some_and(|at| now.since(*at) < UNABLE_FORGET_MS);
         let slots_set = self.config_number("jobs", "slots").unwrap_or(0.0) as u32;
         self.members
             .records()
@@ -388,7 +419,7 @@ impl Node {
                     inputs: i,
                     caps: r.capabilities.clone(),
                     free: slots.saturating_sub(running),
-                    runs_jobs: true,
+                    runs_jobs: !unable(&r.id),
                 })
             })
             .collect()
@@ -440,7 +471,11 @@ impl Node {
             .jobs
             .runs
             .values()
-            .map(|r| if r.outcome.is_some() { r.done_due } else { r.renew_due.min(r.lease_until) })
+            .map(|r| match (&r.outcome, r.stopped_at) {
+                (Some(_), _) => r.done_due,
+                (None, Some(at)) => r.renew_due.min(at.plus(STOP_GRACE_MS)),
+                (None, None) => r.renew_due.min(r.lease_until),
+            })
             .min();
         let leader = self.jobs.leases.next_deadline();
         let pass = Some(self.jobs.pass_due);
@@ -486,6 +521,8 @@ impl Node {
             .collect();
         let lease_ms = self.jobs_lease_ms();
         self.jobs.leases.adopt(term, now, lease_ms, leased);
+        // The cluster's first term follows no leader that could have handed anything out.
+        self.jobs.hand_over_from = if term <= 1 { now } else { now.plus(lease_ms) };
     }
 
     /// A run's lease ran out on the leader: the node went silent. Requeue the job, or fail it
@@ -509,14 +546,20 @@ impl Node {
         let retention = self.config_number("jobs", "retention").map_or(RETENTION_MS, |v| v as u64);
         // What each job needs, read without copying the records (scripts can be large); a job
         // that needs work is copied then.
-        let light: Vec<(JobId, JobStatus, JobKind, bool, u64)> = self
+        let light: Vec<(JobId, JobStatus, JobKind, bool, u64, Option<JobId>)> = self
             .jobs_iter()
-            .map(|j| (j.id.clone(), j.state.status, j.spec.kind, j.cancelled.is_some(), j.state.finished))
+            .map(|j| {
+                let parent = j.spec.parent_id.clone();
+                (j.id.clone(), j.state.status, j.spec.kind, j.cancelled.is_some(), j.state.finished, parent)
+            })
             .collect();
         let mut queued: Vec<JobId> = Vec::new();
-        for (id, status, kind, cancelled, finished) in light {
+        for (id, status, kind, cancelled, finished, parent) in light {
             if status.is_final() {
-                if finished > 0 && wall.since(Millis(finished)) > retention {
+                // A child goes with its parent: never while the parent still needs its result.
+                let parent_done =
+                    parent.as_ref().is_none_or(|p| self.job_record(p).is_none_or(|p| p.state.status.is_final()));
+                if parent_done && finished > 0 && wall.since(Millis(finished)) > retention {
                     if let Some(j) = self.job_record(&id).cloned() {
                         self.job_purge(wall, j);
                     }
@@ -524,6 +567,9 @@ impl Node {
                 continue;
             }
             if status == JobStatus::Queued && !cancelled && kind != JobKind::Mapreduce {
+                if kind == JobKind::Map {
+                    self.job_repin(wall, now, &id);
+                }
                 queued.push(id);
                 continue;
             }
@@ -542,7 +588,7 @@ impl Node {
                 _ => {}
             }
         }
-        if queued.is_empty() {
+        if queued.is_empty() || now < self.jobs.hand_over_from {
             return;
         }
         let mut candidates = self.job_candidates(wall);
@@ -564,8 +610,19 @@ impl Node {
     /// A job under lease: re-send a hand-over whose answer never came (the node accepts each
     /// attempt once); adopt a lease the book lacks.
     fn job_follow_up(&mut self, wall: Millis, now: Millis, j: Job) {
+        if j.cancelled.is_some() && j.state.status == JobStatus::Scheduled {
+            // Not started (or its start not heard of): end it; a node that did start it sees
+            // the cancel and stops.
+            return self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
+        }
         let Some(lease) = j.lease.clone() else {
-            // Scheduled or running with no lease: a write of an older leader; queue it again.
+            // Scheduled or running with no lease in the records (registers written by two
+            // leaders): the lease this leader times is the truth, else queue it again.
+            if let Some(h) = self.jobs.leases.get(&j.id).cloned() {
+                let Some(term) = self.leader_term(wall) else { return };
+                let lease = JobLease { node: h.node, attempt: h.attempt, term };
+                return self.job_write(wall, j, None, Some(Some(lease)));
+            }
             let mut state = j.state.clone();
             state.status = JobStatus::Queued;
             return self.job_write(wall, j, Some(state), None);
@@ -577,7 +634,12 @@ impl Node {
         if j.state.status == JobStatus::Scheduled {
             let in_flight =
                 self.in_flight.values().any(|f| matches!(&f.purpose, Purpose::JobHandOver { job, .. } if *job == j.id));
-            if !in_flight {
+            let reachable = schedule::runs_work(self.members.state(&lease.node, now));
+            if !in_flight && reachable {
+                // The lease runs from this send: a worker that takes a late hand-over times its
+                // side from its receipt.
+                let lease_ms = self.jobs_lease_ms();
+                self.jobs.leases.grant(j.id.clone(), lease.node.clone(), lease.attempt, now, lease_ms);
                 self.job_send_hand_over(wall, now, &j, &lease);
             }
         }
@@ -586,7 +648,9 @@ impl Node {
     /// Hand `j` to `node`: a new attempt, its lease granted now, the record scheduled.
     fn job_hand_over(&mut self, wall: Millis, now: Millis, j: Job, node: NodeId) {
         let Some(term) = self.leader_term(wall) else { return };
-        let attempt = j.lease.as_ref().map_or(0, |l| l.attempt).max(j.state.attempts) + 1;
+        // Every hand-over gets a new attempt number (a counter in the record, never reused),
+        // so a node that accepted an earlier one cannot take this one for a repeat.
+        let attempt = j.state.handovers.max(j.lease.as_ref().map_or(0, |l| l.attempt)) + 1;
         let attempt = attempt.max(self.jobs.leases.get(&j.id).map_or(0, |h| h.attempt + 1));
         let lease = JobLease { node: node.clone(), attempt, term };
         let lease_ms = self.jobs_lease_ms();
@@ -594,6 +658,7 @@ impl Node {
         let mut state = j.state.clone();
         state.status = JobStatus::Scheduled;
         state.node = Some(node.clone());
+        state.handovers = attempt;
         state.reason = format!("handed to {node}");
         let mut written = j.clone();
         written.state = state.clone();
@@ -603,7 +668,9 @@ impl Node {
     }
 
     fn job_send_hand_over(&mut self, wall: Millis, now: Millis, j: &Job, lease: &JobLease) {
-        let body = HandOver { job: j.id.clone(), attempt: lease.attempt, term: lease.term, spec: (*j.spec).clone() };
+        let lease_ms = self.jobs_lease_ms();
+        let body =
+            HandOver { job: j.id.clone(), attempt: lease.attempt, term: lease.term, spec: (*j.spec).clone(), lease_ms };
         if lease.node == self.id {
             let me = self.id.clone();
             let reply = self.job_accept(wall, now, &me, body);
@@ -646,6 +713,12 @@ impl Node {
                 self.jobs.leases.release(id);
                 let mut state = j.state.clone();
                 state.status = JobStatus::Queued;
+                let code = serde_json::from_slice::<Value>(&answer.body)
+                    .ok()
+                    .and_then(|v| v.pointer("/error/code").and_then(|c| c.as_str()).map(str::to_string));
+                if code.as_deref() == Some("cannot_run") {
+                    self.jobs.unable.insert(node.clone(), now);
+                }
                 if kind == ErrorKind::Forbidden {
                     // "no account for the owner" or "cannot run jobs": never offered again.
                     if !state.blocked.contains(node) {
@@ -710,7 +783,7 @@ impl Node {
         }
         self.jobs_adopt(now);
         let Some(j) = self.job_record(&b.job).cloned() else { return Err(LeaseError::Lost) };
-        if j.state.status.is_final() && j.state.node.as_ref() == Some(sender) {
+        if j.state.status.is_final() && j.state.node.as_ref() == Some(sender) && j.state.handovers == b.attempt {
             return Ok(());
         }
         if !self.jobs.leases.holds(&b.job, sender, b.attempt) {
@@ -767,6 +840,10 @@ impl Node {
         }
         let children: Vec<Job> = j.state.children.iter().filter_map(|c| self.job_record(c).cloned()).collect();
         if children.len() < j.state.children.len() {
+            if j.cancelled.is_some() {
+                self.job_cancel_children(wall, &children);
+                return self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
+            }
             return; // a child's record has not come back here yet
         }
         if j.cancelled.is_some() {
@@ -812,6 +889,43 @@ impl Node {
         }
     }
 
+    /// A queued map child whose pinned nodes are all gone (not ONLINE or DEGRADED) is pinned
+    /// again to the usable nodes that now hold every one of its files, if any.
+    fn job_repin(&mut self, wall: Millis, now: Millis, id: &JobId) {
+        let Some(j) = self.job_record(id) else { return };
+        let usable = |n: &NodeId| schedule::runs_work(self.members.state(n, now));
+        if j.spec.nodes.iter().any(usable) {
+            return;
+        }
+        let mut holders: Option<Vec<NodeId>> = None;
+        for p in &j.spec.inputs {
+            let here: Vec<NodeId> = self
+                .meta
+                .state()
+                .file(p)
+                .filter(|f| !f.removed)
+                .map(|f| {
+                    f.locations
+                        .iter()
+                        .filter(|l| l.state.is_healthy() && usable(&l.node_id))
+                        .map(|l| l.node_id.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            holders = Some(match holders {
+                None => here,
+                Some(h) => h.into_iter().filter(|n| here.contains(n)).collect(),
+            });
+        }
+        let Some(mut nodes) = holders.filter(|h| !h.is_empty()) else { return };
+        nodes.sort();
+        nodes.dedup();
+        let mut j = j.clone();
+        j.spec.nodes = nodes;
+        j.version = self.hlc.next(wall);
+        self.submit_record(wall, Record::Job(j));
+    }
+
     fn job_cancel_children(&mut self, wall: Millis, children: &[Job]) {
         for c in children.iter().filter(|c| !c.state.status.is_final() && c.cancelled.is_none()) {
             let mut c = c.clone();
@@ -847,6 +961,14 @@ impl Node {
                 self.job_end(wall, j, JobStatus::Succeeded, json!({}), String::new(), "empty dataset".into())
             }
             Expansion::Unreachable(e) => self.job_end(wall, j, JobStatus::Failed, Value::Null, e.clone(), e),
+            Expansion::Partitions(parts) if parts.len() > PARTITIONS_MAX => {
+                let e = format!(
+                    "the dataset makes {} partitions of at most {} files; at most {PARTITIONS_MAX}: raise partitionMax",
+                    parts.len(),
+                    j.spec.partition_max
+                );
+                self.job_end(wall, j, JobStatus::Failed, Value::Null, e.clone(), e)
+            }
             Expansion::Partitions(parts) => {
                 let mut children = Vec::new();
                 for (i, p) in parts.iter().enumerate() {
@@ -914,6 +1036,19 @@ impl Node {
         if self.jobs.runs.contains_key(&b.job) {
             return Reply::error(ErrorKind::Conflict, "busy", "an earlier run of this job is still ending here");
         }
+        if b.spec.kind == JobKind::Reduce {
+            // The reduce reads its maps' results from this node's records: not before they are
+            // here (a temporary refusal; the leader hands it over again).
+            let maps: Vec<JobId> =
+                b.spec.args.get("maps").and_then(|m| serde_json::from_value(m.clone()).ok()).unwrap_or_default();
+            if maps.iter().any(|m| self.job_record(m).is_none_or(|j| j.state.status != JobStatus::Succeeded)) {
+                return Reply::error(
+                    ErrorKind::Conflict,
+                    "not_ready",
+                    "this node's records do not show every map's result yet",
+                );
+            }
+        }
         self.jobs.accepted.push_back(key.clone());
         self.jobs.accepted_set.insert(key);
         while self.jobs.accepted.len() > ACCEPTED_MAX {
@@ -921,14 +1056,18 @@ impl Node {
                 self.jobs.accepted_set.remove(&old);
             }
         }
-        let lease_ms = self.jobs_lease_ms();
+        let lease_ms = b.lease_ms.max(3 * WORKER_LEASE_MARGIN_MS);
         let run = Run {
             attempt: b.attempt,
             timeout_sec: b.spec.timeout_sec,
+            lease_ms,
+            stopped_at: None,
             started: now,
-            // Renew at once, so the deadline is anchored on an answered renewal.
-            renew_due: now.plus(1_000),
-            lease_until: now.plus(lease_ms.saturating_sub(2 * WORKER_LEASE_MARGIN_MS)),
+            // Renew at once, so the deadline is anchored on an answered renewal's send time;
+            // until then only a short grace, well inside the lease the leader granted when it
+            // sent this hand-over.
+            renew_due: now,
+            lease_until: now.plus((2 * WORKER_LEASE_MARGIN_MS).min(lease_ms / 3)),
             progress: 0.0,
             new_log: Vec::new(),
             dirty: false,
@@ -949,7 +1088,7 @@ impl Node {
             if progress.is_finite() {
                 r.progress = progress.clamp(0.0, 1.0);
                 r.dirty = true;
-                r.renew_due = r.renew_due.min(r.last_report.plus(1_000).max(now));
+                r.renew_due = r.renew_due.min(r.last_report.plus(REPORT_MIN_MS).max(now));
             }
         }
     }
@@ -960,7 +1099,7 @@ impl Node {
         if let Some(r) = self.jobs.runs.get_mut(job).filter(|r| r.attempt == attempt && r.outcome.is_none()) {
             append_log(&mut r.new_log, &[line.to_string()]);
             r.dirty = true;
-            r.renew_due = r.renew_due.min(r.last_report.plus(1_000).max(now));
+            r.renew_due = r.renew_due.min(r.last_report.plus(REPORT_MIN_MS).max(now));
         }
     }
 
@@ -980,6 +1119,18 @@ impl Node {
             (Some(StopWhy::TimedOut), _) => {
                 (JobStatus::Failed, Value::Null, format!("job timed out after {}s", r.timeout_sec))
             }
+            (None, ScriptEnd::Returned(v))
+                if crate::meta::records::json_depth(&v) > crate::meta::records::API_VALUE_DEPTH_MAX =>
+            {
+                (
+                    JobStatus::Failed,
+                    Value::Null,
+                    format!("the output nests deeper than {} levels", crate::meta::records::API_VALUE_DEPTH_MAX),
+                )
+            }
+            (None, ScriptEnd::Returned(v)) if serde_json::to_vec(&v).map_or(usize::MAX, |b| b.len()) > 1 << 20 => {
+                (JobStatus::Failed, Value::Null, "the output is over 1 MiB and could not be spilled to a file".into())
+            }
             (None, ScriptEnd::Returned(v)) => (JobStatus::Succeeded, v, String::new()),
             (None, ScriptEnd::Threw(e)) => (JobStatus::Failed, Value::Null, clip(&e)),
         };
@@ -994,11 +1145,12 @@ impl Node {
         self.jobs.runs.iter().filter(|(_, r)| r.outcome.is_none()).map(|(j, r)| (j.clone(), r.attempt)).collect()
     }
 
-    fn job_stop(&mut self, job: &JobId, why: StopWhy) {
+    fn job_stop(&mut self, now: Millis, job: &JobId, why: StopWhy) {
         let Some(r) = self.jobs.runs.get_mut(job).filter(|r| r.stopping.is_none() && r.outcome.is_none()) else {
             return;
         };
         r.stopping = Some(why);
+        r.stopped_at = Some(now);
         let attempt = r.attempt;
         self.push_output(Output::JobStop { job: job.clone(), attempt, why });
     }
@@ -1012,7 +1164,7 @@ impl Node {
     }
 
     /// Stop the runs here whose record carries a cancel (checked as records arrive).
-    pub(super) fn jobs_check_cancels(&mut self, _wall: Millis, _now: Millis) {
+    pub(super) fn jobs_check_cancels(&mut self, _wall: Millis, now: Millis) {
         if self.jobs.runs.is_empty() {
             return;
         }
@@ -1024,7 +1176,7 @@ impl Node {
             .cloned()
             .collect();
         for id in cancelled {
-            self.job_stop(&id, StopWhy::Cancelled);
+            self.job_stop(now, &id, StopWhy::Cancelled);
         }
     }
 
@@ -1051,18 +1203,61 @@ impl Node {
                 }
                 continue;
             }
+            if let Some(at) = r.stopped_at.filter(|at| now >= at.plus(STOP_GRACE_MS)) {
+                // Stopped, and its script has not ended (a host call stuck in I/O): the run is
+                // given up here, its slot freed; a cancel or a timeout is reported anyway.
+                let _ = at;
+                let end = match r.stopping {
+                    Some(StopWhy::Cancelled) => {
+                        Some((JobStatus::Cancelled, "job cancelled (its script did not stop)".to_string()))
+                    }
+                    Some(StopWhy::TimedOut) => {
+                        Some((JobStatus::Failed, format!("job timed out after {}s", r.timeout_sec)))
+                    }
+                    _ => None,
+                };
+                match end {
+                    Some((status, error)) => {
+                        if let Some(r) = self.jobs.runs.get_mut(&id) {
+                            let log = std::mem::take(&mut r.new_log);
+                            r.outcome = Some(DoneBody {
+                                job: id.clone(),
+                                attempt: r.attempt,
+                                status,
+                                output: Value::Null,
+                                error,
+                                log,
+                            });
+                            r.done_due = now;
+                        }
+                    }
+                    None => {
+                        self.jobs.runs.remove(&id);
+                    }
+                }
+                continue;
+            }
+            if r.stopping == Some(StopWhy::LeaseLost) {
+                continue; // nothing to renew: the job may run elsewhere now
+            }
             if r.stopping.is_none() {
                 if now >= r.lease_until {
-                    self.job_stop(&id, StopWhy::LeaseLost);
+                    self.job_stop(now, &id, StopWhy::LeaseLost);
                     continue;
                 }
                 if now.since(r.started) >= r.timeout_sec.saturating_mul(1000) {
-                    self.job_stop(&id, StopWhy::TimedOut);
+                    self.job_stop(now, &id, StopWhy::TimedOut);
                 }
             }
             if now >= r.renew_due {
-                let Some(to) = leader.clone() else { continue };
-                let lease_ms = self.jobs_lease_ms();
+                let Some(to) = leader.clone() else {
+                    // No leader known (an election): ask again in a second.
+                    if let Some(r) = self.jobs.runs.get_mut(&id) {
+                        r.renew_due = now.plus(1_000);
+                    }
+                    continue;
+                };
+                let lease_ms = r.lease_ms;
                 let body =
                     RenewBody { job: id.clone(), attempt: r.attempt, progress: r.progress, log: r.new_log.clone() };
                 if let Some(r) = self.jobs.runs.get_mut(&id) {
@@ -1110,17 +1305,17 @@ impl Node {
         sent: Millis,
         r: Result<bool, String>,
     ) {
-        let lease_ms = self.jobs_lease_ms();
         let Some(run) = self.jobs.runs.get_mut(job).filter(|x| x.attempt == attempt) else { return };
+        let lease_ms = run.lease_ms;
         match r {
             Ok(cancelled) => {
                 run.lease_until = run.lease_until.max(worker_deadline(sent, lease_ms));
                 if cancelled {
-                    self.job_stop(job, StopWhy::Cancelled);
+                    self.job_stop(now, job, StopWhy::Cancelled);
                 }
             }
             Err(e) if e == LeaseError::Lost.to_string() || e.contains("lease_lost") => {
-                self.job_stop(job, StopWhy::LeaseLost);
+                self.job_stop(now, job, StopWhy::LeaseLost);
                 if let Some(run) = self.jobs.runs.get(job) {
                     if run.outcome.is_some() {
                         self.jobs.runs.remove(job);
@@ -1170,7 +1365,9 @@ impl Node {
             },
             "jobs/renew" => match serde_json::from_slice::<RenewBody>(body) {
                 Ok(b) => match self.jobs_take_renew(wall, sender, b) {
-                    Ok(cancelled) => Reply::ok(json!({"ok": true, "cancelled": cancelled})),
+                    Ok(cancelled) => {
+                        Reply::ok(json!({"ok": true, "cancelled": cancelled, "leaseMs": self.jobs_lease_ms()}))
+                    }
                     Err(e) => refused(e),
                 },
                 Err(e) => bad(e),

@@ -1,7 +1,8 @@
 //! Running the jobs the core hands to this node (`Output::JobRun`): each script on its own
 //! thread in a fresh QuickJS runtime ([`script`]), its `fs` calls carried out on the cluster
 //! drive as the job's owner (a local copy is read when this node holds one), its log lines and
-//! progress reported to the core, its end reported with [`Node::job_finished`]. `Output::JobStop`
+//! progress reported to the core, its end reported with [`Node::job_finished`]. (Until accounts
+//! exist every job's owner is the admin, and `fs` acts with the admin's rights.) `Output::JobStop`
 //! sets the run's stop flag, which the engine's interrupt hook reads.
 //!
 //! Map children's pairs over [`SPILL_BYTES`] are written to `cluster:/.shoal/jobs/<parent>/`
@@ -48,7 +49,12 @@ pub fn start<E: Env>(s: Arc<Shared<E>>, run: JobRun) {
     let flag = Arc::new(AtomicBool::new(false));
     crate::sync::lock(&s.jobs.stops).insert((run.job.clone(), run.attempt), flag.clone());
     tokio::spawn(async move {
-        let end = run_one(&s, &run, flag).await;
+        // Whatever happens to the run (a panic included), its end is reported: the core frees
+        // the slot and the leader hears of it.
+        let (s2, run2) = (s.clone(), run.clone());
+        let end = tokio::spawn(async move { run_one(&s2, &run2, flag).await })
+            .await
+            .unwrap_or_else(|e| ScriptEnd::Threw(format!("the job's runner failed: {e}")));
         crate::sync::lock(&s.jobs.stops).remove(&(run.job.clone(), run.attempt));
         s.with_node(|n, now| n.job_finished(now, &run.job, run.attempt, end));
     });
@@ -232,6 +238,17 @@ struct ShellHost<E: Env> {
     stop: Arc<AtomicBool>,
 }
 
+impl<E: Env> ShellHost<E> {
+    /// A stopped run makes no more calls out (the engine's interrupt only fires between
+    /// instructions, so each host call looks for itself).
+    fn go_on(&self) -> Result<(), String> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err("job interrupted".into());
+        }
+        Ok(())
+    }
+}
+
 impl<E: Env> script::Host for ShellHost<E> {
     fn log(&self, line: &str) {
         self.s.with_node(|n, now| n.job_log(now, &self.job, self.attempt, line));
@@ -242,14 +259,17 @@ impl<E: Env> script::Host for ShellHost<E> {
     }
 
     fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        self.go_on()?;
         self.handle.block_on(read_file(&self.s, path))
     }
 
     fn write(&self, path: &str, bytes: Vec<u8>) -> Result<(), String> {
+        self.go_on()?;
         self.handle.block_on(write_file(&self.s, path, bytes))
     }
 
     fn list(&self, path: &str) -> Result<Value, String> {
+        self.go_on()?;
         let p = bare(path)?;
         self.s
             .read_node(|n, _| n.meta_ls(&p))
@@ -258,6 +278,7 @@ impl<E: Env> script::Host for ShellHost<E> {
     }
 
     fn stat(&self, path: &str) -> Result<Option<Value>, String> {
+        self.go_on()?;
         let p = bare(path)?;
         match self.s.read_node(|n, _| n.meta_stat(&p)) {
             Ok(st) => Ok(Some(serde_json::to_value(st).unwrap_or_default())),
@@ -267,6 +288,7 @@ impl<E: Env> script::Host for ShellHost<E> {
     }
 
     fn publish(&self, kind: &str, payload: Value) -> Result<(), String> {
+        self.go_on()?;
         if !kind.starts_with("app.") {
             return Err(format!("a script publishes app.* events only, not {kind:?}"));
         }
@@ -274,13 +296,19 @@ impl<E: Env> script::Host for ShellHost<E> {
     }
 
     fn exec(&self, program: &str, args: Vec<String>) -> Result<Value, String> {
+        self.go_on()?;
         if !self.exec_allowed.iter().any(|p| p == program) {
             return Err(format!(
                 "exec of {program:?} is not allowed here: it must be in the cluster's jobs.exec_allowed (a trusted key) and in this node's capabilities"
             ));
         }
+        // No environment but PATH, started in the temp folder: nothing of the node's own
+        // settings or working folder leaks into the program.
         let mut child = std::process::Command::new(program)
             .args(&args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(std::env::temp_dir())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -289,9 +317,11 @@ impl<E: Env> script::Host for ShellHost<E> {
         // Both pipes are drained while the program runs, so a chatty one never blocks.
         let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
             std::thread::spawn(move || {
+                // Keep the first MiB; read and drop the rest so the program never blocks.
                 let mut buf = Vec::new();
                 if let Some(mut r) = r {
-                    let _ = std::io::Read::read_to_end(&mut r, &mut buf);
+                    let _ = std::io::Read::read_to_end(&mut std::io::Read::take(&mut r, 1 << 20), &mut buf);
+                    let _ = std::io::copy(&mut r, &mut std::io::sink());
                 }
                 buf
             })

@@ -173,10 +173,10 @@ pub fn run(
             Err(rquickjs::Error::Exception) => {
                 let thrown = ctx.catch();
                 let msg = describe(&thrown);
-                if stop.load(Ordering::Relaxed) || msg.contains("interrupted") {
-                    Ended::Failed("job interrupted".into())
-                } else if Instant::now() >= limits.deadline {
+                if Instant::now() >= limits.deadline {
                     Ended::Failed("job timed out".into())
+                } else if stop.load(Ordering::Relaxed) || msg.contains("interrupted") {
+                    Ended::Failed("job interrupted".into())
                 } else if msg.contains("out of memory") {
                     Ended::Failed(format!("the script ran out of memory (limit {memory_mib} MiB)"))
                 } else {
