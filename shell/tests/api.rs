@@ -201,10 +201,12 @@ async fn the_sched_api_shows_changes_and_explains() {
     assert_eq!(s, 200, "{v}");
     assert!(v["chosen"].is_null(), "no volume yet: {v}");
     assert!(v["whyNone"].as_str().unwrap().contains("node has no volume"), "{v}");
-    for q in ["place=lots", "job=abc", "", "place=1MiB&color=red"] {
+    for q in ["place=lots", "", "place=1MiB&color=red"] {
         let (s, v) = call(&d, &token, "GET", &format!("/v1/sched/explain?{q}"), b"").await;
         assert_json_error(s, &v, 400);
     }
+    let (s, v) = call(&d, &token, "GET", "/v1/sched/explain?job=abc", b"").await;
+    assert_json_error(s, &v, 404);
 }
 
 /// A WebSocket to `/v1/events` with these extra headers.
@@ -313,4 +315,53 @@ async fn events_are_published_listed_and_followed() {
         }
         other => panic!("expected a close for falling behind, got {other:?}"),
     }
+}
+
+/// Issue 14: the jobs API answers every client mistake with a JSON 4xx, and a lone node runs a
+/// job end to end (QuickJS on its own thread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_api_refuses_bad_input_and_runs_a_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    let (s, v) = call(&d, &token, "POST", "/v1/jobs", br#"{"script":"function run(){}"}"#).await;
+    assert_json_error(s, &v, 409); // not in a cluster yet
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    for (body, want) in [
+        (&b"{"[..], 400),
+        (br#"{"script":"function run(){}","colour":"red"}"#, 400),
+        (br#"{"script":""}"#, 400),
+        (br#"{"script":"x","timeoutSec":0}"#, 400),
+        (br#"{"script":"x","args":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"#, 400),
+    ] {
+        let (s, v) = call(&d, &token, "POST", "/v1/jobs", body).await;
+        assert_json_error(s, &v, want);
+    }
+    let long = format!(r#"{{"script":"x","dataset":"cluster:/{}/*"}}"#, "x".repeat(300));
+    let (s, v) = call(&d, &token, "POST", "/v1/jobs", long.as_bytes()).await;
+    assert_json_error(s, &v, 400);
+    for path in ["/v1/jobs/nope", "/v1/jobs/nope/logs", "/v1/jobs/nope/output", "/v1/jobs/nope/explain"] {
+        let (s, v) = call(&d, &token, "GET", path, b"").await;
+        assert_json_error(s, &v, 404);
+    }
+    let (s, v) = call(&d, &token, "GET", "/v1/jobs?all=maybe", b"").await;
+    assert_json_error(s, &v, 400);
+    let (s, v) =
+        call(&d, &token, "POST", "/v1/jobs", br#"{"script":"function run(job){ job.log('hi'); return 6*7; }"}"#).await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        let (_, st) = call(&d, &token, "GET", &format!("/v1/jobs/{id}"), b"").await;
+        last = st;
+        if last["status"] == "succeeded" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!((last["status"].as_str(), &last["output"]), (Some("succeeded"), &Value::from(42)), "{last}");
+    let (_, logs) = call(&d, &token, "GET", &format!("/v1/jobs/{id}/logs"), b"").await;
+    assert_eq!(logs["log"], serde_json::json!(["hi"]));
+    let (s, v) = call(&d, &token, "POST", &format!("/v1/jobs/{id}/cancel"), b"").await;
+    assert_json_error(s, &v, 409); // finished already
 }
