@@ -697,3 +697,75 @@ fn jobs_and_map_reduce_through_the_real_cli() {
     let (ok, _, err) = nodes[0].cli(&["job", "status", "no-such-job"]);
     assert!(!ok && err.contains("no job"), "{err}");
 }
+
+/// Issue 17 ("fixes found by a read"): a name and URL set with `cluster config` survive a
+/// restart without flags (the start flags win only when given), and a node listening on every
+/// address with no URL to advertise refuses to start with a message saying what to give.
+#[test]
+fn a_configured_name_and_url_survive_a_restart_and_0_0_0_0_is_never_advertised() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("n");
+    let port = free_port();
+    let start = |extra: &[&str]| {
+        let child = Command::new(BIN)
+            .args(["serve", "--data"])
+            .arg(&dir)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start shoal serve");
+        wait_for(Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        child
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let cli = |args: &[&str]| {
+        let (ok, out, err) = cli_in(&dir, &url, &[&["--json"], args].concat());
+        assert!(ok, "shoal {args:?}: {err}");
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let mut child = start(&["--name", "first"]);
+    cli(&["cluster", "create", "--name", "c"]);
+    let also = format!("http://localhost:{port}");
+    cli(&["cluster", "config", "--name", "renamed", "--advertise", &also]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut child = start(&[]);
+    let st = cli(&["cluster", "status"]);
+    assert_eq!((st["nodeName"].as_str(), st["advertiseUrl"].as_str()), (Some("renamed"), Some(also.as_str())), "{st}");
+    let _ = child.kill();
+    let _ = child.wait();
+    // A flag given wins over the stored value.
+    let mut child = start(&["--name", "flagged"]);
+    assert_eq!(cli(&["cluster", "status"])["nodeName"], "flagged");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let fresh = root.path().join("fresh");
+    let mut serve = Command::new(BIN)
+        .args(["serve", "--data"])
+        .arg(&fresh)
+        .args(["--listen", &format!("0.0.0.0:{}", free_port())])
+        .env("SHOAL_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run shoal serve");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = serve.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = serve.kill();
+            let _ = serve.wait();
+            panic!("a node listening on 0.0.0.0 with no --advertise started anyway");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success() && err.contains("--advertise"), "{err}");
+}

@@ -87,6 +87,8 @@ pub enum StartError {
     Listen(String, std::io::Error),
     #[error("bad --advertise URL {0}: it must look like http://host:port")]
     BadAdvertise(String),
+    #[error("listening on {0}, an address peers cannot reach: give the URL they reach this node at with --advertise http://HOST:PORT")]
+    Unadvertisable(String),
 }
 
 /// A running node. Dropping it does not stop it; call [`Daemon::shutdown`].
@@ -182,19 +184,31 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         Err(_) => opts.listen.clone(),
     };
     let local_addr = if local_addr.parse::<std::net::SocketAddr>().is_ok() { local_addr } else { opts.listen.clone() };
-    let advertise = match &opts.advertise {
-        Some(u) => {
+    // What `cluster config` set is kept across restarts: the flags win only when given.
+    let stored = restored.records.iter().find(|r| r.id == ident.id && !r.removed);
+    let stored_url = stored.map(|r| r.advertise_url.clone()).filter(|u| shoal_core::token::valid_base_url(u));
+    let advertise = match (&opts.advertise, stored_url) {
+        (Some(u), _) => {
             let u = u.trim_end_matches('/').to_string();
             if !shoal_core::token::valid_base_url(&u) {
                 return Err(StartError::BadAdvertise(u));
             }
             u
         }
-        None => format!("http://{local_addr}"),
+        (None, Some(u)) => u,
+        (None, None) => {
+            let u = format!("http://{local_addr}");
+            if !shoal_core::token::valid_base_url(&u) {
+                // 0.0.0.0 or [::]: no peer can reach that.
+                return Err(StartError::Unadvertisable(local_addr));
+            }
+            u
+        }
     };
     let now = env.now();
     let capabilities = env.capabilities(&opts.data_dir, now);
-    let name = opts.name.clone().unwrap_or_else(|| {
+    let stored_name = stored.map(|r| r.name.clone()).filter(|n| !n.is_empty());
+    let name = opts.name.clone().or(stored_name).unwrap_or_else(|| {
         if capabilities.hostname.is_empty() {
             "shoal".to_string()
         } else {
