@@ -142,7 +142,7 @@ async fn main() {
     }
     for i in 0..3 {
         let vol = root.path().join(format!("vol{i}"));
-        let body = j(json!({"path": vol.to_str().unwrap()}));
+        let body = j(json!({"path": vol.to_str().unwrap(), "create": true}));
         assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/volumes", body).await.0, 200);
     }
     assert_eq!(

@@ -32,7 +32,7 @@ for _ in $(seq 50); do "${A[@]}" cluster status >/dev/null 2>&1 && "${B[@]}" clu
 "${A[@]}" cluster create --name bench >/dev/null
 tok=$("${A[@]}" --json token new | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 "${B[@]}" join "$tok" >/dev/null
-"${B[@]}" volume add "$dir/vol-b" >/dev/null
+"${B[@]}" volume add "$dir/vol-b" --create >/dev/null
 # Wait until A knows B's volume and a leader.
 for _ in $(seq 100); do
   "${A[@]}" --json volume list | grep -q '"id"' && "${A[@]}" --json meta status | grep -q '"leader": "' && break

@@ -202,7 +202,7 @@ fn the_drive_through_the_real_cli() {
     nodes[1].cli_json(&["join", &token]);
     for (i, n) in nodes.iter().enumerate() {
         let vol = root.path().join(format!("vol{i}"));
-        n.cli_json(&["volume", "add", vol.to_str().unwrap()]);
+        n.cli_json(&["volume", "add", vol.to_str().unwrap(), "--create"]);
     }
     nodes[0].cli_json(&["policy", "set", "cluster:/docs", "2"]);
     // Plan every 2 s rather than every minute, so a repair below comes at once.
@@ -539,7 +539,7 @@ fn jobs_and_map_reduce_through_the_real_cli() {
     }
     for (i, n) in nodes.iter().enumerate() {
         let vol = root.path().join(format!("vol{i}"));
-        n.cli_json(&["volume", "add", vol.to_str().unwrap()]);
+        n.cli_json(&["volume", "add", vol.to_str().unwrap(), "--create"]);
     }
     wait_for(Duration::from_secs(20), || {
         nodes.iter().all(|n| {

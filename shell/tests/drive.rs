@@ -129,7 +129,7 @@ async fn cluster(nodes: usize) -> Cluster {
     let mut folders = vec![None];
     for (i, d) in ds.iter().enumerate().skip(1) {
         let folder = root.path().join(format!("vol{i}"));
-        let (s, v) = api(d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+        let (s, v) = api(d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
         assert_eq!(s, 200, "{v}");
         folders.push(Some(std::fs::canonicalize(&folder).unwrap()));
     }

@@ -59,7 +59,7 @@ async fn two_nodes() -> (tempfile::TempDir, Daemon<TokioEnv>, Daemon<TokioEnv>, 
     assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
     let b_id = b.shared().read_node(|n, _| n.id().clone());
     let folder = root.path().join("vol-b");
-    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
     assert_eq!(s, 200, "{v}");
     let vol = v["id"].as_str().unwrap().to_string();
     (root, a, b, b_id, folder, vol)

@@ -24,7 +24,7 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
     let folder = root.path().join("disk1").join("shoal");
 
     // Not in a cluster yet.
-    let (s, _) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    let (s, _) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
     assert_eq!(s, 409);
     assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
 
@@ -36,21 +36,30 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
         file.to_string_lossy().into_owned(),
         root.path().join("data").to_string_lossy().into_owned(),
     ] {
-        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad })).await;
+        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad, "create": true })).await;
         assert_eq!(s, 400, "{bad}: {v}");
         assert!(v["error"]["message"].is_string());
     }
 
+    // Issue 17: a missing folder is refused unless creating it is asked for (a typo or an
+    // unmounted disk would otherwise fill the root disk), and nothing is created.
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_path")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("--create"), "{v}");
+    assert!(!folder.exists() && !folder.parent().unwrap().exists(), "nothing created");
+
     // Add (the folder is created), with capacity and free space from the filesystem.
-    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "name": "disk1"})).await;
+    let (s, v) =
+        call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "name": "disk1", "create": true}))
+            .await;
     assert_eq!(s, 200, "{v}");
     assert!(folder.is_dir());
     let id = v["id"].as_str().unwrap().to_string();
     assert!(v["capacity"].as_u64().unwrap() > 0);
-    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
     assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_exists")));
     let nested = folder.join("inner");
-    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": nested.to_str().unwrap()})).await;
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": nested.to_str().unwrap(), "create": true})).await;
     assert_eq!((s, v["error"]["code"].as_str()), (409, Some("volume_overlaps")));
 
     let (_, list) = call(&d, "GET", "/v1/volumes", Value::Null).await;
@@ -142,7 +151,7 @@ async fn a_nodes_own_volumes_survive_a_restart_and_an_old_data_dir_adopts_them()
     let folder = root.path().join("disk1");
     let d = daemon::start(TokioEnv::default(), ServeOptions::new(data.clone(), "127.0.0.1:0")).await.unwrap();
     assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
-    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
     assert_eq!(s, 200, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     d.shutdown().await;
@@ -208,7 +217,7 @@ async fn system_folders_and_data_dirs_are_refused_and_a_rescan_never_adopts_a_no
         other.join("inside").to_string_lossy().into_owned(),
         holder.to_string_lossy().into_owned(),
     ] {
-        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad })).await;
+        let (s, v) = call(&d, "POST", "/v1/volumes", json!({ "path": bad, "create": true })).await;
         assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_path")), "{bad}: {v}");
     }
     assert!(!not_created.exists(), "nothing is created for a refused folder");
@@ -216,7 +225,7 @@ async fn system_folders_and_data_dirs_are_refused_and_a_rescan_never_adopts_a_no
 
     // A right folder whose files include a node's secrets: only the other files are adopted.
     let folder = root.path().join("disk");
-    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await;
+    let (s, v) = call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
     assert_eq!(s, 200, "{v}");
     std::fs::create_dir_all(folder.join("sub")).unwrap();
     for name in ["node.key", "admin.token", "cluster.redb", "node.id", "photo.jpg"] {
@@ -244,7 +253,7 @@ async fn names_up_to_255_bytes_can_be_written_and_longer_ones_are_refused() {
         daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("data"), "127.0.0.1:0")).await.unwrap();
     assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
     let folder = root.path().join("disk");
-    assert_eq!(call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap()})).await.0, 200);
+    assert_eq!(call(&d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await.0, 200);
     let client = HttpClient::new(TokioEnv::default());
     let auth = format!("Bearer {}", d.shared().admin_token);
     for (len, want) in [(233usize, 200u16), (234, 200), (250, 200), (255, 200), (256, 400)] {

@@ -507,7 +507,11 @@ impl Harness {
     /// Node `i` contributes its volume folder; returns the volume id.
     pub fn add_volume(&mut self, i: usize) -> Result<String, String> {
         let dir = self.volume_dir(i);
-        let v = self.api_ok(i, "POST /v1/volumes", Some(serde_json::json!({"path": dir.to_string_lossy()})))?;
+        let v = self.api_ok(
+            i,
+            "POST /v1/volumes",
+            Some(serde_json::json!({"path": dir.to_string_lossy(), "create": true})),
+        )?;
         v["id"].as_str().map(str::to_string).ok_or_else(|| format!("no volume id in {v}"))
     }
 

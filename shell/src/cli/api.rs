@@ -191,14 +191,14 @@ impl Api {
                     format!("removed {}", s(&v["key"]))
                 })
             }
-            Cmd::Volume { cmd: VolumeCmd::Add { path, name } } => {
+            Cmd::Volume { cmd: VolumeCmd::Add { path, name, create } } => {
                 let abs = std::path::Path::new(&path);
                 let abs = if abs.is_absolute() {
                     abs.to_path_buf()
                 } else {
                     std::env::current_dir().map_err(|e| CliError(format!("current dir: {e}")))?.join(abs)
                 };
-                let body = json!({"path": abs.to_string_lossy(), "name": name});
+                let body = json!({"path": abs.to_string_lossy(), "name": name, "create": create});
                 (self.call("POST", "/volumes", Some(body)).await?, |v| {
                     format!(
                         "volume {} at {} ({} free of {})",

@@ -266,6 +266,10 @@ pub enum VolumeCmd {
         path: String,
         #[arg(long, default_value = "")]
         name: String,
+        /// Create the folder if it does not exist (otherwise refused: a typo or an unmounted
+        /// disk would fill the root disk).
+        #[arg(long)]
+        create: bool,
     },
     List,
     /// Retire a volume (refused while it holds the only copy of a file).

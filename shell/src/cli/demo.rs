@@ -78,9 +78,12 @@ async fn run_in(
     // Each node contributes a folder beside its data dir, so `put` and `get` work at once.
     for (i, d) in daemons.iter().enumerate() {
         let s = d.shared();
-        let (folder, facts) =
-            crate::disk::volumes::prepare_folder(&s.data_dir, &root.join(format!("volume-{i}")).to_string_lossy())
-                .map_err(|e| CliError(format!("node {i}'s volume: {}", e.message)))?;
+        let (folder, facts) = crate::disk::volumes::prepare_folder(
+            &s.data_dir,
+            &root.join(format!("volume-{i}")).to_string_lossy(),
+            true,
+        )
+        .map_err(|e| CliError(format!("node {i}'s volume: {}", e.message)))?;
         let (free, total) = crate::env::Probe::disk_usage(&s.env, std::path::Path::new(&folder));
         s.with_node(|n, now| n.volume_add(now, &folder, &facts, "demo", total, free))
             .map_err(|e| CliError(e.message))?;

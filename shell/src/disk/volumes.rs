@@ -15,9 +15,10 @@ const BELOW_ENTRIES_MAX: usize = 4_096;
 
 /// Check and prepare a folder to contribute: an absolute path, a directory, not inside the
 /// node's data dir (nor containing it), and not refused by the core's rule (a pseudo-filesystem,
-/// a system folder, another shoal data dir); created if missing, only once it passes. Returns
+/// a system folder, another shoal data dir); a missing folder is refused unless `create`, and
+/// then created only once it passes. Returns
 /// the canonical path and the facts the core judges again when it adds the volume.
-pub fn prepare_folder(data_dir: &Path, path: &str) -> Result<(String, FolderFacts), ApiError> {
+pub fn prepare_folder(data_dir: &Path, path: &str, create: bool) -> Result<(String, FolderFacts), ApiError> {
     let bad = |m: String| ApiError::invalid("bad_path", m);
     if path.is_empty() || path.len() > 4096 || path.chars().any(|c| c.is_control()) {
         return Err(bad("a volume path is 1 to 4096 characters without control characters".into()));
@@ -28,6 +29,10 @@ pub fn prepare_folder(data_dir: &Path, path: &str) -> Result<(String, FolderFact
     }
     if p.exists() && !p.is_dir() {
         return Err(bad(format!("{path} exists and is not a directory")));
+    }
+    if !p.exists() && !create {
+        // A typo or an unmounted disk would otherwise fill the root disk.
+        return Err(bad(format!("{path} does not exist: mount or create it, or ask for it to be created (--create)")));
     }
     // Judge the path it will have before creating anything: the canonical form of the part
     // that exists, then the rest.

@@ -315,6 +315,9 @@ pub(super) struct VolumeAddBody {
     path: String,
     #[serde(default)]
     name: String,
+    /// Create the folder when it does not exist (otherwise refused).
+    #[serde(default)]
+    create: bool,
 }
 
 pub(super) async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
@@ -324,7 +327,7 @@ pub(super) async fn volume_add<E: Env>(State(s): S<E>, body: Body) -> Response {
         if s.read_node(|n, _| n.cluster().is_none()) {
             return Err(ApiError::conflict("not_in_cluster", "this node is not in a cluster"));
         }
-        let (folder, facts) = crate::disk::volumes::prepare_folder(&s.data_dir, &b.path)?;
+        let (folder, facts) = crate::disk::volumes::prepare_folder(&s.data_dir, &b.path, b.create)?;
         let (free, total) = s.env.disk_usage(std::path::Path::new(&folder));
         s.with_node(|n, now| n.volume_add(now, &folder, &facts, &b.name, total, free))
     })())
