@@ -365,3 +365,29 @@ async fn the_jobs_api_refuses_bad_input_and_runs_a_job() {
     let (s, v) = call(&d, &token, "POST", &format!("/v1/jobs/{id}/cancel"), b"").await;
     assert_json_error(s, &v, 409); // finished already
 }
+
+/// Issue 17 "Operators": `/healthz` answers whenever the process does, `/readyz` only once
+/// the node is in a cluster with a leader known and its metadata caught up (503 with the
+/// reasons before); neither needs the token.
+#[tokio::test]
+async fn health_and_readiness_probes_need_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let (s, v) = call(&d, "", "GET", "/healthz", b"").await;
+    assert_eq!((s, &v["ok"]), (200, &Value::Bool(true)), "{v}");
+    let (s, v) = call(&d, "", "GET", "/readyz", b"").await;
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(v["why"][0], "not in a cluster", "{v}");
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let mut last = (0, Value::Null);
+    for _ in 0..50 {
+        last = call(&d, "", "GET", "/readyz", b"").await;
+        if last.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(last.0, 200, "{}", last.1);
+    assert_eq!((last.1["ready"].as_bool(), last.1["caughtUp"].as_bool()), (Some(true), Some(true)), "{}", last.1);
+    assert!(last.1["leader"].is_string(), "{}", last.1);
+}

@@ -69,7 +69,44 @@ pub struct NodeConfigured {
     pub advertise_url: String,
 }
 
+/// `GET /readyz`: whether this node can serve the cluster now, and if not, why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    pub ready: bool,
+    pub in_cluster: bool,
+    /// The metadata leader this node follows (itself when it leads).
+    pub leader: Option<NodeId>,
+    /// Every log entry this node knows of is applied, and nothing it wrote waits for the leader.
+    pub caught_up: bool,
+    pub why: Vec<String>,
+}
+
 impl Node {
+    /// Ready: in a cluster, a leader known, the metadata caught up (issue 17 "Operators").
+    pub fn readiness(&self, wall: Millis) -> Readiness {
+        let now = self.clock.peek(wall);
+        let in_cluster = self.cluster.is_some();
+        let meta = self.meta.status(now);
+        let leader = if in_cluster { meta.leader.clone() } else { None };
+        let caught_up = in_cluster && meta.applied >= meta.last_seq && meta.pending == 0;
+        let mut why = Vec::new();
+        if !in_cluster {
+            why.push("not in a cluster".to_string());
+        } else {
+            if leader.is_none() {
+                why.push("no metadata leader known".to_string());
+            }
+            if meta.applied < meta.last_seq {
+                why.push(format!("metadata behind: applied {} of {}", meta.applied.0, meta.last_seq.0));
+            }
+            if meta.pending > 0 {
+                why.push(format!("{} writes wait for the leader", meta.pending));
+            }
+        }
+        Readiness { ready: why.is_empty(), in_cluster, leader, caught_up, why }
+    }
+
     pub fn status(&self, wall: Millis) -> NodeStatus {
         let now = self.clock.peek(wall);
         let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();

@@ -50,7 +50,7 @@ pub mod rescan;
 pub mod sched;
 pub mod volumes;
 pub use admin::{
-    AdminStateSet, LeftCluster, NewToken, NodeConfigured, NodeRemoved, NodeStatus, TokenList, TokenRevoked,
+    AdminStateSet, LeftCluster, NewToken, NodeConfigured, NodeRemoved, NodeStatus, Readiness, TokenList, TokenRevoked,
 };
 pub use audit::AuditList;
 pub use builds::{ModuleInstalled, ModuleList, ModulePlaced, ModuleView, PlacedOn};

@@ -112,6 +112,9 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
     Router::new()
         .route("/cluster/acn/{*rest}", any(acn::<E>))
         .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>)))
+        // Probes for systemd, load balancers and Kubernetes: no token, nothing secret in them.
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz::<E>))
         .nest("/v1", api)
         .fallback(api_not_found)
         .layer(middleware::from_fn(json_errors))
@@ -137,6 +140,19 @@ async fn json_errors(req: Request, next: Next) -> Response {
     };
     let message = if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_string() } else { text };
     error_response(status.as_u16(), "bad_request", message)
+}
+
+/// `GET /healthz`: the process answers.
+async fn healthz() -> Response {
+    axum::Json(serde_json::json!({"ok": true})).into_response()
+}
+
+/// `GET /readyz`: 200 when in a cluster with a leader known and the metadata caught up, else
+/// 503 with the reasons.
+async fn readyz<E: Env>(State(s): S<E>) -> Response {
+    let r = s.read_node(|n, now| n.readiness(now));
+    let status = if r.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, axum::Json(r)).into_response()
 }
 
 async fn api_not_found() -> Response {
