@@ -259,6 +259,15 @@ fn the_drive_through_the_real_cli() {
     let verify = nodes[0].cli_json(&["verify", "cluster:/docs"]);
     assert_eq!(verify["verified"], 2, "{verify}");
     wait_for(Duration::from_secs(20), || root.path().join("vol1/docs/moved.bin").exists());
+    // Issue 17: `verify` finding a corrupt copy marks it stale and exits non-zero.
+    let copy = root.path().join("vol1/docs/moved.bin");
+    let mut bytes = std::fs::read(&copy).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&copy, &bytes).unwrap();
+    let (ok, printed, err) = nodes[0].cli(&["--json", "verify", "cluster:/docs/moved.bin"]);
+    assert!(!ok && err.contains("did not match"), "{printed} {err}");
+    let v: Value = serde_json::from_str(printed.trim()).unwrap();
+    assert_eq!(v["stale"].as_array().map(Vec::len), Some(1), "{v}");
     nodes[1].cli_json(&["rm", "cluster:/docs/moved.bin"]);
     wait_for(Duration::from_secs(20), || {
         !root.path().join("vol0/docs/moved.bin").exists() && !root.path().join("vol1/docs/moved.bin").exists()

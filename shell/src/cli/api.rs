@@ -396,7 +396,18 @@ impl Api {
             }
             Cmd::Verify { path } => {
                 let p = crate::cli::files::cluster_path(&path)?;
-                (self.call("POST", "/verify", Some(json!({ "path": p }))).await?, human_verify)
+                let v = self.call("POST", "/verify", Some(json!({ "path": p }))).await?;
+                say(if self.json { v.to_string() } else { human_verify(&v) });
+                // A copy that did not match (or could not be read) is a failure a script must
+                // see: the exit status says so.
+                let bad = v["stale"].as_array().map_or(0, Vec::len);
+                let unreachable = v["unreachable"].as_array().map_or(0, Vec::len);
+                if bad + unreachable > 0 {
+                    return Err(CliError(format!(
+                        "{bad} copies did not match their checksum (marked stale, to be repaired), {unreachable} could not be read"
+                    )));
+                }
+                return Ok(());
             }
             Cmd::Rescan => (self.call("POST", "/rescan", None).await?, human_rescan),
             Cmd::Config { cmd } => self.config(cmd).await?,
