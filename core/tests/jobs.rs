@@ -352,3 +352,18 @@ fn a_cancelled_run_whose_script_never_ends_is_given_up_after_the_grace() {
     assert!(net.nodes[1].jobs_running().is_empty(), "the slot is free");
     assert_eq!(status(&net, 0, &id), JobStatus::Cancelled);
 }
+
+/// A node that leaves its cluster stops the runs it had and keeps nothing of the jobs.
+#[test]
+fn a_node_that_leaves_stops_its_runs() {
+    let mut net = cluster();
+    let pin = vec![net.id(1)];
+    let id = submit(&mut net, 0, JobSubmit { nodes: pin, ..script("function run(){ while(true){} }") });
+    net.run_for(2 * SECOND_MS, 100);
+    assert_eq!(net.nodes[1].jobs_running().len(), 1);
+    let at = net.clock(1);
+    net.nodes[1].leave(at).expect("leave");
+    net.pump();
+    assert_eq!(net.stops[1].iter().map(|s| &s.0).collect::<Vec<_>>(), [&id], "its run is stopped");
+    assert!(net.nodes[1].jobs_running().is_empty());
+}

@@ -225,6 +225,8 @@ impl Node {
         self.chores.stop();
         self.working.clear();
         self.scrub_pending.clear();
+        // Runs here stop (their jobs belong to the cluster left); the leader's book goes.
+        self.jobs_forget_all();
         // One more config pass takes the values back to this build's own (then no timer runs).
         self.config_applied = None;
         self.config_due = Millis::ZERO;

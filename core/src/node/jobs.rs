@@ -1140,6 +1140,23 @@ impl Node {
         self.jobs_worker_timeout(wall, now);
     }
 
+    /// This node left its cluster: every run here is stopped and forgotten, and the leader's
+    /// book emptied.
+    pub(super) fn jobs_forget_all(&mut self) {
+        let runs: Vec<(JobId, u32, bool)> = self
+            .jobs
+            .runs
+            .iter()
+            .map(|(j, r)| (j.clone(), r.attempt, r.outcome.is_none() && r.stopping.is_none()))
+            .collect();
+        for (job, attempt, live) in runs {
+            if live {
+                self.push_output(Output::JobStop { job, attempt, why: StopWhy::LeaseLost });
+            }
+        }
+        self.jobs = JobsBook::default();
+    }
+
     /// Worker: the runs going on here (job, attempt).
     pub fn jobs_running(&self) -> Vec<(JobId, u32)> {
         self.jobs.runs.iter().filter(|(_, r)| r.outcome.is_none()).map(|(j, r)| (j.clone(), r.attempt)).collect()
