@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Stack a script may use.
 const STACK_BYTES: usize = 1024 * 1024;
@@ -97,11 +97,8 @@ async fn quickjs<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
     let job_json = json!({"id": run.job, "name": spec.name, "kind": spec.kind, "args": spec.args,
         "inputs": spec.inputs.iter().map(|p| format!("cluster:{p}")).collect::<Vec<_>>(),
         "node": me, "owner": spec.owner, "attempt": run.attempt});
-    let limits = script::Limits {
-        memory_bytes: memory,
-        stack_bytes: STACK_BYTES,
-        deadline: Instant::now() + Duration::from_secs(spec.timeout_sec),
-    };
+    // The timeout is the core's: it stops the run through the stop flag.
+    let limits = script::Limits { memory_bytes: memory, stack_bytes: STACK_BYTES };
     let handle = tokio::runtime::Handle::current();
     let (s2, source, job, attempt) = (s.clone(), spec.script.clone(), run.job.clone(), run.attempt);
     let ended = tokio::task::spawn_blocking(move || {
