@@ -262,6 +262,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         armed: AtomicU64::new(u64::MAX),
         changed: Notify::new(),
         shutdown,
+        metrics: Default::default(),
     });
     shared.pump();
     tracing::info!(node = %ident.id, listen = %local_addr, advertise = %advertise, "node started");
@@ -269,8 +270,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let router = crate::http::server::router(shared.clone());
     let stop = shared.shutdown_requested();
     let limits = opts.limits.clone();
+    let metrics = shared.metrics.clone();
     let server = tokio::spawn(async move {
-        crate::http::listener::serve(listener, router, limits, stop).await;
+        crate::http::listener::serve(listener, router, limits, &metrics, stop).await;
     });
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];

@@ -16,6 +16,7 @@
 //!   for `volume add`;
 //! - [`wire`]: header names, request-target encoding and JSON error answers, shared by the CLI
 //!   and the node;
+//! - [`metrics`]: the counters behind `/metrics` and its text (prometheus-client);
 //! - [`env`], [`probe`], [`sync`]: the environment the shell is generic over (`Net` + `Clock` +
 //!   `Probe`), host capabilities and health, the one locking helper.
 
@@ -24,6 +25,7 @@ pub mod daemon;
 pub mod disk;
 pub mod env;
 pub mod http;
+pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod persist;

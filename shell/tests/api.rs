@@ -391,3 +391,161 @@ async fn health_and_readiness_probes_need_no_token() {
     assert_eq!((last.1["ready"].as_bool(), last.1["caughtUp"].as_bool()), (Some(true), Some(true)), "{}", last.1);
     assert!(last.1["leader"].is_string(), "{}", last.1);
 }
+
+/// The router's route list, read from its source at compile time (every `.route("PATH",
+/// METHODS)` in `http/server/mod.rs`), as (method, path) with path parameters filled in.
+fn routes_of_the_router() -> Vec<(String, String)> {
+    let src = include_str!("../src/http/server/mod.rs");
+    let mut out = Vec::new();
+    let mut in_api = false;
+    for line in src.lines() {
+        let line = line.trim();
+        if line.starts_with("let api = Router::new()") {
+            in_api = true;
+        }
+        if line.starts_with("Router::new()") && !line.contains("let api") {
+            in_api = false;
+        }
+        let Some(rest) = line.strip_prefix(".route(\"") else { continue };
+        let Some((path, handlers)) = rest.split_once('"') else { continue };
+        let path = path
+            .replace("{*path}", "a/b.txt")
+            .replace("{*rest}", "ping")
+            .replace("{id}", "x")
+            .replace("{key}", "k")
+            .replace("{name}", "m");
+        let path = if in_api { format!("/v1{path}") } else { path };
+        for (needle, method) in
+            [("get(", "GET"), ("post(", "POST"), ("put(", "PUT"), ("delete(", "DELETE"), ("any(", "POST")]
+        {
+            if handlers.contains(needle) {
+                out.push((method.to_string(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Issue 17: a table test over the router's own route list. Every `/v1` route and `/metrics`
+/// answer 401 (JSON) with no token and with a wrong one; every node-to-node endpoint (the
+/// core's table, the shell's `store/*` and `repl/*`) answers 401 unsigned, signed for another
+/// cluster, and signed in this node's name with a key that is not its own.
+#[tokio::test]
+async fn every_route_refuses_missing_and_wrong_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let routes = routes_of_the_router();
+    let v1: Vec<_> = routes.iter().filter(|(_, p)| p.starts_with("/v1/") || p == "/metrics").collect();
+    assert!(v1.len() >= 60, "the route list was not read: {routes:?}");
+    for (method, path) in &v1 {
+        for token in ["", "not-the-token"] {
+            let (s, v) = call(&d, token, method, path, b"{}").await;
+            assert_eq!(s, 401, "{method} {path} with token {token:?}: {v}");
+            assert!(v["error"]["code"].is_string(), "{method} {path}: {v}");
+        }
+    }
+    for (method, path) in routes.iter().filter(|(_, p)| p == "/healthz" || p == "/readyz") {
+        let (s, _) = call(&d, "", method, path, b"").await;
+        assert!(s == 200 || s == 503, "{method} {path} needs no token: {s}");
+    }
+
+    let (id, cluster) = d.shared().read_node(|n, _| (n.id().clone(), n.cluster().unwrap().id.clone()));
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let other_cluster = shoal_core::ClusterId::new("c-someone-else");
+    let mut acn: Vec<(String, String)> = shoal_core::node::ACN_ENDPOINTS
+        .iter()
+        .filter(|(e, _)| *e != "hello" && *e != "join")
+        .map(|(e, m)| (m.to_string(), format!("/cluster/acn/{e}")))
+        .collect();
+    for (op, m) in [("begin", "POST"), ("chunk", "POST"), ("commit", "POST"), ("abort", "POST"), ("mkdir", "POST")]
+        .into_iter()
+        .chain([
+            ("read", "GET"),
+            ("stat", "GET"),
+            ("checksum", "GET"),
+            ("list", "GET"),
+            ("delete", "POST"),
+            ("rename", "POST"),
+        ])
+    {
+        acn.push((m.into(), format!("/cluster/acn/store/{op}")));
+    }
+    for op in ["task", "renew", "done"] {
+        acn.push(("POST".into(), format!("/cluster/acn/repl/{op}")));
+    }
+    let client = HttpClient::new(TokioEnv::default());
+    let mut rng = SeededRng::new(3);
+    for (method, target) in &acn {
+        let now = TokioEnv::default().now();
+        let other = sign_request(
+            &stranger,
+            &shoal_core::NodeId::new("n-stranger"),
+            &other_cluster,
+            method,
+            target,
+            b"{}",
+            now,
+            &mut rng,
+        );
+        let impostor = sign_request(&stranger, &id, &cluster, method, target, b"{}", now, &mut rng);
+        for (what, pairs) in [
+            ("unsigned", Vec::new()),
+            ("another cluster", other.pairs().to_vec()),
+            ("a wrong key", impostor.pairs().to_vec()),
+        ] {
+            let r = client.request(&d.url(), method, target, &pairs, b"{}".to_vec(), 5_000).await.unwrap();
+            let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            assert_eq!(r.status, 401, "{method} {target} {what}: {v}");
+            assert!(v["error"]["code"].is_string(), "{method} {target} {what}: {v}");
+        }
+    }
+    d.shutdown().await;
+}
+
+/// Issue 17 "Operators": `/metrics` needs the token and reports requests by route pattern and
+/// status, bytes on the connections, members, the lease and the volumes.
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_report_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let _ = call(&d, "", "GET", "/v1/nodes", b"").await;
+    let (s, _) = call(&d, &token, "GET", "/v1/nodes", b"").await;
+    assert_eq!(s, 200);
+    let _ = call(&d, &token, "GET", "/v1/files/some/where.txt", b"").await;
+    let client = HttpClient::new(TokioEnv::default());
+    let r = client.request(&d.url(), "GET", "/metrics", &[], Vec::new(), 5_000).await.unwrap();
+    assert_eq!(r.status, 401);
+    let auth = format!("Bearer {token}");
+    let mut text = String::new();
+    for _ in 0..50 {
+        let r =
+            client.request(&d.url(), "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 5_000).await.unwrap();
+        assert_eq!(r.status, 200);
+        text = String::from_utf8(r.body.to_vec()).unwrap();
+        if text.contains("shoal_meta_is_leader 1") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for needle in [
+        "shoal_http_requests_total{route=\"/v1/nodes\",method=\"GET\",status=\"200\"} 1",
+        "shoal_http_requests_total{route=\"/v1/files/{*path}\",method=\"GET\",status=\"404\"} 1",
+        "shoal_http_request_duration_seconds_bucket{",
+        "shoal_members{state=\"ONLINE\"} 1",
+        "shoal_meta_is_leader 1",
+        "shoal_meta_term 1",
+        "shoal_in_cluster 1",
+        "shoal_config_resolve_seconds",
+        "shoal_repl_tasks_ended_total{outcome=\"failed\"} 0",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // The unauthenticated request is counted under its route too (the token layer is inside).
+    assert!(text.contains("route=\"/v1/nodes\",method=\"GET\",status=\"401\"} 1"), "{text}");
+    let received = text.lines().find_map(|l| l.strip_prefix("shoal_http_received_bytes_total ")).unwrap();
+    assert!(received.parse::<u64>().unwrap() > 200, "{received}");
+    d.shutdown().await;
+}

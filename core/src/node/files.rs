@@ -797,6 +797,20 @@ impl Node {
         n
     }
 
+    /// Age of the oldest check among this node's current copies (a check stamped by a clock
+    /// ahead of ours counts as made now); `None` with no copies.
+    pub fn scrub_oldest_age(&self, wall: Millis) -> Option<u64> {
+        let own: std::collections::BTreeSet<VolumeId> = self.local_volumes().into_iter().map(|(v, _)| v).collect();
+        self.meta
+            .state()
+            .files()
+            .filter(|f| !f.removed && !f.is_dir)
+            .flat_map(|f| f.locations.iter().filter(move |l| f.is_current(l)))
+            .filter(|l| own.contains(&l.volume_id))
+            .map(|l| wall.0.saturating_sub(l.updated.wall_ms))
+            .max()
+    }
+
     pub fn scrub_queue(&self, wall: Millis, min_age_ms: u64) -> Vec<LocalCopy> {
         let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
         let mut out: Vec<(u64, LocalCopy)> = Vec::new();

@@ -44,6 +44,7 @@ mod gossip;
 pub mod jobs;
 mod landed;
 mod meta;
+pub mod metrics;
 mod peers;
 pub mod replication;
 pub mod rescan;
@@ -58,6 +59,7 @@ pub use config_windows::{
     ConfigEvents, Finding, Findings, RenameList, RenameView, RetireAnswered, Retiring, RetiringList, WindowHolder,
 };
 pub use meta::{CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, SETTING_VALUE_MAX_BYTES};
+pub use peers::ACN_ENDPOINTS;
 
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,32 @@
 
 use super::*;
 
+/// Every node-to-node endpoint the core answers (under `/cluster/acn/`) and its method; all
+/// but `hello` and `join` need a member's signature. The shell answers `store/*` (but
+/// `store/place`) and `repl/*` itself, after the same signature check.
+pub const ACN_ENDPOINTS: &[(&str, &str)] = &[
+    ("hello", "GET"),
+    ("members", "GET"),
+    ("latency", "GET"),
+    ("ping", "POST"),
+    ("join", "POST"),
+    ("heartbeat", "POST"),
+    ("members/sync", "POST"),
+    ("leave", "POST"),
+    ("evict", "POST"),
+    ("meta/log", "GET"),
+    ("meta/snapshot", "GET"),
+    ("meta/file", "GET"),
+    ("meta/lease", "POST"),
+    ("meta/append", "POST"),
+    ("meta/submit", "POST"),
+    ("store/place", "POST"),
+    ("events/publish", "POST"),
+    ("jobs/run", "POST"),
+    ("jobs/renew", "POST"),
+    ("jobs/done", "POST"),
+];
+
 impl Node {
     /// Answer one node-to-node request. `target` is the path plus `?query` exactly as received.
     pub fn handle_acn(
@@ -18,13 +44,8 @@ impl Node {
         let Some(endpoint) = path.strip_prefix(ACN_PREFIX) else {
             return Reply::error(ErrorKind::NotFound, "not_found", "no such ACN endpoint");
         };
-        let want = match endpoint {
-            "hello" | "members" | "latency" => "GET",
-            "ping" | "join" | "heartbeat" | "members/sync" | "leave" | "evict" => "POST",
-            "meta/log" | "meta/snapshot" | "meta/file" => "GET",
-            "meta/lease" | "meta/append" | "meta/submit" | "store/place" | "events/publish" => "POST",
-            "jobs/run" | "jobs/renew" | "jobs/done" => "POST",
-            _ => return Reply::error(ErrorKind::NotFound, "not_found", format!("no such ACN endpoint: {endpoint}")),
+        let Some(&(_, want)) = ACN_ENDPOINTS.iter().find(|(e, _)| *e == endpoint) else {
+            return Reply::error(ErrorKind::NotFound, "not_found", format!("no such ACN endpoint: {endpoint}"));
         };
         if !method.eq_ignore_ascii_case(want) {
             return Reply::error(ErrorKind::WrongMethod, "method_not_allowed", format!("{endpoint} takes {want}"));

@@ -21,12 +21,14 @@
 //! hyper answers a request it cannot parse (bad syntax, a head too large) itself, with an empty
 //! body; [`GuardedIo`] rewrites those answers into the JSON error every other answer carries.
 
+use crate::metrics::Metrics;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::Router;
 use bytes::Bytes;
 use http_body::Frame;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
@@ -118,6 +120,9 @@ struct Registry {
     /// waiting for the last connection, whenever a connection ends.
     closing: AtomicUsize,
     closed: Notify,
+    /// Bytes read and written on every connection (`/metrics`).
+    bytes_in: Counter,
+    bytes_out: Counter,
 }
 
 impl Registry {
@@ -148,9 +153,15 @@ impl Registry {
     }
 }
 
-/// Serve `router` on `listener` until `stop` turns true.
-pub async fn serve<L>(mut listener: L, router: Router, limits: ServeLimits, mut stop: watch::Receiver<bool>)
-where
+/// Serve `router` on `listener` until `stop` turns true, counting the bytes of every
+/// connection into `metrics`.
+pub async fn serve<L>(
+    mut listener: L,
+    router: Router,
+    limits: ServeLimits,
+    metrics: &Metrics,
+    mut stop: watch::Receiver<bool>,
+) where
     L: axum::serve::Listener,
     L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -159,6 +170,8 @@ where
         open: Mutex::new(BTreeMap::new()),
         closing: AtomicUsize::new(0),
         closed: Notify::new(),
+        bytes_in: metrics.bytes_in.clone(),
+        bytes_out: metrics.bytes_out.clone(),
     });
     let (closing_tx, closing_rx) = watch::channel(false);
     let mut next_id = 0u64;
@@ -459,6 +472,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedIo<S> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.registry.bytes_in.inc_by((buf.filled().len() - before) as u64);
             self.touch();
         }
         r
@@ -488,6 +502,7 @@ impl<S: AsyncWrite + Unpin> GuardedIo<S> {
     fn after_write(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
         match &r {
             Poll::Ready(Ok(n)) if *n > 0 => {
+                self.registry.bytes_out.inc_by(*n as u64);
                 self.stall = None;
                 self.touch();
             }

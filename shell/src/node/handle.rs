@@ -55,6 +55,8 @@ pub struct Shared<E: Env> {
     /// Told whenever a peer's answer to one of this node's requests was handled.
     pub(crate) changed: Notify,
     pub(crate) shutdown: watch::Sender<bool>,
+    /// The shell's counters for `/metrics` (requests, bytes).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl<E: Env> Shared<E> {

@@ -344,6 +344,9 @@ pub struct Meta {
     /// Entries and records refused (see the module doc), and the last reason.
     refused: u64,
     last_refusal: Option<String>,
+    /// The lease seen at the last tick, and how often it changed since start (a metric).
+    lease_seen: Option<Lease>,
+    leader_changes: u64,
     /// The latest monotonic time this machine was handed.
     now: Millis,
     outputs: VecDeque<MetaOutput>,
@@ -378,6 +381,8 @@ impl Meta {
             last_anti_entropy: Millis::ZERO,
             purge_due: now,
             snapshots_adopted: 0,
+            lease_seen: None,
+            leader_changes: 0,
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -503,6 +508,21 @@ impl Meta {
         }
     }
 
+    /// How often the lease (term or holder) this node knows changed since it started, as seen
+    /// at its lease ticks.
+    pub fn leader_changes(&self) -> u64 {
+        self.leader_changes
+    }
+
+    /// Leader: how many log entries each follower is behind (its acknowledged index against
+    /// ours), in node id order. Empty on a follower.
+    pub fn peer_lag(&self, now: Millis) -> Vec<(NodeId, u64)> {
+        if !self.is_leader(now) {
+            return Vec::new();
+        }
+        self.peers.iter().map(|(id, p)| (id.clone(), self.last_seq.0.saturating_sub(p.acked_through.0))).collect()
+    }
+
     // ---- the state machine face ----
 
     #[must_use]
@@ -560,6 +580,11 @@ impl Meta {
             if let Some(LeaseAction::Push(l)) = self.lease.tick(now, &self.members) {
                 self.on_lease_taken(&l);
                 self.push_lease(l);
+            }
+            let seen = self.lease.known().cloned();
+            if seen.is_some() && seen != self.lease_seen {
+                self.leader_changes += 1;
+                self.lease_seen = seen;
             }
             if self.is_leader(now) {
                 self.pump_appends();

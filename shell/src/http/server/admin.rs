@@ -208,26 +208,13 @@ pub(super) async fn capabilities<E: Env>(State(s): S<E>) -> Response {
 }
 
 pub(super) async fn metrics<E: Env>(State(s): S<E>) -> Response {
-    let text = s.read_node(|n, now| {
-        let mut by_state: BTreeMap<&str, usize> = BTreeMap::new();
-        for r in n.members().records().filter(|r| !r.removed) {
-            *by_state.entry(n.node_state(&r.id, now).as_str()).or_default() += 1;
-        }
-        let mut out = String::from("# HELP shoal_members Members of this node's cluster by computed state.\n# TYPE shoal_members gauge\n");
-        for (st, c) in by_state {
-            out.push_str(&format!("shoal_members{{state=\"{st}\"}} {c}\n"));
-        }
-        out.push_str(&format!(
-            "# HELP shoal_in_cluster 1 when this node is in a cluster.\n# TYPE shoal_in_cluster gauge\nshoal_in_cluster {}\n",
-            u8::from(n.cluster().is_some())
-        ));
-        out.push_str(&format!(
-            "# HELP shoal_heartbeats_sent_total Heartbeat rounds this node sent.\n# TYPE shoal_heartbeats_sent_total counter\nshoal_heartbeats_sent_total {}\n",
-            n.heartbeats_sent()
-        ));
-        out
+    let (gauges, resolve) = s.read_node(|n, now| {
+        let started = std::time::Instant::now();
+        let _ = n.config_resolved_own();
+        (n.gauges(now), started.elapsed().as_secs_f64())
     });
-    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+    let text = s.metrics.render(&gauges, resolve);
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
 // ---- metadata ----

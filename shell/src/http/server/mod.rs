@@ -118,6 +118,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .nest("/v1", api)
         .fallback(api_not_found)
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn_with_state(shared.clone(), count_requests::<E>))
         .with_state(shared)
 }
 
@@ -140,6 +141,20 @@ async fn json_errors(req: Request, next: Next) -> Response {
     };
     let message = if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_string() } else { text };
     error_response(status.as_u16(), "bad_request", message)
+}
+
+/// Every answer counted for `/metrics` by the route's pattern (never the path itself), method
+/// and status, with the time to its head.
+async fn count_requests<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = req.method().as_str().to_string();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let resp = next.run(req).await;
+    s.metrics.request(&route, &method, resp.status().as_u16(), started.elapsed().as_secs_f64());
+    resp
 }
 
 /// `GET /healthz`: the process answers.
