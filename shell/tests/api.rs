@@ -549,3 +549,38 @@ async fn metrics_count_requests_by_route_and_report_the_node() {
     assert!(received.parse::<u64>().unwrap() > 200, "{received}");
     d.shutdown().await;
 }
+
+/// Issue 17 "HTTP limits": every `/v1` route that takes a body refuses one over the API limit
+/// with a JSON 413 and JSON nested past serde's depth with a JSON 4xx (never a 5xx, never a
+/// crash); file contents (`PUT /v1/files`) are data, bounded by the drive, not this limit.
+#[tokio::test]
+async fn every_body_route_refuses_huge_and_deeply_nested_bodies() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = node(dir.path(), false).await;
+    let token = d.shared().admin_token.clone();
+    d.shared().with_node(|n, now| n.create_cluster(now, "t")).unwrap();
+    let big = vec![b' '; 2 * 1024 * 1024];
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let routes = routes_of_the_router();
+    let with_body: Vec<_> = routes
+        .iter()
+        .filter(|(m, p)| (m == "POST" || m == "PUT") && p.starts_with("/v1/") && !p.starts_with("/v1/files/"))
+        .collect();
+    assert!(with_body.len() >= 25, "{with_body:?}");
+    for (method, path) in &with_body {
+        let (s, v) = call(&d, &token, method, path, &big).await;
+        assert_json_error(s, &v, 413);
+    }
+    // Routes that read no body (leave, cancel, kicks) may take it; none may fail on it.
+    for (method, path) in with_body.iter().filter(|(_, p)| p != "/v1/cluster/leave") {
+        let (s, v) = call(&d, &token, method, path, deep.as_bytes()).await;
+        assert!(s < 500, "{method} {path} deep: {s} {v}");
+        if s >= 400 {
+            assert!(v["error"]["code"].is_string(), "{method} {path} deep: {s} {v}");
+        }
+    }
+    // The node still answers.
+    let (s, _) = call(&d, &token, "GET", "/v1/cluster/status", b"").await;
+    assert_eq!(s, 200);
+    d.shutdown().await;
+}

@@ -337,3 +337,85 @@ async fn bytes_that_just_landed_are_not_replaced_by_another_write_before_their_r
     assert_eq!(s, 200, "an overwrite that knew the content lands: {v}");
     assert_eq!(std::fs::read(folder.join("docs").join("kept.bin")).unwrap(), b"an overwrite");
 }
+
+/// Send `head` (a whole request head, no body) as written, byte for byte; the status.
+async fn raw_status(addr: &str, head: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), sock.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf);
+    text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Issue 17 "Hostile input": every spelling of a path that leaves its folder, on `/v1/files`
+/// (as sent on the wire, undecoded) and on `store/*` (in a signed body or query), is refused
+/// with a 4xx and writes or reads nothing outside the volume. A spelling that is only an odd
+/// name (full-width dots) may land, but inside the volume.
+#[tokio::test]
+async fn path_traversal_spellings_are_refused_on_files_and_store() {
+    let (root, a, b, b_id, folder, vol) = two_nodes().await;
+    let outside = root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret"), b"do not read").unwrap();
+    let token = b.shared().admin_token.clone();
+    let traversals = [
+        "../outside/x",
+        "a/../../outside/x",
+        "%2e%2e/outside/x",
+        "%2E%2E%2Foutside%2Fx",
+        "..%2foutside%2fx",
+        "..%5coutside%5cx",
+        "a/%2e%2e/%2e%2e/outside/x",
+        "%2e%2e%2f%2e%2e%2foutside%2fsecret",
+        ".%2e/outside/x",
+        "x%00.txt",
+        "%c0%ae%c0%ae/outside/x",
+        "a/b/%2e%2e%2f%2e%2e%2f%2e%2e%2foutside/x",
+        "a//..//..//outside/x",
+        "..\\outside\\x",
+    ];
+    for t in traversals {
+        for method in ["PUT", "GET", "DELETE"] {
+            let body = if method == "PUT" { "content-length: 1\r\n\r\nx" } else { "\r\n" };
+            let head = format!("{method} /v1/files/{t} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n{body}");
+            let s = raw_status(&b.local_addr, &head).await;
+            assert!((400..500).contains(&s), "{method} /v1/files/{t} answered {s}");
+        }
+    }
+    let odd = "%EF%BC%8E%EF%BC%8E/x";
+    let head = format!("PUT /v1/files/{odd} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: 1\r\nconnection: close\r\n\r\nx");
+    let s = raw_status(&b.local_addr, &head).await;
+    assert!(s < 500, "a full-width name answered {s}");
+
+    // store/*: the same spellings, decoded, in a signed begin body and in signed queries.
+    for t in traversals {
+        // An overlong encoding decodes to U+FFFD names: odd, but no traversal (what it writes
+        // is checked below to land nowhere outside).
+        if t.starts_with("%c0") {
+            continue;
+        }
+        let decoded = shoal_core::storage::transfer::decode_query_value(t);
+        for path in [format!("/{decoded}"), decoded.clone()] {
+            let begin = json!({"volumeId": vol, "path": path, "size": 1, "checksum": sha(b"x"), "fileId": "f-evil"});
+            let (s, body, ..) =
+                signed(&a, &b_id, "POST", "/cluster/acn/store/begin", serde_json::to_vec(&begin).unwrap(), None).await;
+            assert!((400..500).contains(&s), "store/begin {path:?}: {s} {}", String::from_utf8_lossy(&body));
+        }
+        for (method, op) in [("GET", "read"), ("GET", "stat"), ("GET", "checksum"), ("GET", "list"), ("POST", "mkdir")]
+        {
+            let target = format!("/cluster/acn/store/{op}?volume={vol}&path=/{t}");
+            let (s, body, ..) = signed(&a, &b_id, method, &target, Vec::new(), None).await;
+            assert!((400..500).contains(&s), "{target}: {s} {}", String::from_utf8_lossy(&body));
+            assert!(!String::from_utf8_lossy(&body).contains("do not read"), "{target} read outside");
+        }
+    }
+    let mut left: Vec<_> = std::fs::read_dir(&outside).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, vec![std::ffi::OsString::from("secret")], "something was written outside the volume");
+    assert!(!root.path().join("x").exists() && !root.path().join("x.txt").exists());
+    assert!(folder.is_dir());
+    a.shutdown().await;
+    b.shutdown().await;
+}

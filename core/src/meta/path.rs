@@ -24,29 +24,33 @@ pub enum PathError {
     SegmentTooLong { len: usize },
     #[error("path of {len} bytes is longer than the {max} allowed", max = MAX_PATH_BYTES)]
     TooLong { len: usize },
+    #[error("path climbs above the root with '..' (segment {segment})")]
+    AboveRoot { segment: usize },
 }
 
 /// The canonical form of `path`: an optional `cluster:` prefix is dropped, `\` is a separator
 /// like `/`, repeated separators collapse, `.` segments vanish and `..` removes the segment
-/// before it (never climbing above the root), and a trailing separator is dropped. The empty
-/// path is the root.
+/// before it, and a trailing separator is dropped. The empty path is the root.
 ///
-/// `cluster:photos\x\y` → `/photos/x/y`, `/../x` → `/x`, `""` → `/`.
+/// `cluster:photos\x\y` → `/photos/x/y`, `/a/../x` → `/x`, `""` → `/`.
 ///
-/// Refused: control characters (NUL included) anywhere in the input, any segment over
-/// [`MAX_SEGMENT_BYTES`] (even one a later `..` would remove) and a result over
-/// [`MAX_PATH_BYTES`].
+/// Refused: control characters (NUL included) anywhere in the input, a `..` with nothing left
+/// to remove (it would climb above the root: `/../x`, `a/../../x`; only a traversal attempt
+/// spells that, issue 17), any segment over [`MAX_SEGMENT_BYTES`] (even one a later `..` would
+/// remove) and a result over [`MAX_PATH_BYTES`].
 pub fn normalize(path: &str) -> Result<String, PathError> {
     if let Some((at, c)) = path.char_indices().find(|(_, c)| c.is_control()) {
         return Err(if c == '\0' { PathError::Nul { at } } else { PathError::Control { code: u32::from(c), at } });
     }
     let rest = path.strip_prefix(DRIVE_PREFIX).unwrap_or(path);
     let mut segments: Vec<&str> = Vec::new();
-    for segment in rest.split(['/', '\\']) {
+    for (i, segment) in rest.split(['/', '\\']).enumerate() {
         match segment {
             "" | "." => {}
             ".." => {
-                segments.pop();
+                if segments.pop().is_none() {
+                    return Err(PathError::AboveRoot { segment: i });
+                }
             }
             s if s.len() > MAX_SEGMENT_BYTES => return Err(PathError::SegmentTooLong { len: s.len() }),
             s => segments.push(s),

@@ -107,6 +107,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/jobs/{id}/explain", get(job_explain::<E>))
         .route("/jobs/{id}/cancel", post(job_cancel::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn(refuse_large_bodies))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
     Router::new()
@@ -141,6 +142,23 @@ async fn json_errors(req: Request, next: Next) -> Response {
     };
     let message = if text.is_empty() { status.canonical_reason().unwrap_or("bad request").to_string() } else { text };
     error_response(status.as_u16(), "bad_request", message)
+}
+
+/// A declared body over the API limit is refused before any handler runs, on every route,
+/// also those that read no body; a body with no declared length is cut at the same limit where
+/// it is read. File contents (`PUT /v1/files/...`) are data, bounded by the drive instead.
+async fn refuse_large_bodies(req: Request, next: Next) -> Response {
+    let is_file_put = req.method() == axum::http::Method::PUT && req.uri().path().starts_with("/files/");
+    let declared =
+        req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if !is_file_put && declared.is_some_and(|n| n > API_BODY_MAX_BYTES as u64) {
+        return error_response(
+            413,
+            "body_too_large",
+            format!("this endpoint's body is limited to {API_BODY_MAX_BYTES} bytes"),
+        );
+    }
+    next.run(req).await
 }
 
 /// Every answer counted for `/metrics` by the route's pattern (never the path itself), method
