@@ -109,7 +109,8 @@ pub fn decode_query_value(v: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hex = (b[i] == b'%' && i + 2 < b.len())
+        // Two hex digits exactly (`from_str_radix` alone would take `+5` as a number).
+        let hex = (b[i] == b'%' && i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit())
             .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
             .flatten();
         match (hex, b[i]) {
