@@ -56,6 +56,9 @@ pub struct ServeOptions {
     pub limits: crate::http::listener::ServeLimits,
     /// What runs job scripts (QuickJS; the simulator sets its own).
     pub jobs_engine: crate::node::state::JobsEngine,
+    /// `--rebuild-meta`: keep a damaged `cluster.redb` aside, start from the recovery copy of
+    /// the cluster state, take the metadata from the peers and rescan the volumes.
+    pub rebuild_meta: bool,
 }
 
 impl ServeOptions {
@@ -73,6 +76,7 @@ impl ServeOptions {
             build: None,
             limits: crate::http::listener::ServeLimits::default(),
             jobs_engine: Default::default(),
+            rebuild_meta: false,
         }
     }
 }
@@ -81,8 +85,10 @@ impl ServeOptions {
 pub enum StartError {
     #[error(transparent)]
     Identity(#[from] IdentityError),
-    #[error("cannot open {0}: {1}")]
+    #[error("cannot open {0}: {1}\nIf the file is damaged (a disk fault, a truncated copy), `shoal serve --rebuild-meta` keeps it aside as cluster.redb.damaged-TIME and rebuilds this node's metadata from its peers and a rescan of its volumes.")]
     Store(PathBuf, StoreError),
+    #[error("cannot rebuild the metadata: {0}")]
+    Rebuild(#[from] crate::persist::store::RebuildError),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
     #[error("bad --advertise URL {0}: it must look like http://host:port")]
@@ -160,6 +166,10 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let mut rng = SeededRng::new(env.seed());
     let ident = identity::load_or_create(&opts.data_dir, &mut rng)?;
     let db_path = opts.data_dir.join(identity::DB_FILE);
+    if opts.rebuild_meta {
+        let aside = crate::persist::store::rebuild(&db_path, env.now().as_secs())?;
+        tracing::warn!(kept = ?aside, "metadata rebuilt from the recovery copy: catching up from the peers, then rescanning the volumes");
+    }
     let store = Store::open(&db_path, opts.durable).map_err(|e| StartError::Store(db_path.clone(), e))?;
     let mut restored = store.load().map_err(|e| StartError::Store(db_path.clone(), e))?;
     let meta_store = MetaStore::open(store.database(), opts.durable)
@@ -229,6 +239,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     node.observe_monotonic(env.monotonic());
     if !opts.disable_cluster {
         node.restore(now, restored);
+        if opts.rebuild_meta {
+            node.rescan_after_rebuild();
+        }
     }
     let _ = std::fs::write(opts.data_dir.join(identity::API_URL_FILE), format!("http://{local_addr}\n"));
     // Spool files of puts cut short by a crash.

@@ -550,3 +550,84 @@ async fn a_rescan_adopts_dropped_in_files_marks_vanished_copies_stale_and_restor
         d.shutdown().await;
     }
 }
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Issue 17 "Disk faults": a damaged `cluster.redb` stops the start with a message naming the
+/// file and `--rebuild-meta`; with `--rebuild-meta` the node keeps the damaged file aside,
+/// rejoins from its recovery copy of the cluster state, takes the metadata back from its peer,
+/// rescans its volume, and serves its copy again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_database_is_refused_at_start_and_rebuilt_from_the_peers_and_a_rescan() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let b_dir = root.path().join("b");
+    let b_opts = || ServeOptions::new(&b_dir, format!("127.0.0.1:{port}"));
+    let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
+    let b = daemon::start(TokioEnv::default(), b_opts()).await.unwrap();
+    assert_eq!(api(&a, "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
+    let token = api(&a, "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
+    assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
+    for (d, name) in [(&a, "vol-a"), (&b, "vol-b")] {
+        let folder = root.path().join(name);
+        let (s, v) = api(d, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
+        assert_eq!(s, 200, "{v}");
+    }
+    assert_eq!(api(&a, "POST", "/v1/policies", json!({"folder": "/docs", "replicas": 2})).await.0, 200);
+    let content: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    eventually("the policy and both volumes are known", || async {
+        let (_, v) = api(&a, "GET", "/v1/volumes", Value::Null).await;
+        v["volumes"].as_array().map_or(0, |a| a.len()) == 2
+            && a.shared().read_node(|n, _| !n.policy_list().policies.is_empty())
+    })
+    .await;
+    let r = call(&a, "PUT", "/v1/files/docs/x.bin", content.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    eventually("two copies", || async { current_copies(&stat(&a, "/docs/x.bin").await) == 2 }).await;
+    b.shutdown().await;
+
+    let recovery = b_dir.join("cluster.recovery.json");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&recovery).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    // Damage the database's header.
+    let db = b_dir.join("cluster.redb");
+    let mut bytes = std::fs::read(&db).unwrap();
+    for b in bytes.iter_mut().take(4096) {
+        *b = 0xAB;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    let err = match daemon::start(TokioEnv::default(), b_opts()).await {
+        Ok(_) => panic!("a damaged database must not start"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("cluster.redb") && err.contains("--rebuild-meta"), "{err}");
+
+    let mut opts = b_opts();
+    opts.rebuild_meta = true;
+    let b = daemon::start(TokioEnv::default(), opts).await.unwrap();
+    let kept: Vec<_> = std::fs::read_dir(&b_dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("cluster.redb.damaged-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the damaged file is kept aside");
+    eventually("the rebuilt node caught up and rescanned", || async {
+        let digest = |d: &Daemon<TokioEnv>| d.shared().read_node(|n, now| n.meta_status(now).meta.digest);
+        b.shared().read_node(|n, now| n.readiness(now).ready && !n.rebuild_waiting()) && digest(&a) == digest(&b)
+    })
+    .await;
+    let r = call(&b, "GET", "/v1/files/docs/x.bin", Vec::new(), &[]).await;
+    assert_eq!((r.status, sha(&r.body)), (200, sha(&content)));
+    eventually("both copies still current after the rescan", || async {
+        current_copies(&stat(&b, "/docs/x.bin").await) == 2
+    })
+    .await;
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -312,6 +312,8 @@ pub struct Node {
     heartbeat_due: Option<Millis>,
     /// Heartbeat rounds sent since start (a metric).
     heartbeats_sent: u64,
+    /// Set by a metadata rebuild: rescan the volumes once the metadata came back from a leader.
+    rescan_after_rebuild: bool,
     tick_due: Option<Millis>,
     last_states: BTreeMap<NodeId, NodeState>,
     pending_join: Option<JoinToken>,
@@ -406,6 +408,7 @@ impl Node {
             in_flight: BTreeMap::new(),
             heartbeat_due: None,
             heartbeats_sent: 0,
+            rescan_after_rebuild: false,
             tick_due: None,
             last_states: BTreeMap::new(),
             pending_join: None,
@@ -622,6 +625,32 @@ impl Node {
             self.work_timeout(wall, now);
             self.events_timeout(wall, now);
             self.jobs_timeout(wall, now);
+            self.rebuild_timeout(wall, now);
+        }
+    }
+
+    /// After `shoal serve --rebuild-meta`: the node restarted with its membership and an empty
+    /// metadata store. Once a leader's log or snapshot has reached it and it is caught up, its
+    /// volumes are rescanned (the spec: the store can always be rebuilt from the real files),
+    /// so its copies are checked against the records again and files only it held are found.
+    pub fn rescan_after_rebuild(&mut self) {
+        self.rescan_after_rebuild = true;
+    }
+
+    /// Whether a rebuild still waits for the metadata before its rescan.
+    pub fn rebuild_waiting(&self) -> bool {
+        self.rescan_after_rebuild
+    }
+
+    fn rebuild_timeout(&mut self, wall: Millis, now: Millis) {
+        if !self.rescan_after_rebuild {
+            return;
+        }
+        let meta = self.meta.status(now);
+        let heard = meta.last_seq.0 > 0 || meta.snapshots_adopted > 0;
+        if heard && self.readiness(wall).ready {
+            self.rescan_after_rebuild = false;
+            self.chores.kick(crate::storage::chores::Chore::Rescan, now);
         }
     }
 

@@ -462,6 +462,10 @@ pub struct ServeArgs {
     /// No cluster agent; /cluster/acn/* answers 404.
     #[arg(long)]
     pub disable_cluster: bool,
+    /// cluster.redb is damaged: keep it aside, rejoin from cluster.recovery.json, take the
+    /// metadata from the peers and rescan this node's volumes.
+    #[arg(long)]
+    pub rebuild_meta: bool,
     /// Heartbeat interval in ms (spec default 15000).
     #[arg(long, default_value_t = 15_000)]
     pub heartbeat_ms: u64,

@@ -37,6 +37,7 @@ async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     opts.advertise = a.advertise;
     opts.name = a.name;
     opts.disable_cluster = a.disable_cluster;
+    opts.rebuild_meta = a.rebuild_meta;
     opts.membership.heartbeat_interval_ms = a.heartbeat_ms.max(1);
     opts.membership.heartbeat_timeout_ms = (a.heartbeat_ms * 4 / 3).max(1);
     opts.membership.online_within_ms = a.online_within_ms;

@@ -4,11 +4,32 @@
 //! ([`PersistOp`]); this module writes each drained batch in one transaction.
 //!
 //! Leaving the cluster (`ClearCluster`) empties these tables only.
+//!
+//! After every batch the same cluster state is also copied, whole, to
+//! `DATA/cluster.recovery.json` (mode 0600, written to a temporary file and renamed, only when
+//! it changed): what `shoal serve --rebuild-meta` needs to rejoin its peers when `cluster.redb`
+//! itself is damaged ([`rebuild`]). The metadata comes back from the peers, not from here.
 
 use redb::{Database, Durability, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
 use shoal_core::node::{PersistOp, Restored};
-use std::path::Path;
-use std::sync::Arc;
+use shoal_core::records::{ClusterInfo, NodeRecord};
+use shoal_core::token::TokenRecord;
+use shoal_core::{NodeId, VolumeId};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The copy of the cluster state beside the database (see the module doc).
+pub const RECOVERY_FILE: &str = "cluster.recovery.json";
+
+#[derive(Serialize, Deserialize)]
+struct Recovery {
+    cluster: ClusterInfo,
+    records: Vec<NodeRecord>,
+    tokens: Vec<TokenRecord>,
+    purged: Vec<NodeId>,
+    own_volumes: Option<Vec<(VolumeId, String)>>,
+}
 
 const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
 const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("nodes");
@@ -35,6 +56,9 @@ db_err!(redb::DatabaseError, redb::TransactionError, redb::TableError, redb::Sto
 pub struct Store {
     db: Arc<Database>,
     durable: bool,
+    /// Where the recovery copy goes, and its last bytes written.
+    recovery: PathBuf,
+    recovery_written: Mutex<Vec<u8>>,
 }
 
 impl Store {
@@ -50,7 +74,9 @@ impl Store {
             txn.open_table(OWN_VOLUMES)?;
         }
         txn.commit()?;
-        Ok(Store { db: Arc::new(db), durable })
+        let recovery = path.parent().unwrap_or(Path::new(".")).join(RECOVERY_FILE);
+        let written = std::fs::read(&recovery).unwrap_or_default();
+        Ok(Store { db: Arc::new(db), durable, recovery, recovery_written: Mutex::new(written) })
     }
 
     /// The database, shared with the other tables of `cluster.redb` (the metadata store's,
@@ -148,6 +174,119 @@ impl Store {
             }
         }
         txn.commit()?;
+        self.write_recovery();
         Ok(())
     }
+
+    /// Copy the cluster state to the recovery file when it changed (outside a cluster: remove
+    /// it). A failure here is logged: the database, written above, is what counts.
+    fn write_recovery(&self) {
+        let state = match self.load() {
+            Ok(s) => s,
+            Err(e) => return tracing::warn!(error = %e, "recovery copy not written"),
+        };
+        let bytes = match state.cluster {
+            Some(cluster) => {
+                // Without what changes at every heartbeat (health, last seen), so the copy is
+                // rewritten only when the membership itself changes; gossip brings those back.
+                let records = state
+                    .records
+                    .into_iter()
+                    .map(|mut r| {
+                        r.health = None;
+                        r.health_sig.clear();
+                        r.last_seen = 0;
+                        r.last_seen_ms = 0;
+                        r.last_seen_age_ms = None;
+                        r
+                    })
+                    .collect();
+                let r = Recovery {
+                    cluster,
+                    records,
+                    tokens: state.tokens,
+                    purged: state.purged,
+                    own_volumes: state.own_volumes,
+                };
+                serde_json::to_vec(&r).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        let mut last = crate::sync::lock(&self.recovery_written);
+        if *last == bytes {
+            return;
+        }
+        let result = if bytes.is_empty() {
+            std::fs::remove_file(&self.recovery).or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+        } else {
+            write_private(&self.recovery, &bytes)
+        };
+        match result {
+            Ok(()) => *last = bytes,
+            Err(e) => tracing::warn!(file = %self.recovery.display(), error = %e, "recovery copy not written"),
+        }
+    }
+}
+
+/// Write `bytes` to `path` through a temporary file renamed over it, mode 0600.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("json.tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Why a rebuild could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error("{0} is missing or unreadable ({1}): this node cannot find its cluster again; move {2} away and join with a new token (`shoal cluster join TOKEN`)")]
+    NoRecovery(PathBuf, String, PathBuf),
+    #[error("cannot keep the damaged database aside ({0}): {1}")]
+    Aside(PathBuf, std::io::Error),
+    #[error("cannot write a new database at {0}: {1}")]
+    Fresh(PathBuf, StoreError),
+}
+
+/// `shoal serve --rebuild-meta`: keep the database at `db_path` aside as
+/// `cluster.redb.damaged-SECS` (if it is there) and write a new one holding only the cluster
+/// state of the recovery file; the metadata then comes back from the peers. Returns the name
+/// the damaged file was kept under.
+pub fn rebuild(db_path: &Path, now_secs: u64) -> Result<Option<PathBuf>, RebuildError> {
+    let dir = db_path.parent().unwrap_or(Path::new("."));
+    let recovery_path = dir.join(RECOVERY_FILE);
+    let recovery: Recovery = std::fs::read(&recovery_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| RebuildError::NoRecovery(recovery_path.clone(), e, db_path.to_path_buf()))?;
+    let aside = if db_path.exists() {
+        let name =
+            format!("{}.damaged-{now_secs}", db_path.file_name().and_then(|n| n.to_str()).unwrap_or("cluster.redb"));
+        let to = dir.join(name);
+        std::fs::rename(db_path, &to).map_err(|e| RebuildError::Aside(to.clone(), e))?;
+        Some(to)
+    } else {
+        None
+    };
+    let store = Store::open(db_path, true).map_err(|e| RebuildError::Fresh(db_path.to_path_buf(), e))?;
+    let mut ops = vec![PersistOp::PutCluster(recovery.cluster)];
+    ops.extend(recovery.records.into_iter().map(|r| PersistOp::PutRecord(Box::new(r))));
+    ops.extend(recovery.tokens.into_iter().map(PersistOp::PutToken));
+    ops.extend(recovery.purged.into_iter().map(PersistOp::PutPurged));
+    if let Some(own) = recovery.own_volumes {
+        ops.push(PersistOp::PutOwnVolumes(own));
+    }
+    store.apply(&ops).map_err(|e| RebuildError::Fresh(db_path.to_path_buf(), e))?;
+    Ok(aside)
 }
