@@ -285,3 +285,126 @@ async fn names_up_to_255_bytes_can_be_written_and_longer_ones_are_refused() {
     assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
     d.shutdown().await;
 }
+
+/// A tmpfs of `size` mounted at `at` for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// `None` where this machine cannot mount (not root): the caller says why it skips.
+    fn mount(at: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p.to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
+/// Issue 17 "Disk faults": a volume on a small real filesystem (a tmpfs the test mounts; CI
+/// runs as root) that fills in the middle of a put. The put answers 507, nothing half-written
+/// is published or left behind, and the node keeps serving what it holds. Set
+/// `SHOAL_REQUIRE_TMPFS=1` to make a machine that cannot mount fail instead of skip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_that_fills_mid_put_answers_507_and_publishes_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let small = root.path().join("small");
+    let Some(_mount) = Tmpfs::mount(&small, "6m") else {
+        assert!(std::env::var_os("SHOAL_REQUIRE_TMPFS").is_none(), "cannot mount a tmpfs here");
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    };
+    let d =
+        daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("data"), "127.0.0.1:0")).await.unwrap();
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+    let (s, v) =
+        call(&d, "POST", "/v1/volumes", json!({"path": small.join("vol").to_str().unwrap(), "create": true})).await;
+    assert_eq!(s, 200, "{v}");
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let kept: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    let r = client
+        .request(&d.url(), "PUT", "/v1/files/kept.bin", &[("authorization", &auth)], kept.clone(), 20_000)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // 8 MiB into what is left of 6 MiB: refused up front (placement sees the room) or when
+    // the filesystem fills; either way a 507 and nothing published.
+    let big: Vec<u8> = (0..8_000_000u32).map(|i| (i % 241) as u8).collect();
+    let r = client
+        .request(&d.url(), "PUT", "/v1/files/big.bin", &[("authorization", &auth)], big.clone(), 30_000)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 507, "{}", String::from_utf8_lossy(&r.body));
+    // A size the volume cannot know in advance (chunked): the copy fills the disk mid-write.
+    let addr = d.url().trim_start_matches("http://").to_string();
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let (tx, body) = shoal_shell::net::client::ChannelBody::new(4);
+    let req = hyper::Request::put("/v1/files/chunked.bin")
+        .header("host", addr)
+        .header("authorization", &auth)
+        .body(body)
+        .unwrap();
+    let pieces: Vec<bytes::Bytes> = big.chunks(100_000).map(bytes::Bytes::copy_from_slice).collect();
+    tokio::spawn(async move {
+        for p in pieces {
+            if tx.send(Ok(p)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let body = http_body_util::BodyExt::collect(resp.into_body()).await.map(|b| b.to_bytes()).unwrap_or_default();
+    assert_eq!(status, 507, "{}", String::from_utf8_lossy(&body));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "insufficient_storage", "{v}");
+
+    for path in ["/big.bin", "/chunked.bin"] {
+        let (s, _) = call(&d, "GET", &format!("/v1/meta/stat?path={path}"), Value::Null).await;
+        assert_eq!(s, 404, "{path} was published");
+    }
+    let left = files_under(&small);
+    assert_eq!(left.len(), 1, "only the kept file stays on the volume: {left:?}");
+    assert!(left[0].ends_with("kept.bin"), "{left:?}");
+    let spool = files_under(&root.path().join("data").join("spool"));
+    assert!(spool.is_empty(), "spool leftovers: {spool:?}");
+    let r = client
+        .request(&d.url(), "GET", "/v1/files/kept.bin", &[("authorization", &auth)], Vec::new(), 20_000)
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.body.len()), (200, kept.len()));
+    assert!(r.body.as_ref() == kept.as_slice());
+    // And the volume takes a file that fits again.
+    let r = client
+        .request(&d.url(), "PUT", "/v1/files/after.bin", &[("authorization", &auth)], vec![7u8; 100_000], 20_000)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    d.shutdown().await;
+}
