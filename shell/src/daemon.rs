@@ -287,6 +287,13 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let server = tokio::spawn(async move {
         crate::http::listener::serve(listener, router, limits, &metrics, stop).await;
     });
+    // The core refuses new metadata writes while this node cannot store them (a full data dir).
+    let weak = Arc::downgrade(&shared);
+    meta_store.on_health(Box::new(move |failure| {
+        if let Some(s) = weak.upgrade() {
+            s.with_node(|n, now| n.store_health(now, failure));
+        }
+    }));
     let flusher = spawn_flusher(meta_store, Duration::from_millis(META_FLUSH_MS), shared.shutdown_requested());
     let mut tasks = vec![server, flusher];
     if !opts.disable_cluster {

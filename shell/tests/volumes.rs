@@ -408,3 +408,85 @@ async fn a_volume_that_fills_mid_put_answers_507_and_publishes_nothing() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     d.shutdown().await;
 }
+
+/// Fill the filesystem holding `path` (a file written until the disk refuses).
+fn fill(path: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    for block in [1 << 20, 4096, 512] {
+        let buf = vec![0u8; block];
+        while f.write_all(&buf).is_ok() {}
+    }
+    let _ = f.sync_all();
+}
+
+/// Issue 17 "Disk faults": a data dir that fills. Once the node cannot store its metadata, new
+/// writes are refused with a clear 507 (`data_dir_full`) instead of being acknowledged into
+/// memory alone, `/readyz` says why, reads go on; once there is room again writes are taken,
+/// and after a restart every write acknowledged before, during or after is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_data_dir_refuses_new_writes_and_loses_nothing_acknowledged() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let Some(_mount) = Tmpfs::mount(&data, "32m") else {
+        assert!(std::env::var_os("SHOAL_REQUIRE_TMPFS").is_none(), "cannot mount a tmpfs here");
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    };
+    let d = daemon::start(TokioEnv::default(), ServeOptions::new(&data, "127.0.0.1:0")).await.unwrap();
+    assert_eq!(call(&d, "POST", "/v1/cluster/create", json!({"name": "v"})).await.0, 200);
+    for _ in 0..100 {
+        if d.shared().read_node(|n, now| n.readiness(now).ready) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let pad = "x".repeat(30_000);
+    let (s, v) = call(&d, "PUT", "/v1/settings/k-1", json!({ "value": format!("-1-{pad}") })).await;
+    assert_eq!(s, 200, "{v}");
+    fill(&data.join("filler"));
+    // Background writes of the node may meet the full disk first: the refusal can come at once.
+    let mut acked = vec![-1];
+    let mut refusal = None;
+    for i in 0..4000 {
+        let (s, v) = call(&d, "PUT", &format!("/v1/settings/k{i}"), json!({ "value": format!("{i}-{pad}") })).await;
+        if s == 200 {
+            acked.push(i);
+            continue;
+        }
+        assert_eq!((s, v["error"]["code"].as_str()), (507, Some("data_dir_full")), "{v}");
+        refusal = Some(v);
+        break;
+    }
+    let refusal = refusal.expect("a full data dir must refuse writes at some point");
+    assert!(refusal["error"]["message"].as_str().unwrap().contains("free space"), "{refusal}");
+    // Reads go on; readiness names the reason.
+    let (s, _) = call(&d, "GET", "/v1/settings/k-1", Value::Null).await;
+    assert_eq!(s, 200);
+    let (s, v) = call(&d, "GET", "/readyz", Value::Null).await;
+    assert_eq!(s, 503, "{v}");
+    assert!(v["why"].to_string().contains("cannot store metadata"), "{v}");
+
+    std::fs::remove_file(data.join("filler")).unwrap();
+    let mut after = None;
+    for _ in 0..100 {
+        let (s, _) = call(&d, "PUT", "/v1/settings/after", json!({"value": "room again"})).await;
+        if s == 200 {
+            after = Some(());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(after.is_some(), "writes are taken again once there is room");
+    d.shutdown().await;
+
+    let d = daemon::start(TokioEnv::default(), ServeOptions::new(&data, "127.0.0.1:0")).await.unwrap();
+    for i in &acked {
+        let (s, v) = call(&d, "GET", &format!("/v1/settings/k{i}"), Value::Null).await;
+        assert_eq!(s, 200, "acknowledged k{i} lost: {v}");
+        assert!(v["value"].as_str().unwrap().starts_with(&format!("{i}-")), "k{i}: {v}");
+    }
+    let (s, v) = call(&d, "GET", "/v1/settings/after", Value::Null).await;
+    assert_eq!((s, v["value"].as_str()), (200, Some("room again")), "{v}");
+    d.shutdown().await;
+}

@@ -104,6 +104,9 @@ impl Node {
                 why.push(format!("{} writes wait for the leader", meta.pending));
             }
         }
+        if let Some(e) = self.write_refusal() {
+            why.push(e.message);
+        }
         Readiness { ready: why.is_empty(), in_cluster, leader, caught_up, why }
     }
 

@@ -433,6 +433,9 @@ impl Node {
             .into_iter()
             .map(|(path, copies)| MovedFile { to: format!("{to}{}", &path[from.len()..]), from: path, copies })
             .collect();
+        // Every record at its new path and every tombstone at its old one go out together: a
+        // node lost in the middle must not leave a file at both paths.
+        let mut out = Vec::with_capacity(2 * n);
         for f in records {
             let new_path = format!("{to}{}", &f.path[from.len()..]);
             let version = self.hlc.next(wall);
@@ -446,10 +449,11 @@ impl Node {
                 version: version.clone(),
             }));
             let moved = FileRecord { path: new_path, version: version.clone(), locations, repl, ..f.clone() };
-            self.submit_record(wall, Record::File(moved));
+            out.push(Record::File(moved));
             let version = self.hlc.next(wall);
-            self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
+            out.push(Record::File(FileRecord { removed: true, version, repl: None, ..f }));
         }
+        self.submit_records(wall, out);
         self.raise(wall, "file.renamed", json!({"from": from, "to": to, "records": n}));
         Ok(Moved { from, to, records: n, files })
     }

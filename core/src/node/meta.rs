@@ -161,6 +161,13 @@ impl Node {
         self.drain_meta(wall, now);
     }
 
+    /// Records that must reach the other nodes together (`Meta::submit_all`).
+    pub(super) fn submit_records(&mut self, wall: Millis, records: Vec<Record>) {
+        let now = self.advance_clocks(wall);
+        self.meta.submit_all(now, records);
+        self.drain_meta(wall, now);
+    }
+
     pub fn meta_status(&self, wall: Millis) -> NodeMetaStatus {
         let now = self.clock.peek(wall);
         NodeMetaStatus { node: self.id.clone(), meta: self.meta.status(now) }

@@ -109,6 +109,9 @@ pub enum Event {
     },
     /// This node was removed from its cluster and has left it.
     RemovedSelf,
+    /// This node's own store refuses writes (the error), or works again.
+    StoreFailing(String),
+    StoreWorks,
     /// A config value was set, cleared or approved (`config.changed`).
     ConfigChanged {
         level: String,
@@ -314,6 +317,9 @@ pub struct Node {
     heartbeats_sent: u64,
     /// Set by a metadata rebuild: rescan the volumes once the metadata came back from a leader.
     rescan_after_rebuild: bool,
+    /// Why this node's own store refuses writes now (its data dir is full, say); `None` when
+    /// it works.
+    store_failure: Option<String>,
     tick_due: Option<Millis>,
     last_states: BTreeMap<NodeId, NodeState>,
     pending_join: Option<JoinToken>,
@@ -409,6 +415,7 @@ impl Node {
             heartbeat_due: None,
             heartbeats_sent: 0,
             rescan_after_rebuild: false,
+            store_failure: None,
             tick_due: None,
             last_states: BTreeMap::new(),
             pending_join: None,
@@ -635,6 +642,32 @@ impl Node {
     /// so its copies are checked against the records again and files only it held are found.
     pub fn rescan_after_rebuild(&mut self) {
         self.rescan_after_rebuild = true;
+    }
+
+    /// The shell's report on this node's own store: `Some(error)` once its writes fail (a full
+    /// data dir), `None` once they work again.
+    pub fn store_health(&mut self, wall: Millis, failure: Option<String>) {
+        self.advance_clocks(wall);
+        if failure.is_some() != self.store_failure.is_some() {
+            self.event(match &failure {
+                Some(why) => Event::StoreFailing(why.clone()),
+                None => Event::StoreWorks,
+            });
+        }
+        self.store_failure = failure;
+    }
+
+    /// Whether a client's write may be taken now. While this node cannot store its metadata
+    /// (issue 17 "Disk faults": a full data dir), every new write is refused with a clear
+    /// error rather than acknowledged into memory alone; writes taken before stay buffered,
+    /// are held by the other members, and are stored once the disk has room.
+    pub fn write_refusal(&self) -> Option<ApiError> {
+        self.store_failure.as_ref().map(|why| {
+            ApiError::storage_full(
+                "data_dir_full",
+                format!("this node cannot store metadata now ({why}); free space in its data dir, then retry"),
+            )
+        })
     }
 
     /// Whether a rebuild still waits for the metadata before its rescan.

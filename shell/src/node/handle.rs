@@ -263,6 +263,10 @@ fn log_event(e: &Event) {
             tracing::info!(node = %node, from = from.as_str(), to = to.as_str(), "node state changed")
         }
         Event::RemovedSelf => tracing::warn!("this node was removed from its cluster and has left it"),
+        Event::StoreFailing(why) => {
+            tracing::error!(error = %why, "this node cannot store metadata: new writes are refused until it can")
+        }
+        Event::StoreWorks => tracing::info!("this node stores metadata again: writes are taken"),
         Event::ConfigChanged { level, moved } => tracing::info!(level = %level, moved, "config.changed"),
         Event::ConfigRenames { did } => tracing::info!(did = ?did, "config renames"),
         Event::ConfigApplied { changed } => tracing::info!(changed = ?changed, "config applied"),

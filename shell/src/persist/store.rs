@@ -10,7 +10,8 @@
 //! it changed): what `shoal serve --rebuild-meta` needs to rejoin its peers when `cluster.redb`
 //! itself is damaged ([`rebuild`]). The metadata comes back from the peers, not from here.
 
-use redb::{Database, Durability, ReadableTable, TableDefinition};
+use super::db::Db;
+use redb::{Durability, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use shoal_core::node::{PersistOp, Restored};
 use shoal_core::records::{ClusterInfo, NodeRecord};
@@ -54,7 +55,7 @@ macro_rules! db_err {
 db_err!(redb::DatabaseError, redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError);
 
 pub struct Store {
-    db: Arc<Database>,
+    db: Arc<Db>,
     durable: bool,
     /// Where the recovery copy goes, and its last bytes written.
     recovery: PathBuf,
@@ -64,7 +65,7 @@ pub struct Store {
 impl Store {
     /// Open (or create) the database. `durable: false` skips fsync (simulation only).
     pub fn open(path: &Path, durable: bool) -> Result<Store, StoreError> {
-        let db = Database::create(path)?;
+        let db = Db::open(path)?;
         let txn = db.begin_write()?;
         {
             txn.open_table(CLUSTER)?;
@@ -81,7 +82,7 @@ impl Store {
 
     /// The database, shared with the other tables of `cluster.redb` (the metadata store's,
     /// [`crate::persist::meta_store`]).
-    pub fn database(&self) -> Arc<Database> {
+    pub fn database(&self) -> Arc<Db> {
         self.db.clone()
     }
 

@@ -672,26 +672,46 @@ impl Meta {
 
     /// A local change: applied at once, then replicated. `now` is monotonic time.
     pub fn submit(&mut self, now: Millis, record: Record) {
+        self.submit_all(now, vec![record]);
+    }
+
+    /// Local changes that must travel together (a move's record at the new path and the old
+    /// path's tombstone): all applied and queued before any is sent, so one append (as leader)
+    /// or one submit (as follower) carries them, up to the batch bound. Sent one by one, the
+    /// first could reach the others while this node died before the rest left it or were
+    /// written behind: a move cut short left the file at both paths (the chaos test).
+    pub fn submit_all(&mut self, now: Millis, records: Vec<Record>) {
         self.now = self.now.max(now);
-        if let Some(why) = record.shape_error() {
-            // The commands check their input first; this is the last guard that keeps every
-            // stored and sent record decodable.
-            self.refuse(None, format!("local write of {}/{}", record.kind().as_str(), record.key()), why);
+        let leader = self.is_leader(now);
+        let mut queued = false;
+        for record in records {
+            if let Some(why) = record.shape_error() {
+                // The commands check their input first; this is the last guard that keeps every
+                // stored and sent record decodable.
+                self.refuse(None, format!("local write of {}/{}", record.kind().as_str(), record.key()), why);
+                continue;
+            }
+            if let Some(stored) = self.state.apply(&record) {
+                let stored = stored.clone();
+                self.persist(MetaPersist::PutRecord(stored));
+            }
+            if leader {
+                let origin = self.me.clone();
+                self.append_as_leader(record, origin);
+            } else {
+                let id = self.next_pending_id;
+                self.next_pending_id += 1;
+                self.pending.insert(id, record.clone());
+                self.persist(MetaPersist::PutPending(Pending { id, record }));
+            }
+            queued = true;
+        }
+        if !queued {
             return;
         }
-        if let Some(stored) = self.state.apply(&record) {
-            let stored = stored.clone();
-            self.persist(MetaPersist::PutRecord(stored));
-        }
-        if self.is_leader(now) {
-            let origin = self.me.clone();
-            self.append_as_leader(record, origin);
+        if leader {
             self.pump_appends();
         } else {
-            let id = self.next_pending_id;
-            self.next_pending_id += 1;
-            self.pending.insert(id, record.clone());
-            self.persist(MetaPersist::PutPending(Pending { id, record }));
             self.try_submit(now);
         }
     }

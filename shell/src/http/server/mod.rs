@@ -108,6 +108,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/jobs/{id}/cancel", post(job_cancel::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(refuse_large_bodies))
+        .layer(middleware::from_fn_with_state(shared.clone(), refuse_writes_the_store_cannot_keep::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
     Router::new()
@@ -157,6 +158,17 @@ async fn refuse_large_bodies(req: Request, next: Next) -> Response {
             "body_too_large",
             format!("this endpoint's body is limited to {API_BODY_MAX_BYTES} bytes"),
         );
+    }
+    next.run(req).await
+}
+
+/// A change (POST, PUT, DELETE) is refused while the core says this node cannot store it
+/// ([`shoal_core::node::Node::write_refusal`]: its data dir is full); reads go on.
+async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::GET && req.method() != axum::http::Method::HEAD {
+        if let Some(e) = s.read_node(|n, _| n.write_refusal()) {
+            return api_result::<Value>(Err(e));
+        }
     }
     next.run(req).await
 }

@@ -42,6 +42,8 @@ pub fn spawn_flusher(store: Arc<MetaStore>, every: Duration, mut stop: watch::Re
 struct Failures {
     flush: u64,
     fold: u64,
+    /// The flush error last reported to the node.
+    reported: Option<String>,
 }
 
 /// `f` (a flush or a fold) on the blocking pool if the store is durable, else inline.
@@ -66,10 +68,23 @@ async fn flush_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
             if failures.flush > 0 {
                 tracing::info!(failures = failures.flush, "metadata flush works again");
                 failures.flush = 0;
+                failures.reported = None;
+                store.report_health(None);
             }
         }
         Err(e) => {
             failures.flush += 1;
+            let why = e.to_string();
+            if store.offload {
+                let (s, w) = (store.clone(), why.clone());
+                let _ = tokio::task::spawn_blocking(move || s.reopen_if_poisoned(&w)).await;
+            } else {
+                store.reopen_if_poisoned(&why);
+            }
+            if failures.reported.as_ref() != Some(&why) {
+                failures.reported = Some(why.clone());
+                store.report_health(Some(why));
+            }
             // Every tick retries; the log gets the first failure and then one in a hundred.
             if failures.flush % 100 == 1 {
                 tracing::error!(error = %e, failures = failures.flush, buffered = store.buffered(), "metadata flush failed; retrying");

@@ -59,8 +59,9 @@
 //!
 //! [`MetaPersist::Clear`] wipes these six tables and nothing else.
 
+use crate::persist::db::{Db, IntoDb};
 use crate::sync::lock;
-use redb::{AccessGuard, Database, Durability, ReadableTable, TableDefinition};
+use redb::{AccessGuard, Durability, ReadableTable, TableDefinition};
 use shoal_core::hlc::Version;
 use shoal_core::meta::log::{Entry, LogMeta, MetaPersist, Pending};
 use shoal_core::meta::records::{Record, RecordKey, RecordKind};
@@ -149,8 +150,11 @@ use journal::*;
 type CommitHook = Box<dyn Fn(&MetaStore) -> Result<(), MetaStoreError> + Send + Sync>;
 
 /// The metadata tables of `cluster.redb`, written behind.
+/// See [`MetaStore::on_health`].
+pub type HealthHook = Box<dyn Fn(Option<String>) + Send + Sync>;
+
 pub struct MetaStore {
-    db: Arc<Database>,
+    db: Arc<Db>,
     durable: bool,
     /// Flush and fold on the blocking pool (see [`MetaStore::with_offload`]).
     offload: bool,
@@ -163,6 +167,8 @@ pub struct MetaStore {
     journal_ops: AtomicUsize,
     /// The flusher folds once the journal holds more ops than this.
     fold_at: usize,
+    /// Told when flushes start failing (with the error) and when they work again.
+    on_health: std::sync::OnceLock<HealthHook>,
     /// Runs inside the write transaction of a flush or a fold just before its commit (tests: fail
     /// or interleave).
     #[cfg(test)]
@@ -173,7 +179,8 @@ impl MetaStore {
     /// Use the metadata tables of `db` (creating them if needed), e.g. the database of
     /// [`crate::persist::store::Store::database`]. `durable: false` skips fsync (simulation only).
     /// Reads the header of every journal row (a corrupt one is an error naming it).
-    pub fn open(db: Arc<Database>, durable: bool) -> Result<MetaStore, MetaStoreError> {
+    pub fn open(db: impl IntoDb, durable: bool) -> Result<MetaStore, MetaStoreError> {
+        let db = db.into_db();
         let mut txn = db.begin_write()?;
         if !durable {
             txn.set_durability(Durability::None);
@@ -204,9 +211,40 @@ impl MetaStore {
             commits: AtomicU64::new(0),
             journal_ops: AtomicUsize::new(journal_ops),
             fold_at: FOLD_AT,
+            on_health: std::sync::OnceLock::new(),
             #[cfg(test)]
             before_commit: Mutex::new(None),
         })
+    }
+
+    /// Who to tell when flushes start failing (`Some(error)`, e.g. the data dir is full) and
+    /// when they work again (`None`); set once, by the daemon.
+    pub fn on_health(&self, hook: HealthHook) {
+        let _ = self.on_health.set(hook);
+    }
+
+    /// After a failed flush: when redb refuses every transaction since an I/O error, close and
+    /// reopen the database (blocking; see [`crate::persist::db`]). Whether it was reopened.
+    pub fn reopen_if_poisoned(&self, error: &str) -> bool {
+        if !error.contains("Previous I/O error") {
+            return false;
+        }
+        match self.db.reopen(std::time::Duration::from_secs(2)) {
+            Ok(()) => {
+                tracing::warn!("database reopened after an I/O error");
+                true
+            }
+            Err(why) => {
+                tracing::warn!(error = %why, "database not reopened yet");
+                false
+            }
+        }
+    }
+
+    pub(crate) fn report_health(&self, failure: Option<String>) {
+        if let Some(hook) = self.on_health.get() {
+            hook(failure);
+        }
     }
 
     /// Whether commits fsync (set at [`MetaStore::open`]).
@@ -1038,7 +1076,7 @@ mod tests {
             .unwrap();
         let fail = Arc::new(AtomicBool::new(false));
         let backend = Flaky(FileBackend::new(file).unwrap(), fail.clone());
-        let db = Arc::new(Database::builder().create_with_backend(backend).unwrap());
+        let db = Arc::new(redb::Database::builder().create_with_backend(backend).unwrap());
         let meta = MetaStore::open(db, true).unwrap();
         meta.queue(vec![put("ok", 1)]);
         meta.flush().unwrap();

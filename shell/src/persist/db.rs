@@ -1,0 +1,127 @@
+//! The node's one redb database (`DATA/cluster.redb`), shared by the membership tables
+//! ([`crate::persist::store`]) and the metadata store ([`crate::persist::meta_store`]).
+//!
+//! redb refuses every transaction after one I/O error ("Previous I/O error occurred") until the
+//! database is closed and opened again: a data dir that filled up once would leave the node
+//! unable to store anything until a restart, and what it had acknowledged into memory would
+//! wait for that restart. [`Db::reopen`] closes and reopens the file in place (issue 17 "Disk
+//! faults"); the metadata flusher calls it when a flush fails that way.
+
+use redb::{Database, ReadTransaction, StorageError, TransactionError, WriteTransaction};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+pub struct Db {
+    /// The file, for reopening (`None`: a database given whole, e.g. in memory in tests).
+    path: Option<PathBuf>,
+    /// `None` only while a reopen is under way.
+    inner: RwLock<Option<Arc<Database>>>,
+}
+
+/// What converts into the shared database handle (a [`Db`], or a redb database given whole).
+pub trait IntoDb {
+    fn into_db(self) -> Arc<Db>;
+}
+
+impl IntoDb for Arc<Db> {
+    fn into_db(self) -> Arc<Db> {
+        self
+    }
+}
+
+impl IntoDb for Arc<Database> {
+    fn into_db(self) -> Arc<Db> {
+        Arc::new(Db { path: None, inner: RwLock::new(Some(self)) })
+    }
+}
+
+fn closed() -> StorageError {
+    StorageError::Io(std::io::Error::other("the database is being reopened after an I/O error"))
+}
+
+impl Db {
+    /// Open (or create) the database file at `path`.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Db, redb::DatabaseError> {
+        let path = path.into();
+        let db = Database::create(&path)?;
+        Ok(Db { path: Some(path), inner: RwLock::new(Some(Arc::new(db))) })
+    }
+
+    fn get(&self) -> Result<Arc<Database>, StorageError> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed)
+    }
+
+    pub fn begin_write(&self) -> Result<WriteTransaction, TransactionError> {
+        self.get()?.begin_write()
+    }
+
+    pub fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
+        self.get()?.begin_read()
+    }
+
+    /// Close the database and open it again (after an I/O error). Waits up to `wait` for the
+    /// transactions in flight to end; on any failure the handle is left as usable as before
+    /// (the old database back, or none until the next try).
+    pub fn reopen(&self, wait: Duration) -> Result<(), String> {
+        let Some(path) = &self.path else { return Err("an in-memory database is not reopened".into()) };
+        let mut slot = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = slot.take() {
+            // Others may still hold the old handle for a transaction in flight.
+            let deadline = Instant::now() + wait;
+            let mut old = old;
+            loop {
+                match Arc::try_unwrap(old) {
+                    Ok(db) => {
+                        drop(db);
+                        break;
+                    }
+                    Err(still) if Instant::now() < deadline => {
+                        old = still;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(still) => {
+                        *slot = Some(still);
+                        return Err("transactions still in flight".into());
+                    }
+                }
+            }
+        }
+        match Database::create(path) {
+            Ok(db) => {
+                *slot = Some(Arc::new(db));
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::{ReadableTableMetadata, TableDefinition};
+
+    const T: TableDefinition<&str, u64> = TableDefinition::new("t");
+
+    #[test]
+    fn a_reopened_database_keeps_its_data_and_a_busy_one_is_left_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path().join("x.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(T).unwrap().insert("a", 1).unwrap();
+        txn.commit().unwrap();
+        db.reopen(Duration::from_secs(1)).unwrap();
+        assert_eq!(db.begin_read().unwrap().open_table(T).unwrap().len().unwrap(), 1);
+        // A transaction in flight holds the old handle: the reopen gives up and changes nothing.
+        let held = db.get().unwrap();
+        assert!(db.reopen(Duration::from_millis(20)).is_err());
+        drop(held);
+        assert_eq!(db.begin_read().unwrap().open_table(T).unwrap().len().unwrap(), 1);
+        // In memory: never reopened.
+        let mem: Arc<Db> =
+            Arc::new(Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap())
+                .into_db();
+        assert!(mem.reopen(Duration::from_millis(1)).is_err());
+    }
+}
