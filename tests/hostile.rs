@@ -167,3 +167,136 @@ fn refusals_before_the_router_are_json_and_the_bearer_scheme_is_case_insensitive
     assert_eq!(status, 401, "{body}");
     assert!(is_json_error(&body));
 }
+
+/// `METHOD path` with the admin token and `body`; (status, JSON body).
+fn api(port: u16, token: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, _, body) = raw(port, req.as_bytes()).unwrap_or((0, String::new(), String::new()));
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// One gauge of `/metrics` (`name value`).
+fn metric(port: u16, token: &str, name: &str) -> u64 {
+    let req = format!("GET /metrics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nconnection: close\r\n\r\n");
+    let (_, _, body) = raw(port, req.as_bytes()).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Issue 17: a node keeps serving other clients while one misbehaves. Thousands of requests
+/// signed with a wrong signature in a member's name (they pass the cheap checks and reach the
+/// verifier) are each refused with a 401, spend no nonce (the cache does not grow) and leave
+/// the API answering; an upload of a declared 1 GiB aborted after 8 MiB leaves no spool file.
+#[test]
+fn bad_signatures_and_an_aborted_upload_do_not_stop_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(dir.path(), None);
+    let token = token(dir.path());
+    let (s, v) = api(node.port, &token, "POST", "/v1/cluster/create", r#"{"name":"h"}"#);
+    assert_eq!(s, 200, "{v}");
+    let (_, status) = api(node.port, &token, "GET", "/v1/cluster/status", "");
+    let (id, cluster) = (status["node"].as_str().unwrap().to_string(), status["id"].as_str().unwrap().to_string());
+    let nonces_before = metric(node.port, &token, "shoal_acn_nonces");
+    let refused_before = metric(node.port, &token, "shoal_acn_refused_total");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = node.port;
+    let probe = {
+        let (stop, token) = (stop.clone(), token.clone());
+        std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = Instant::now();
+                let (s, _) = api(port, &token, "GET", "/v1/cluster/status", "");
+                assert_eq!(s, 200, "the API stopped answering during the flood");
+                worst = worst.max(t.elapsed());
+                n += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (worst, n)
+        })
+    };
+    const PER_THREAD: usize = 500;
+    let flooders: Vec<_> = (0..4)
+        .map(|t| {
+            let (id, cluster) = (id.clone(), cluster.clone());
+            std::thread::spawn(move || {
+                let mut statuses = BTreeMapCount::default();
+                for i in 0..PER_THREAD {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+                    let req = format!(
+                        "POST /cluster/acn/heartbeat HTTP/1.1\r\nhost: x\r\nx-aroz-node: {id}\r\nx-aroz-cluster: {cluster}\r\nx-aroz-timestamp: {now}\r\nx-aroz-nonce: {t:04x}{i:028x}\r\nx-aroz-signature: {}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}",
+                        "A".repeat(86) + "=="
+                    );
+                    let status = raw(port, req.as_bytes()).map_or(0, |r| r.0);
+                    *statuses.0.entry(status).or_default() += 1;
+                }
+                statuses
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut all = BTreeMapCount::default();
+    for f in flooders {
+        for (status, n) in f.join().unwrap().0 {
+            *all.0.entry(status).or_default() += n;
+        }
+    }
+    let flood_secs = started.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (worst, probes) = probe.join().unwrap();
+    assert_eq!(all.0.get(&401).copied(), Some(4 * PER_THREAD), "every bad signature is a 401: {:?}", all.0);
+    assert!(worst < Duration::from_secs(2), "the API took {worst:?} to answer during the flood");
+    assert!(probes > 0);
+    eprintln!(
+        "{} bad signatures in {flood_secs:.1} s ({:.0}/s); {probes} API probes, slowest {worst:?}",
+        4 * PER_THREAD,
+        (4 * PER_THREAD) as f64 / flood_secs
+    );
+    assert_eq!(metric(node.port, &token, "shoal_acn_nonces"), nonces_before, "a refused request spent a nonce");
+    assert!(metric(node.port, &token, "shoal_acn_refused_total") >= refused_before + (4 * PER_THREAD) as u64);
+
+    // A huge upload cut off midway, with a volume that could take it.
+    let vol = tempfile::tempdir().unwrap();
+    let body = format!(r#"{{"path":"{}","create":true}}"#, vol.path().join("v").display());
+    let (s, v) = api(node.port, &token, "POST", "/v1/volumes", &body);
+    assert_eq!(s, 200, "{v}");
+    let mut s = TcpStream::connect(("127.0.0.1", node.port)).unwrap();
+    let head = format!(
+        "PUT /v1/files/huge.bin HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\ncontent-length: {}\r\n\r\n",
+        1u64 << 30
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    for _ in 0..8 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    drop(s);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut left: Vec<_> = std::fs::read_dir(dir.path().join("spool"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        left.extend(std::fs::read_dir(vol.path().join("v")).unwrap().flatten().map(|e| e.path()));
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "files left after an aborted upload: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (s, _) = api(node.port, &token, "GET", "/v1/meta/stat?path=/huge.bin", "");
+    assert_eq!(s, 404, "nothing of the aborted upload is published");
+    let (s, _) = api(node.port, &token, "GET", "/v1/cluster/status", "");
+    assert_eq!(s, 200);
+}
+
+#[derive(Default)]
+struct BTreeMapCount(std::collections::BTreeMap<u16, usize>);

@@ -119,6 +119,12 @@ impl Metrics {
         }
         r.register("members", "Members of this node's cluster by computed state", members);
         r.register("heartbeats_sent", "Heartbeat rounds this node sent", const_counter(g.heartbeats_sent));
+        r.register("acn_nonces", "Nonces of verified node-to-node requests kept against replays", gauge(g.acn_nonces));
+        r.register(
+            "acn_refused",
+            "Signed node-to-node requests refused (bad signature, replay, skew, stranger)",
+            const_counter(g.acn_refused),
+        );
 
         r.register("meta_term", "Highest metadata lease term known", gauge(g.term));
         r.register("meta_is_leader", "1 when this node holds the metadata lease", gauge(u64::from(g.is_leader)));

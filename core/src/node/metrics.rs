@@ -25,6 +25,10 @@ pub struct NodeGauges {
     /// Members (not removed) by their computed state, in state-name order.
     pub members_by_state: Vec<(&'static str, u64)>,
     pub heartbeats_sent: u64,
+    /// Nonces of verified requests kept (bounded by the cache's capacity), and signed
+    /// requests refused since start.
+    pub acn_nonces: u64,
+    pub acn_refused: u64,
     /// The highest lease term known, whether this node holds the lease, and how often the
     /// lease changed since start.
     pub term: u64,
@@ -86,6 +90,8 @@ impl Node {
             in_cluster: self.cluster().is_some(),
             members_by_state: by_state.into_iter().collect(),
             heartbeats_sent: self.heartbeats_sent(),
+            acn_nonces: self.verifier.nonce_count() as u64,
+            acn_refused: self.acn_refused,
             term: meta.term.0,
             is_leader: meta.is_leader,
             leader_changes: self.meta.leader_changes(),

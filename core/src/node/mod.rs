@@ -315,6 +315,8 @@ pub struct Node {
     heartbeat_due: Option<Millis>,
     /// Heartbeat rounds sent since start (a metric).
     heartbeats_sent: u64,
+    /// Signed requests refused by the verifier since start (a metric).
+    acn_refused: u64,
     /// Set by a metadata rebuild: rescan the volumes once the metadata came back from a leader.
     rescan_after_rebuild: bool,
     /// Why this node's own store refuses writes now (its data dir is full, say); `None` when
@@ -414,6 +416,7 @@ impl Node {
             in_flight: BTreeMap::new(),
             heartbeat_due: None,
             heartbeats_sent: 0,
+            acn_refused: 0,
             rescan_after_rebuild: false,
             store_failure: None,
             tick_due: None,

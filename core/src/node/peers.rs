@@ -103,6 +103,9 @@ impl Node {
             |id| members.clock_offset_ms(id),
             |id| members.member_key(id),
         );
+        if verified.is_err() {
+            self.acn_refused += 1;
+        }
         let sender = match verified {
             Ok(s) => s,
             Err(AcnError::UnknownNode) => {
