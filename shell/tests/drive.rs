@@ -631,3 +631,68 @@ async fn a_damaged_database_is_refused_at_start_and_rebuilt_from_the_peers_and_a
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Issue 17 (a read of the built features): a node that leaves its cluster wipes the cluster's
+/// metadata it held (records, settings, log), also across a restart, so a cluster it creates or
+/// joins next starts clean; the files on its volume are the owner's and stay on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_wipes_the_metadata_and_keeps_the_files_on_disk() {
+    let _serial = SERIAL.lock().await;
+    let root = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let b_dir = root.path().join("b");
+    let a = daemon::start(TokioEnv::default(), ServeOptions::new(root.path().join("a"), "127.0.0.1:0")).await.unwrap();
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(&b_dir, format!("127.0.0.1:{port}"))).await.unwrap();
+    assert_eq!(api(&a, "POST", "/v1/cluster/create", json!({"name": "t"})).await.0, 200);
+    let token = api(&a, "POST", "/v1/tokens", Value::Null).await.1["token"].as_str().unwrap().to_string();
+    assert_eq!(api(&b, "POST", "/v1/cluster/join", json!({ "token": token })).await.0, 200);
+    let folder = root.path().join("vol-b");
+    let (s, v) = api(&b, "POST", "/v1/volumes", json!({"path": folder.to_str().unwrap(), "create": true})).await;
+    assert_eq!(s, 200, "{v}");
+    eventually("b is a member with its volume known", || async {
+        let (_, v) = api(&a, "GET", "/v1/volumes", Value::Null).await;
+        v["volumes"].as_array().map_or(0, |a| a.len()) == 1
+    })
+    .await;
+    let r = call(&b, "PUT", "/v1/files/docs/mine.txt", b"my own bytes".to_vec(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(api(&a, "PUT", "/v1/settings/team", json!({"value": "blue"})).await.0, 200);
+    eventually("b holds the cluster's records", || async {
+        api(&b, "GET", "/v1/settings/team", Value::Null).await.0 == 200
+    })
+    .await;
+
+    let (s, v) = api(&b, "POST", "/v1/cluster/leave", Value::Null).await;
+    assert_eq!(s, 200, "{v}");
+    let empty = |d: &Daemon<TokioEnv>| {
+        d.shared().read_node(|n, now| {
+            let m = n.meta_status(now).meta;
+            (m.records, m.log_entries, n.cluster().is_none())
+        })
+    };
+    assert_eq!(empty(&b), (0, 0, true), "leaving wipes the metadata");
+    b.shutdown().await;
+    // A request of the old node still in flight (its goodbye to the others) may hold the
+    // database for a moment in this process.
+    let mut restarted = None;
+    for _ in 0..150 {
+        match daemon::start(TokioEnv::default(), ServeOptions::new(&b_dir, format!("127.0.0.1:{port}"))).await {
+            Ok(d) => {
+                restarted = Some(d);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let b = restarted.expect("b restarts");
+    assert_eq!(empty(&b), (0, 0, true), "nothing comes back at a restart");
+    assert_eq!(api(&b, "GET", "/v1/settings/team", Value::Null).await.0, 404, "the setting is gone");
+    // The bytes were the owner's: still on disk.
+    let on_disk = std::fs::read(folder.join("docs").join("mine.txt")).unwrap();
+    assert_eq!(on_disk, b"my own bytes");
+    // A new cluster starts clean.
+    assert_eq!(api(&b, "POST", "/v1/cluster/create", json!({"name": "fresh"})).await.0, 200);
+    assert_eq!(api(&b, "GET", "/v1/settings/team", Value::Null).await.0, 404);
+    a.shutdown().await;
+    b.shutdown().await;
+}
