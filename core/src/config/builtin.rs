@@ -17,17 +17,24 @@ struct Key {
     min: Option<f64>,
     max: Option<f64>,
     trusted: bool,
+    choices: &'static [&'static str],
     doc: &'static str,
 }
 
 fn key(name: &'static str, ty: KeyType, default: Value, doc: &'static str) -> Key {
-    Key { name, ty, default, min: None, max: None, trusted: false, doc }
+    Key { name, ty, default, min: None, max: None, trusted: false, choices: &[], doc }
 }
 
 impl Key {
     fn range(mut self, min: f64, max: f64) -> Key {
         self.min = Some(min);
         self.max = Some(max);
+        self
+    }
+
+    /// The values an enum takes.
+    fn choices(mut self, choices: &'static [&'static str]) -> Key {
+        self.choices = choices;
         self
     }
 
@@ -56,7 +63,7 @@ fn manifest(module: &str, keys: Vec<Key>) -> Manifest {
                 min: k.min,
                 max: k.max,
                 pattern: None,
-                choices: vec![],
+                choices: k.choices.iter().map(|c| c.to_string()).collect(),
                 fallback: Some(format!("{module}.{}", k.name)),
                 trusted: k.trusted,
                 renamed_from: None,
@@ -122,6 +129,15 @@ pub fn manifests() -> Vec<Manifest> {
                 key("page_max", Int, json!(500), "log entries per catch-up page").range(1.0, 100_000.0),
                 key("snapshot_page_max", Int, json!(2_000), "records per snapshot page").range(1.0, 1e6),
                 key("batch_max", Int, json!(500), "records per submit or append").range(1.0, 100_000.0),
+                key(
+                    "ack",
+                    Enum,
+                    json!("replicated"),
+                    "when a change is acknowledged: replicated (another node holds it), durable (also fsynced here), local (at once)",
+                )
+                .choices(&["replicated", "durable", "local"]),
+                key("ack_wait", Duration, json!(5 * S), "how long an acknowledgement waits for another node to hold a change")
+                    .range(0.0, (10 * MIN) as f64),
             ],
         ),
         manifest(

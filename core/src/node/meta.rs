@@ -322,3 +322,55 @@ impl Node {
         self.meta.leader(self.clock.peek(wall)).cloned()
     }
 }
+
+/// How a client's change is acknowledged (`meta.ack`, issue 18 "Acknowledged means safe").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckMode {
+    /// Once another node holds it (the leader, or a follower when this node leads).
+    Replicated,
+    /// Once another node holds it and this node's store has fsynced it.
+    Durable,
+    /// At once: a crash of this node within the store's write-behind window loses it.
+    Local,
+}
+
+/// What an acknowledgement waits for: the mode, its bound, and the changes it covers.
+#[derive(Clone, Debug)]
+pub struct AckPlan {
+    pub mode: AckMode,
+    pub wait_ms: u64,
+    pub mark: crate::meta::machine::WriteMark,
+}
+
+/// Default bound of an acknowledgement's wait (`meta.ack_wait`).
+pub const ACK_WAIT_MS: u64 = 5_000;
+
+impl Node {
+    /// Taken right after a client's change was made here: what its acknowledgement waits for.
+    pub fn ack_plan(&self) -> AckPlan {
+        let applied = |key: &str| self.config_applied.as_ref()?.get("meta")?.get(key)?.value.clone();
+        let mode = match applied("ack").as_ref().and_then(|v| v.as_str()) {
+            Some("durable") => AckMode::Durable,
+            Some("local") => AckMode::Local,
+            _ => AckMode::Replicated,
+        };
+        let wait_ms = applied("ack_wait").and_then(|v| v.as_u64()).unwrap_or(ACK_WAIT_MS);
+        AckPlan { mode, wait_ms, mark: self.meta.write_mark() }
+    }
+
+    /// Whether the changes under `mark` may be acknowledged as replicated: another node holds
+    /// them, or no other member is reachable now (a node alone keeps working; what it writes
+    /// then is as safe as its own disk).
+    pub fn ack_ready(&self, wall: Millis, mark: &crate::meta::machine::WriteMark) -> bool {
+        if self.cluster.is_none() {
+            return true;
+        }
+        let now = self.clock.peek(wall);
+        let reachable = self
+            .members
+            .records()
+            .filter(|r| !r.removed && r.id != self.id)
+            .any(|r| matches!(self.members.state(&r.id, now), NodeState::Online | NodeState::Degraded));
+        !reachable || self.meta.mark_held(mark)
+    }
+}

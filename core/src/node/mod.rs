@@ -58,7 +58,10 @@ pub use builds::{ModuleInstalled, ModuleList, ModulePlaced, ModuleView, PlacedOn
 pub use config_windows::{
     ConfigEvents, Finding, Findings, RenameList, RenameView, RetireAnswered, Retiring, RetiringList, WindowHolder,
 };
-pub use meta::{CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, SETTING_VALUE_MAX_BYTES};
+pub use meta::{
+    AckMode, AckPlan, CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, ACK_WAIT_MS,
+    SETTING_VALUE_MAX_BYTES,
+};
 pub use peers::ACN_ENDPOINTS;
 
 use ed25519_dalek::SigningKey;

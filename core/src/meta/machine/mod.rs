@@ -134,6 +134,15 @@ pub struct MetaStatus {
     pub last_refusal: Option<String>,
 }
 
+/// See [`Meta::write_mark`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteMark {
+    /// Pending submits numbered below this were written before the mark.
+    pending_before: u64,
+    /// The log's end when the mark was taken (for a leader).
+    seq: LogIndex,
+}
+
 /// A JSON answer to a peer (the node's [`Reply`]).
 pub type MetaReply = Reply;
 
@@ -487,6 +496,26 @@ impl Meta {
 
     pub fn is_leader(&self, now: Millis) -> bool {
         self.leader(now).is_some_and(|l| l.holder == self.me)
+    }
+
+    /// A mark covering every change this node has written so far (issue 18 "Acknowledged means
+    /// safe"): see [`Meta::mark_held`].
+    pub fn write_mark(&self) -> WriteMark {
+        WriteMark { pending_before: self.next_pending_id, seq: self.last_seq }
+    }
+
+    /// Whether every change covered by `mark` is held by another node too: none of them waits
+    /// here for the leader, and, while this node leads, a peer acknowledged the log up to the
+    /// mark (or there is no other candidate).
+    pub fn mark_held(&self, mark: &WriteMark) -> bool {
+        if self.pending.range(..mark.pending_before).next().is_some() {
+            return false;
+        }
+        if self.log_lease.as_ref().is_none_or(|l| l.holder != self.me) {
+            return true;
+        }
+        let alone = self.members.iter().all(|c| c.id == self.me);
+        alone || mark.seq <= self.compacted_through || self.peers.values().any(|p| p.acked_through >= mark.seq)
     }
 
     pub fn status(&self, now: Millis) -> MetaStatus {

@@ -108,6 +108,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/jobs/{id}/cancel", post(job_cancel::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(refuse_large_bodies))
+        .layer(middleware::from_fn_with_state(shared.clone(), acknowledge_when_safe::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), refuse_writes_the_store_cannot_keep::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
@@ -171,6 +172,40 @@ async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Reques
         }
     }
     next.run(req).await
+}
+
+/// A change (POST, PUT, DELETE) that succeeded is answered only once it is as safe as
+/// `meta.ack` says (the core's [`shoal_core::node::Node::ack_plan`] and `ack_ready`):
+/// `replicated`, another node holds every change this node made so far; `durable`, also a
+/// commit of this node's store holds them (writes arriving together share it); `local`, at
+/// once. The wait is bounded by `meta.ack_wait`; the answer's `x-shoal-ack` header says what
+/// was reached (`replicated`, `durable`, `local`, or `unconfirmed` when the bound ran out:
+/// the change is made here and travels on, but no other node confirmed it yet).
+async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    let change = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let mut resp = next.run(req).await;
+    if !change || !resp.status().is_success() {
+        return resp;
+    }
+    let plan = s.read_node(|n, _| n.ack_plan());
+    let reached = match plan.mode {
+        shoal_core::node::AckMode::Local => "local",
+        mode => {
+            let durable = mode == shoal_core::node::AckMode::Durable;
+            let through = s.meta_store.queued_through();
+            let mark = plan.mark.clone();
+            let replicated = s.wait_for(plan.wait_ms, move |n, now| n.ack_ready(now, &mark)).await;
+            let flushed = !durable
+                || s.meta_store.wait_flushed(through, std::time::Duration::from_millis(plan.wait_ms.max(1_000))).await;
+            match (replicated, durable, flushed) {
+                (true, true, true) => "durable",
+                (true, false, _) => "replicated",
+                _ => "unconfirmed",
+            }
+        }
+    };
+    resp.headers_mut().insert("x-shoal-ack", axum::http::HeaderValue::from_static(reached));
+    resp
 }
 
 /// Every answer counted for `/metrics` by the route's pattern (never the path itself), method

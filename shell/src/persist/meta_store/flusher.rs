@@ -24,6 +24,9 @@ pub fn spawn_flusher(store: Arc<MetaStore>, every: Duration, mut stop: watch::Re
                     flush_logged(&store, &mut failures).await;
                     fold_logged(&store, &mut failures).await;
                 }
+                _ = store.kick.notified() => {
+                    flush_logged(&store, &mut failures).await;
+                }
                 changed = stop.changed() => {
                     if changed.is_err() {
                         break;

@@ -169,6 +169,13 @@ pub struct MetaStore {
     fold_at: usize,
     /// Told when flushes start failing (with the error) and when they work again.
     on_health: std::sync::OnceLock<HealthHook>,
+    /// Ops queued since open (counted under the buffer's lock), and how many of them a
+    /// committed flush holds: what a durable acknowledgement waits for.
+    queued: AtomicU64,
+    flushed: tokio::sync::watch::Sender<u64>,
+    /// Wakes the flusher for a flush now (a durable acknowledgement waits): the writes that
+    /// arrive together share that one commit (group commit).
+    kick: tokio::sync::Notify,
     /// Runs inside the write transaction of a flush or a fold just before its commit (tests: fail
     /// or interleave).
     #[cfg(test)]
@@ -212,6 +219,9 @@ impl MetaStore {
             journal_ops: AtomicUsize::new(journal_ops),
             fold_at: FOLD_AT,
             on_health: std::sync::OnceLock::new(),
+            queued: AtomicU64::new(0),
+            flushed: tokio::sync::watch::Sender::new(0),
+            kick: tokio::sync::Notify::new(),
             #[cfg(test)]
             before_commit: Mutex::new(None),
         })
@@ -266,9 +276,24 @@ impl MetaStore {
             return;
         }
         let mut buf = lock(&self.buffer);
+        self.queued.fetch_add(ops.len() as u64, Ordering::SeqCst);
         for op in ops {
             buf.push(op);
         }
+    }
+
+    /// Ops queued so far (see [`MetaStore::wait_flushed`]).
+    pub fn queued_through(&self) -> u64 {
+        let _buf = lock(&self.buffer);
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Ask the flusher to commit now, and wait (up to `within`) until a commit holds every op
+    /// queued before `through`. Whether it did.
+    pub async fn wait_flushed(&self, through: u64, within: std::time::Duration) -> bool {
+        let mut rx = self.flushed.subscribe();
+        self.kick.notify_one();
+        tokio::time::timeout(within, rx.wait_for(|f| *f >= through)).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Coalesced ops waiting for the next flush.
@@ -292,8 +317,12 @@ impl MetaStore {
     /// tries again.
     pub fn flush(&self) -> Result<usize, MetaStoreError> {
         let mut next_row = lock(&self.flushing);
-        let batch = std::mem::take(&mut *lock(&self.buffer));
+        let (batch, through) = {
+            let mut buf = lock(&self.buffer);
+            (std::mem::take(&mut *buf), self.queued.load(Ordering::SeqCst))
+        };
         if batch.is_empty() {
+            self.flushed.send_if_modified(|f| std::mem::replace(f, (*f).max(through)) < through);
             return Ok(0);
         }
         let n = batch.len();
@@ -301,6 +330,7 @@ impl MetaStore {
             Ok(()) => {
                 *next_row += 1;
                 self.commits.fetch_add(1, Ordering::Relaxed);
+                self.flushed.send_if_modified(|f| std::mem::replace(f, (*f).max(through)) < through);
                 if batch.clear {
                     // The journal was wiped: this row is all of it.
                     self.journal_ops.store(n, Ordering::Relaxed);
