@@ -125,6 +125,12 @@ fn acknowledged_writes_survive_a_sigkill_right_after_the_answer() {
         cli(&nodes.0[i], &["join", t["token"].as_str().unwrap()]);
     }
     wait_for("every node ready", || nodes.0.iter().all(ready));
+    // A short lease, so a killed leader is replaced in seconds (the default is 30 s).
+    for (key, value) in [("meta.lease", "4s"), ("meta.lease_renew_every", "1s"), ("meta.lease_check_every", "500ms")] {
+        let body = json!({"action": "set", "key": key, "value": value, "why": "acks test"});
+        let (s, _, v) = nodes.0[0].call("POST", "/v1/config", Some(body));
+        assert_eq!(s, 200, "{key}: {v}");
+    }
     // `SHOAL_ACK_MODE=local` shows what the default prevents (expect this test to fail then).
     let mode = std::env::var("SHOAL_ACK_MODE").unwrap_or_else(|_| "replicated".into());
     if mode != "replicated" {
@@ -139,8 +145,7 @@ fn acknowledged_writes_survive_a_sigkill_right_after_the_answer() {
     let mut acked: Vec<(String, u64)> = Vec::new();
     for round in 0..6u64 {
         // Through the leader in some rounds, through a follower in others.
-        let leader =
-            nodes.0[0].call("GET", "/v1/meta/status", None).2["meta"]["leader"].as_str().unwrap_or("").to_string();
+        let leader = nodes.0[0].call("GET", "/v1/meta/status", None).2["leader"].as_str().unwrap_or("").to_string();
         let ids: Vec<String> = nodes
             .0
             .iter()
