@@ -491,3 +491,38 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
     assert!(net.nodes[1].check_drop(net.clock(1), &h, &VolumeId::new("v1b")).is_ok());
     let _ = Record::File(g);
 }
+
+/// Issue 18 "Failover": a leader that dies is passed over once its lease (30 s) has run out on
+/// the survivors, while it still counts as ONLINE to them (heard from within 45 s): the next
+/// member claims then, not only once the dead one stops being ONLINE.
+#[test]
+fn a_dead_leader_is_replaced_when_its_lease_runs_out_not_when_it_stops_being_online() {
+    let mut net = Net::new(&[0, 0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.pump();
+    for j in [1, 2] {
+        let (reply, done) = net.join(j, 0);
+        assert_eq!(reply.status(), 200, "{:?}", reply.body);
+        done.expect("joins");
+    }
+    net.run_for(2 * MINUTE_MS, SECOND_MS);
+    let leader = |net: &Net, i: usize| net.nodes[i].meta_status(net.clock(i)).meta.leader;
+    let old = leader(&net, 0).expect("a leader");
+    let dead = (0..3).find(|&i| net.id(i) == old).unwrap();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != dead).collect();
+    net.down[dead] = true;
+    let mut took = None;
+    for s in 1..=120u64 {
+        net.run_for(SECOND_MS, SECOND_MS);
+        let views: Vec<_> = survivors.iter().map(|&i| leader(&net, i)).collect();
+        if views[0].as_ref().is_some_and(|l| *l != old) && views[0] == views[1] {
+            took = Some(s);
+            // It is still ONLINE to them: the claim did not wait for that to end.
+            assert_eq!(net.state(survivors[0], dead), NodeState::Online, "after {s} s");
+            break;
+        }
+    }
+    let took = took.expect("a new leader within two minutes");
+    assert!(took <= 40, "failover took {took} s with a 30 s lease");
+}

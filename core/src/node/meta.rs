@@ -84,6 +84,7 @@ impl Node {
     /// is (an admin put every node in maintenance or draining), members that are up regardless
     /// of their admin state may hold it, so submits never wait for a leader that cannot exist.
     pub(super) fn lease_candidates(&self, now: Millis) -> Vec<Candidate> {
+        let heard_within = self.meta.lease_ms().max(self.config.membership.heartbeat_interval_ms.saturating_mul(3) / 2);
         let pick = |relaxed: bool| -> Vec<Candidate> {
             self.members
                 .records()
@@ -94,7 +95,12 @@ impl Node {
                     } else {
                         let st =
                             if relaxed { self.members.liveness(&r.id, now) } else { self.members.state(&r.id, now) };
-                        matches!(st, NodeState::Online | NodeState::Degraded)
+                        // Not heard from for a lease (or a heartbeat and a half, whichever is
+                        // longer): no claim waits for it, though it still counts as ONLINE
+                        // for a while. A leader that died is passed over as soon as its lease
+                        // ran out, not once it stops being ONLINE (issue 18 "Failover").
+                        let heard = relaxed || now.since(self.members.last_seen(&r.id)) <= heard_within;
+                        matches!(st, NodeState::Online | NodeState::Degraded) && heard
                     };
                     Candidate { id: r.id.clone(), joined: r.joined, eligible }
                 })

@@ -537,6 +537,11 @@ impl Meta {
         }
     }
 
+    /// The lease's length in force.
+    pub fn lease_ms(&self) -> u64 {
+        self.config.lease.lease_ms
+    }
+
     /// How often the lease (term or holder) this node knows changed since it started, as seen
     /// at its lease ticks.
     pub fn leader_changes(&self) -> u64 {
