@@ -526,3 +526,31 @@ fn a_dead_leader_is_replaced_when_its_lease_runs_out_not_when_it_stops_being_onl
     let took = took.expect("a new leader within two minutes");
     assert!(took <= 40, "failover took {took} s with a 30 s lease");
 }
+
+/// Issue 17 (the soak): the audit log keeps its newest entries only. Every admin act used to add
+/// a record for ever, so a node's memory and database grew with the number of acts.
+#[test]
+fn the_audit_log_keeps_its_newest_entries_only() {
+    use shoal_core::node::audit::APPEND_LOG_KEEP;
+    let mut net = Net::new(&[0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let extra = 600;
+    for i in 0..APPEND_LOG_KEEP + extra {
+        let at = net.clock(0);
+        net.nodes[0].audit(at, &format!("act {i}"), "admin", 200);
+        if i % 1000 == 0 {
+            net.now = net.now.plus(1);
+        }
+    }
+    net.pump();
+    let count = |net: &Net| net.nodes[0].audit_list(usize::MAX).audit.len();
+    assert!(count(&net) > APPEND_LOG_KEEP);
+    net.run_for(30 * SECOND_MS, SECOND_MS);
+    assert_eq!(count(&net), APPEND_LOG_KEEP);
+    let newest = net.nodes[0].audit_list(1).audit[0]["act"].clone();
+    assert_eq!(newest, json!(format!("act {}", APPEND_LOG_KEEP + extra - 1)));
+    let oldest = net.nodes[0].audit_list(usize::MAX).audit.last().unwrap()["act"].clone();
+    assert_eq!(oldest, json!(format!("act {extra}")));
+}

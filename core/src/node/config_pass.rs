@@ -22,6 +22,7 @@ impl Node {
         if self.leader_term(wall).is_some() {
             let mut did = self.config_rename_pass(wall);
             did.extend(self.config_retire_pass(wall));
+            self.trim_append_logs(wall);
             if !did.is_empty() {
                 self.event(super::Event::ConfigRenames { did });
             }

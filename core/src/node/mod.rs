@@ -31,7 +31,7 @@ use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 use clock::MonoClock;
 
 mod admin;
-mod audit;
+pub mod audit;
 mod builds;
 pub mod chores;
 mod clock;
