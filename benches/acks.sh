@@ -3,7 +3,10 @@
 # side by side in one run on three real `shoal serve` processes (release build) on loopback:
 # N setting writes (PUT /v1/settings/KEY, each answered as the mode says) from one client, then
 # from 16 concurrent clients, through a follower, on keep-alive connections. Reports writes/s,
-# p50/p99 and what the answers reached (`x-shoal-ack`).
+# p50/p99 and what the answers reached (`x-shoal-ack`). When `etcd` is installed
+# (`apt-get install etcd-server`), the same client then does the same puts into etcd (3 members
+# on loopback, its JSON gateway `POST /v3/kv/put`, through a follower: etcd fsyncs and waits for
+# a majority).
 # Usage: benches/acks.sh [N=10000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -111,4 +114,64 @@ for mode in ["local", "replicated", "durable"]:
     set_mode(mode, at)
     for clients in [1, 16]:
         run(mode, clients, at)
+PY
+
+command -v etcd > /dev/null || { echo "etcd: not installed (apt-get install etcd-server), skipped"; exit 0; }
+ebase=$((base + 20))
+cluster=""
+for i in 0 1 2; do cluster="$cluster${cluster:+,}m$i=http://127.0.0.1:$((ebase + 10 + i))"; done
+for i in 0 1 2; do
+  etcd --name "m$i" --data-dir "$work/etcd-$i" \
+    --listen-peer-urls "http://127.0.0.1:$((ebase + 10 + i))" --initial-advertise-peer-urls "http://127.0.0.1:$((ebase + 10 + i))" \
+    --listen-client-urls "http://127.0.0.1:$((ebase + i))" --advertise-client-urls "http://127.0.0.1:$((ebase + i))" \
+    --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token shoal-acks --log-level error \
+    > "$work/etcd-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1 2; do
+  for _ in $(seq 300); do curl -fs "http://127.0.0.1:$((ebase + i))/health" > /dev/null 2>&1 && break; sleep 0.1; done
+done
+python3 - "$ebase" "$n" <<'PY'
+import base64, http.client, json, sys, threading, time
+base, n = int(sys.argv[1]), int(sys.argv[2])
+def conn(i):
+    return http.client.HTTPConnection("127.0.0.1", base + i, timeout=60)
+c = conn(0)
+c.request("POST", "/v3/maintenance/status", body=b"{}")
+st = json.loads(c.getresponse().read())
+leader = st["leader"]
+at = 0
+for i in range(3):
+    c = conn(i)
+    c.request("POST", "/v3/maintenance/status", body=b"{}")
+    if json.loads(c.getresponse().read())["header"]["member_id"] != leader:
+        at = i
+        break
+b64 = lambda s: base64.b64encode(s.encode()).decode()
+def run(clients):
+    per = n // clients
+    lat, errors = [], [0]
+    lock = threading.Lock()
+    def client(k):
+        c = conn(at)
+        mine = []
+        for j in range(per):
+            body = json.dumps({"key": b64(f"bench.{clients}.{k}.{j}"), "value": b64(str(j))}).encode()
+            t = time.perf_counter()
+            c.request("POST", "/v3/kv/put", body=body)
+            r = c.getresponse(); r.read()
+            mine.append((time.perf_counter() - t) * 1000)
+            if r.status != 200:
+                with lock: errors[0] += 1
+        with lock: lat.extend(mine)
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads: t.start()
+    for t in threads: t.join()
+    secs = time.perf_counter() - t0
+    lat.sort()
+    p = lambda q: lat[min(len(lat) - 1, int(len(lat) * q))]
+    print(f"{'etcd 3.4':10} {clients:7} {per * clients / secs:10.0f} {p(0.5):8.2f} {p(0.99):8.2f} {errors[0]:6}  (fsync + majority)")
+for clients in [1, 16]:
+    run(clients)
 PY

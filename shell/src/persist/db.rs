@@ -52,10 +52,13 @@ impl Db {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed)
     }
 
+    // The same signature as redb's own `Database::begin_write` (its error type is large).
+    #[allow(clippy::result_large_err)]
     pub fn begin_write(&self) -> Result<WriteTransaction, TransactionError> {
         self.get()?.begin_write()
     }
 
+    #[allow(clippy::result_large_err)]
     pub fn begin_read(&self) -> Result<ReadTransaction, TransactionError> {
         self.get()?.begin_read()
     }
