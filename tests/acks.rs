@@ -131,14 +131,17 @@ fn acknowledged_writes_survive_a_sigkill_right_after_the_answer() {
         let (s, _, v) = nodes.0[0].call("POST", "/v1/config", Some(body));
         assert_eq!(s, 200, "{key}: {v}");
     }
+    // The new lease may move the leader: go on once a write is held elsewhere again.
+    wait_for("writes replicated again", || {
+        nodes.0.iter().all(|n| n.call("PUT", "/v1/settings/acks.probe", Some(json!({"value": 0}))).1 == "replicated")
+    });
     // `SHOAL_ACK_MODE=local` shows what the default prevents (expect this test to fail then).
     let mode = std::env::var("SHOAL_ACK_MODE").unwrap_or_else(|_| "replicated".into());
     if mode != "replicated" {
         let body = json!({"action": "set", "key": "meta.ack", "value": mode, "why": "acks test"});
         assert_eq!(nodes.0[0].call("POST", "/v1/config", Some(body)).0, 200);
         wait_for("the mode applied everywhere", || {
-            let (_, ack, _) = nodes.0[1].call("PUT", "/v1/settings/acks.probe", Some(json!({"value": 0})));
-            ack == mode
+            nodes.0.iter().all(|n| n.call("PUT", "/v1/settings/acks.probe", Some(json!({"value": 0}))).1 == mode)
         });
     }
 
@@ -176,6 +179,9 @@ fn acknowledged_writes_survive_a_sigkill_right_after_the_answer() {
         }
         nodes.0[at].start();
         wait_for("every node ready again", || nodes.0.iter().all(ready));
+        wait_for("writes replicated again through every node", || {
+            nodes.0.iter().all(|n| n.call("PUT", "/v1/settings/acks.probe", Some(json!({"value": 0}))).1 == mode)
+        });
     }
     // After the last restart every node holds every acknowledged write.
     for (key, value) in &acked {

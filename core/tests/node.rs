@@ -554,3 +554,40 @@ fn the_audit_log_keeps_its_newest_entries_only() {
     let oldest = net.nodes[0].audit_list(usize::MAX).audit.last().unwrap()["act"].clone();
     assert_eq!(oldest, json!(format!("act {extra}")));
 }
+
+/// Issue 18 "Acknowledged means safe": a change is ready to acknowledge only once another node
+/// holds it — through a follower, once the leader took its submit; through the leader, once a
+/// follower answered the append carrying it — and at once when no other member is alive.
+#[test]
+fn a_change_is_acknowledged_only_once_another_node_holds_it() {
+    use shoal_core::node::AckReached;
+    let mut net = three_nodes();
+    let leader = net.nodes[0].meta_status(net.clock(0)).meta.leader.expect("a leader");
+    let l = (0..3).find(|&i| net.id(i) == leader).unwrap();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    for (who, key) in [(f, "through.follower"), (l, "through.leader")] {
+        let from = net.nodes[who].ack_position();
+        let at = net.clock(who);
+        net.nodes[who].setting_set(at, key, Some(json!(1))).expect("set");
+        let plan = net.nodes[who].ack_plan(from);
+        let at = net.clock(who);
+        assert_eq!(net.nodes[who].ack_ready(at, &plan), None, "{key}: nobody else holds it yet");
+        net.pump();
+        let at = net.clock(who);
+        assert_eq!(net.nodes[who].ack_ready(at, &plan), Some(AckReached::Replicated), "{key}");
+        let other = (0..3).find(|&i| i != who).unwrap();
+        assert!(net.nodes[other].setting_get(key).is_ok(), "{key} is on another node when acknowledged");
+    }
+    // Alone: every other member down long enough not to count as alive.
+    let lone = l;
+    for i in (0..3).filter(|&i| i != lone) {
+        net.down[i] = true;
+    }
+    net.run_for(5 * MINUTE_MS, SECOND_MS);
+    let from = net.nodes[lone].ack_position();
+    let at = net.clock(lone);
+    net.nodes[lone].setting_set(at, "alone", Some(json!(1))).expect("set");
+    let plan = net.nodes[lone].ack_plan(from);
+    let at = net.clock(lone);
+    assert_eq!(net.nodes[lone].ack_ready(at, &plan), Some(AckReached::Alone));
+}

@@ -595,6 +595,13 @@ async fn a_damaged_database_is_refused_at_start_and_rebuilt_from_the_peers_and_a
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&recovery).unwrap().permissions().mode() & 0o777, 0o600);
     }
+    // On a healthy database the flag is refused (left in a unit file, it must not throw data away).
+    let mut opts = b_opts();
+    opts.rebuild_meta = true;
+    match daemon::start(TokioEnv::default(), opts).await {
+        Ok(_) => panic!("a healthy database must not be rebuilt"),
+        Err(e) => assert!(e.to_string().contains("opens and reads fine"), "{e}"),
+    }
     // Damage the database's header.
     let db = b_dir.join("cluster.redb");
     let mut bytes = std::fs::read(&db).unwrap();

@@ -95,8 +95,7 @@ impl Node {
                     } else {
                         let st =
                             if relaxed { self.members.liveness(&r.id, now) } else { self.members.state(&r.id, now) };
-                        // Not heard from for a lease (or a heartbeat and a half, whichever is
-                        // longer): no claim waits for it, though it still counts as ONLINE
+                        // Not heard from for a lease (or two heartbeats, whichever is longer): no claim waits for it, though it still counts as ONLINE
                         // for a while. A leader that died is passed over as soon as its lease
                         // ran out, not once it stops being ONLINE (issue 18 "Failover").
                         let heard = relaxed || now.since(self.members.last_seen(&r.id)) <= heard_within;
@@ -340,20 +339,36 @@ pub enum AckMode {
     Local,
 }
 
-/// What an acknowledgement waits for: the mode, its bound, and the changes it covers.
+/// What an acknowledgement waits for: the mode, its bound, and the changes it covers (made
+/// between `from`, taken before the request, and `to`, after it).
 #[derive(Clone, Debug)]
 pub struct AckPlan {
     pub mode: AckMode,
     pub wait_ms: u64,
-    pub mark: crate::meta::machine::WriteMark,
+    pub from: crate::meta::machine::WriteMark,
+    pub to: crate::meta::machine::WriteMark,
+}
+
+/// What an acknowledgement reached (the `x-shoal-ack` header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckReached {
+    /// Another node holds every change the request made.
+    Replicated,
+    /// No other member is reachable now: the change is as safe as this node's disk.
+    Alone,
 }
 
 /// Default bound of an acknowledgement's wait (`meta.ack_wait`).
 pub const ACK_WAIT_MS: u64 = 5_000;
 
 impl Node {
-    /// Taken right after a client's change was made here: what its acknowledgement waits for.
-    pub fn ack_plan(&self) -> AckPlan {
+    /// Taken before a client's request: where this node's writes stand.
+    pub fn ack_position(&self) -> crate::meta::machine::WriteMark {
+        self.meta.write_mark()
+    }
+
+    /// Taken right after a client's request made its changes: what its acknowledgement waits for.
+    pub fn ack_plan(&self, from: crate::meta::machine::WriteMark) -> AckPlan {
         let applied = |key: &str| self.config_applied.as_ref()?.get("meta")?.get(key)?.value.clone();
         let mode = match applied("ack").as_ref().and_then(|v| v.as_str()) {
             Some("durable") => AckMode::Durable,
@@ -361,22 +376,24 @@ impl Node {
             _ => AckMode::Replicated,
         };
         let wait_ms = applied("ack_wait").and_then(|v| v.as_u64()).unwrap_or(ACK_WAIT_MS);
-        AckPlan { mode, wait_ms, mark: self.meta.write_mark() }
+        AckPlan { mode, wait_ms, from, to: self.meta.write_mark() }
     }
 
-    /// Whether the changes under `mark` may be acknowledged as replicated: another node holds
-    /// them, or no other member is reachable now (a node alone keeps working; what it writes
-    /// then is as safe as its own disk).
-    pub fn ack_ready(&self, wall: Millis, mark: &crate::meta::machine::WriteMark) -> bool {
+    /// Whether the changes of `plan` may be acknowledged: another node holds them, or no other
+    /// member is alive by its heartbeats (a node alone keeps working). `None`: not yet.
+    pub fn ack_ready(&self, wall: Millis, plan: &AckPlan) -> Option<AckReached> {
         if self.cluster.is_none() {
-            return true;
+            return Some(AckReached::Alone);
+        }
+        if self.meta.mark_held(&plan.from, &plan.to) {
+            return Some(AckReached::Replicated);
         }
         let now = self.clock.peek(wall);
-        let reachable = self
+        let alive = self
             .members
             .records()
             .filter(|r| !r.removed && r.id != self.id)
-            .any(|r| matches!(self.members.state(&r.id, now), NodeState::Online | NodeState::Degraded));
-        !reachable || self.meta.mark_held(mark)
+            .any(|r| matches!(self.members.liveness(&r.id, now), NodeState::Online | NodeState::Degraded));
+        (!alive).then_some(AckReached::Alone)
     }
 }

@@ -59,7 +59,7 @@ pub use config_windows::{
     ConfigEvents, Finding, Findings, RenameList, RenameView, RetireAnswered, Retiring, RetiringList, WindowHolder,
 };
 pub use meta::{
-    AckMode, AckPlan, CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, ACK_WAIT_MS,
+    AckMode, AckPlan, AckReached, CopyView, Listing, NodeMetaStatus, PolicyList, SettingList, Stat, ACK_WAIT_MS,
     SETTING_VALUE_MAX_BYTES,
 };
 pub use peers::ACN_ENDPOINTS;
@@ -686,7 +686,8 @@ impl Node {
             return;
         }
         let meta = self.meta.status(now);
-        let heard = meta.last_seq.0 > 0 || meta.snapshots_adopted > 0;
+        // From another node: a snapshot, or a log it leads (not writes of our own as leader).
+        let heard = meta.snapshots_adopted > 0 || (meta.last_seq.0 > 0 && !meta.is_leader);
         if heard && self.readiness(wall).ready {
             self.rescan_after_rebuild = false;
             self.chores.kick(crate::storage::chores::Chore::Rescan, now);

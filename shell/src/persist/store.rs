@@ -246,7 +246,12 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut f = opts.open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    // The rename itself is durable once the folder is.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Why a rebuild could not start.
@@ -258,6 +263,8 @@ pub enum RebuildError {
     Aside(PathBuf, std::io::Error),
     #[error("cannot write a new database at {0}: {1}")]
     Fresh(PathBuf, StoreError),
+    #[error("{0} opens and reads fine: --rebuild-meta is for a damaged one (remove the flag)")]
+    Healthy(PathBuf),
 }
 
 /// `shoal serve --rebuild-meta`: keep the database at `db_path` aside as
@@ -271,6 +278,13 @@ pub fn rebuild(db_path: &Path, now_secs: u64) -> Result<Option<PathBuf>, Rebuild
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         .map_err(|e| RebuildError::NoRecovery(recovery_path.clone(), e, db_path.to_path_buf()))?;
+    // A flag left in a service unit must not throw a healthy database away at every start.
+    let healthy = |s: Store| {
+        s.load().is_ok() && super::meta_store::MetaStore::open(s.database(), true).is_ok_and(|m| m.load().is_ok())
+    };
+    if db_path.exists() && Store::open(db_path, true).is_ok_and(healthy) {
+        return Err(RebuildError::Healthy(db_path.to_path_buf()));
+    }
     let aside = if db_path.exists() {
         let name =
             format!("{}.damaged-{now_secs}", db_path.file_name().and_then(|n| n.to_str()).unwrap_or("cluster.redb"));

@@ -139,8 +139,9 @@ pub struct MetaStatus {
 pub struct WriteMark {
     /// Pending submits numbered below this were written before the mark.
     pending_before: u64,
-    /// The log's end when the mark was taken (for a leader).
+    /// The log's end when the mark was taken, and whether this node led then.
     seq: LogIndex,
+    led: bool,
 }
 
 /// A JSON answer to a peer (the node's [`Reply`]).
@@ -312,6 +313,9 @@ pub(super) struct PeerAppend {
     sent_through: LogIndex,
     /// The peer said it holds entries up to here.
     acked_through: LogIndex,
+    /// Entries up to here are confirmed held by the peer under this lease: set only from its
+    /// answers to our appends, never assumed (what an acknowledgement may rely on).
+    held_through: LogIndex,
 }
 
 /// What the shell read back from disk for the metadata store.
@@ -338,6 +342,9 @@ pub struct Meta {
     appends_since_compaction: u64,
     pending: BTreeMap<u64, Record>,
     next_pending_id: u64,
+    /// Pending ids of ours that went into our own log when we became leader: first id of each
+    /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
+    self_appended: BTreeMap<u64, (u64, LogIndex)>,
     /// When the submit in flight was sent (none in flight: `None`).
     submit_in_flight: Option<Millis>,
     submit_due: Millis,
@@ -392,6 +399,7 @@ impl Meta {
             snapshots_adopted: 0,
             lease_seen: None,
             leader_changes: 0,
+            self_appended: BTreeMap::new(),
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -491,31 +499,39 @@ impl Meta {
             return true; // compacted long ago
         };
         let alone = self.members.iter().all(|c| c.id == self.me);
-        alone || self.peers.values().any(|p| p.acked_through >= entry.seq)
+        alone || self.peers.values().any(|p| p.held_through >= entry.seq)
     }
 
     pub fn is_leader(&self, now: Millis) -> bool {
         self.leader(now).is_some_and(|l| l.holder == self.me)
     }
 
-    /// A mark covering every change this node has written so far (issue 18 "Acknowledged means
-    /// safe"): see [`Meta::mark_held`].
+    /// A position in this node's writes (issue 18 "Acknowledged means safe"): taken before
+    /// and after a client's request, the two bound the changes it made ([`Meta::mark_held`]).
     pub fn write_mark(&self) -> WriteMark {
-        WriteMark { pending_before: self.next_pending_id, seq: self.last_seq }
+        let led = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
+        WriteMark { pending_before: self.next_pending_id, seq: self.last_seq, led }
     }
 
-    /// Whether every change covered by `mark` is held by another node too: none of them waits
-    /// here for the leader, and, while this node leads, a peer acknowledged the log up to the
-    /// mark (or there is no other candidate).
-    pub fn mark_held(&self, mark: &WriteMark) -> bool {
-        if self.pending.range(..mark.pending_before).next().is_some() {
+    /// Whether every change this node made between `from` and `to` is held by another node
+    /// too: none waits here for the leader (the leader took it); a change this node appended
+    /// to its own log as leader (directly, or a pending one when it became leader) is
+    /// confirmed by a peer's answer to an append under this lease; or there is no other
+    /// candidate.
+    pub fn mark_held(&self, from: &WriteMark, to: &WriteMark) -> bool {
+        if self.pending.range(from.pending_before..to.pending_before).next().is_some() {
             return false;
         }
-        if self.log_lease.as_ref().is_none_or(|l| l.holder != self.me) {
-            return true;
+        let mut need = (to.led && to.seq > from.seq).then_some(to.seq);
+        for (first, (last, end)) in &self.self_appended {
+            if *first < to.pending_before && *last >= from.pending_before {
+                need = Some(need.map_or(*end, |n: LogIndex| n.max(*end)));
+            }
         }
+        let Some(need) = need else { return true };
         let alone = self.members.iter().all(|c| c.id == self.me);
-        alone || mark.seq <= self.compacted_through || self.peers.values().any(|p| p.acked_through >= mark.seq)
+        let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
+        alone || (leads && self.peers.values().any(|p| p.held_through >= need))
     }
 
     pub fn status(&self, now: Millis) -> MetaStatus {
@@ -688,6 +704,7 @@ impl Meta {
             for p in self.peers.values_mut() {
                 p.sent_through = last;
                 p.acked_through = last;
+                p.held_through = LogIndex(0);
             }
         }
     }
@@ -783,6 +800,7 @@ impl Meta {
                 in_flight: None,
                 sent_through: LogIndex(last.0.saturating_sub(1)),
                 acked_through: LogIndex(last.0.saturating_sub(1)),
+                held_through: LogIndex(0),
             });
             if entry.in_flight.is_some() || entry.sent_through >= self.last_seq {
                 continue;
@@ -811,10 +829,17 @@ impl Meta {
         if leader == self.me {
             // We became leader: our own pending changes go straight into the log.
             let pending = std::mem::take(&mut self.pending);
+            let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
             for (id, rec) in pending {
                 let me = self.me.clone();
                 self.append_as_leader(rec, me);
                 self.persist(MetaPersist::DeletePending(id));
+            }
+            if let Some((first, last)) = ids {
+                self.self_appended.insert(first, (last, self.last_seq));
+                while self.self_appended.len() > 64 {
+                    self.self_appended.pop_first();
+                }
             }
             self.pump_appends();
             return;

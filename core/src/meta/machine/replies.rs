@@ -53,6 +53,8 @@ impl Meta {
                     p.in_flight = None;
                     if carried_out {
                         p.acked_through = reported.unwrap_or(through);
+                        // Confirmed: no further than what this append carried.
+                        p.held_through = p.held_through.max(reported.unwrap_or(through).min(through));
                         // A peer behind what we sent catches up by itself (log?after=N).
                     } else {
                         // Not delivered: resend from what the peer last acknowledged.

@@ -163,10 +163,11 @@ async fn refuse_large_bodies(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// A change (POST, PUT, DELETE) is refused while the core says this node cannot store it
+/// A change (POST, PUT; a DELETE frees space and goes on) is refused while the core says this node cannot store it
 /// ([`shoal_core::node::Node::write_refusal`]: its data dir is full); reads go on.
 async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
-    if req.method() != axum::http::Method::GET && req.method() != axum::http::Method::HEAD {
+    // Removes stay allowed: they are how an operator frees space.
+    if !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::DELETE) {
         if let Some(e) = s.read_node(|n, _| n.write_refusal()) {
             return api_result::<Value>(Err(e));
         }
@@ -182,25 +183,34 @@ async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Reques
 /// was reached (`replicated`, `durable`, `local`, or `unconfirmed` when the bound ran out:
 /// the change is made here and travels on, but no other node confirmed it yet).
 async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+    use shoal_core::node::{AckMode, AckReached};
     let change = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let from = change.then(|| s.read_node(|n, _| n.ack_position()));
     let mut resp = next.run(req).await;
-    if !change || !resp.status().is_success() {
-        return resp;
-    }
-    let plan = s.read_node(|n, _| n.ack_plan());
+    let Some(from) = from.filter(|_| resp.status().is_success()) else { return resp };
+    let plan = s.read_node(|n, _| n.ack_plan(from));
     let reached = match plan.mode {
-        shoal_core::node::AckMode::Local => "local",
+        AckMode::Local => "local",
         mode => {
-            let durable = mode == shoal_core::node::AckMode::Durable;
+            // One bound for both waits.
+            let deadline = s.env.monotonic().plus(plan.wait_ms);
             let through = s.meta_store.queued_through();
-            let mark = plan.mark.clone();
-            let replicated = s.wait_for(plan.wait_ms, move |n, now| n.ack_ready(now, &mark)).await;
-            let flushed = !durable
-                || s.meta_store.wait_flushed(through, std::time::Duration::from_millis(plan.wait_ms.max(1_000))).await;
-            match (replicated, durable, flushed) {
-                (true, true, true) => "durable",
-                (true, false, _) => "replicated",
-                _ => "unconfirmed",
+            let mut got = None;
+            let p = plan.clone();
+            s.wait_for(plan.wait_ms, |n, now| {
+                got = n.ack_ready(now, &p);
+                got.is_some()
+            })
+            .await;
+            let flushed = mode != AckMode::Durable || {
+                let left = deadline.0.saturating_sub(s.env.monotonic().0);
+                s.meta_store.wait_flushed(through, std::time::Duration::from_millis(left)).await
+            };
+            match (got, mode, flushed) {
+                (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
+                (Some(AckReached::Alone), _, _) => "alone",
+                (Some(AckReached::Replicated), AckMode::Durable, true) => "durable",
+                (Some(AckReached::Replicated), _, _) => "replicated",
             }
         }
     };

@@ -236,7 +236,9 @@ impl MetaStore {
     /// After a failed flush: when redb refuses every transaction since an I/O error, close and
     /// reopen the database (blocking; see [`crate::persist::db`]). Whether it was reopened.
     pub fn reopen_if_poisoned(&self, error: &str) -> bool {
-        if !error.contains("Previous I/O error") {
+        // redb's own refusal after an I/O error, or a reopen that failed before (the handle is
+        // closed until one works).
+        if !error.contains("Previous I/O error") && !error.contains("being reopened") {
             return false;
         }
         match self.db.reopen(std::time::Duration::from_secs(2)) {
