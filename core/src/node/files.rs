@@ -153,6 +153,18 @@ impl Node {
     /// 409 while a removed file at `path` still has a copy to be renamed to where it moved: a
     /// new file there would take the old path's record, and with it the only trace of that
     /// rename (the holder renames within seconds once it hears of the move).
+    /// Whether the copy on `volume` of the live file at `path` is still to be renamed there from
+    /// the path it was moved from (its holder has not renamed it on disk yet).
+    pub fn copy_move_pending(&self, path: &str, volume: &VolumeId) -> bool {
+        let Some(f) = self.live_file(path) else { return false };
+        self.meta.state().files().any(|g| {
+            g.removed
+                && g.id == f.id
+                && g.path != f.path
+                && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+        })
+    }
+
     fn check_no_pending_rename(&self, path: &str) -> Result<(), ApiError> {
         let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return Ok(()) };
         let pending = old.locations.iter().filter(|l| l.state != LocationState::Dropped).any(|l| {

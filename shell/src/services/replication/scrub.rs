@@ -4,6 +4,10 @@
 use super::*;
 
 /// SHA-256 of a file and its length, on the blocking pool (never on the runtime's threads).
+
+/// How long `verify` waits for a just-moved copy's rename on its holder before it asks again.
+const MOVE_SETTLE_MS: u64 = 10_000;
+
 pub(super) async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf) -> std::io::Result<(u64, String)> {
     s.blocking(move || {
         let mut f = std::fs::File::open(&file)?;
@@ -58,7 +62,14 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
         for l in f.locations.iter().filter(|l| f.is_current(l)) {
             let sum = if l.node_id == me {
                 let folder = s.read_node(|n, _| n.local_volume(l.volume_id.as_str())).map(|v| v.subpath);
-                match folder.and_then(|d| confined_path(Path::new(&d), &f.path, false).ok()) {
+                let file = folder.and_then(|d| confined_path(Path::new(&d), &f.path, false).ok());
+                let (path, volume) = (f.path.clone(), l.volume_id.clone());
+                if file.as_ref().is_some_and(|p| !p.exists()) && s.read_node(|n, _| n.copy_move_pending(&path, &volume))
+                {
+                    // Just moved: wait (bounded) for this node's own rename.
+                    s.wait_for(MOVE_SETTLE_MS, |n, _| !n.copy_move_pending(&path, &volume)).await;
+                }
+                match file {
                     Some(file) => hash_file(s, file).await.map(|r| r.1).ok(),
                     None => None,
                 }
@@ -68,7 +79,17 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
                     l.volume_id,
                     crate::wire::escape_query(&f.path)
                 );
-                match signed(s, &l.node_id, "GET", &target, vec![], vec![]).await {
+                let mut answer = signed(s, &l.node_id, "GET", &target, vec![], vec![]).await;
+                if answer.as_ref().is_ok_and(|r| r.status == 404) {
+                    // Just moved: the holder may not have renamed its copy yet. Wait (bounded)
+                    // for the rename to show in the records, then ask again.
+                    let (path, volume) = (f.path.clone(), l.volume_id.clone());
+                    if s.read_node(|n, _| n.copy_move_pending(&path, &volume)) {
+                        s.wait_for(MOVE_SETTLE_MS, |n, _| !n.copy_move_pending(&path, &volume)).await;
+                        answer = signed(s, &l.node_id, "GET", &target, vec![], vec![]).await;
+                    }
+                }
+                match answer {
                     Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body)
                         .ok()
                         .and_then(|v| v["checksum"].as_str().map(str::to_string)),
