@@ -3,11 +3,10 @@
 
 use super::*;
 
-/// SHA-256 of a file and its length, on the blocking pool (never on the runtime's threads).
-
 /// How long `verify` waits for a just-moved copy's rename on its holder before it asks again.
 const MOVE_SETTLE_MS: u64 = 10_000;
 
+/// SHA-256 of a file and its length, on the blocking pool (never on the runtime's threads).
 pub(super) async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf) -> std::io::Result<(u64, String)> {
     s.blocking(move || {
         let mut f = std::fs::File::open(&file)?;
