@@ -56,10 +56,15 @@ impl Default for Metrics {
     }
 }
 
+/// A count as a gauge's value (saturating).
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 /// A gauge of a whole number.
 fn gauge(v: u64) -> Gauge {
     let g = Gauge::default();
-    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    g.set(as_i64(v));
     g
 }
 
@@ -143,7 +148,7 @@ impl Metrics {
         );
         let lag = Family::<PeerLabel, Gauge>::default();
         for (peer, behind) in &g.log_lag {
-            lag.get_or_create(&PeerLabel { peer: peer.clone() }).set(i64::try_from(*behind).unwrap_or(i64::MAX));
+            lag.get_or_create(&PeerLabel { peer: peer.clone() }).set(as_i64(*behind));
         }
         r.register("meta_log_lag_entries", "Leader: entries each follower is behind", lag);
 
@@ -180,8 +185,8 @@ impl Metrics {
         let low = Family::<VolumeLabels, Gauge>::default();
         for v in &g.volumes {
             let l = VolumeLabels { volume: v.id.clone(), node: v.node.clone(), local: v.local.to_string() };
-            capacity.get_or_create(&l).set(i64::try_from(v.capacity).unwrap_or(i64::MAX));
-            free.get_or_create(&l).set(i64::try_from(v.free).unwrap_or(i64::MAX));
+            capacity.get_or_create(&l).set(as_i64(v.capacity));
+            free.get_or_create(&l).set(as_i64(v.free));
             low.get_or_create(&l).set(i64::from(v.low_space || v.read_only));
         }
         r.register_with_unit("volume_capacity", "Volume size, as its node reports it", Unit::Bytes, capacity);

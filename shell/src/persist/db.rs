@@ -10,7 +10,6 @@
 use redb::{Database, ReadTransaction, StorageError, TransactionError, WriteTransaction};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
 
 pub struct Db {
     /// The file, for reopening (`None`: a database given whole, e.g. in memory in tests).
@@ -63,30 +62,18 @@ impl Db {
         self.get()?.begin_read()
     }
 
-    /// Close the database and open it again (after an I/O error). Waits up to `wait` for the
-    /// transactions in flight to end; on any failure the handle is left as usable as before
-    /// (the old database back, or none until the next try).
-    pub fn reopen(&self, wait: Duration) -> Result<(), String> {
+    /// Close the database and open it again (after an I/O error). Gives up at once, leaving
+    /// the old handle in place, while a call holds it (the flusher tries again at its next
+    /// tick); on a failed open the handle stays closed until a later try works.
+    pub fn reopen(&self) -> Result<(), String> {
         let Some(path) = &self.path else { return Err("an in-memory database is not reopened".into()) };
         let mut slot = self.inner.write().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = slot.take() {
-            // Others may still hold the old handle for a transaction in flight.
-            let deadline = Instant::now() + wait;
-            let mut old = old;
-            loop {
-                match Arc::try_unwrap(old) {
-                    Ok(db) => {
-                        drop(db);
-                        break;
-                    }
-                    Err(still) if Instant::now() < deadline => {
-                        old = still;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err(still) => {
-                        *slot = Some(still);
-                        return Err("transactions still in flight".into());
-                    }
+            match Arc::try_unwrap(old) {
+                Ok(db) => drop(db),
+                Err(still) => {
+                    *slot = Some(still);
+                    return Err("the database is in use".into());
                 }
             }
         }
@@ -114,17 +101,17 @@ mod tests {
         let txn = db.begin_write().unwrap();
         txn.open_table(T).unwrap().insert("a", 1).unwrap();
         txn.commit().unwrap();
-        db.reopen(Duration::from_secs(1)).unwrap();
+        db.reopen().unwrap();
         assert_eq!(db.begin_read().unwrap().open_table(T).unwrap().len().unwrap(), 1);
         // A transaction in flight holds the old handle: the reopen gives up and changes nothing.
         let held = db.get().unwrap();
-        assert!(db.reopen(Duration::from_millis(20)).is_err());
+        assert!(db.reopen().is_err());
         drop(held);
         assert_eq!(db.begin_read().unwrap().open_table(T).unwrap().len().unwrap(), 1);
         // In memory: never reopened.
         let mem: Arc<Db> =
             Arc::new(Database::builder().create_with_backend(redb::backends::InMemoryBackend::new()).unwrap())
                 .into_db();
-        assert!(mem.reopen(Duration::from_millis(1)).is_err());
+        assert!(mem.reopen().is_err());
     }
 }

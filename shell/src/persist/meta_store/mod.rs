@@ -241,7 +241,7 @@ impl MetaStore {
         if !error.contains("Previous I/O error") && !error.contains("being reopened") {
             return false;
         }
-        match self.db.reopen(std::time::Duration::from_secs(2)) {
+        match self.db.reopen() {
             Ok(()) => {
                 tracing::warn!("database reopened after an I/O error");
                 true
