@@ -50,6 +50,11 @@ impl Node {
         if !method.eq_ignore_ascii_case(want) {
             return Reply::error(ErrorKind::WrongMethod, "method_not_allowed", format!("{endpoint} takes {want}"));
         }
+        // Every ACN body is JSON (or empty). serde skips the bytes of a field it ignores without
+        // checking them, so a body with invalid UTF-8 in an unknown field would otherwise be taken.
+        if std::str::from_utf8(body).is_err() {
+            return Reply::error(ErrorKind::Invalid, "bad_body", "the body is not UTF-8 JSON");
+        }
         match endpoint {
             "hello" => return Reply::ok(self.hello(wall)),
             "join" => return self.answer_join(wall, now, body),
