@@ -7,6 +7,8 @@
 # descriptors, cluster.redb size and log size after a one-minute warm-up and at the end
 # (target: growth under 10 %).
 # Usage: benches/soak.sh [MINUTES=30] [CLIENTS=32]
+# SOAK_WRAP_N0="heaptrack -o /tmp/n0" runs node 0 under that command (a heap profile; its RSS
+# and timings then say little).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/target/release/shoal
@@ -25,7 +27,9 @@ trap cleanup EXIT
 
 for i in 0 1 2; do
   mkdir -p "$work/n$i" "$work/vol$i"
-  SHOAL_LOG=info "$bin" serve --data "$work/n$i" --listen "127.0.0.1:$((base + i))" --name "soak-$i" \
+  wrap=""
+  [ "$i" = 0 ] && wrap=${SOAK_WRAP_N0:-}
+  SHOAL_LOG=info $wrap "$bin" serve --data "$work/n$i" --listen "127.0.0.1:$((base + i))" --name "soak-$i" \
     > "$work/n$i.log" 2>&1 &
   pids+=($!)
 done
@@ -139,6 +143,11 @@ with lock:
         v.clear()
     errors.clear()
 first = sample()
+series = [first]
+while time.time() + 1 < stop:
+    time.sleep(max(0.0, min(60.0, stop - time.time())))
+    if time.time() + 1 < stop:
+        series.append(sample())
 for t in threads:
     t.join()
 last = sample()
@@ -158,6 +167,9 @@ print(f"{'node':6} {'RSS MiB':>14} {'fds':>12} {'redb MiB':>12} {'log KiB':>14}"
 for i, (a, b) in enumerate(zip(first, last)):
     cells = [f"{x} -> {y}" for x, y in zip(a, b)]
     print(f"n{i:<5} {cells[0]:>14} {cells[1]:>12} {cells[2]:>12} {cells[3]:>14}")
+print("per minute, RSS MiB / redb MiB per node:")
+for m, row in enumerate(series):
+    print(f"  {m:3} min  " + "  ".join(f"{r[0]:5}/{r[2]:<4}" for r in row))
 growth = max((b[0] - a[0]) / a[0] for a, b in zip(first, last) if a[0])
 print(f"largest RSS growth after warm-up: {growth * 100:.1f} %")
 PY

@@ -42,6 +42,7 @@ pub mod sched;
 pub mod storage;
 pub mod time;
 pub mod token;
+pub mod tunnel;
 
 pub use hlc::{Hlc, Version};
 pub use ids::{ClusterId, FileId, JobId, LogIndex, NodeId, Term, TokenId, VolumeId};

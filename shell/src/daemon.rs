@@ -38,8 +38,12 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// `host:port` to listen on.
     pub listen: String,
-    /// URL peers use to reach this node; defaults to `http://<listen>`.
+    /// URL peers use to reach this node; defaults to `http://<listen>`. `none`: peers cannot
+    /// reach this node (behind NAT); it opens a reverse tunnel to a member.
     pub advertise: Option<String>,
+    /// The member this node prefers as its tunnel host (used only while it is ONLINE); with
+    /// one set the node keeps a tunnel even with an advertised URL.
+    pub tunnel_via: Option<String>,
     pub name: Option<String>,
     pub disable_cluster: bool,
     /// fsync every commit (off only in simulation, where the process never really dies).
@@ -67,6 +71,7 @@ impl ServeOptions {
             data_dir: data_dir.into(),
             listen: listen.into(),
             advertise: None,
+            tunnel_via: None,
             name: None,
             disable_cluster: false,
             durable: true,
@@ -196,8 +201,11 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let local_addr = if local_addr.parse::<std::net::SocketAddr>().is_ok() { local_addr } else { opts.listen.clone() };
     // What `cluster config` set is kept across restarts: the flags win only when given.
     let stored = restored.records.iter().find(|r| r.id == ident.id && !r.removed);
-    let stored_url = stored.map(|r| r.advertise_url.clone()).filter(|u| shoal_core::token::valid_base_url(u));
+    // A stored empty URL is a node behind NAT (`--advertise none` given once).
+    let stored_url =
+        stored.map(|r| r.advertise_url.clone()).filter(|u| u.is_empty() || shoal_core::token::valid_base_url(u));
     let advertise = match (&opts.advertise, stored_url) {
+        (Some(u), _) if u.eq_ignore_ascii_case("none") => String::new(),
         (Some(u), _) => {
             let u = u.trim_end_matches('/').to_string();
             if !shoal_core::token::valid_base_url(&u) {
@@ -236,6 +244,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     if let Some((name, manifests)) = opts.build.clone() {
         node.set_build(&name, manifests);
     }
+    node.set_tunnel_preference(opts.tunnel_via.as_deref().map(shoal_core::NodeId::new));
     node.observe_monotonic(env.monotonic());
     if !opts.disable_cluster {
         node.restore(now, restored);
@@ -272,6 +281,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         jobs: Default::default(),
         jobs_engine: opts.jobs_engine,
         services: run_service::<E>,
+        tunnel_handler: crate::http::server::tunnelled::<E>,
         armed: AtomicU64::new(u64::MAX),
         changed: Notify::new(),
         shutdown,
@@ -320,6 +330,7 @@ fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
             tracing::info!(%job, attempt, ?why, "stopping a job's script");
             crate::services::jobs::stop(s, &job, attempt);
         }
+        Output::TunnelOpen { host, url } => crate::services::tunnel::open(s, host, url),
         other => tracing::error!(output = ?other, "not a service's output"),
     }
 }

@@ -49,6 +49,7 @@ mod peers;
 pub mod replication;
 pub mod rescan;
 pub mod sched;
+pub mod tunnel;
 pub mod volumes;
 pub use admin::{
     AdminStateSet, LeftCluster, NewToken, NodeConfigured, NodeRemoved, NodeStatus, Readiness, TokenList, TokenRevoked,
@@ -187,6 +188,12 @@ pub enum Output {
         attempt: u32,
         why: jobs::StopWhy,
     },
+    /// Open this node's reverse tunnel to `host` at `url` (`GET /cluster/acn/tunnel`, signed);
+    /// report with [`Node::tunnel_opened`] and, when it fails or ends, [`Node::tunnel_closed`].
+    TunnelOpen {
+        host: NodeId,
+        url: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -222,7 +229,12 @@ pub struct NodeView {
     pub record: NodeRecord,
     pub state: NodeState,
     pub local: bool,
+    /// A live tunnel links this node and that one (either end).
     pub tunnel: bool,
+    /// How this node reaches it: `direct`, `tunnel via X`, `relay via X`, `self`, or
+    /// `unreachable` (no URL and no tunnel known).
+    #[serde(default)]
+    pub route: String,
     pub latency_ms: f64,
 }
 
@@ -306,6 +318,11 @@ pub struct Node {
     /// somewhere are laid over it, and a cleared value falls back to it.
     base_config: NodeConfig,
     me: SelfInfo,
+    /// This node's own reverse tunnel (`tunnel.rs`), the host the admin prefers, and the
+    /// peers with a live tunnel to or from this node.
+    tunnel: crate::tunnel::TunnelClient,
+    tunnel_preferred: Option<NodeId>,
+    linked: std::collections::BTreeSet<NodeId>,
     /// The built-in manifests of the build this node runs (`me.software_version`).
     build_manifests: Vec<crate::config::resolve::Manifest>,
     cluster: Option<ClusterInfo>,
@@ -410,6 +427,9 @@ impl Node {
             base_config: config.clone(),
             config,
             me,
+            tunnel: Default::default(),
+            tunnel_preferred: None,
+            linked: Default::default(),
             build_manifests: crate::config::builtin::manifests(),
             cluster: None,
             tokens: TokenBook::default(),
@@ -529,9 +549,11 @@ impl Node {
         &self.config
     }
 
-    /// The advertised URL of a live member (the direct route).
+    /// Whether a live member can be reached now (by any route, [`Node::route_to`]): its
+    /// advertised URL (empty for a node behind NAT, reached through a tunnel or a relay).
     pub fn route(&self, id: &NodeId) -> Option<String> {
-        self.members.get(id).filter(|r| !r.removed && !r.advertise_url.is_empty()).map(|r| r.advertise_url.clone())
+        self.route_to(id).ok()?;
+        self.members.get(id).map(|r| r.advertise_url.clone())
     }
 
     /// Sign a request this node sends itself (probes, ad hoc calls from the shell).
@@ -559,7 +581,13 @@ impl Node {
             .map(|record| NodeView {
                 state: self.members.state(&record.id, now),
                 local: record.id == self.id,
-                tunnel: false,
+                tunnel: self.linked.contains(&record.id),
+                route: if record.id == self.id {
+                    "self".into()
+                } else {
+                    self.route_to(&record.id)
+                        .map_or_else(|_| "unreachable".into(), |r| r.describe(&record.id, self.tunnel.host()))
+                },
                 latency_ms: self.members.latency_ms(&record.id),
                 record,
             })
@@ -599,7 +627,8 @@ impl Node {
         let jobs = self.cluster.as_ref().and_then(|_| self.jobs_next_due());
         // Health rides on the record: sampled in a cluster, and once at start.
         let health = (self.cluster.is_some() || !self.health_asked).then_some(self.health_due);
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health, jobs]
+        let tunnel = self.tunnel_deadline();
+        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health, jobs, tunnel]
             .into_iter()
             .flatten()
             .min()
@@ -617,6 +646,8 @@ impl Node {
         if now >= self.config_due && (self.cluster.is_some() || self.config_applied.is_none()) {
             self.config_timeout(wall, now);
         }
+        // Before the early return: leaving the cluster stops wanting a tunnel.
+        self.tunnel_timeout(now);
         if self.cluster.is_none() {
             return;
         }
@@ -772,7 +803,7 @@ impl Node {
             name: self.me.name.clone(),
             public_key: acn::public_key_b64(&self.key.verifying_key()),
             advertise_url: self.me.advertise_url.clone(),
-            tunnel_via: String::new(),
+            tunnel_via: self.tunnel_via(),
             version: self.me.software_version.clone(),
             capabilities: self.me.capabilities.clone(),
             joined,

@@ -153,6 +153,7 @@ impl Net {
                         | Output::Chore(_)
                         | Output::ScrubCopy(_)
                         | Output::ReplDispatch { .. }
+                        | Output::TunnelOpen { .. }
                         | Output::SampleHealth => {}
                         Output::JobRun(run) => self.runs[i].push(*run),
                         Output::JobStop { job, attempt, .. } => self.stops[i].push((job, attempt)),

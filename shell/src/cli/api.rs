@@ -139,6 +139,7 @@ impl Api {
                     format!("removed node {}", s(&v["removed"]))
                 })
             }
+            Cmd::Node { cmd: NodeCmd::Tunnel } => (self.call("GET", "/node/tunnel", None).await?, human_tunnel),
             Cmd::Node { cmd: NodeCmd::Probe { id } } => {
                 let v = self.call("POST", &format!("/nodes/{}/probe", path_seg(&id)?), None).await?;
                 let reachable = v["reachable"].as_bool().unwrap_or(false);

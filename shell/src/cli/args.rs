@@ -453,9 +453,13 @@ pub struct ServeArgs {
     /// host:port to listen on.
     #[arg(long, default_value = "127.0.0.1:7300")]
     pub listen: String,
-    /// URL other nodes use to reach this one (default http://<listen>).
+    /// URL other nodes use to reach this one (default http://<listen>). `none`: they cannot
+    /// (behind NAT); the node then opens a reverse tunnel to a member and is reached through it.
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Prefer this member (node id) as the tunnel host, while it is ONLINE.
+    #[arg(long)]
+    pub tunnel_via: Option<String>,
     /// Display name of this node (default: the hostname).
     #[arg(long)]
     pub name: Option<String>,
@@ -526,6 +530,8 @@ pub enum NodeCmd {
     Remove { id: String },
     /// Send a signed ping to a member and report the round trip.
     Probe { id: String },
+    /// This node's reverse tunnel (behind NAT) and its host, and the tunnels it hosts.
+    Tunnel,
 }
 
 #[cfg(test)]

@@ -149,7 +149,7 @@ pub(super) fn human_tokens(v: &Value) -> String {
 }
 
 pub(super) fn human_nodes(v: &Value) -> String {
-    let mut out = format!("{:<38} {:<16} {:<12} {:>9}  {}", "ID", "NAME", "STATE", "LATENCY", "URL");
+    let mut out = format!("{:<38} {:<16} {:<12} {:>9}  {:<24} {}", "ID", "NAME", "STATE", "LATENCY", "ROUTE", "URL");
     for n in v["nodes"].as_array().into_iter().flatten() {
         if n["removed"] == json!(true) {
             continue;
@@ -162,16 +162,42 @@ pub(super) fn human_nodes(v: &Value) -> String {
         } else {
             format!("{lat:.1}ms")
         };
+        let url = match s(&n["advertiseUrl"]) {
+            u if u.is_empty() => "(behind NAT)".to_string(),
+            u => u,
+        };
         out.push_str(&format!(
-            "\n{:<38} {:<16} {:<12} {:>9}  {}",
+            "\n{:<38} {:<16} {:<12} {:>9}  {:<24} {}",
             s(&n["id"]),
             s(&n["name"]),
             s(&n["state"]),
             lat,
-            s(&n["advertiseUrl"])
+            s(&n["route"]),
+            url
         ));
     }
     out
+}
+
+pub(super) fn human_tunnel(v: &Value) -> String {
+    let own = match (v["wanted"].as_bool(), v["state"].as_str()) {
+        (Some(false), _) => "no tunnel: this node has an advertised URL".to_string(),
+        (_, Some("up")) => format!("tunnel up to {}", s(&v["host"])),
+        (_, Some("connecting")) => format!("tunnel connecting to {}", s(&v["host"])),
+        (_, Some("waiting")) => "tunnel down: waiting to try again".to_string(),
+        _ => "tunnel off".to_string(),
+    };
+    let preferred = match &v["preferred"] {
+        Value::String(p) => format!("\npreferred host: {p} (used while it is ONLINE)"),
+        _ => String::new(),
+    };
+    let linked: Vec<String> = v["linked"].as_array().into_iter().flatten().map(s).collect();
+    let linked = if linked.is_empty() {
+        "\nno live tunnels".to_string()
+    } else {
+        format!("\nlive tunnels with: {}", linked.join(", "))
+    };
+    format!("{own}{preferred}{linked}")
 }
 
 pub(super) fn human_probe(v: &Value) -> String {

@@ -50,6 +50,7 @@ async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     limit_heap_growth();
     let mut opts = ServeOptions::new(g.data.clone(), a.listen);
     opts.advertise = a.advertise;
+    opts.tunnel_via = a.tunnel_via;
     opts.name = a.name;
     opts.disable_cluster = a.disable_cluster;
     opts.rebuild_meta = a.rebuild_meta;

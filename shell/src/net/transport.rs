@@ -1,22 +1,17 @@
 //! Sending a signed request to a node id (spec: "ACN", "Routing"). Callers name the node; the
-//! transport picks the route. Direct (the peer's advertised URL) is the only route today; the
-//! [`Route`] type leaves room for the reverse tunnel and the relay through a tunnel host, with
-//! the reference's order: live tunnel > advertised URL > relay via its tunnel host.
+//! core picks the route (`Node::route_to`, the reference's order: a live tunnel here, then the
+//! advertised URL, then a relay through the node the target is tunnelled to) and the transport
+//! carries the request that way: over the tunnel's link, to the URL, or to the relay's URL with
+//! the relay path (`/cluster/acn/relay/<node><original target>`; the signature stays the one
+//! made over the original target, so the relay and the target both check it).
 
 use crate::env::Net;
 use crate::net::client::{ClientError, HttpClient, Response};
+use crate::net::tunnel::{TunnelError, Tunnels};
 use shoal_core::node::Node;
+pub use shoal_core::tunnel::Route;
+use shoal_core::tunnel::RouteError;
 use shoal_core::{Millis, NodeId};
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// The peer's advertised URL.
-    Direct(String),
-    /// A live reverse tunnel that terminates on this node.
-    Tunnel(NodeId),
-    /// Through the node hosting the peer's tunnel.
-    Relay { via: NodeId, via_url: String },
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransportError {
@@ -30,27 +25,36 @@ pub enum TransportError {
     NotInCluster,
     #[error(transparent)]
     Client(#[from] ClientError),
+    #[error(transparent)]
+    Tunnel(#[from] TunnelError),
 }
 
-/// Pick the route to `to` from the node's view of the membership.
+impl From<RouteError> for TransportError {
+    fn from(e: RouteError) -> TransportError {
+        match e {
+            RouteError::UnknownPeer(n) => TransportError::UnknownPeer(n),
+            RouteError::PeerNoEndpoint(n) => TransportError::PeerNoEndpoint(n),
+            RouteError::TunnelNotConnected(n) => TransportError::TunnelNotConnected(n),
+        }
+    }
+}
+
+/// Pick the route to `to` from the node's view of the membership and its live tunnels.
 pub fn route(node: &Node, to: &NodeId) -> Result<Route, TransportError> {
-    let rec = node.members().get(to).filter(|r| !r.removed).ok_or_else(|| TransportError::UnknownPeer(to.clone()))?;
-    if !rec.advertise_url.is_empty() {
-        return Ok(Route::Direct(rec.advertise_url.clone()));
-    }
-    if !rec.tunnel_via.is_empty() {
-        return Err(TransportError::TunnelNotConnected(to.clone()));
-    }
-    Err(TransportError::PeerNoEndpoint(to.clone()))
+    Ok(node.route_to(to)?)
 }
 
 #[derive(Clone)]
 pub struct Transport<N: Net> {
     client: HttpClient<N>,
+    /// Live tunnels by peer (either end).
+    pub tunnels: Tunnels,
 }
 
 /// A request signed and routed, ready to go out without holding the node.
 pub struct Prepared {
+    /// The node it is for.
+    pub to: NodeId,
     pub route: Route,
     pub method: String,
     pub target: String,
@@ -60,7 +64,7 @@ pub struct Prepared {
 
 impl<N: Net> Transport<N> {
     pub fn new(net: N) -> Transport<N> {
-        Transport { client: HttpClient::new(net) }
+        Transport { client: HttpClient::new(net), tunnels: Tunnels::default() }
     }
 
     /// [`Transport::prepare`] for a body whose SHA-256 (hex) the caller computed from `body`.
@@ -76,7 +80,7 @@ impl<N: Net> Transport<N> {
         let route = route(node, to)?;
         let headers = node.sign_hashed(now, method, target, body_hash).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
-        Ok(Prepared { route, method: method.to_string(), target: target.to_string(), headers, body })
+        Ok(Prepared { to: to.clone(), route, method: method.to_string(), target: target.to_string(), headers, body })
     }
 
     /// Sign a request to `to` with the node's key and pick its route.
@@ -91,16 +95,30 @@ impl<N: Net> Transport<N> {
         let route = route(node, to)?;
         let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
-        Ok(Prepared { route, method: method.to_string(), target: target.to_string(), headers, body: body.into() })
+        Ok(Prepared {
+            to: to.clone(),
+            route,
+            method: method.to_string(),
+            target: target.to_string(),
+            headers,
+            body: body.into(),
+        })
     }
 
     pub async fn send(&self, p: Prepared, timeout_ms: u64) -> Result<Response, TransportError> {
-        let url = match &p.route {
-            Route::Direct(u) => u.clone(),
-            Route::Tunnel(id) => return Err(TransportError::TunnelNotConnected(id.clone())),
-            Route::Relay { via_url, .. } => via_url.clone(),
-        };
         let headers: Vec<(&str, &str)> = p.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        Ok(self.client.request(&url, &p.method, &p.target, &headers, p.body, timeout_ms).await?)
+        match &p.route {
+            Route::Direct(url) => {
+                Ok(self.client.request(url, &p.method, &p.target, &headers, p.body, timeout_ms).await?)
+            }
+            Route::Tunnel => {
+                let link = self.tunnels.get(&p.to).ok_or_else(|| TransportError::TunnelNotConnected(p.to.clone()))?;
+                Ok(link.request(&p.method, &p.target, &headers, p.body, timeout_ms).await?)
+            }
+            Route::Relay { via_url, .. } => {
+                let target = shoal_core::tunnel::relay_target(&p.to, &p.target);
+                Ok(self.client.request(via_url, &p.method, &target, &headers, p.body, timeout_ms).await?)
+            }
+        }
     }
 }

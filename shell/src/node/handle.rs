@@ -23,6 +23,13 @@ use tokio::sync::{watch, Notify};
 /// What carries out a service's output (see [`Shared::services`]).
 pub type ServiceFn<E> = fn(&Arc<Shared<E>>, Output);
 
+/// What answers a request that came through a tunnel (see [`Shared::tunnel_handler`]).
+pub type TunnelHandlerFn<E> =
+    fn(
+        Arc<Shared<E>>,
+        crate::net::tunnel::TunnelledRequest,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::net::client::Response> + Send>>;
+
 pub struct Shared<E: Env> {
     pub env: E,
     pub(crate) node: Mutex<Node>,
@@ -50,6 +57,9 @@ pub struct Shared<E: Env> {
     /// Carries out the outputs that are a service's work (chores, scrub hashing, replication
     /// tasks); given by [`crate::daemon::start`], so this handle depends on no service.
     pub(crate) services: ServiceFn<E>,
+    /// Answers requests that come through a tunnel with the node's own ACN handler; given by
+    /// [`crate::daemon::start`] (the router's), so this handle depends on no HTTP server.
+    pub(crate) tunnel_handler: TunnelHandlerFn<E>,
     /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
     pub(crate) armed: AtomicU64,
     /// Told whenever a peer's answer to one of this node's requests was handled.
@@ -151,6 +161,7 @@ impl<E: Env> Shared<E> {
                 Output::Send(req) => {
                     let shared = self.clone();
                     let prepared = Prepared {
+                        to: req.to.clone(),
                         route: route.unwrap_or_else(|| Route::Direct(req.url.clone())),
                         method: req.method.to_string(),
                         target: req.target.clone(),
@@ -179,7 +190,8 @@ impl<E: Env> Shared<E> {
                 | Output::ScrubCopy(_)
                 | Output::ReplDispatch { .. }
                 | Output::JobRun(_)
-                | Output::JobStop { .. }) => (self.services)(self, o),
+                | Output::JobStop { .. }
+                | Output::TunnelOpen { .. }) => (self.services)(self, o),
             }
         }
         if !meta_ops.is_empty() {

@@ -110,6 +110,11 @@ pub(super) async fn nodes_list<E: Env>(State(s): S<E>) -> Response {
     (StatusCode::OK, axum::Json(json!({ "nodes": views }))).into_response()
 }
 
+/// `GET /v1/node/tunnel`: this node's reverse tunnel and the tunnels live on it.
+pub(super) async fn node_tunnel<E: Env>(State(s): S<E>) -> Response {
+    (StatusCode::OK, axum::Json(s.read_node(|n, _| n.tunnel_status()))).into_response()
+}
+
 pub(super) async fn node_get<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
     let view = s.read_node(|n, now| n.views(now).into_iter().find(|v| v.record.id.as_str() == id));
     match view {

@@ -61,6 +61,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/nodes/{id}", get(node_get::<E>).delete(node_remove::<E>))
         .route("/nodes/{id}/state", post(node_state::<E>))
         .route("/nodes/{id}/probe", post(node_probe::<E>))
+        .route("/node/tunnel", get(node_tunnel::<E>))
         .route("/latency", get(latency::<E>))
         .route("/capabilities", get(capabilities::<E>))
         .route("/meta/status", get(meta_status::<E>))
@@ -344,6 +345,9 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     if s.disable_cluster {
         return error_response(404, "not_found", "clustering is disabled on this node");
     }
+    if req.uri().path() == shoal_core::tunnel::TUNNEL_PATH {
+        return tunnel_upgrade(s, req).await;
+    }
     let (parts, body) = req.into_parts();
     // Unsigned endpoints (hello, join) get small bodies; signed ones are read in full (64 MiB)
     // only once the headers say they come from a member of this cluster.
@@ -367,6 +371,9 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     let target = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());
     let method = parts.method.as_str().to_string();
     let path = parts.uri.path();
+    if path.starts_with("/cluster/acn/relay/") || path == "/cluster/acn/relay" {
+        return relay(&s, &method, &target, &parts.headers, headers.as_ref(), bytes).await;
+    }
     let shell_op = path
         .strip_prefix("/cluster/acn/store/")
         .filter(|op| *op != "place")
@@ -402,4 +409,137 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     }
     let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));
     reply_response(reply)
+}
+
+// ---- Reverse tunnel and relay (spec "Routing", "Reverse tunnel") ----
+
+/// Headers a relay forwards, both ways (reference-facts.md "Relay": `Content-Type` and
+/// `X-Aroz-*`; shoal's own `X-Shoal-*` answers ride along the same way).
+fn relayed_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n == "content-type" || n.starts_with("x-aroz-") || n.starts_with("x-shoal-")
+}
+
+/// `GET /cluster/acn/tunnel`: a member opens its reverse tunnel here. The signature is
+/// checked (401 otherwise) before the WebSocket upgrade is answered.
+async fn tunnel_upgrade<E: Env>(s: Arc<Shared<E>>, mut req: Request) -> Response {
+    let headers = SignedHeaders::from_lookup(|name| req.headers().get(name).and_then(|v| v.to_str().ok()));
+    let target = req.uri().path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_else(|| "/".into());
+    let method = req.method().as_str().to_string();
+    let peer = match s.with_node(|n, now| n.accept_tunnel(now, &method, &target, headers.as_ref())) {
+        Ok(peer) => peer,
+        Err(r) => return reply_response(r),
+    };
+    let upgrade = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let Some(key) = req.headers().get("sec-websocket-key").map(|v| v.as_bytes().to_vec()) else {
+        return error_response(400, "not_websocket", "the tunnel is a WebSocket upgrade");
+    };
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return error_response(400, "not_websocket", "the tunnel is a WebSocket upgrade");
+    }
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let io = hyper_util::rt::TokioIo::new(upgraded);
+                let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    io,
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    Some(crate::net::tunnel::ws_config()),
+                )
+                .await;
+                crate::services::tunnel::host(s, peer, ws).await;
+            }
+            Err(e) => tracing::warn!(peer = %peer, error = %e, "a tunnel upgrade failed"),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header("upgrade", "websocket")
+        .header("connection", "Upgrade")
+        .header("sec-websocket-accept", accept)
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| error_response(500, "internal", "could not answer the upgrade"))
+}
+
+/// `* /cluster/acn/relay/<node>/cluster/acn/...`: forward a signed request over the tunnel
+/// `<node>` holds to this node (400 malformed, 401 bad signature, 502 no tunnel or no answer).
+async fn relay<E: Env>(
+    s: &Arc<Shared<E>>,
+    method: &str,
+    target: &str,
+    raw: &HeaderMap,
+    headers: Option<&SignedHeaders>,
+    body: Bytes,
+) -> Response {
+    let (to, original) = match s.with_node(|n, now| n.accept_relay(now, method, target, headers, &body)) {
+        Ok(t) => t,
+        Err(r) => return reply_response(r),
+    };
+    let Some(link) = s.transport.tunnels.get(&to) else {
+        return error_response(502, "not_tunnelled", format!("node {to} has no tunnel to this node"));
+    };
+    let forwarded: Vec<(&str, &str)> = raw
+        .iter()
+        .filter(|(k, _)| relayed_header(k.as_str()))
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v)))
+        .collect();
+    match link.request(method, &original, &forwarded, body, shoal_core::tunnel::RELAY_TIMEOUT_MS).await {
+        Ok(r) => {
+            let mut b = Response::builder().status(r.status);
+            for (k, v) in r.headers.iter().filter(|(k, _)| relayed_header(k.as_str())) {
+                b = b.header(k, v);
+            }
+            b.body(axum::body::Body::from(r.body))
+                .unwrap_or_else(|_| error_response(502, "relay_failed", "a malformed answer came through the tunnel"))
+        }
+        Err(e) => error_response(502, "relay_failed", e.to_string()),
+    }
+}
+
+/// A request that came through a tunnel, answered by this node's ACN handler as if it had come
+/// over HTTP. Only `/cluster/acn/` paths (not a relay, not another tunnel) are taken.
+pub fn tunnelled<E: Env>(
+    s: Arc<Shared<E>>,
+    r: crate::net::tunnel::TunnelledRequest,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::net::client::Response> + Send>> {
+    Box::pin(async move {
+        let answer = |status: u16, body: Vec<u8>| crate::net::client::Response {
+            status,
+            headers: Default::default(),
+            body: body.into(),
+        };
+        let path = r.target.split('?').next().unwrap_or("");
+        if !path.starts_with("/cluster/acn/")
+            || path.starts_with("/cluster/acn/relay")
+            || path == shoal_core::tunnel::TUNNEL_PATH
+        {
+            let body =
+                json!({"error": {"code": "not_acn", "message": "only /cluster/acn/ requests go through a tunnel"}});
+            return answer(400, body.to_string().into_bytes());
+        }
+        let mut b = axum::http::Request::builder().method(r.method.as_str()).uri(r.target.as_str());
+        for (k, v) in &r.headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+        let req = match b.body(axum::body::Body::from(r.body)) {
+            Ok(req) => req,
+            Err(e) => {
+                let body = json!({"error": {"code": "bad_request", "message": e.to_string()}});
+                return answer(400, body.to_string().into_bytes());
+            }
+        };
+        let resp = acn(State(s), req).await;
+        let (parts, body) = resp.into_parts();
+        match axum::body::to_bytes(body, crate::net::client::RESPONSE_MAX_BYTES).await {
+            Ok(bytes) => {
+                crate::net::client::Response { status: parts.status.as_u16(), headers: parts.headers, body: bytes }
+            }
+            Err(e) => {
+                let body = json!({"error": {"code": "body", "message": e.to_string()}});
+                answer(502, body.to_string().into_bytes())
+            }
+        }
+    })
 }

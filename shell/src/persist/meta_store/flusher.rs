@@ -4,7 +4,7 @@ use super::*;
 
 /// Flush `store` every `every` (50 ms in a node) until `stop` turns true (or its sender is
 /// dropped), then flush a last time. After a flush, folds the journal once it holds more than
-/// 100,000 ops (see the module doc). A failed flush or fold is logged and retried at the next
+/// 100,000 ops or 16 MiB (see the module doc). A failed flush or fold is logged and retried at the next
 /// tick.
 ///
 /// A durable store commits on the blocking pool (its fsync must not hold up a runtime worker); a
@@ -96,9 +96,9 @@ async fn flush_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
     }
 }
 
-/// Fold if the journal holds more than `fold_at` ops.
+/// Fold if the journal is over its op or byte threshold.
 async fn fold_logged(store: &Arc<MetaStore>, failures: &mut Failures) {
-    if store.journal_ops() <= store.fold_at {
+    if !store.fold_due() {
         return;
     }
     match run_on(store, MetaStore::fold).await {

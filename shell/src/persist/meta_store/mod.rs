@@ -27,7 +27,8 @@
 //!   entries, a `Clear` drops everything before it), applies the result to the tables and deletes
 //!   the folded rows, all in one transaction. It copies each touched leaf once for everything
 //!   folded instead of once per flush. The flusher folds once the journal holds more than
-//!   100,000 ops; [`MetaStore::close`] folds what is left.
+//!   100,000 ops or 16 MiB of rows, whichever comes first; [`MetaStore::close`] folds what is
+//!   left.
 //! - Readers see the tables with the journal replayed on top: [`MetaStore::load`] and
 //!   [`MetaStore::entries_after`] merge both in one read transaction (so they do not write, and
 //!   a table row the journal replaces is never decoded, exactly as if it had been folded).
@@ -42,10 +43,11 @@
 //! growing with the table), so the flushes due meanwhile wait: the ops queued stay in the buffer
 //! (a crash then loses a few more ticks of writes than the usual 50 ms) and go out in the first
 //! flush after the fold, coalesced. A larger threshold means fewer, longer folds (less copying
-//! per op) and a longer journal to replay in `load` and `entries_after`; 100,000 ops keeps the
-//! journal a few tens of MB. Every op is written twice (journal row, then table): for keys that
-//! arrive in key order (which touch few leaves anyway) the sustained rate stays about what
-//! writing straight into the tables gave; the gain is for keys spread over a large table
+//! per op) and a longer journal to replay in `load` and `entries_after`; the byte bound keeps
+//! the journal, and the file that holds it beside the tables, small (tens of MB at most).
+//! Every op is written twice (journal row, then table): for keys that arrive in key order
+//! (which touch few leaves anyway) the sustained rate stays about what writing straight into
+//! the tables gave; the gain is for keys spread over a large table
 //! (`shell/benches/meta_persist.rs` measures flushes, folds, and both together).
 //!
 //! Tables, in the same file as the membership tables of [`crate::persist::store`]:
@@ -83,8 +85,12 @@ const LOG_META_KEY: &str = "log";
 const PURGED: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_purged");
 const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_journal");
 
-/// The flusher folds the journal once it holds more than this many ops.
+/// The flusher folds the journal once it holds more than this many ops...
 const FOLD_AT: usize = 100_000;
+/// ...or more than this many bytes. Ops carry whole records (and log entries carry them again),
+/// so an op count alone let the journal reach a few hundred MB under a churn of large records,
+/// and the file grew to hold the journal and its folded copy side by side (issue 17's soak).
+const FOLD_AT_BYTES: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaStoreError {
@@ -165,8 +171,12 @@ pub struct MetaStore {
     commits: AtomicU64,
     /// Ops in the journal rows (as counted by their headers).
     journal_ops: AtomicUsize,
-    /// The flusher folds once the journal holds more ops than this.
+    /// Bytes of the journal rows.
+    journal_bytes: AtomicU64,
+    /// The flusher folds once the journal holds more ops than this...
     fold_at: usize,
+    /// ...or more bytes than this.
+    fold_at_bytes: u64,
     /// Told when flushes start failing (with the error) and when they work again.
     on_health: std::sync::OnceLock<HealthHook>,
     /// Ops queued since open (counted under the buffer's lock), and how many of them a
@@ -192,7 +202,7 @@ impl MetaStore {
         if !durable {
             txn.set_durability(Durability::None);
         }
-        let (next_row, journal_ops) = {
+        let (next_row, journal_ops, journal_bytes) = {
             txn.open_table(RECORDS)?;
             txn.open_table(LOG)?;
             txn.open_table(PENDING)?;
@@ -200,13 +210,15 @@ impl MetaStore {
             txn.open_table(PURGED)?;
             let journal = txn.open_table(JOURNAL)?;
             let mut ops = 0usize;
+            let mut bytes = 0u64;
             let mut last = 0;
             for row in journal.iter()? {
                 let (k, v) = row?;
                 last = k.value();
                 ops = ops.saturating_add(row_ops(last, v.value())?);
+                bytes = bytes.saturating_add(v.value().len() as u64);
             }
-            (last.saturating_add(1), ops)
+            (last.saturating_add(1), ops, bytes)
         };
         txn.commit()?;
         Ok(MetaStore {
@@ -217,7 +229,9 @@ impl MetaStore {
             flushing: Mutex::new(next_row),
             commits: AtomicU64::new(0),
             journal_ops: AtomicUsize::new(journal_ops),
+            journal_bytes: AtomicU64::new(journal_bytes),
             fold_at: FOLD_AT,
+            fold_at_bytes: FOLD_AT_BYTES,
             on_health: std::sync::OnceLock::new(),
             queued: AtomicU64::new(0),
             flushed: tokio::sync::watch::Sender::new(0),
@@ -313,6 +327,16 @@ impl MetaStore {
         self.journal_ops.load(Ordering::Relaxed)
     }
 
+    /// Bytes of the journal rows not folded yet.
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether the journal is over either threshold of the flusher's fold.
+    fn fold_due(&self) -> bool {
+        self.journal_ops() > self.fold_at || self.journal_bytes() > self.fold_at_bytes
+    }
+
     /// Write the whole buffer in one transaction (one journal row); returns the number of
     /// coalesced ops written. Never folds. If the transaction fails the ops go back into the
     /// buffer (under any newer ops queued meanwhile) and the error is returned; the next flush
@@ -329,15 +353,17 @@ impl MetaStore {
         }
         let n = batch.len();
         match self.append(&batch, *next_row) {
-            Ok(()) => {
+            Ok(bytes) => {
                 *next_row += 1;
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 self.flushed.send_if_modified(|f| std::mem::replace(f, (*f).max(through)) < through);
                 if batch.clear {
                     // The journal was wiped: this row is all of it.
                     self.journal_ops.store(n, Ordering::Relaxed);
+                    self.journal_bytes.store(bytes, Ordering::Relaxed);
                 } else {
                     self.journal_ops.fetch_add(n, Ordering::Relaxed);
+                    self.journal_bytes.fetch_add(bytes, Ordering::Relaxed);
                 }
                 Ok(n)
             }
@@ -360,8 +386,8 @@ impl MetaStore {
     }
 
     /// Append `b` as journal row `row` (after wiping the metadata tables and the journal if it
-    /// holds a `Clear`), in one transaction.
-    fn append(&self, b: &Buffer, row: u64) -> Result<(), MetaStoreError> {
+    /// holds a `Clear`), in one transaction. Returns the row's size in bytes.
+    fn append(&self, b: &Buffer, row: u64) -> Result<u64, MetaStoreError> {
         // Encoded before the transaction: the write lock of the database is held for the
         // insert and the commit only.
         let bytes = encode_row(b)?;
@@ -389,7 +415,7 @@ impl MetaStore {
             hook(self)?;
         }
         txn.commit()?;
-        Ok(())
+        Ok(bytes.len() as u64)
     }
 
     /// Move every journal row into the tables in one transaction: the rows replayed in order
@@ -410,6 +436,7 @@ impl MetaStore {
                 drop(journal);
                 txn.abort()?;
                 self.journal_ops.store(0, Ordering::Relaxed);
+                self.journal_bytes.store(0, Ordering::Relaxed);
                 return Ok(0);
             }
             let (overlay, ops) = replay(&rows)?;
@@ -424,6 +451,7 @@ impl MetaStore {
         }
         txn.commit()?;
         self.journal_ops.store(0, Ordering::Relaxed);
+        self.journal_bytes.store(0, Ordering::Relaxed);
         Ok(folded)
     }
 
@@ -1758,5 +1786,37 @@ mod tests {
         stop_tx.send(true).unwrap();
         flusher.await.unwrap();
         assert_eq!(meta.load().unwrap().records.len(), 12);
+    }
+    #[tokio::test]
+    async fn the_flusher_folds_once_the_journal_is_over_its_byte_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, mut meta) = open(&dir.path().join("cluster.redb"));
+        meta.fold_at_bytes = 600;
+        let meta = Arc::new(meta);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let flusher = spawn_flusher(meta.clone(), Duration::from_millis(10), stop_rx);
+
+        meta.queue(vec![put("a", 1)]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while meta.commits() == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no flush within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let small = meta.journal_bytes();
+        assert!(small > 0 && small < 600, "one small row: {small} bytes");
+        assert_eq!(journal_rows_on_disk(&meta), 1, "under the bound: not folded");
+
+        // Few ops (far under the op threshold) but many bytes.
+        meta.queue((0..20).map(|i| put(&format!("more{i}"), i)).collect());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while journal_rows_on_disk(&meta) != 0 {
+            assert!(tokio::time::Instant::now() < deadline, "no fold within 10 s");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(meta.journal_bytes(), 0);
+        stop_tx.send(true).unwrap();
+        flusher.await.unwrap();
+        assert_eq!(meta.load().unwrap().records.len(), 21);
     }
 }

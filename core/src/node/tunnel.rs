@@ -1,0 +1,168 @@
+//! This node's part in the reverse tunnel and the relay (spec: cluster-runtime.md "Routing",
+//! "Reverse tunnel"; the rules are `crate::tunnel`): when to open its own tunnel and to which
+//! host (announced as [`Output::TunnelOpen`] on the node's timer), the tunnels live on this
+//! node (either end), the route to each peer, and who may open a tunnel to or relay through
+//! this node. The shell owns the sockets and reports what happened to them.
+
+use super::{Node, Output, Reply};
+use crate::acn::SignedHeaders;
+use crate::answer::ErrorKind;
+use crate::ids::NodeId;
+use crate::time::Millis;
+use crate::tunnel::{self, Route, RouteError, TunnelState};
+use serde::Serialize;
+
+/// `GET /v1/node/tunnel`: this node's own tunnel and the tunnels it hosts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelStatus {
+    /// Whether this node wants a tunnel (no advertised URL, or a preferred host set).
+    pub wanted: bool,
+    #[serde(flatten)]
+    pub state: TunnelState,
+    /// The host the admin prefers (`--tunnel-via`), used only while it is ONLINE.
+    pub preferred: Option<NodeId>,
+    /// Peers with a live tunnel to or from this node.
+    pub linked: Vec<NodeId>,
+}
+
+impl Node {
+    /// The route a request to `to` takes (reference-facts.md "Route").
+    pub fn route_to(&self, to: &NodeId) -> Result<Route, RouteError> {
+        tunnel::route(&self.members, &self.id, to, self.linked.contains(to))
+    }
+
+    /// Prefer `host` for this node's tunnel (`serve --tunnel-via`); with one set the node
+    /// keeps a tunnel even when it has an advertised URL.
+    pub fn set_tunnel_preference(&mut self, host: Option<NodeId>) {
+        self.tunnel_preferred = host;
+    }
+
+    pub fn tunnel_status(&self) -> TunnelStatus {
+        TunnelStatus {
+            wanted: self.tunnel.wanted(),
+            state: self.tunnel.state().clone(),
+            preferred: self.tunnel_preferred.clone(),
+            linked: self.linked.iter().cloned().collect(),
+        }
+    }
+
+    fn tunnel_wanted(&self) -> bool {
+        self.cluster.is_some() && (self.me.advertise_url.is_empty() || self.tunnel_preferred.is_some())
+    }
+
+    /// When the tunnel client next has something to do (`poll_timeout`).
+    pub(super) fn tunnel_deadline(&self) -> Option<Millis> {
+        if self.tunnel_wanted() != self.tunnel.wanted() {
+            return Some(Millis::ZERO);
+        }
+        self.tunnel.deadline()
+    }
+
+    /// On the node's timer: start or stop wanting a tunnel, and open one when a try is due.
+    pub(super) fn tunnel_timeout(&mut self, now: Millis) {
+        let wanted = self.tunnel_wanted();
+        if wanted != self.tunnel.wanted() {
+            self.tunnel.set_wanted(wanted, now);
+        }
+        let (members, me, preferred) = (&self.members, &self.id, self.tunnel_preferred.as_ref());
+        let host = self.tunnel.due(now, |failed| tunnel::pick_host(members, me, preferred, failed, now));
+        if let Some(host) = host {
+            let url = self.members.get(&host).map(|r| r.advertise_url.clone()).unwrap_or_default();
+            self.push_output(Output::TunnelOpen { host, url });
+        }
+    }
+
+    /// This node's tunnel to `host` is up: requests to this node now come through it, and its
+    /// record says so (`tunnelVia`), so the others relay through `host`.
+    pub fn tunnel_opened(&mut self, wall: Millis, host: &NodeId) {
+        let now = self.advance_clocks(wall);
+        self.tunnel.opened(host, now);
+        self.link_up(wall, host);
+        self.refresh_own_record(wall, now);
+    }
+
+    /// This node's tunnel to `host` failed to open, or closed: try again after the backoff.
+    /// The record keeps naming the last host until another tunnel is up (a relay through it
+    /// answers 502 meanwhile, and the caller tries again).
+    pub fn tunnel_closed(&mut self, wall: Millis, host: &NodeId) {
+        let now = self.advance_clocks(wall);
+        self.tunnel.failed(host, now);
+        self.link_down(host);
+    }
+
+    /// The host of this node's live tunnel, for its record.
+    pub(super) fn tunnel_via(&self) -> String {
+        match self.tunnel.state() {
+            TunnelState::Up { host, .. } => host.to_string(),
+            // Between tunnels: the last host, so peers keep trying it rather than nothing.
+            _ => self.members.get(&self.id).map(|r| r.tunnel_via.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// A tunnel with `peer` (either end) is live on this node.
+    pub fn link_up(&mut self, wall: Millis, peer: &NodeId) {
+        self.linked.insert(peer.clone());
+        self.link_seen(wall, peer);
+    }
+
+    pub fn link_down(&mut self, peer: &NodeId) {
+        self.linked.remove(peer);
+    }
+
+    /// A frame or a ping came from `peer` over its tunnel: it is alive (its last-seen, which
+    /// heartbeats gossip on, so every member sees a tunnelled node ONLINE).
+    pub fn link_seen(&mut self, wall: Millis, peer: &NodeId) {
+        let now = self.advance_clocks(wall);
+        if self.members.get(peer).is_some_and(|r| !r.removed) {
+            self.members.saw_at(peer, now, now);
+        }
+    }
+
+    /// `GET /cluster/acn/tunnel`: a member asks to open its tunnel here. The signature covers
+    /// the upgrade request (empty body); returns the member.
+    pub fn accept_tunnel(
+        &mut self,
+        wall: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+    ) -> Result<NodeId, Reply> {
+        if !method.eq_ignore_ascii_case("GET") {
+            return Err(Reply::error(ErrorKind::WrongMethod, "method_not_allowed", "the tunnel upgrade takes GET"));
+        }
+        let now = self.advance_clocks(wall);
+        let sender = self.verify_signed(wall, now, "GET", target, headers, &[], None)?;
+        if sender == self.id {
+            return Err(Reply::error(ErrorKind::Invalid, "tunnel_to_self", "a node cannot tunnel to itself"));
+        }
+        Ok(sender)
+    }
+
+    /// `* /cluster/acn/relay/<node>/cluster/acn/...`: check a request to forward over the
+    /// tunnel of `<node>`. 400 for a malformed path or one not under `/cluster/acn/`, 401 when
+    /// the signature (made over the original target) does not hold, 502 when `<node>` has no
+    /// tunnel here. Returns the node and the original target.
+    pub fn accept_relay(
+        &mut self,
+        wall: Millis,
+        method: &str,
+        target: &str,
+        headers: Option<&SignedHeaders>,
+        body: &[u8],
+    ) -> Result<(NodeId, String), Reply> {
+        let (to, original) = tunnel::parse_relay_target(target)
+            .map_err(|e| Reply::error(ErrorKind::Invalid, "bad_relay_path", e.to_string()))?;
+        let original = original.to_string();
+        let now = self.advance_clocks(wall);
+        self.verify_signed(wall, now, method, &original, headers, body, None)?;
+        if !self.linked.contains(&to) {
+            return Err(Reply::error(
+                ErrorKind::PeerFailed,
+                "not_tunnelled",
+                format!("node {to} has no tunnel to this node"),
+            ));
+        }
+        Ok((to, original))
+    }
+}

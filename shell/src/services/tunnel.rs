@@ -1,0 +1,106 @@
+//! The reverse tunnel's two ends (spec: cluster-runtime.md "Reverse tunnel"): opening this
+//! node's own tunnel when the core says so ([`open`], for `Output::TunnelOpen`) and hosting a
+//! member's tunnel once the router accepted its upgrade ([`host`]). Each end runs the link
+//! (`net::tunnel::run`) and tells the core when it is up and when it ends; which host, when to
+//! try again and which route a request takes are the core's (`core/src/node/tunnel.rs`).
+
+use crate::env::Env;
+use crate::net::client::{split_url, Response};
+use crate::net::tunnel::{self, Handler, OnSeen, TunnelledRequest};
+use crate::node::handle::Shared;
+use shoal_core::tunnel::{HANDSHAKE_MS, TUNNEL_PATH};
+use shoal_core::NodeId;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::WebSocketStream;
+
+/// What answers the requests that come through a tunnel: the node's own ACN handler. Holds the
+/// node weakly, so a link outliving its node answers 503 instead of keeping it alive.
+fn handler<E: Env>(s: &Arc<Shared<E>>) -> Handler {
+    let weak: Weak<Shared<E>> = Arc::downgrade(s);
+    Arc::new(move |req: TunnelledRequest| {
+        let weak = weak.clone();
+        Box::pin(async move {
+            match weak.upgrade() {
+                Some(s) => (s.tunnel_handler)(s.clone(), req).await,
+                None => Response {
+                    status: 503,
+                    headers: Default::default(),
+                    body: br#"{"error":{"code":"stopping","message":"the node is stopping"}}"#.to_vec().into(),
+                },
+            }
+        })
+    })
+}
+
+fn on_seen<E: Env>(s: &Arc<Shared<E>>) -> OnSeen {
+    let weak: Weak<Shared<E>> = Arc::downgrade(s);
+    Arc::new(move |peer: &NodeId| {
+        if let Some(s) = weak.upgrade() {
+            s.with_node(|n, now| n.link_seen(now, peer));
+        }
+    })
+}
+
+/// Open this node's tunnel to `host` at `url` and run it until it ends (the core's
+/// `Output::TunnelOpen`).
+pub fn open<E: Env>(s: &Arc<Shared<E>>, host: NodeId, url: String) {
+    let s = s.clone();
+    tokio::spawn(async move {
+        let connected = tokio::time::timeout(Duration::from_millis(HANDSHAKE_MS), connect(&s, &url)).await;
+        let ws = match connected {
+            Ok(Ok(ws)) => ws,
+            Ok(Err(e)) => {
+                tracing::warn!(host = %host, error = %e, "could not open the tunnel");
+                s.with_node(|n, now| n.tunnel_closed(now, &host));
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(host = %host, "the tunnel's handshake timed out");
+                s.with_node(|n, now| n.tunnel_closed(now, &host));
+                return;
+            }
+        };
+        tracing::info!(host = %host, "tunnel open");
+        s.with_node(|n, now| n.tunnel_opened(now, &host));
+        let salt = s.env.seed();
+        tunnel::run(ws, host.clone(), salt, &s.transport.tunnels, handler(&s), on_seen(&s)).await;
+        tracing::info!(host = %host, "tunnel closed");
+        s.with_node(|n, now| n.tunnel_closed(now, &host));
+    });
+}
+
+/// The signed WebSocket upgrade to `url`'s `/cluster/acn/tunnel`.
+async fn connect<E: Env>(s: &Arc<Shared<E>>, url: &str) -> Result<WebSocketStream<E::Stream>, String> {
+    let (authority, base) = split_url(url).map_err(|e| e.to_string())?;
+    let signed = s
+        .with_node(|n, now| n.sign(now, "GET", TUNNEL_PATH, &[]))
+        .ok_or_else(|| "this node is not in a cluster".to_string())?;
+    let mut req = format!("ws://{authority}{base}{TUNNEL_PATH}").into_client_request().map_err(|e| e.to_string())?;
+    for (k, v) in signed.pairs() {
+        let v = v.parse().map_err(|_| format!("bad header value for {k}"))?;
+        req.headers_mut().insert(k, v);
+    }
+    let stream = s.env.connect(authority.clone()).await.map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+    let (ws, _) = tokio_tungstenite::client_async_with_config(req, stream, Some(tunnel::ws_config()))
+        .await
+        .map_err(|e| format!("tunnel upgrade at {authority}: {e}"))?;
+    Ok(ws)
+}
+
+/// Host `peer`'s tunnel over `ws` (its upgrade was accepted) until it ends.
+pub async fn host<E: Env, S>(s: Arc<Shared<E>>, peer: NodeId, ws: WebSocketStream<S>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tracing::info!(peer = %peer, "hosting a tunnel");
+    s.with_node(|n, now| n.link_up(now, &peer));
+    let salt = s.env.seed();
+    let still_ours = tunnel::run(ws, peer.clone(), salt, &s.transport.tunnels, handler(&s), on_seen(&s)).await;
+    if still_ours {
+        s.with_node(|n, _| n.link_down(&peer));
+    }
+    tracing::info!(peer = %peer, "a hosted tunnel closed");
+}
