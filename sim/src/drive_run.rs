@@ -30,19 +30,27 @@ pub struct DriveOptions {
     pub chaos_ms: u64,
     /// One write in this many is over 4 MiB (streamed to all its copies at once); 0: none.
     pub big_every: u64,
+    /// How many of the nodes (the last ones) are behind NAT (`SimConfig::nat`).
+    pub nat: usize,
 }
 
 impl Default for DriveOptions {
     fn default() -> Self {
-        DriveOptions { nodes_min: 3, nodes_max: 5, chaos_ms: 180_000, big_every: 0 }
+        DriveOptions { nodes_min: 3, nodes_max: 5, chaos_ms: 180_000, big_every: 0, nat: 0 }
     }
 }
 
 /// A formed cluster of `n` nodes, each contributing a volume, with `policy` copies under
 /// /data, and a scrub that re-checks copies at once (so flipped bytes are found in the run).
 pub fn drive_cluster(seed: u64, n: usize, policy: u32) -> Result<Harness, String> {
+    drive_cluster_nat(seed, n, policy, 0)
+}
+
+/// [`drive_cluster`] with its last `nat` nodes behind NAT.
+pub fn drive_cluster_nat(seed: u64, n: usize, policy: u32, nat: usize) -> Result<Harness, String> {
     let mut cfg = SimConfig::new(seed, n);
     cfg.clock_faults = seed % 2 == 1;
+    cfg.nat = (n.saturating_sub(nat)..n).collect();
     let mut h = Harness::new(cfg);
     h.form_cluster()?;
     let interval = h.cfg.membership.heartbeat_interval_ms;
@@ -186,7 +194,8 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut rng = SeededRng::new(seed ^ 0xd71e_5eed);
     let n = opts.nodes_min + rng.below((opts.nodes_max - opts.nodes_min + 1) as u64) as usize;
     let policy = 2 + rng.below(2).min(n as u64 - 2) as usize;
-    let mut h = drive_cluster(seed, n, policy as u32).map_err(|e| format!("drive seed {seed}: setup: {e}"))?;
+    let mut h =
+        drive_cluster_nat(seed, n, policy as u32, opts.nat).map_err(|e| format!("drive seed {seed}: setup: {e}"))?;
     let mut acked = Acked::new();
     let none = BTreeSet::new();
     let mut faults = 0usize;

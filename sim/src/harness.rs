@@ -31,6 +31,9 @@ pub struct SimConfig {
     pub meta: MetaConfig,
     /// Give every node a clock offset up to ±4 min and a drift up to ±200 ppm.
     pub clock_faults: bool,
+    /// Nodes behind NAT: started with `--advertise none`, so no member knows how to reach
+    /// them; they open a reverse tunnel and are reached through it and through relays.
+    pub nat: BTreeSet<usize>,
 }
 
 impl SimConfig {
@@ -42,6 +45,7 @@ impl SimConfig {
             membership: MembershipConfig::default(),
             meta: MetaConfig::default(),
             clock_faults: true,
+            nat: BTreeSet::new(),
         }
     }
 }
@@ -141,13 +145,15 @@ impl Harness {
             let env = SimEnv::with_disk(clock.clone(), sim_ms.clone(), rng.next_u64(), disk.clone());
             let (d, s, m, host) = (dir.clone(), slot.clone(), cfg.membership.clone(), name.clone());
             let mc = cfg.meta.clone();
+            let behind_nat = cfg.nat.contains(&i);
             sim.host(name.as_str(), move || {
                 let (env, dir, slot, membership, host) = (env.clone(), d.clone(), s.clone(), m.clone(), host.clone());
                 let meta = mc.clone();
                 let build = lock(&build_slot).clone();
                 async move {
                     let mut opts = ServeOptions::new(dir, format!("0.0.0.0:{PORT}"));
-                    opts.advertise = Some(format!("http://{host}:{PORT}"));
+                    opts.advertise =
+                        Some(if behind_nat { "none".to_string() } else { format!("http://{host}:{PORT}") });
                     opts.name = Some(host);
                     opts.durable = true;
                     opts.offload_io = false;

@@ -25,7 +25,7 @@ pub mod jobs_run;
 pub mod run;
 
 pub use config_run::run_config_seed;
-pub use drive_run::{run_drive_seed, run_drive_seed_with, DriveOptions};
+pub use drive_run::{drive_cluster_nat, run_drive_seed, run_drive_seed_with, DriveOptions};
 pub use harness::{Harness, SimConfig};
 pub use jobs_run::run_jobs_seed;
 pub use run::{run_seed, RunReport};

@@ -1,6 +1,6 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] | --config | --jobs]`:
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] [--nat K] | --config | --jobs]`:
 //! a long seed sweep (membership and metadata; with `--drive` the cluster drive, one write in N
-//! over 4 MiB, faults for MS simulated milliseconds; with `--config` a rolling upgrade of the
+//! over 4 MiB, faults for MS simulated milliseconds, the last K nodes behind NAT; with `--config` a rolling upgrade of the
 //! configuration plane under faults; with `--jobs` jobs and a word count map/reduce under faults).
 //! `SEED=n` runs one.
 
@@ -21,6 +21,9 @@ fn main() {
     let mut opts = shoal_sim::DriveOptions { big_every: arg("--big").unwrap_or(0), ..Default::default() };
     if let Some(ms) = arg("--chaos-ms") {
         opts.chaos_ms = ms;
+    }
+    if let Some(nat) = arg("--nat") {
+        opts.nat = nat as usize;
     }
     let started = Instant::now();
     let mut failed = 0u64;
