@@ -1665,3 +1665,46 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// Issue 16: any bytes off a tunnel decode to a frame or a typed error, never a panic; a
+    /// frame that decodes encodes back to the same bytes' meaning.
+    #[test]
+    fn tunnel_frames_decode_or_refuse(b in bytes(300)) {
+        if let Ok(f) = shoal_core::tunnel::decode(&b) {
+            let again = shoal_core::tunnel::encode(&f).expect("a decoded frame encodes");
+            prop_assert_eq!(shoal_core::tunnel::decode(&again).expect("and decodes"), f);
+        }
+    }
+
+    /// Issue 16: a real frame with multi-value headers, mutated: a typed error or a frame.
+    #[test]
+    fn mutated_tunnel_frames_decode_or_refuse(body in bytes(100), e in edits(), vals in proptest::collection::vec("\\PC{0,12}", 0..4)) {
+        let mut h = std::collections::BTreeMap::new();
+        h.insert("X-Aroz-Node".to_string(), vals);
+        let f = shoal_core::tunnel::Frame {
+            kind: shoal_core::tunnel::FrameKind::Request,
+            header: shoal_core::tunnel::FrameHeader { id: "0".repeat(32), m: "POST".into(), t: "/cluster/acn/ping".into(), s: 0, h },
+            body,
+        };
+        let bytes = shoal_core::tunnel::encode(&f).unwrap();
+        prop_assert_eq!(&shoal_core::tunnel::decode(&bytes).unwrap(), &f);
+        let _ = shoal_core::tunnel::decode(&mutate(&bytes, &e));
+    }
+
+    /// Issue 16: relay paths parse to a node and an original `/cluster/acn/` target that is not
+    /// itself a relay or the tunnel, or are refused with a kind.
+    #[test]
+    fn relay_paths_parse_or_refuse(rest in "\\PC{0,60}", node in "[a-z0-9-]{0,12}") {
+        for target in [format!("/cluster/acn/relay/{rest}"), format!("/cluster/acn/relay/{node}/cluster/acn/{rest}"), rest.clone()] {
+            if let Ok((to, original)) = shoal_core::tunnel::parse_relay_target(&target) {
+                prop_assert!(!to.as_str().is_empty());
+                prop_assert!(original.starts_with("/cluster/acn/"));
+                prop_assert!(!original.starts_with("/cluster/acn/relay/"));
+                prop_assert_eq!(shoal_core::tunnel::relay_target(&to, original), target.clone());
+            }
+        }
+    }
+}

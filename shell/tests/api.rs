@@ -428,8 +428,9 @@ fn routes_of_the_router() -> Vec<(String, String)> {
 
 /// Issue 17: a table test over the router's own route list. Every `/v1` route and `/metrics`
 /// answer 401 (JSON) with no token and with a wrong one; every node-to-node endpoint (the
-/// core's table, the shell's `store/*` and `repl/*`) answers 401 unsigned, signed for another
-/// cluster, and signed in this node's name with a key that is not its own.
+/// core's table, the shell's `store/*` and `repl/*`, the tunnel upgrade and the relay) answers
+/// 401 unsigned, signed for another cluster, and signed in this node's name with a key that is
+/// not its own.
 #[tokio::test]
 async fn every_route_refuses_missing_and_wrong_credentials() {
     let dir = tempfile::tempdir().unwrap();
@@ -474,6 +475,9 @@ async fn every_route_refuses_missing_and_wrong_credentials() {
     for op in ["task", "renew", "done"] {
         acn.push(("POST".into(), format!("/cluster/acn/repl/{op}")));
     }
+    // Issue 16: the tunnel upgrade and the relay.
+    acn.push(("GET".into(), "/cluster/acn/tunnel".into()));
+    acn.push(("POST".into(), "/cluster/acn/relay/n-somewhere/cluster/acn/ping".into()));
     let client = HttpClient::new(TokioEnv::default());
     let mut rng = SeededRng::new(3);
     for (method, target) in &acn {
