@@ -43,6 +43,7 @@ pub mod storage;
 pub mod time;
 pub mod token;
 pub mod tunnel;
+pub mod wake;
 
 pub use hlc::{Hlc, Version};
 pub use ids::{ClusterId, FileId, JobId, LogIndex, NodeId, Term, TokenId, VolumeId};

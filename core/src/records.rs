@@ -41,6 +41,9 @@ pub struct Capabilities {
     pub features: BTreeMap<String, bool>,
     /// Unix seconds.
     pub detected_at: u64,
+    /// MAC addresses of its network interfaces (`aa:bb:cc:dd:ee:ff`), for Wake-on-LAN.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub macs: Vec<String>,
 }
 
 /// A node's own health report.
@@ -227,6 +230,8 @@ impl NodeRecord {
             && short(&c.hostname, 256)
             && c.features.len() <= 256
             && c.features.keys().all(|k| short(k, 64))
+            && c.macs.len() <= crate::wake::MACS_MAX
+            && c.macs.iter().all(|m| crate::wake::parse_mac(m).is_some())
             && self.key().is_some()
     }
 

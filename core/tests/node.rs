@@ -591,3 +591,45 @@ fn a_change_is_acknowledged_only_once_another_node_holds_it() {
     let at = net.clock(lone);
     assert_eq!(net.nodes[lone].ack_ready(at, &plan), Some(AckReached::Alone));
 }
+
+/// Issue 16 "Wake-on-LAN": a node reports its MAC addresses in its capabilities; waking it asks
+/// every other reachable member to broadcast the packet (and this node broadcasts it too); a
+/// member broadcasts only for MAC addresses some member reported.
+#[test]
+fn wake_asks_the_reachable_members_and_a_member_wakes_only_members() {
+    let mut net = three_nodes();
+    let caps = shoal_core::records::Capabilities { macs: vec!["02:00:00:00:00:0c".into()], ..Default::default() };
+    let at = net.clock(2);
+    net.nodes[2].handle(at, Input::Capabilities(caps));
+    net.run_for(MINUTE_MS, SECOND_MS);
+    while net.nodes[0].poll_output().is_some() {}
+    let c = net.id(2).to_string();
+
+    let at = net.clock(0);
+    let plan = net.nodes[0].wake_plan(at, &c).expect("a plan");
+    assert_eq!(plan.macs, vec!["02:00:00:00:00:0c".to_string()]);
+    assert_eq!(plan.ask, vec![net.id(1)], "every reachable member but the sleeper");
+    let outs: Vec<_> = std::iter::from_fn(|| net.nodes[0].poll_output()).collect();
+    assert!(
+        outs.iter().any(|o| matches!(o, shoal_core::node::Output::WakeBroadcast { macs } if macs == &plan.macs)),
+        "the asking node broadcasts too"
+    );
+    // Nothing to wake it by, and not itself.
+    let b = net.id(1).to_string();
+    assert_eq!(net.nodes[0].wake_plan(at, &b).unwrap_err().code, "no_mac");
+    let a = net.id(0).to_string();
+    assert_eq!(net.nodes[0].wake_plan(at, &a).unwrap_err().code, "is_self");
+
+    // The asked member broadcasts a member's address, and refuses a stranger's.
+    for (macs, status) in [(json!(["02:00:00:00:00:0c"]), 200), (json!(["02:00:00:00:00:99"]), 403), (json!([]), 400)] {
+        let body = json!({ "macs": macs }).to_string().into_bytes();
+        let h = net.signed(0, "POST", "/cluster/acn/wake", &body);
+        let at = net.clock(1);
+        while net.nodes[1].poll_output().is_some() {}
+        let r = net.nodes[1].handle_acn(at, "POST", "/cluster/acn/wake", Some(&h), &body);
+        assert_eq!(r.status(), status, "{macs}: {:?}", r.body);
+        let sent = std::iter::from_fn(|| net.nodes[1].poll_output())
+            .any(|o| matches!(o, shoal_core::node::Output::WakeBroadcast { .. }));
+        assert_eq!(sent, status == 200, "{macs}");
+    }
+}

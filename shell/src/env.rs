@@ -22,6 +22,8 @@ pub trait Net: Clone + Send + Sync + 'static {
     fn connect(&self, host_port: String) -> impl Future<Output = io::Result<Self::Stream>> + Send;
     /// Listen on `host:port`.
     fn bind(&self, host_port: String) -> impl Future<Output = io::Result<Self::Listener>> + Send;
+    /// Broadcast one UDP datagram on the local network (Wake-on-LAN).
+    fn broadcast(&self, datagram: &[u8], port: u16) -> io::Result<()>;
 }
 
 /// The node's clocks. The core is handed time from here and nowhere else.
@@ -74,6 +76,13 @@ impl Net for TokioEnv {
 
     async fn bind(&self, host_port: String) -> io::Result<Self::Listener> {
         tokio::net::TcpListener::bind(host_port).await
+    }
+
+    fn broadcast(&self, datagram: &[u8], port: u16) -> io::Result<()> {
+        let socket = std::net::UdpSocket::bind(("0.0.0.0", 0))?;
+        socket.set_broadcast(true)?;
+        socket.send_to(datagram, (std::net::Ipv4Addr::BROADCAST, port))?;
+        Ok(())
     }
 }
 

@@ -31,7 +31,24 @@ pub fn detect_capabilities(now: Millis) -> Capabilities {
         hostname: sysinfo::System::host_name().unwrap_or_default(),
         features,
         detected_at: now.as_secs(),
+        macs: interface_macs(Path::new("/sys/class/net")),
     }
+}
+
+/// The MAC addresses of the host's network interfaces (`/sys/class/net/*/address` on Linux;
+/// loopback and all-zero ones left out), sorted, at most [`shoal_core::wake::MACS_MAX`].
+pub fn interface_macs(root: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(root) else { return Vec::new() };
+    let mut out: Vec<String> = dir
+        .flatten()
+        .filter(|e| e.file_name() != "lo")
+        .filter_map(|e| std::fs::read_to_string(e.path().join("address")).ok())
+        .filter_map(|a| shoal_core::wake::canonical_mac(a.trim()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out.truncate(shoal_core::wake::MACS_MAX);
+    out
 }
 
 /// The first executable called `name` on PATH.

@@ -85,6 +85,7 @@ impl Probe for SimEnv {
             hostname: "sim".into(),
             features: Default::default(),
             detected_at: now.as_secs(),
+            macs: Vec::new(),
         }
     }
 
@@ -140,5 +141,10 @@ impl Net for SimEnv {
 
     async fn bind(&self, host_port: String) -> io::Result<Self::Listener> {
         Ok(SimListener(turmoil::net::TcpListener::bind(host_port.as_str()).await?))
+    }
+
+    /// The simulated network has no LAN to broadcast on: nothing is sent.
+    fn broadcast(&self, _datagram: &[u8], _port: u16) -> io::Result<()> {
+        Ok(())
     }
 }

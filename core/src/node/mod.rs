@@ -194,6 +194,11 @@ pub enum Output {
         host: NodeId,
         url: String,
     },
+    /// Broadcast a Wake-on-LAN magic packet on this node's LAN for each of these MAC addresses
+    /// (`crate::wake::magic_packet`).
+    WakeBroadcast {
+        macs: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

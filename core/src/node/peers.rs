@@ -27,6 +27,7 @@ pub const ACN_ENDPOINTS: &[(&str, &str)] = &[
     ("jobs/run", "POST"),
     ("jobs/renew", "POST"),
     ("jobs/done", "POST"),
+    ("wake", "POST"),
 ];
 
 impl Node {
@@ -71,6 +72,7 @@ impl Node {
             "members/sync" => self.answer_sync(wall, now, &sender, body),
             "leave" => self.answer_leave(wall, now, &sender, body),
             "evict" => self.answer_evict(wall, now, &sender, body),
+            "wake" => self.answer_wake(body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             "store/place" => self.answer_place(wall, &sender, body),
             "events/publish" => self.answer_events(&sender, body),

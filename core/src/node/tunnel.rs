@@ -166,3 +166,72 @@ impl Node {
         Ok((to, original))
     }
 }
+
+/// `POST /v1/nodes/{id}/wake`: who sends the magic packet for which addresses.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WakePlan {
+    pub node: NodeId,
+    /// The sleeping node's MAC addresses, as its record reports them.
+    pub macs: Vec<String>,
+    /// Members asked to broadcast the packet on their own LAN (`POST /cluster/acn/wake`):
+    /// every ONLINE or DEGRADED member this node can reach. No member knows which LAN it
+    /// shares with the sleeping one, and a magic packet is harmless where its MAC is absent,
+    /// so all of them send it (this node too); the one on the same LAN wakes it.
+    pub ask: Vec<NodeId>,
+}
+
+#[derive(serde::Deserialize)]
+struct WakeBody {
+    macs: Vec<String>,
+}
+
+impl Node {
+    /// Plan waking member `id` (it must have reported a MAC address and be another node).
+    pub fn wake_plan(&mut self, wall: Millis, id: &str) -> Result<WakePlan, crate::node::ApiError> {
+        use crate::node::ApiError;
+        let now = self.advance_clocks(wall);
+        let id = self.known_peer(id)?;
+        if id == self.id {
+            return Err(ApiError::invalid("is_self", "this node is awake: it answered"));
+        }
+        let macs = self.members.get(&id).map(|r| r.capabilities.macs.clone()).unwrap_or_default();
+        if macs.is_empty() {
+            return Err(ApiError::conflict("no_mac", format!("node {id} reported no MAC address to wake it by")));
+        }
+        let ask = self
+            .members
+            .peers()
+            .filter(|r| !r.removed && r.id != id)
+            .map(|r| r.id.clone())
+            .filter(|p| {
+                matches!(
+                    self.members.state(p, now),
+                    crate::membership::NodeState::Online | crate::membership::NodeState::Degraded
+                ) && self.route_to(p).is_ok()
+            })
+            .collect();
+        self.push_output(Output::WakeBroadcast { macs: macs.clone() });
+        Ok(WakePlan { node: id, macs, ask })
+    }
+
+    /// `POST /cluster/acn/wake {macs}` from a member: the addresses to broadcast a magic packet
+    /// for, each one a current member reported (this node is no packet cannon for strangers).
+    pub(super) fn answer_wake(&mut self, body: &[u8]) -> Reply {
+        let b: WakeBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return Reply::error(ErrorKind::Invalid, "bad_body", format!("wake body: {e}")),
+        };
+        if b.macs.is_empty() || b.macs.len() > crate::wake::MACS_MAX {
+            return Reply::error(ErrorKind::Invalid, "bad_body", "wake needs 1 to 16 MAC addresses");
+        }
+        let known = |m: &String| {
+            self.members.records().any(|r| !r.removed && r.capabilities.macs.iter().any(|x| x.eq_ignore_ascii_case(m)))
+        };
+        if let Some(m) = b.macs.iter().find(|m| crate::wake::parse_mac(m).is_none() || !known(m)) {
+            return Reply::error(ErrorKind::Forbidden, "unknown_mac", format!("{m} is no member's MAC address"));
+        }
+        self.push_output(Output::WakeBroadcast { macs: b.macs.clone() });
+        Reply::ok(serde_json::json!({"ok": true, "macs": b.macs}))
+    }
+}

@@ -139,6 +139,12 @@ impl Api {
                     format!("removed node {}", s(&v["removed"]))
                 })
             }
+            Cmd::Node { cmd: NodeCmd::Wake { id } } => {
+                (self.call("POST", &format!("/nodes/{}/wake", path_seg(&id)?), None).await?, |v| {
+                    let from: Vec<String> = v["sentFrom"].as_array().into_iter().flatten().map(s).collect();
+                    format!("sent the Wake-on-LAN packet for {} from {}", s(&v["node"]), from.join(", "))
+                })
+            }
             Cmd::Node { cmd: NodeCmd::Tunnel } => (self.call("GET", "/node/tunnel", None).await?, human_tunnel),
             Cmd::Node { cmd: NodeCmd::Probe { id } } => {
                 let v = self.call("POST", &format!("/nodes/{}/probe", path_seg(&id)?), None).await?;

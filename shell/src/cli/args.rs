@@ -532,6 +532,9 @@ pub enum NodeCmd {
     Probe { id: String },
     /// This node's reverse tunnel (behind NAT) and its host, and the tunnels it hosts.
     Tunnel,
+    /// Wake a sleeping member (Wake-on-LAN): every reachable member broadcasts the magic packet
+    /// for the MAC addresses it reported.
+    Wake { id: String },
 }
 
 #[cfg(test)]

@@ -191,7 +191,8 @@ impl<E: Env> Shared<E> {
                 | Output::ReplDispatch { .. }
                 | Output::JobRun(_)
                 | Output::JobStop { .. }
-                | Output::TunnelOpen { .. }) => (self.services)(self, o),
+                | Output::TunnelOpen { .. }
+                | Output::WakeBroadcast { .. }) => (self.services)(self, o),
             }
         }
         if !meta_ops.is_empty() {

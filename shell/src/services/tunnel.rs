@@ -104,3 +104,15 @@ where
     }
     tracing::info!(peer = %peer, "a hosted tunnel closed");
 }
+
+/// Broadcast a Wake-on-LAN magic packet for each MAC address on this node's LAN (the core's
+/// `Output::WakeBroadcast`).
+pub fn wake<E: Env>(s: &Arc<Shared<E>>, macs: &[String]) {
+    for m in macs {
+        let Some(mac) = shoal_core::wake::parse_mac(m) else { continue };
+        match s.env.broadcast(&shoal_core::wake::magic_packet(&mac), shoal_core::wake::WAKE_PORT) {
+            Ok(()) => tracing::info!(mac = %m, "sent a Wake-on-LAN packet"),
+            Err(e) => tracing::warn!(mac = %m, error = %e, "could not send a Wake-on-LAN packet"),
+        }
+    }
+}

@@ -110,6 +110,36 @@ pub(super) async fn nodes_list<E: Env>(State(s): S<E>) -> Response {
     (StatusCode::OK, axum::Json(json!({ "nodes": views }))).into_response()
 }
 
+/// `POST /v1/nodes/{id}/wake`: send the Wake-on-LAN packet for a member from this node and
+/// from every member the core asks (each on its own LAN); answers who sent it.
+pub(super) async fn node_wake<E: Env>(State(s): S<E>, Path(id): Path<String>) -> Response {
+    let plan = match s.with_node(|n, now| n.wake_plan(now, &id)) {
+        Ok(p) => p,
+        Err(e) => return api_result::<Value>(Err(e)),
+    };
+    let body = serde_json::to_vec(&json!({"macs": plan.macs})).unwrap_or_default();
+    let mut tasks = Vec::new();
+    for p in &plan.ask {
+        let prepared =
+            s.with_node(|n, now| Transport::<E>::prepare(n, now, p, "POST", "/cluster/acn/wake", body.clone()));
+        let Ok(prepared) = prepared else { continue };
+        let transport = s.transport.clone();
+        tasks.push((p.clone(), tokio::spawn(async move { transport.send(prepared, 5_000).await })));
+    }
+    let mut sent_from = vec![s.read_node(|n, _| n.id().clone())];
+    let mut failed = Vec::new();
+    for (p, t) in tasks {
+        match t.await {
+            Ok(Ok(r)) if r.status == 200 => sent_from.push(p),
+            Ok(Ok(r)) => failed.push(json!({"node": p, "status": r.status})),
+            Ok(Err(e)) => failed.push(json!({"node": p, "error": e.to_string()})),
+            Err(e) => failed.push(json!({"node": p, "error": e.to_string()})),
+        }
+    }
+    let answer = json!({"node": plan.node, "macs": plan.macs, "sentFrom": sent_from, "failed": failed});
+    (StatusCode::OK, axum::Json(answer)).into_response()
+}
+
 /// `GET /v1/node/tunnel`: this node's reverse tunnel and the tunnels live on it.
 pub(super) async fn node_tunnel<E: Env>(State(s): S<E>) -> Response {
     (StatusCode::OK, axum::Json(s.read_node(|n, _| n.tunnel_status()))).into_response()

@@ -61,6 +61,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/nodes/{id}", get(node_get::<E>).delete(node_remove::<E>))
         .route("/nodes/{id}/state", post(node_state::<E>))
         .route("/nodes/{id}/probe", post(node_probe::<E>))
+        .route("/nodes/{id}/wake", post(node_wake::<E>))
         .route("/node/tunnel", get(node_tunnel::<E>))
         .route("/latency", get(latency::<E>))
         .route("/capabilities", get(capabilities::<E>))
