@@ -1,7 +1,8 @@
 //! Nodes behind NAT (issue 16), with real processes on loopback: a node started with
 //! `--advertise none` joins with a token, opens its reverse tunnel to the member it prefers,
 //! is ONLINE in every view, receives a copy under policy 2 through the relay, and serves a get
-//! through the relay; an unsigned tunnel upgrade gets 401.
+//! through the relay, runs a job and gets an event; once it dies the relay answers 502, and once back it tunnels again; an
+//! unsigned tunnel upgrade gets 401.
 
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -98,6 +99,12 @@ fn raw(port: u16, req: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// `shoal node probe` as JSON (it exits non-zero when the node is not reachable).
+fn probe(n: &Node, id: &str) -> Value {
+    let (_, out, _) = n.cli(&["--json", "node", "probe", id]);
+    serde_json::from_str(&out).unwrap_or(Value::Null)
+}
+
 fn view<'a>(nodes: &'a Value, id: &str) -> Option<&'a Value> {
     nodes["nodes"].as_array()?.iter().find(|n| n["id"] == id)
 }
@@ -138,13 +145,16 @@ fn a_node_behind_nat_joins_holds_a_copy_and_serves_it_through_the_relay() {
     let seen_by_1 = n[1].json(&["nodes"]);
     assert_eq!(view(&seen_by_1, &nat).unwrap()["route"], "tunnel (hosted here)");
     let seen_by_2 = n[2].json(&["nodes"]);
-    assert_eq!(view(&seen_by_2, &host).unwrap()["route"], format!("tunnel via {host}"));
+    // The NAT node reaches its host at its URL (the spec's first route is a tunnel that
+    // terminates on the asking node), and shows the tunnel.
+    let h = view(&seen_by_2, &host).unwrap();
+    assert_eq!((&h["route"], &h["tunnel"]), (&Value::from("direct"), &Value::from(true)), "{h}");
     let (ok, human, _) = n[0].cli(&["nodes"]);
     assert!(ok && human.contains("relay via") && human.contains("(behind NAT)"), "{human}");
 
     // A signed ping from node 0 reaches it through the relay.
-    let probe = n[0].json(&["node", "probe", &nat]);
-    assert_eq!(probe["reachable"], true, "{probe}");
+    let pinged = probe(&n[0], &nat);
+    assert_eq!(pinged["reachable"], true, "{pinged}");
 
     // Volumes on nodes 0 and 2 only: policy 2 puts the second copy on the NAT node.
     for i in [0, 2] {
@@ -175,6 +185,37 @@ fn a_node_behind_nat_joins_holds_a_copy_and_serves_it_through_the_relay() {
     let (ok, _, err) = n[0].cli(&["get", "cluster:/nat/in.bin", out.to_str().unwrap()]);
     assert!(ok, "the get falls back to the copy behind NAT: {err}");
     assert!(std::fs::read(&out).unwrap() == content, "and brings the right bytes");
+
+    // Jobs and events reach it too: a job pinned to it (handed over, renewed and reported
+    // through the relay and its own requests) and an event published elsewhere.
+    let hello = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/jobs/hello.js");
+    let (ok, out, err) = n[0].cli(&["job", "submit", hello.to_str().unwrap(), "--node", &nat, "--follow"]);
+    assert!(ok, "a job on the NAT node: {err}");
+    assert!(out.contains(&format!("\"node\": \"{nat}\"")), "ran where pinned: {out}");
+    n[0].json(&["events", "publish", "--type", "app.nat", "--payload", r#"{"to":"nat"}"#]);
+    wait_for("the event on the NAT node", || {
+        let (ok, out, _) = n[2].cli(&["--json", "events", "--type", "app.*"]);
+        ok && out.contains("app.nat")
+    });
+
+    // The NAT node dies: its host has no tunnel for it, so a relay through the host answers
+    // 502 at once (the asker tries again later, as heartbeats do); back, it tunnels again and
+    // the relay works.
+    let nat_args = ["--advertise", "none", "--tunnel-via", host.as_str()];
+    if let Some(mut c) = nodes.0[2].child.take() {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    let n = &nodes.0;
+    wait_for("the host to drop the dead tunnel", || {
+        let p = probe(&n[0], &nat);
+        p["reachable"] == false && p["status"] == 502
+    });
+    nodes.0[2].start(&nat_args);
+    let n = &nodes.0;
+    wait_for("the NAT node back through its tunnel", || {
+        n[2].json(&["node", "tunnel"])["state"] == "up" && probe(&n[0], &nat)["reachable"] == true
+    });
 
     // An unsigned tunnel upgrade is refused before any upgrade.
     let head = raw(

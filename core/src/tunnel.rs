@@ -40,6 +40,9 @@ pub const READ_DEADLINE_MS: u64 = 90_000;
 pub const WRITE_DEADLINE_MS: u64 = 60_000;
 /// The WebSocket upgrade must be done within this.
 pub const HANDSHAKE_MS: u64 = 20_000;
+/// The core gives a handshake up this much after the shell's own deadline, so a socket the
+/// shell opened in time is never one the core already gave up.
+pub const HANDSHAKE_GRACE_MS: u64 = 5_000;
 /// Wait before looking for a host again when none is available.
 pub const NO_HOST_RETRY_MS: u64 = 5_000;
 /// First wait after a failed or closed tunnel; it doubles up to [`BACKOFF_MAX_MS`].
@@ -238,11 +241,9 @@ pub enum Route {
 }
 
 impl Route {
-    /// As `shoal nodes` shows it: `direct`, `relay via X`, and for a tunnel `tunnel via X` when
-    /// it is this node's own tunnel to X (`own_host`), else `tunnel (hosted here)`.
-    pub fn describe(&self, peer: &NodeId, own_host: Option<&NodeId>) -> String {
+    /// As `shoal nodes` shows it: `direct`, `tunnel (hosted here)` or `relay via X`.
+    pub fn describe(&self) -> String {
         match self {
-            Route::Tunnel if own_host == Some(peer) => format!("tunnel via {peer}"),
             Route::Tunnel => "tunnel (hosted here)".into(),
             Route::Direct(_) => "direct".into(),
             Route::Relay { via, .. } => format!("relay via {via}"),
@@ -328,15 +329,23 @@ impl TunnelClient {
     }
 
     /// Whether this node wants a tunnel (no advertised URL, or a preferred host set): off →
-    /// try at once; on → off drops any tunnel state.
-    pub fn set_wanted(&mut self, wanted: bool, now: Millis) {
+    /// try at once; on → off drops any tunnel state and answers the host of a tunnel up or
+    /// opening, to close.
+    pub fn set_wanted(&mut self, wanted: bool, now: Millis) -> Option<NodeId> {
         match (wanted, &self.state) {
-            (true, TunnelState::Off) => self.state = TunnelState::Waiting { at: now },
-            (false, _) => {
-                self.state = TunnelState::Off;
-                self.backoff_ms = BACKOFF_MIN_MS;
+            (true, TunnelState::Off) => {
+                self.state = TunnelState::Waiting { at: now };
+                None
             }
-            _ => {}
+            (false, _) => {
+                let open = match std::mem::replace(&mut self.state, TunnelState::Off) {
+                    TunnelState::Up { host, .. } | TunnelState::Connecting { host, .. } => Some(host),
+                    _ => None,
+                };
+                self.backoff_ms = BACKOFF_MIN_MS;
+                open
+            }
+            _ => None,
         }
     }
 
@@ -349,17 +358,18 @@ impl TunnelClient {
         match &self.state {
             TunnelState::Waiting { at } => Some(*at),
             // A handshake that never ends is given up.
-            TunnelState::Connecting { since, .. } => Some(since.plus(HANDSHAKE_MS)),
+            TunnelState::Connecting { since, .. } => Some(since.plus(HANDSHAKE_MS + HANDSHAKE_GRACE_MS)),
             _ => None,
         }
     }
 
     /// On the timer: when a try is due, the host to connect to now (`pick` chooses it, given
     /// the host that failed last), or `None` (nothing due, or no host: looked for again in
-    /// [`NO_HOST_RETRY_MS`]). A handshake past [`HANDSHAKE_MS`] counts as a failure.
+    /// [`NO_HOST_RETRY_MS`]). A handshake past [`HANDSHAKE_MS`] (and its grace) counts as a
+    /// failure.
     pub fn due(&mut self, now: Millis, pick: impl FnOnce(Option<&NodeId>) -> Option<NodeId>) -> Option<NodeId> {
         if let TunnelState::Connecting { host, since } = &self.state {
-            if now.since(*since) >= HANDSHAKE_MS {
+            if now.since(*since) >= HANDSHAKE_MS + HANDSHAKE_GRACE_MS {
                 let host = host.clone();
                 self.failed(&host, now);
             }
@@ -379,11 +389,15 @@ impl TunnelClient {
         }
     }
 
-    /// The tunnel to `host` is up.
-    pub fn opened(&mut self, host: &NodeId, now: Millis) {
+    /// The tunnel to `host` is up. `false` when it was not being opened (given up meanwhile,
+    /// or no longer wanted): the shell drops that socket.
+    pub fn opened(&mut self, host: &NodeId, now: Millis) -> bool {
         if matches!(&self.state, TunnelState::Connecting { host: h, .. } if h == host) {
             self.state = TunnelState::Up { host: host.clone(), since: now };
             self.last_failed = None;
+            true
+        } else {
+            false
         }
     }
 
@@ -573,10 +587,9 @@ mod tests {
         assert_eq!(route(&m, &me, &lost, false), Err(RouteError::PeerNoEndpoint(lost.clone())));
         assert_eq!(route(&m, &me, &via_gone, false), Err(RouteError::TunnelNotConnected(via_gone.clone())));
         assert_eq!(route(&m, &me, &NodeId::new("x"), false), Err(RouteError::UnknownPeer(NodeId::new("x"))));
-        assert_eq!(Route::Relay { via: h.clone(), via_url: String::new() }.describe(&nat, None), "relay via h");
-        assert_eq!(Route::Tunnel.describe(&h, Some(&h)), "tunnel via h");
-        assert_eq!(Route::Tunnel.describe(&here, Some(&h)), "tunnel (hosted here)");
-        assert_eq!(Route::Direct("http://d:1".into()).describe(&d, None), "direct");
+        assert_eq!(Route::Relay { via: h.clone(), via_url: String::new() }.describe(), "relay via h");
+        assert_eq!(Route::Tunnel.describe(), "tunnel (hosted here)");
+        assert_eq!(Route::Direct("http://d:1".into()).describe(), "direct");
     }
 
     #[test]
@@ -598,7 +611,7 @@ mod tests {
         assert_eq!(waits, vec![2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 64_000, 64_000]);
         // Up for a minute, then closed: the next wait is the first again.
         assert_eq!(c.due(now, |_| Some(h.clone())), Some(h.clone()));
-        c.opened(&h, now);
+        assert!(c.opened(&h, now));
         assert_eq!(c.host(), Some(&h));
         let later = now.plus(STABLE_AFTER_MS);
         c.failed(&h, later);
@@ -614,13 +627,16 @@ mod tests {
         assert_eq!(*c.state(), TunnelState::Waiting { at: Millis(100 + NO_HOST_RETRY_MS) });
         let t = Millis(100 + NO_HOST_RETRY_MS);
         assert_eq!(c.due(t, |_| Some(h.clone())), Some(h.clone()));
-        assert_eq!(c.deadline(), Some(t.plus(HANDSHAKE_MS)));
-        assert_eq!(c.due(t.plus(HANDSHAKE_MS - 1), |_| Some(h.clone())), None);
+        let give_up = HANDSHAKE_MS + HANDSHAKE_GRACE_MS;
+        assert_eq!(c.deadline(), Some(t.plus(give_up)));
+        assert_eq!(c.due(t.plus(give_up - 1), |_| Some(h.clone())), None);
         // The handshake hangs: a failure, and the next pick is told which host failed.
         let mut told = None;
-        assert_eq!(c.due(t.plus(HANDSHAKE_MS), |_| Some(h.clone())), None);
+        assert_eq!(c.due(t.plus(give_up), |_| Some(h.clone())), None);
+        // A socket that opens after the core gave up is refused.
+        assert!(!c.opened(&h, t.plus(give_up)));
         let at = c.deadline().unwrap();
-        assert_eq!(at, t.plus(HANDSHAKE_MS + BACKOFF_MIN_MS));
+        assert_eq!(at, t.plus(give_up + BACKOFF_MIN_MS));
         c.due(at, |failed| {
             told = failed.cloned();
             Some(h.clone())
@@ -629,7 +645,7 @@ mod tests {
         // A late close of another host changes nothing.
         c.failed(&NodeId::new("other"), at);
         assert!(matches!(c.state(), TunnelState::Connecting { .. }));
-        c.set_wanted(false, at);
+        assert_eq!(c.set_wanted(false, at), Some(h.clone()), "the tunnel being opened is to close");
         assert_eq!(*c.state(), TunnelState::Off);
         assert_eq!(c.deadline(), None);
     }

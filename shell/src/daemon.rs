@@ -331,6 +331,7 @@ fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
             crate::services::jobs::stop(s, &job, attempt);
         }
         Output::TunnelOpen { host, url } => crate::services::tunnel::open(s, host, url),
+        Output::TunnelClose { host } => crate::services::tunnel::close(s, &host),
         Output::WakeBroadcast { macs } => crate::services::tunnel::wake(s, &macs),
         other => tracing::error!(output = ?other, "not a service's output"),
     }

@@ -194,6 +194,10 @@ pub enum Output {
         host: NodeId,
         url: String,
     },
+    /// Close this node's tunnel to `host`: it is no longer wanted.
+    TunnelClose {
+        host: NodeId,
+    },
     /// Broadcast a Wake-on-LAN magic packet on this node's LAN for each of these MAC addresses
     /// (`crate::wake::magic_packet`).
     WakeBroadcast {
@@ -234,9 +238,9 @@ pub struct NodeView {
     pub record: NodeRecord,
     pub state: NodeState,
     pub local: bool,
-    /// A live tunnel links this node and that one (either end).
+    /// A live tunnel links this node and that one (hosted here, or this node's own to it).
     pub tunnel: bool,
-    /// How this node reaches it: `direct`, `tunnel via X`, `relay via X`, `self`, or
+    /// How this node reaches it: `direct`, `tunnel (hosted here)`, `relay via X`, `self`, or
     /// `unreachable` (no URL and no tunnel known).
     #[serde(default)]
     pub route: String,
@@ -324,7 +328,7 @@ pub struct Node {
     base_config: NodeConfig,
     me: SelfInfo,
     /// This node's own reverse tunnel (`tunnel.rs`), the host the admin prefers, and the
-    /// peers with a live tunnel to or from this node.
+    /// members whose tunnel to this node is live.
     tunnel: crate::tunnel::TunnelClient,
     tunnel_preferred: Option<NodeId>,
     linked: std::collections::BTreeSet<NodeId>,
@@ -586,12 +590,11 @@ impl Node {
             .map(|record| NodeView {
                 state: self.members.state(&record.id, now),
                 local: record.id == self.id,
-                tunnel: self.linked.contains(&record.id),
+                tunnel: self.linked.contains(&record.id) || self.tunnel.host() == Some(&record.id),
                 route: if record.id == self.id {
                     "self".into()
                 } else {
-                    self.route_to(&record.id)
-                        .map_or_else(|_| "unreachable".into(), |r| r.describe(&record.id, self.tunnel.host()))
+                    self.route_to(&record.id).map_or_else(|_| "unreachable".into(), |r| r.describe())
                 },
                 latency_ms: self.members.latency_ms(&record.id),
                 record,

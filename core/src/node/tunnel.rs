@@ -22,7 +22,7 @@ pub struct TunnelStatus {
     pub state: TunnelState,
     /// The host the admin prefers (`--tunnel-via`), used only while it is ONLINE.
     pub preferred: Option<NodeId>,
-    /// Peers with a live tunnel to or from this node.
+    /// Members whose tunnel to this node is live.
     pub linked: Vec<NodeId>,
 }
 
@@ -63,7 +63,9 @@ impl Node {
     pub(super) fn tunnel_timeout(&mut self, now: Millis) {
         let wanted = self.tunnel_wanted();
         if wanted != self.tunnel.wanted() {
-            self.tunnel.set_wanted(wanted, now);
+            if let Some(host) = self.tunnel.set_wanted(wanted, now) {
+                self.push_output(Output::TunnelClose { host });
+            }
         }
         let (members, me, preferred) = (&self.members, &self.id, self.tunnel_preferred.as_ref());
         let host = self.tunnel.due(now, |failed| tunnel::pick_host(members, me, preferred, failed, now));
@@ -74,12 +76,16 @@ impl Node {
     }
 
     /// This node's tunnel to `host` is up: requests to this node now come through it, and its
-    /// record says so (`tunnelVia`), so the others relay through `host`.
-    pub fn tunnel_opened(&mut self, wall: Millis, host: &NodeId) {
+    /// record says so (`tunnelVia`), so the others relay through `host`. `false` when the
+    /// tunnel was not being opened any more (the shell then drops the socket). This node still
+    /// reaches `host` at its URL (the spec's first route is a tunnel that terminates here).
+    pub fn tunnel_opened(&mut self, wall: Millis, host: &NodeId) -> bool {
         let now = self.advance_clocks(wall);
-        self.tunnel.opened(host, now);
-        self.link_up(wall, host);
+        if !self.tunnel.opened(host, now) {
+            return false;
+        }
         self.refresh_own_record(wall, now);
+        true
     }
 
     /// This node's tunnel to `host` failed to open, or closed: try again after the backoff.
@@ -88,7 +94,6 @@ impl Node {
     pub fn tunnel_closed(&mut self, wall: Millis, host: &NodeId) {
         let now = self.advance_clocks(wall);
         self.tunnel.failed(host, now);
-        self.link_down(host);
     }
 
     /// The host of this node's live tunnel, for its record.
@@ -100,7 +105,7 @@ impl Node {
         }
     }
 
-    /// A tunnel with `peer` (either end) is live on this node.
+    /// A member's tunnel to this node is live (registered by the shell).
     pub fn link_up(&mut self, wall: Millis, peer: &NodeId) {
         self.linked.insert(peer.clone());
         self.link_seen(wall, peer);

@@ -154,6 +154,7 @@ impl Net {
                         | Output::ScrubCopy(_)
                         | Output::ReplDispatch { .. }
                         | Output::TunnelOpen { .. }
+                        | Output::TunnelClose { .. }
                         | Output::WakeBroadcast { .. }
                         | Output::SampleHealth => {}
                         Output::JobRun(run) => self.runs[i].push(*run),

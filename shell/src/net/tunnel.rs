@@ -20,11 +20,11 @@ use shoal_core::NodeId;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
@@ -62,7 +62,8 @@ pub struct Link {
     peer: NodeId,
     out: mpsc::Sender<Message>,
     pending: Mutex<HashMap<String, oneshot::Sender<Response>>>,
-    closed: AtomicBool,
+    /// Turns true once: the link's reader and writer stop, its requests fail.
+    closed: watch::Sender<bool>,
     salt: u64,
     next: AtomicU64,
 }
@@ -73,7 +74,7 @@ impl Link {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        *self.closed.borrow()
     }
 
     /// Send a request through the tunnel and wait for its answer (at most `timeout_ms`).
@@ -109,8 +110,9 @@ impl Link {
         let forget = || {
             self.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
         };
-        let deadline = Duration::from_millis(timeout_ms);
-        let sent = tokio::time::timeout(deadline, self.out.send(Message::Binary(bytes.into()))).await;
+        // One deadline for sending and answering.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        let sent = tokio::time::timeout_at(deadline, self.out.send(Message::Binary(bytes.into()))).await;
         match sent {
             Ok(Ok(())) => {}
             Ok(Err(_)) => {
@@ -122,7 +124,7 @@ impl Link {
                 return Err(TunnelError::Timeout(self.peer.clone(), timeout_ms));
             }
         }
-        match tokio::time::timeout(deadline, rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(_)) => Err(TunnelError::Closed(self.peer.clone())),
             Err(_) => {
@@ -132,10 +134,11 @@ impl Link {
         }
     }
 
-    /// Mark closed and fail every request in flight (their senders dropped: `Closed` at once).
-    fn close(&self) {
+    /// Close the link: its socket is closed by [`run`], and every request in flight fails at
+    /// once (their senders dropped: `Closed`).
+    pub fn close(&self) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        self.closed.store(true, Ordering::Release);
+        self.closed.send_replace(true);
         pending.clear();
     }
 
@@ -154,6 +157,19 @@ pub struct Tunnels(Arc<Mutex<HashMap<NodeId, Arc<Link>>>>);
 impl Tunnels {
     pub fn get(&self, peer: &NodeId) -> Option<Arc<Link>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).get(peer).filter(|l| !l.is_closed()).cloned()
+    }
+
+    /// Close the link with `peer`, if any (this node stops wanting its tunnel).
+    pub fn close(&self, peer: &NodeId) {
+        let link = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(peer).cloned();
+        if let Some(l) = link {
+            l.close();
+        }
+    }
+
+    /// Whether a live link with `peer` is registered.
+    pub fn has(&self, peer: &NodeId) -> bool {
+        self.get(peer).is_some()
     }
 
     /// Register `link`, replacing (and closing) an older one with the same peer.
@@ -193,10 +209,13 @@ fn headers_of(h: &BTreeMap<String, Vec<String>>) -> hyper::HeaderMap {
     out
 }
 
-/// Run a live tunnel with `peer` over `ws` until it closes: registers the link in `tunnels`
-/// (so requests to `peer` go through it), serves the far end's requests with `handler`, and
-/// fails what is in flight when it ends. Returns once the socket is closed and the link gone;
-/// whether this link was still the registered one for `peer` (a newer one replaces it).
+/// Run a live tunnel with `peer` over `ws` until it closes (the socket ends or errs, nothing
+/// arrives for the read deadline, a frame cannot be written within the write deadline, the link
+/// is closed, or `stop` turns true): registers the link in `tunnels` (so requests to `peer` go
+/// through it) and calls `on_up` once it is, serves the far end's requests with `handler`, and
+/// fails what is in flight when it ends. Returns once the socket is closed and the link gone:
+/// whether this link was still the registered one for `peer` (a newer one may replace it).
+#[allow(clippy::too_many_arguments)]
 pub async fn run<S>(
     ws: WebSocketStream<S>,
     peer: NodeId,
@@ -204,6 +223,8 @@ pub async fn run<S>(
     tunnels: &Tunnels,
     handler: Handler,
     on_seen: OnSeen,
+    on_up: impl FnOnce(),
+    mut stop: watch::Receiver<bool>,
 ) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -213,13 +234,16 @@ where
         peer: peer.clone(),
         out: tx.clone(),
         pending: Mutex::new(HashMap::new()),
-        closed: AtomicBool::new(false),
+        closed: watch::Sender::new(false),
         salt,
         next: AtomicU64::new(0),
     });
     tunnels.insert(link.clone());
+    on_up();
     let (mut sink, mut stream) = ws.split();
+    let writer_link = link.clone();
     let writer = tokio::spawn(async move {
+        let mut closed = writer_link.closed.subscribe();
         let mut ping = tokio::time::interval(Duration::from_millis(rules::PING_EVERY_MS));
         ping.tick().await;
         let write_deadline = Duration::from_millis(rules::WRITE_DEADLINE_MS);
@@ -230,21 +254,29 @@ where
                     None => break,
                 },
                 _ = ping.tick() => Message::Ping(Bytes::new()),
+                _ = closed.wait_for(|c| *c) => break,
             };
-            let close = matches!(msg, Message::Close(_));
             match tokio::time::timeout(write_deadline, sink.send(msg)).await {
-                Ok(Ok(())) if !close => {}
+                Ok(Ok(())) => {}
+                // A frame not written in time, or a broken socket: the link is over.
                 _ => break,
             }
         }
+        writer_link.close();
+        let _ = tokio::time::timeout(Duration::from_secs(1), sink.send(Message::Close(None))).await;
         let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
     });
+    let mut closed = link.closed.subscribe();
     let read_deadline = Duration::from_millis(rules::READ_DEADLINE_MS);
     loop {
-        let next = match tokio::time::timeout(read_deadline, stream.next()).await {
-            Ok(Some(Ok(m))) => m,
-            // Silent past the deadline, the socket's end, or its error: the link is over.
-            _ => break,
+        let next = tokio::select! {
+            r = tokio::time::timeout(read_deadline, stream.next()) => match r {
+                Ok(Some(Ok(m))) => m,
+                // Silent past the deadline, the socket's end, or its error: the link is over.
+                _ => break,
+            },
+            _ = closed.wait_for(|c| *c) => break,
+            _ = stop.wait_for(|s| *s) => break,
         };
         on_seen(&peer);
         let bytes = match next {
@@ -310,8 +342,173 @@ where
         }
     }
     link.close();
-    let _ = tx.try_send(Message::Close(None));
     drop(tx);
-    writer.abort();
+    // The writer sends a Close frame and ends; a stuck one is not waited for long.
+    let mut writer = writer;
+    if tokio::time::timeout(Duration::from_secs(3), &mut writer).await.is_err() {
+        writer.abort();
+    }
     tunnels.remove(&link)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    fn echo() -> Handler {
+        Arc::new(|r: TunnelledRequest| {
+            Box::pin(async move {
+                let mut headers = hyper::HeaderMap::new();
+                headers.insert("x-target", r.target.parse().unwrap());
+                let values: Vec<String> =
+                    r.headers.iter().filter(|(k, _)| k == "x-aroz-node").map(|(_, v)| v.clone()).collect();
+                headers.insert("x-values", values.join(",").parse().unwrap());
+                Response { status: 201, headers, body: r.body }
+            })
+        })
+    }
+
+    fn quiet() -> OnSeen {
+        Arc::new(|_| {})
+    }
+
+    fn never() -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        std::mem::forget(tx);
+        rx
+    }
+
+    async fn pair() -> (WebSocketStream<tokio::io::DuplexStream>, WebSocketStream<tokio::io::DuplexStream>) {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let wa = WebSocketStream::from_raw_socket(a, Role::Client, Some(ws_config())).await;
+        let wb = WebSocketStream::from_raw_socket(b, Role::Server, Some(ws_config())).await;
+        (wa, wb)
+    }
+
+    async fn registered(t: &Tunnels, peer: &str) -> Arc<Link> {
+        for _ in 0..500 {
+            if let Some(l) = t.get(&NodeId::new(peer)) {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("{peer} never registered");
+    }
+
+    #[tokio::test]
+    async fn many_requests_in_flight_both_ways_each_gets_its_own_answer() {
+        let (wa, wb) = pair().await;
+        let (ta, tb) = (Tunnels::default(), Tunnels::default());
+        let (ta2, tb2) = (ta.clone(), tb.clone());
+        tokio::spawn(async move { run(wa, NodeId::new("b"), 1, &ta2, echo(), quiet(), || {}, never()).await });
+        tokio::spawn(async move { run(wb, NodeId::new("a"), 2, &tb2, echo(), quiet(), || {}, never()).await });
+        let (to_a, to_b) = (registered(&tb, "a").await, registered(&ta, "b").await);
+        let mut tasks = Vec::new();
+        for i in 0..16u8 {
+            let link = if i % 2 == 0 { to_a.clone() } else { to_b.clone() };
+            tasks.push(tokio::spawn(async move {
+                let headers = [("x-aroz-node", "n1"), ("x-aroz-node", "n2")];
+                let target = format!("/cluster/acn/ping?i={i}");
+                let r = link.request("POST", &target, &headers, Bytes::from(vec![i; 1000 + i as usize]), 5_000).await;
+                (i, target, r)
+            }));
+        }
+        for t in tasks {
+            let (i, target, r) = t.await.unwrap();
+            let r = r.unwrap();
+            assert_eq!(r.status, 201);
+            assert_eq!(r.body.as_ref(), vec![i; 1000 + i as usize].as_slice(), "request {i} got another's answer");
+            assert_eq!(r.header("x-target"), Some(target.as_str()));
+            assert_eq!(r.header("x-values"), Some("n1,n2"), "multi-value headers keep their order");
+        }
+        // A body over the frame cap is refused before it is sent.
+        let big = to_a.request("POST", "/cluster/acn/ping", &[], Bytes::from(vec![0; rules::FRAME_MAX]), 5_000).await;
+        assert!(matches!(big, Err(TunnelError::Frame(_))), "{big:?}");
+    }
+
+    #[tokio::test]
+    async fn a_closed_tunnel_fails_every_request_in_flight_at_once() {
+        let (wa, mut far) = pair().await;
+        let ta = Tunnels::default();
+        let ta2 = ta.clone();
+        let runner =
+            tokio::spawn(async move { run(wa, NodeId::new("b"), 1, &ta2, echo(), quiet(), || {}, never()).await });
+        let link = registered(&ta, "b").await;
+        let waiting: Vec<_> = (0..3)
+            .map(|_| {
+                let link = link.clone();
+                tokio::spawn(async move { link.request("POST", "/cluster/acn/ping", &[], Bytes::new(), 60_000).await })
+            })
+            .collect();
+        // The far end reads the requests, answers none, and goes away.
+        for _ in 0..3 {
+            let m = tokio::time::timeout(Duration::from_secs(5), far.next()).await.unwrap().unwrap().unwrap();
+            assert!(matches!(rules::decode(&m.into_data()), Ok(Frame { kind: FrameKind::Request, .. })));
+        }
+        drop(far);
+        for w in waiting {
+            let r = tokio::time::timeout(Duration::from_secs(5), w).await.expect("failed at once, not after 60 s");
+            assert!(matches!(r.unwrap(), Err(TunnelError::Closed(_))));
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), runner).await.unwrap().unwrap(),
+            "still the registered link"
+        );
+        assert!(ta.get(&NodeId::new("b")).is_none(), "a closed link is no route");
+        // A request on the closed link fails at once too.
+        let late = link.request("POST", "/cluster/acn/ping", &[], Bytes::new(), 60_000).await;
+        assert!(matches!(late, Err(TunnelError::Closed(_))));
+    }
+
+    #[tokio::test]
+    async fn closing_a_link_or_stopping_the_node_ends_its_socket() {
+        // Closed through the registry (the core no longer wants the tunnel): the run ends, the
+        // far end sees the socket close, and the link is no route.
+        let (wa, mut far) = pair().await;
+        let ta = Tunnels::default();
+        let ta2 = ta.clone();
+        let runner =
+            tokio::spawn(async move { run(wa, NodeId::new("b"), 1, &ta2, echo(), quiet(), || {}, never()).await });
+        registered(&ta, "b").await;
+        ta.close(&NodeId::new("b"));
+        assert!(tokio::time::timeout(Duration::from_secs(5), runner).await.unwrap().unwrap());
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(Ok(m)) = far.next().await {
+                if m.is_close() {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(end.is_ok(), "the far end is told");
+        assert!(!ta.has(&NodeId::new("b")));
+
+        // The node stops: its tunnels end with it (they hold no node alive).
+        let (wa, _far) = pair().await;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let ta3 = ta.clone();
+        let up = Arc::new(AtomicU64::new(0));
+        let up2 = up.clone();
+        let runner = tokio::spawn(async move {
+            run(
+                wa,
+                NodeId::new("c"),
+                1,
+                &ta3,
+                echo(),
+                quiet(),
+                move || {
+                    up2.fetch_add(1, Ordering::Relaxed);
+                },
+                stop_rx,
+            )
+            .await
+        });
+        registered(&ta, "c").await;
+        assert_eq!(up.load(Ordering::Relaxed), 1, "told once it is registered");
+        stop_tx.send(true).unwrap();
+        assert!(tokio::time::timeout(Duration::from_secs(5), runner).await.unwrap().unwrap());
+        assert!(!ta.has(&NodeId::new("c")));
+    }
 }

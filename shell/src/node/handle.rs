@@ -192,6 +192,7 @@ impl<E: Env> Shared<E> {
                 | Output::JobRun(_)
                 | Output::JobStop { .. }
                 | Output::TunnelOpen { .. }
+                | Output::TunnelClose { .. }
                 | Output::WakeBroadcast { .. }) => (self.services)(self, o),
             }
         }

@@ -63,12 +63,20 @@ pub fn open<E: Env>(s: &Arc<Shared<E>>, host: NodeId, url: String) {
                 return;
             }
         };
+        // The core may have given the handshake up meanwhile (or left the cluster): then this
+        // socket is dropped unused.
+        if !s.with_node(|n, now| n.tunnel_opened(now, &host)) {
+            tracing::info!(host = %host, "a tunnel opened too late is dropped");
+            return;
+        }
         tracing::info!(host = %host, "tunnel open");
-        s.with_node(|n, now| n.tunnel_opened(now, &host));
         let salt = s.env.seed();
-        tunnel::run(ws, host.clone(), salt, &s.transport.tunnels, handler(&s), on_seen(&s)).await;
+        let (tunnels, stop) = (s.transport.tunnels.clone(), s.shutdown_requested());
+        let ours = tunnel::run(ws, host.clone(), salt, &tunnels, handler(&s), on_seen(&s), || {}, stop).await;
         tracing::info!(host = %host, "tunnel closed");
-        s.with_node(|n, now| n.tunnel_closed(now, &host));
+        if ours {
+            s.with_node(|n, now| n.tunnel_closed(now, &host));
+        }
     });
 }
 
@@ -96,12 +104,17 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tracing::info!(peer = %peer, "hosting a tunnel");
-    s.with_node(|n, now| n.link_up(now, &peer));
     let salt = s.env.seed();
-    let still_ours = tunnel::run(ws, peer.clone(), salt, &s.transport.tunnels, handler(&s), on_seen(&s)).await;
-    if still_ours {
-        s.with_node(|n, _| n.link_down(&peer));
-    }
+    let (tunnels, stop) = (s.transport.tunnels.clone(), s.shutdown_requested());
+    // Linked in the core once registered, unlinked only while no newer link is registered:
+    // both under the node's lock, so a reconnect racing the old link's end stays linked.
+    let up = || s.with_node(|n, now| n.link_up(now, &peer));
+    tunnel::run(ws, peer.clone(), salt, &tunnels, handler(&s), on_seen(&s), up, stop).await;
+    s.with_node(|n, _| {
+        if !tunnels.has(&peer) {
+            n.link_down(&peer);
+        }
+    });
     tracing::info!(peer = %peer, "a hosted tunnel closed");
 }
 
@@ -115,4 +128,10 @@ pub fn wake<E: Env>(s: &Arc<Shared<E>>, macs: &[String]) {
             Err(e) => tracing::warn!(mac = %m, error = %e, "could not send a Wake-on-LAN packet"),
         }
     }
+}
+
+/// The core no longer wants this node's tunnel to `host` (it left the cluster, or has a URL now
+/// and no preferred host): close it (`Output::TunnelClose`).
+pub fn close<E: Env>(s: &Arc<Shared<E>>, host: &NodeId) {
+    s.transport.tunnels.close(host);
 }
