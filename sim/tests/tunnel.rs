@@ -25,6 +25,9 @@ fn online_everywhere(h: &Harness, id: &NodeId) -> bool {
 
 #[test]
 fn nat_nodes_join_stay_online_and_retunnel_when_their_host_crashes() {
+    // Seed 7 fails: its NAT node's clock is 356 s from n0's, and n0 never learns that offset
+    // (its heartbeats to the NAT node through the relay get no answer it can use, though a
+    // probe does), so n0 refuses the node's tunnel upgrade as clock skew. Open, see issue 16.
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
     let mut cfg = SimConfig::new(seed, 5);
     cfg.nat = [3, 4].into_iter().collect();

@@ -92,9 +92,15 @@ async fn connect<E: Env>(s: &Arc<Shared<E>>, url: &str) -> Result<WebSocketStrea
         req.headers_mut().insert(k, v);
     }
     let stream = s.env.connect(authority.clone()).await.map_err(|e| format!("cannot connect to {authority}: {e}"))?;
-    let (ws, _) = tokio_tungstenite::client_async_with_config(req, stream, Some(tunnel::ws_config()))
-        .await
-        .map_err(|e| format!("tunnel upgrade at {authority}: {e}"))?;
+    let (ws, _) = tokio_tungstenite::client_async_with_config(req, stream, Some(tunnel::ws_config())).await.map_err(
+        |e| match e {
+            tokio_tungstenite::tungstenite::Error::Http(r) => {
+                let body = r.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+                format!("tunnel upgrade at {authority}: HTTP {}: {body}", r.status())
+            }
+            e => format!("tunnel upgrade at {authority}: {e}"),
+        },
+    )?;
     Ok(ws)
 }
 
