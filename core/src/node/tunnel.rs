@@ -124,6 +124,23 @@ impl Node {
         }
     }
 
+    /// Sign a request to `to` with its timestamp on `to`'s clock as this node knows it (the
+    /// offset learned from `to`'s answers). For the tunnel upgrade: a host learns a NAT node's
+    /// clock offset only from its own requests to it, which need the tunnel, so without this a
+    /// NAT node whose clock is more than 300 s off a member's could never tunnel to it.
+    pub fn sign_for(
+        &mut self,
+        wall: Millis,
+        to: &NodeId,
+        method: &str,
+        target: &str,
+        body: &[u8],
+    ) -> Option<SignedHeaders> {
+        let offset = self.members.clock_offset_ms(to);
+        let at = Millis(wall.0.saturating_add_signed(offset));
+        self.sign(at, method, target, body)
+    }
+
     /// `GET /cluster/acn/tunnel`: a member asks to open its tunnel here. The signature covers
     /// the upgrade request (empty body); returns the member.
     pub fn accept_tunnel(

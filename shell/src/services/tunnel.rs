@@ -49,7 +49,7 @@ fn on_seen<E: Env>(s: &Arc<Shared<E>>) -> OnSeen {
 pub fn open<E: Env>(s: &Arc<Shared<E>>, host: NodeId, url: String) {
     let s = s.clone();
     tokio::spawn(async move {
-        let connected = tokio::time::timeout(Duration::from_millis(HANDSHAKE_MS), connect(&s, &url)).await;
+        let connected = tokio::time::timeout(Duration::from_millis(HANDSHAKE_MS), connect(&s, &host, &url)).await;
         let ws = match connected {
             Ok(Ok(ws)) => ws,
             Ok(Err(e)) => {
@@ -80,11 +80,12 @@ pub fn open<E: Env>(s: &Arc<Shared<E>>, host: NodeId, url: String) {
     });
 }
 
-/// The signed WebSocket upgrade to `url`'s `/cluster/acn/tunnel`.
-async fn connect<E: Env>(s: &Arc<Shared<E>>, url: &str) -> Result<WebSocketStream<E::Stream>, String> {
+/// The signed WebSocket upgrade to `url`'s `/cluster/acn/tunnel` (the core signs it; its
+/// timestamp on the host's clock as this node knows it, `Node::sign_for`).
+async fn connect<E: Env>(s: &Arc<Shared<E>>, host: &NodeId, url: &str) -> Result<WebSocketStream<E::Stream>, String> {
     let (authority, base) = split_url(url).map_err(|e| e.to_string())?;
     let signed = s
-        .with_node(|n, now| n.sign(now, "GET", TUNNEL_PATH, &[]))
+        .with_node(|n, now| n.sign_for(now, host, "GET", TUNNEL_PATH, &[]))
         .ok_or_else(|| "this node is not in a cluster".to_string())?;
     let mut req = format!("ws://{authority}{base}{TUNNEL_PATH}").into_client_request().map_err(|e| e.to_string())?;
     for (k, v) in signed.pairs() {
