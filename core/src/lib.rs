@@ -30,6 +30,7 @@ pub mod answer;
 pub mod config;
 pub mod events;
 pub mod hlc;
+pub mod identity;
 pub mod ids;
 pub mod jobs;
 pub mod latency;
