@@ -123,19 +123,24 @@ fn valid_id(id: &str) -> bool {
 
 /// A frame as bytes; refuses one over [`FRAME_MAX`] or with a malformed id.
 pub fn encode(f: &Frame) -> Result<Vec<u8>, FrameError> {
-    if !valid_id(&f.header.id) {
+    encode_parts(f.kind, &f.header, &f.body)
+}
+
+/// [`encode`] from borrowed parts, so a body is copied once, straight into the frame.
+pub fn encode_parts(kind: FrameKind, header: &FrameHeader, body: &[u8]) -> Result<Vec<u8>, FrameError> {
+    if !valid_id(&header.id) {
         return Err(FrameError::Id);
     }
-    let header = serde_json::to_vec(&f.header).map_err(|e| FrameError::Header(e.to_string()))?;
-    let len = FRAME_PREFIX + header.len() + f.body.len();
+    let header = serde_json::to_vec(header).map_err(|e| FrameError::Header(e.to_string()))?;
+    let len = FRAME_PREFIX + header.len() + body.len();
     if len > FRAME_MAX {
         return Err(FrameError::TooLarge(len));
     }
     let mut out = Vec::with_capacity(len);
-    out.push(f.kind as u8);
+    out.push(kind as u8);
     out.extend_from_slice(&(header.len() as u32).to_be_bytes());
     out.extend_from_slice(&header);
-    out.extend_from_slice(&f.body);
+    out.extend_from_slice(body);
     Ok(out)
 }
 

@@ -91,12 +91,9 @@ impl Link {
         for (k, v) in headers {
             h.entry((*k).to_string()).or_default().push((*v).to_string());
         }
-        let frame = Frame {
-            kind: FrameKind::Request,
-            header: FrameHeader { id: id.clone(), m: method.to_string(), t: target.to_string(), s: 0, h },
-            body: body.to_vec(),
-        };
-        let bytes = rules::encode(&frame).map_err(|e| TunnelError::Frame(e.to_string()))?;
+        let header = FrameHeader { id: id.clone(), m: method.to_string(), t: target.to_string(), s: 0, h };
+        let bytes =
+            rules::encode_parts(FrameKind::Request, &header, &body).map_err(|e| TunnelError::Frame(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -322,12 +319,8 @@ where
                             h.entry(k.as_str().to_string()).or_default().push(v.to_string());
                         }
                     }
-                    let answer = Frame {
-                        kind: FrameKind::Response,
-                        header: FrameHeader { id: id.clone(), s: r.status, h, ..Default::default() },
-                        body: r.body.to_vec(),
-                    };
-                    let bytes = rules::encode(&answer).unwrap_or_else(|e| {
+                    let header = FrameHeader { id: id.clone(), s: r.status, h, ..Default::default() };
+                    let bytes = rules::encode_parts(FrameKind::Response, &header, &r.body).unwrap_or_else(|e| {
                         // Too large for one frame: the asker gets a clear 502 instead.
                         let body = serde_json::to_vec(&serde_json::json!({
                             "error": {"code": "tunnel_frame", "message": e.to_string()}

@@ -417,8 +417,8 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
 /// Headers a relay forwards, both ways (reference-facts.md "Relay": `Content-Type` and
 /// `X-Aroz-*`; shoal's own `X-Shoal-*` answers ride along the same way).
 fn relayed_header(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n == "content-type" || n.starts_with("x-aroz-") || n.starts_with("x-shoal-")
+    let starts = |p: &str| name.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+    name.eq_ignore_ascii_case("content-type") || starts("x-aroz-") || starts("x-shoal-")
 }
 
 /// `GET /cluster/acn/tunnel`: a member opens its reverse tunnel here. The signature is
