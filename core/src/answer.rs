@@ -35,6 +35,8 @@ pub enum ErrorKind {
     WrongMethod,
     /// What was asked for is no longer kept here (a log compacted past the asked index).
     Gone,
+    /// Too many tries: wait (failed logins' backoff).
+    TooMany,
 }
 
 /// A refused command: its kind, a stable code and a message for the operator.

@@ -2,11 +2,14 @@
 //! "Identity", weakness 10): the rules, pure, so the simulator and unit tests drive them.
 //!
 //! Built so far: account names ([`valid_username`]), who may reach which `/v1` route
-//! ([`need_of`], [`Role`]) and the backoff of failed logins ([`LoginGuard`]). Not yet wired to
-//! accounts, sessions or the router: see issue 15's note.
+//! ([`need_of`], [`Role`]), the backoff of failed logins ([`LoginGuard`]) and one node's
+//! accounts, groups, sessions and API keys ([`Identity`], `accounts.rs`). Not yet: the identity
+//! origin and its directory, user assertions, per-folder access (issue 15's note).
 
+mod accounts;
 mod guard;
 
+pub use accounts::*;
 pub use guard::{LoginGuard, Refused, FAILURES_FREE, SOURCES_MAX};
 
 use serde::{Deserialize, Serialize};
@@ -44,13 +47,16 @@ pub enum Need {
 /// Folders of `/v1` a user may reach; everything else is an admin's.
 const USER_PREFIXES: &[&str] = &[
     "/v1/files",
+    "/v1/mv",
+    "/v1/mkdir",
     "/v1/meta/ls",
     "/v1/meta/stat",
     "/v1/jobs",
     "/v1/events",
     "/v1/login",
     "/v1/logout",
-    "/v1/session",
+    "/v1/sessions",
+    "/v1/apikeys",
     "/v1/me",
 ];
 

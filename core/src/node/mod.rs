@@ -41,6 +41,7 @@ mod config_windows;
 pub mod events;
 pub mod files;
 mod gossip;
+pub mod identity;
 pub mod jobs;
 mod landed;
 mod meta;
@@ -100,6 +101,9 @@ pub enum PersistOp {
     /// The folders this node contributed as volumes, whole: kept beside (never in) the
     /// replicated metadata, so no record another member writes can add to it.
     PutOwnVolumes(Vec<(crate::ids::VolumeId, String)>),
+    /// This node's accounts, groups, sessions and keys (`identity.rs`): the node's own, kept
+    /// when it leaves a cluster.
+    Identity(crate::identity::IdentityOp),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -389,6 +393,8 @@ pub struct Node {
     working: BTreeMap<crate::ids::FileId, replication::Working>,
     /// Jobs: the leader's lease clock and pass, the worker's runs (`jobs.rs`).
     jobs: jobs::JobsBook,
+    /// Accounts, groups, sessions and API keys (`identity.rs`).
+    identity: crate::identity::Identity,
 }
 
 /// What the shell read back from disk.
@@ -402,6 +408,7 @@ pub struct Restored {
     /// This node's own volumes as persisted; `None` when never written (a data dir from before
     /// the list was kept: it is adopted once from the volume records).
     pub own_volumes: Option<Vec<(crate::ids::VolumeId, String)>>,
+    pub identity: crate::identity::IdentityRestored,
 }
 
 /// The headers of a request with its canonical string, for checking its signature later.
@@ -474,6 +481,7 @@ impl Node {
             repl_stats: Default::default(),
             working: BTreeMap::new(),
             jobs: Default::default(),
+            identity: Default::default(),
         }
     }
 
@@ -494,6 +502,7 @@ impl Node {
             self.members.remember_purged(id);
         }
         self.tokens = TokenBook::from_records(r.tokens);
+        self.identity = crate::identity::Identity::restore(r.identity);
         self.meta = Meta::new(self.id.clone(), self.config.meta.clone(), now);
         if self.cluster.is_some() {
             self.meta.restore(r.meta, &mut self.hlc);

@@ -24,6 +24,7 @@ pub fn status_of(kind: ErrorKind) -> u16 {
         ErrorKind::Unauthorized => 401,
         ErrorKind::WrongMethod => 405,
         ErrorKind::Gone => 410,
+        ErrorKind::TooMany => 429,
     }
 }
 
@@ -41,6 +42,7 @@ pub fn peer_answer(status: u16, body: Vec<u8>) -> PeerAnswer {
         410 => ErrorKind::Gone,
         413 => ErrorKind::TooLarge,
         416 => ErrorKind::BadRange,
+        429 => ErrorKind::TooMany,
         503 => ErrorKind::Unavailable,
         504 => ErrorKind::PeerTimeout,
         507 => ErrorKind::StorageFull,
