@@ -439,7 +439,8 @@ async fn every_route_refuses_missing_and_wrong_credentials() {
     let routes = routes_of_the_router();
     let v1: Vec<_> = routes.iter().filter(|(_, p)| p.starts_with("/v1/") || p == "/metrics").collect();
     assert!(v1.len() >= 60, "the route list was not read: {routes:?}");
-    for (method, path) in &v1 {
+    // A login is the one route that needs no credentials.
+    for (method, path) in v1.iter().filter(|(_, p)| p != "/v1/login") {
         for token in ["", "not-the-token"] {
             let (s, v) = call(&d, token, method, path, b"{}").await;
             assert_eq!(s, 401, "{method} {path} with token {token:?}: {v}");
@@ -503,6 +504,31 @@ async fn every_route_refuses_missing_and_wrong_credentials() {
             assert_eq!(r.status, 401, "{method} {target} {what}: {v}");
             assert!(v["error"]["code"].is_string(), "{method} {target} {what}: {v}");
         }
+    }
+    // Issue 15: as a signed-in user, every admin route is a 403 and every user route is
+    // reached; as the admin, none is refused for want of a role. (Logging out would end the
+    // session the walk uses; it has its own test.)
+    let admin = d.shared().admin_token.clone();
+    let (st, v) = call(&d, &admin, "POST", "/v1/users", br#"{"name":"anna","password":"correct horse"}"#).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(&d, "", "POST", "/v1/login", br#"{"username":"anna","password":"correct horse"}"#).await;
+    assert_eq!(st, 200, "{v}");
+    let session = v["token"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
+    for (method, path) in v1.iter().filter(|(m, p)| !(m == "POST" && p == "/v1/logout")) {
+        let (st, v) = call(&d, &session, method, path, b"{}").await;
+        match shoal_core::identity::need_of(method, path) {
+            shoal_core::identity::Need::Admin => {
+                assert_eq!((st, v["error"]["code"].as_str()), (403, Some("admin_only")), "{method} {path} as a user")
+            }
+            shoal_core::identity::Need::User => {
+                assert!(st != 401 && v["error"]["code"] != "admin_only", "{method} {path} as a user: {st} {v}")
+            }
+        }
+    }
+    // Last: some of these are acts (leaving the cluster).
+    for (method, path) in &v1 {
+        let (st, v) = call(&d, &admin, method, path, b"{}").await;
+        assert!(st != 401 && v["error"]["code"] != "admin_only", "{method} {path} as admin: {st} {v}");
     }
     d.shutdown().await;
 }

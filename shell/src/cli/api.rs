@@ -11,8 +11,10 @@ use crate::wire::{escape_query, escape_segment};
 use serde_json::{json, Value};
 
 pub(super) struct Api {
-    base: String,
+    pub(super) base: String,
     token: String,
+    /// Why there is no token, said when a call needs one (`shoal login` does not).
+    no_token: Option<String>,
     pub(super) json: bool,
     client: HttpClient<TokioEnv>,
 }
@@ -22,24 +24,46 @@ fn read_file_trimmed(p: &std::path::Path) -> Option<String> {
 }
 
 impl Api {
+    /// The node and the credentials: `--api`, else the data dir's `api.url`, else the kept
+    /// session's node (`shoal login`), else `http://127.0.0.1:7300`; `--token`/`SHOAL_TOKEN`,
+    /// else the kept session when it is for that node, else the data dir's admin token.
     pub(super) fn new(g: &Global) -> Result<Api, CliError> {
+        let kept = super::identity::kept_session();
         let base = g
             .api
             .clone()
             .or_else(|| read_file_trimmed(&g.data.join(API_URL_FILE)))
+            .or_else(|| kept.as_ref().map(|k| k.api.clone()))
             .unwrap_or_else(|| "http://127.0.0.1:7300".to_string());
         let base = base.trim_end_matches('/').to_string();
         crate::net::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
-        let token = match &g.token {
-            Some(t) => t.trim().to_string(),
-            None => read_file_trimmed(&g.data.join(TOKEN_FILE)).ok_or_else(|| {
-                CliError(format!(
-                    "no admin token: pass --token, set SHOAL_TOKEN, or point --data at the node's data dir (no {} there)",
-                    g.data.join(TOKEN_FILE).display()
-                ))
-            })?,
-        };
-        Ok(Api { base, token, json: g.json, client: HttpClient::new(TokioEnv::default()) })
+        let token = g
+            .token
+            .as_ref()
+            .map(|t| t.trim().to_string())
+            .or_else(|| kept.filter(|k| k.api.trim_end_matches('/') == base).map(|k| k.token))
+            .or_else(|| read_file_trimmed(&g.data.join(TOKEN_FILE)));
+        let no_token = token.is_none().then(|| {
+            format!(
+                "no token: `shoal login`, pass --token, set SHOAL_TOKEN, or point --data at the node's data dir (no {} there)",
+                g.data.join(TOKEN_FILE).display()
+            )
+        });
+        Ok(Api {
+            base,
+            token: token.unwrap_or_default(),
+            no_token,
+            json: g.json,
+            client: HttpClient::new(TokioEnv::default()),
+        })
+    }
+
+    /// The token calls carry, or why there is none.
+    pub(super) fn token(&self) -> Result<&str, CliError> {
+        match &self.no_token {
+            Some(why) => Err(CliError(why.clone())),
+            None => Ok(&self.token),
+        }
     }
 
     /// `events --follow`: a WebSocket to `/v1/events`, one line per event until the node closes
@@ -51,7 +75,7 @@ impl Api {
         let (authority, _) = crate::net::client::split_url(&self.base).map_err(|e| CliError(format!("--api: {e}")))?;
         let url = format!("ws://{authority}/v1/events?{query}");
         let mut req = url.as_str().into_client_request().map_err(|e| CliError(format!("{url}: {e}")))?;
-        let auth = format!("Bearer {}", self.token)
+        let auth = format!("Bearer {}", self.token()?)
             .parse()
             .map_err(|_| CliError("the admin token has characters a header cannot carry".into()))?;
         req.headers_mut().insert("authorization", auth);
@@ -78,12 +102,23 @@ impl Api {
     }
 
     pub(super) async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
-        let auth = format!("Bearer {}", self.token);
+        let auth = format!("Bearer {}", self.token()?);
+        self.call_with(method, path, body, &[("authorization", &auth)]).await
+    }
+
+    /// A call with these headers only (`POST /v1/login` carries no token).
+    pub(super) async fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, CliError> {
         let body = body.map(|b| serde_json::to_vec(&b).expect("serialise")).unwrap_or_default();
         let target = format!("/v1{path}");
         let resp = self
             .client
-            .request(&self.base, method, &target, &[("authorization", &auth)], body, 60_000)
+            .request(&self.base, method, &target, headers, body, 60_000)
             .await
             .map_err(|e| CliError(format!("cannot reach the node's API at {}: {e}", self.base)))?;
         let v: Value = serde_json::from_slice(&resp.body).unwrap_or_else(|_| json!({}));
@@ -373,11 +408,11 @@ impl Api {
                 }
             }),
             Cmd::Put { local, remote } => {
-                let v = crate::cli::files::put(&self.base, &self.token, &local, &remote, self.json).await?;
+                let v = crate::cli::files::put(&self.base, self.token()?, &local, &remote, self.json).await?;
                 (v, human_put)
             }
             Cmd::Get { remote, local } => {
-                let v = crate::cli::files::get(&self.base, &self.token, &remote, &local, self.json).await?;
+                let v = crate::cli::files::get(&self.base, self.token()?, &remote, &local, self.json).await?;
                 (v, human_get)
             }
             Cmd::Ls { path } => {
@@ -449,6 +484,13 @@ impl Api {
                 ModuleCmd::List => (self.call("GET", "/modules", None).await?, human_json),
             },
             Cmd::Serve(_) | Cmd::Demo { .. } | Cmd::Checksum { .. } => unreachable!("handled in run"),
+            cmd @ (Cmd::User { .. }
+            | Cmd::Group { .. }
+            | Cmd::Login { .. }
+            | Cmd::Logout
+            | Cmd::Whoami
+            | Cmd::Session { .. }
+            | Cmd::Apikey { .. }) => self.identity(cmd).await?,
         };
         if self.json {
             say(serde_json::to_string_pretty(&v).expect("json"));

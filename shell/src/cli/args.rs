@@ -47,6 +47,36 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
+    /// Accounts of this node (admin): add, list, remove, set a password or role.
+    User {
+        #[command(subcommand)]
+        cmd: UserCmd,
+    },
+    /// Groups of this node (admin).
+    Group {
+        #[command(subcommand)]
+        cmd: GroupCmd,
+    },
+    /// Sign in: the password from a prompt, or from stdin when stdin is not a terminal; the
+    /// session is kept in the user's config dir (mode 0600) and used by every later command.
+    Login {
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// End the kept session.
+    Logout,
+    /// Who the CLI acts as.
+    Whoami,
+    /// Sessions (a user sees and ends their own; an admin every one).
+    Session {
+        #[command(subcommand)]
+        cmd: SessionCmd,
+    },
+    /// API keys for scripts, shown once.
+    Apikey {
+        #[command(subcommand)]
+        cmd: ApikeyCmd,
+    },
     /// Join tokens.
     Token {
         #[command(subcommand)]
@@ -498,6 +528,73 @@ pub enum ClusterCmd {
         name: Option<String>,
         #[arg(long)]
         advertise: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCmd {
+    /// Add an account; its password from a prompt, or from stdin when stdin is not a terminal.
+    Add {
+        name: String,
+        /// A group it belongs to (repeat for more; each must exist).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        #[arg(long)]
+        admin: bool,
+    },
+    List,
+    Rm {
+        name: String,
+    },
+    /// Set NAME's password (admin), or without NAME your own (asks the old one).
+    Passwd {
+        name: Option<String>,
+    },
+    /// Change an account's role or groups.
+    Set {
+        name: String,
+        #[arg(long, conflicts_with = "user")]
+        admin: bool,
+        #[arg(long)]
+        user: bool,
+        /// Its groups, replacing the old ones (repeat for more).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Take every group off it.
+        #[arg(long, conflicts_with = "groups")]
+        no_groups: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCmd {
+    Add { name: String },
+    List,
+    Rm { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCmd {
+    List,
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApikeyCmd {
+    /// Make a key; its secret is printed once.
+    New {
+        #[arg(long)]
+        name: String,
+        /// user or admin (no higher than yours).
+        #[arg(long, default_value = "user")]
+        role: String,
+        /// Lifetime: 30d, 12h, 90m, 45s (default 30d, at most 365d).
+        #[arg(long)]
+        expires: Option<String>,
+    },
+    List,
+    Revoke {
+        id: String,
     },
 }
 

@@ -12,6 +12,7 @@ mod args;
 pub mod demo;
 pub mod files;
 mod human;
+mod identity;
 mod jobs;
 pub mod output;
 

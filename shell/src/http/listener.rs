@@ -163,6 +163,7 @@ pub async fn serve<L>(
     mut stop: watch::Receiver<bool>,
 ) where
     L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
     L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let registry = Arc::new(Registry {
@@ -179,7 +180,7 @@ pub async fn serve<L>(
         while registry.closing.load(Ordering::SeqCst) > 0 {
             let _ = tokio::time::timeout(Duration::from_millis(20), registry.closed.notified()).await;
         }
-        let (io, _addr) = tokio::select! {
+        let (io, addr) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|s| *s) => break,
         };
@@ -200,6 +201,7 @@ pub async fn serve<L>(
             router: router.clone(),
             limits: limits.clone(),
             closing: closing_rx.clone(),
+            client: ClientAddr::of_debug(&format!("{addr:?}")),
         };
         tokio::spawn(conn.run(io));
     }
@@ -227,6 +229,23 @@ struct Connection {
     router: Router,
     limits: ServeLimits,
     closing: watch::Receiver<bool>,
+    client: ClientAddr,
+}
+
+/// The address a request came from (its IP, without the port), put in every request's
+/// extensions: what failed logins are counted by (issue 15).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientAddr(pub String);
+
+impl ClientAddr {
+    /// From a socket address as printed (`1.2.3.4:5`, `[::1]:5`): the host part.
+    pub fn of_debug(printed: &str) -> ClientAddr {
+        let host = match printed.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty() => h,
+            _ => printed,
+        };
+        ClientAddr(host.trim_start_matches('[').trim_end_matches(']').to_string())
+    }
 }
 
 impl Connection {
@@ -234,10 +253,12 @@ impl Connection {
         let guarded = GuardedIo::new(io, self.registry.clone(), self.activity.clone(), self.limits.write_stall_ms);
         let (activity, limits) = (self.activity.clone(), self.limits.clone());
         let router = self.router.clone();
+        let client = self.client.clone();
         let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
             let router = router.clone();
             let guard = InFlight::new(activity.clone());
-            let req = req.map(|b| Body::new(PacedBody::new(b, &limits)));
+            let mut req = req.map(|b| Body::new(PacedBody::new(b, &limits)));
+            req.extensions_mut().insert(client.clone());
             async move {
                 let resp = router.oneshot(req).await?;
                 // The request counts as in flight until its answer's body is written.

@@ -38,6 +38,9 @@ const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 const PURGED: TableDefinition<&str, u64> = TableDefinition::new("purged");
 /// Volume id -> folder, for this node's own volumes.
 const OWN_VOLUMES: TableDefinition<&str, &str> = TableDefinition::new("own_volumes");
+/// This node's accounts (`a/NAME`), groups (`g/NAME`) and credentials (`c/DIGEST`), JSON. Not
+/// the cluster's: kept when the node leaves.
+const IDENTITY: TableDefinition<&str, &[u8]> = TableDefinition::new("identity");
 /// Key in `cluster` saying `own_volumes` was written (an empty list is a list).
 const OWN_VOLUMES_KEPT: &str = "own_volumes_kept";
 
@@ -73,6 +76,7 @@ impl Store {
             txn.open_table(TOKENS)?;
             txn.open_table(PURGED)?;
             txn.open_table(OWN_VOLUMES)?;
+            txn.open_table(IDENTITY)?;
         }
         txn.commit()?;
         let recovery = path.parent().unwrap_or(Path::new(".")).join(RECOVERY_FILE);
@@ -119,6 +123,23 @@ impl Store {
             }
             out.own_volumes = Some(own);
         }
+        out.identity = self.load_identity(&txn)?;
+        Ok(out)
+    }
+
+    fn load_identity(&self, txn: &redb::ReadTransaction) -> Result<shoal_core::identity::IdentityRestored, StoreError> {
+        let mut out = shoal_core::identity::IdentityRestored::default();
+        for row in txn.open_table(IDENTITY)?.iter()? {
+            let (k, v) = row?;
+            let key = k.value();
+            let corrupt = |e: serde_json::Error| StoreError::Corrupt(format!("identity {key}"), e.to_string());
+            match key.split_once('/') {
+                Some(("a", _)) => out.accounts.push(serde_json::from_slice(v.value()).map_err(corrupt)?),
+                Some(("g", _)) => out.groups.push(serde_json::from_slice(v.value()).map_err(corrupt)?),
+                Some(("c", _)) => out.credentials.push(serde_json::from_slice(v.value()).map_err(corrupt)?),
+                _ => return Err(StoreError::Corrupt(format!("identity {key}"), "unknown row".into())),
+            }
+        }
         Ok(out)
     }
 
@@ -137,6 +158,7 @@ impl Store {
             let mut tokens = txn.open_table(TOKENS)?;
             let mut purged = txn.open_table(PURGED)?;
             let mut own_volumes = txn.open_table(OWN_VOLUMES)?;
+            let mut identity = txn.open_table(IDENTITY)?;
             for op in ops {
                 match op {
                     PersistOp::PutCluster(c) => {
@@ -171,11 +193,27 @@ impl Store {
                         }
                         cluster.insert(OWN_VOLUMES_KEPT, b"1".as_slice())?;
                     }
+                    PersistOp::Identity(op) => {
+                        use shoal_core::identity::IdentityOp as I;
+                        match op {
+                            I::PutAccount(a) => identity.insert(format!("a/{}", a.name).as_str(), row(a).as_slice())?,
+                            I::DeleteAccount(n) => identity.remove(format!("a/{n}").as_str())?,
+                            I::PutGroup(g) => identity.insert(format!("g/{}", g.name).as_str(), row(g).as_slice())?,
+                            I::DeleteGroup(n) => identity.remove(format!("g/{n}").as_str())?,
+                            I::PutCredential(c) => {
+                                identity.insert(format!("c/{}", c.digest).as_str(), row(c).as_slice())?
+                            }
+                            I::DeleteCredential(d) => identity.remove(format!("c/{d}").as_str())?,
+                        };
+                    }
                 }
             }
         }
         txn.commit()?;
-        self.write_recovery();
+        // The recovery copy holds cluster state only.
+        if ops.iter().any(|op| !matches!(op, PersistOp::Identity(_))) {
+            self.write_recovery();
+        }
         Ok(())
     }
 
@@ -233,6 +271,11 @@ impl Store {
             Err(e) => tracing::warn!(file = %self.recovery.display(), error = %e, "recovery copy not written"),
         }
     }
+}
+
+/// A value as its JSON row.
+fn row<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("serialise")
 }
 
 /// Write `bytes` to `path` through a temporary file renamed over it, mode 0600.

@@ -6,6 +6,7 @@
 pub mod drive;
 pub mod jobs;
 pub mod join;
+pub mod passwords;
 pub mod peer;
 pub mod replication;
 pub mod store_service;

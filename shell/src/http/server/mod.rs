@@ -7,6 +7,7 @@ mod admin;
 mod config;
 mod events;
 mod files;
+pub mod identity;
 mod jobs;
 mod sched;
 
@@ -14,6 +15,7 @@ use admin::*;
 use config::*;
 use events::*;
 use files::*;
+use identity::*;
 use jobs::*;
 use sched::*;
 
@@ -38,7 +40,6 @@ use shoal_core::records::AdminState;
 use shoal_core::NodeId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
 /// Largest body of an unsigned ACN request (hello, join).
 const UNSIGNED_BODY_MAX_BYTES: usize = 64 * 1024;
@@ -108,15 +109,28 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/jobs/{id}/output", get(job_output::<E>))
         .route("/jobs/{id}/explain", get(job_explain::<E>))
         .route("/jobs/{id}/cancel", post(job_cancel::<E>))
+        .route("/login", post(login::<E>))
+        .route("/logout", post(logout::<E>))
+        .route("/me", get(me::<E>))
+        .route("/me/password", post(me_password::<E>))
+        .route("/sessions", get(sessions_list::<E>))
+        .route("/sessions/{id}", axum::routing::delete(credential_revoke::<E>))
+        .route("/apikeys", get(keys_list::<E>).post(key_new::<E>))
+        .route("/apikeys/{id}", axum::routing::delete(credential_revoke::<E>))
+        .route("/users", get(users_list::<E>).post(user_add::<E>))
+        .route("/users/{name}", post(user_set::<E>).delete(user_remove::<E>))
+        .route("/users/{name}/password", post(user_password::<E>))
+        .route("/groups", get(groups_list::<E>).post(group_add::<E>))
+        .route("/groups/{name}", axum::routing::delete(group_remove::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(refuse_large_bodies))
         .layer(middleware::from_fn_with_state(shared.clone(), acknowledge_when_safe::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), refuse_writes_the_store_cannot_keep::<E>))
         .layer(middleware::from_fn_with_state(shared.clone(), audit_acts::<E>))
-        .layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>));
+        .layer(middleware::from_fn_with_state(shared.clone(), authenticate::<E>));
     Router::new()
         .route("/cluster/acn/{*rest}", any(acn::<E>))
-        .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), require_token::<E>)))
+        .route("/metrics", get(metrics::<E>).layer(middleware::from_fn_with_state(shared.clone(), authenticate::<E>)))
         // Probes for systemd, load balancers and Kubernetes: no token, nothing secret in them.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<E>))
@@ -255,30 +269,6 @@ async fn method_not_allowed() -> Response {
     error_response(405, "method_not_allowed", "this endpoint does not take that method")
 }
 
-/// The credentials of `Authorization: Bearer T`; the scheme is case-insensitive (RFC 9110
-/// 11.1), spaces after it are skipped.
-pub fn bearer(authorization: &str) -> Option<&str> {
-    let (scheme, rest) = authorization.trim_start().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-}
-
-/// The admin token, as `Authorization: Bearer T` (or `X-Shoal-Token: T`), compared in constant time.
-async fn require_token<E: Env>(State(s): S<E>, headers: HeaderMap, req: Request, next: Next) -> Response {
-    let presented = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer)
-        .or_else(|| headers.get("x-shoal-token").and_then(|v| v.to_str().ok()));
-    let Some(presented) = presented else {
-        return error_response(401, "no_token", "this API needs the admin token (Authorization: Bearer <token>)");
-    };
-    let ok: bool = presented.trim().as_bytes().ct_eq(s.admin_token.as_bytes()).into();
-    if !ok {
-        return error_response(401, "bad_token", "the admin token is wrong");
-    }
-    next.run(req).await
-}
-
 /// Every admin act that changed something (a POST, PUT or DELETE the API took) goes into the
 /// cluster's audit log, except file contents written with `PUT /v1/files` (data, not acts).
 async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
@@ -289,15 +279,18 @@ async fn audit_acts<E: Env>(State(s): S<E>, req: Request, next: Next) -> Respons
         .get::<axum::extract::OriginalUri>()
         .map(|u| u.0.path().to_string())
         .unwrap_or_else(|| req.uri().path().to_string());
+    let who =
+        req.extensions().get::<Authed>().map_or_else(|| "admin-token".to_string(), |a| a.principal.name().to_string());
     let resp = next.run(req).await;
     let mutating = method != axum::http::Method::GET && method != axum::http::Method::HEAD;
-    // File contents and app events are data, not acts.
+    // File contents and app events are data, not acts; a login audits itself (also its failures).
     let data_write = (method == axum::http::Method::PUT && path.starts_with("/v1/files/"))
-        || (method == axum::http::Method::POST && path == "/v1/events");
+        || (method == axum::http::Method::POST && path == "/v1/events")
+        || path == "/v1/login";
     if mutating && !data_write && resp.status().is_success() && !s.disable_cluster {
         let act = format!("{method} {path}");
         let status = resp.status().as_u16();
-        s.with_node(|n, now| n.audit(now, &act, "admin", status));
+        s.with_node(|n, now| n.audit(now, &act, &who, status));
     }
     resp
 }

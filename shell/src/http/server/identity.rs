@@ -1,0 +1,403 @@
+//! Accounts, groups, logins, sessions and API keys over HTTP (issue 15 "Accounts and
+//! sessions"): who is asking ([`authenticate`], the outermost `/v1` layer), and the routes
+//! `/v1/login`, `/v1/logout`, `/v1/me`, `/v1/sessions`, `/v1/apikeys`, `/v1/users`,
+//! `/v1/groups`. The core's `Identity` decides; this module hashes, draws secrets and speaks
+//! HTTP.
+
+use super::{parse_body, Body, S};
+use crate::env::Env;
+use crate::http::listener::ClientAddr;
+use crate::node::handle::Shared;
+use crate::services::passwords;
+use crate::wire::error::{api_error_response, api_result, error_response, json_of};
+use axum::extract::{Path, Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use serde::Deserialize;
+use serde_json::json;
+use shoal_core::identity::{need_of, password_error, Need, Principal, Role};
+use shoal_core::node::ApiError;
+use std::collections::BTreeSet;
+use subtle::ConstantTimeEq;
+
+/// The cookie a browser's session rides in.
+pub const SESSION_COOKIE: &str = "shoal_session";
+/// Prefixes of the secrets handed out (a leaked one is recognisable in logs and scanners).
+const SESSION_PREFIX: &str = "shs_";
+const KEY_PREFIX: &str = "shk_";
+
+/// Who asked, put in the request's extensions by [`authenticate`]; `digest` is the presented
+/// secret's (none for the admin token).
+#[derive(Clone, Debug)]
+pub struct Authed {
+    pub principal: Principal,
+    pub digest: Option<String>,
+}
+
+/// The credentials of `Authorization: Bearer T`; the scheme is case-insensitive (RFC 9110
+/// 11.1), spaces after it are skipped.
+pub fn bearer(authorization: &str) -> Option<&str> {
+    let (scheme, rest) = authorization.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
+/// The session cookie's value among a `Cookie` header's pairs.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(SESSION_COOKIE)?.strip_prefix('='))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn path_of(req: &Request) -> String {
+    req.extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|u| u.0.path().to_string())
+        .unwrap_or_else(|| req.uri().path().to_string())
+}
+
+/// Every `/v1` request and `/metrics`: who is asking, from `Authorization: Bearer T`,
+/// `X-Shoal-Token: T` or the session cookie; the node's admin token (compared in constant
+/// time), a session or an API key. Then the route's need ([`need_of`]): a user on an admin
+/// route is refused with 403. `POST /v1/login` alone needs nobody.
+pub(super) async fn authenticate<E: Env>(State(s): S<E>, mut req: Request, next: Next) -> Response {
+    let path = path_of(&req);
+    if path == "/v1/login" {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+        .or_else(|| headers.get("x-shoal-token").and_then(|v| v.to_str().ok()))
+        .or_else(|| session_cookie(headers))
+        .map(str::trim);
+    let Some(presented) = presented.filter(|p| !p.is_empty()) else {
+        return error_response(
+            401,
+            "no_token",
+            "this API needs a token: the admin token, a session (`shoal login`) or an API key (Authorization: Bearer <token>)",
+        );
+    };
+    let root: bool = presented.as_bytes().ct_eq(s.admin_token.as_bytes()).into();
+    let authed = if root {
+        Authed { principal: Principal::root(), digest: None }
+    } else {
+        let digest = passwords::digest_of(presented);
+        match s.read_node(|n, now| n.authenticate(now, &digest)) {
+            Ok((principal, touch)) => {
+                if touch {
+                    s.with_node(|n, now| n.identity_touch(now, &digest));
+                }
+                Authed { principal, digest: Some(digest) }
+            }
+            Err(e) => return api_error_response(e),
+        }
+    };
+    let need = need_of(req.method().as_str(), &path);
+    if need == Need::Admin && !authed.principal.is_admin() {
+        return error_response(
+            403,
+            "admin_only",
+            format!("{} {path} needs an admin; {} is a user", req.method(), authed.principal.name()),
+        );
+    }
+    req.extensions_mut().insert(authed);
+    next.run(req).await
+}
+
+// ---- login, logout, me ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginBody {
+    username: String,
+    password: String,
+}
+
+/// `POST /v1/login {username, password}`: a session, as a bearer token in the body and the
+/// `shoal_session` cookie (HttpOnly, SameSite=Strict). Failures back off per account and per
+/// source (429 with `Retry-After`); every try is in the audit log.
+pub(super) async fn login<E: Env>(State(s): S<E>, client: Option<Extension<ClientAddr>>, body: Body) -> Response {
+    let b: LoginBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    let source = client.map_or_else(|| "unknown".to_string(), |c| c.0 .0.clone());
+    let act = format!("POST /v1/login {}", b.username);
+    let ticket = s.read_node(|n, now| n.identity().login_begin(now, &b.username, &source));
+    let ticket = match ticket {
+        Ok(t) => t,
+        Err(refused) => {
+            s.with_node(|n, now| n.audit(now, &act, &b.username, 429));
+            let mut resp = api_error_response(refused.error);
+            if let Some(ms) = refused.retry_after_ms {
+                if let Ok(v) = ms.div_ceil(1000).max(1).to_string().parse() {
+                    resp.headers_mut().insert("retry-after", v);
+                }
+            }
+            return resp;
+        }
+    };
+    let params = s.read_node(|n, _| n.password_params());
+    let ok = passwords::verify(params, ticket.hash, b.password).await;
+    let (token, digest) = passwords::new_secret(SESSION_PREFIX);
+    let result = s.with_node(|n, now| {
+        let r = n.identity_mut(|i, _| i.login_end(now, &b.username, &source, ok, &digest));
+        n.audit(now, &act, &b.username, if r.is_ok() { 200 } else { 401 });
+        r.map(|issued| (issued, n.session_limits()))
+    });
+    match result {
+        Ok((issued, limits)) => {
+            let mut resp = axum::Json(json!({"token": token, "session": issued.credential})).into_response();
+            let cookie = format!(
+                "{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+                limits.max_ms / 1000
+            );
+            if let Ok(v) = cookie.parse() {
+                resp.headers_mut().insert("set-cookie", v);
+            }
+            resp
+        }
+        Err(refused) => api_error_response(refused.error),
+    }
+}
+
+/// `POST /v1/logout`: end the session (or key) presented.
+pub(super) async fn logout<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>) -> Response {
+    let Some(digest) = a.digest else {
+        return error_response(400, "admin_token", "the admin token is not a session: nothing to log out of");
+    };
+    s.with_node(|n, _| n.identity_mut(|i, _| i.end(&digest)));
+    let mut resp = axum::Json(json!({"loggedOut": true})).into_response();
+    if let Ok(v) = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0").parse() {
+        resp.headers_mut().insert("set-cookie", v);
+    }
+    resp
+}
+
+/// `GET /v1/me`: who this credential is.
+pub(super) async fn me<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>) -> Response {
+    let account = a.principal.user.as_deref().and_then(|u| s.read_node(|n, _| n.identity().account(u).map(json_of)));
+    let mut v = json_of(&a.principal);
+    if let Some(acc) = account {
+        v["groups"] = acc["groups"].clone();
+    }
+    axum::Json(v).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnPassword {
+    old: String,
+    new: String,
+}
+
+/// `POST /v1/me/password {old, new}`: a user changes their own password; their other
+/// sessions end.
+pub(super) async fn me_password<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
+    let b: OwnPassword = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    let Some(user) = a.principal.user.clone() else {
+        return error_response(400, "admin_token", "the admin token has no password; use `shoal user passwd NAME`");
+    };
+    if let Some(e) = password_error(&b.new) {
+        return api_error_response(e);
+    }
+    let (params, hash) = s.read_node(|n, _| (n.password_params(), n.identity().account(&user).map(|a| a.hash.clone())));
+    if !passwords::verify(params, hash, b.old).await {
+        return error_response(403, "bad_password", "the old password is wrong");
+    }
+    let new = match passwords::hash(params, b.new).await {
+        Ok(h) => h,
+        Err(e) => return api_error_response(e),
+    };
+    let keep = a.principal.credential.clone();
+    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, &user, new, keep.as_deref()))))
+}
+
+// ---- sessions and keys ----
+
+fn listed<E: Env>(s: &Shared<E>, a: &Authed, kind: &str) -> Response {
+    let list = s.read_node(|n, _| n.identity().credentials(&a.principal, n.session_limits()));
+    let list: Vec<_> = list.into_iter().filter(|c| c.kind == kind).collect();
+    axum::Json(json!({ if kind == "key" { "keys" } else { "sessions" }: list })).into_response()
+}
+
+pub(super) async fn sessions_list<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>) -> Response {
+    listed(&s, &a, "session")
+}
+
+pub(super) async fn keys_list<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>) -> Response {
+    listed(&s, &a, "key")
+}
+
+/// `DELETE /v1/sessions/{id}` and `/v1/apikeys/{id}`: end one (a user, only their own).
+pub(super) async fn credential_revoke<E: Env>(
+    State(s): S<E>,
+    Extension(a): Extension<Authed>,
+    Path(id): Path<String>,
+) -> Response {
+    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.revoke(&a.principal, &id))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KeyBody {
+    name: String,
+    #[serde(default)]
+    role: Option<Role>,
+    #[serde(default)]
+    expires_ms: Option<u64>,
+}
+
+/// `POST /v1/apikeys {name, role?, expiresMs?}`: a key for scripts, shown once.
+pub(super) async fn key_new<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
+    let b: KeyBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    let (token, digest) = passwords::new_secret(KEY_PREFIX);
+    let role = b.role.unwrap_or(Role::User);
+    let r =
+        s.with_node(|n, now| n.identity_mut(|i, _| i.new_key(now, &a.principal, &b.name, role, b.expires_ms, &digest)));
+    match r {
+        Ok(issued) => axum::Json(json!({"token": token, "key": issued.credential})).into_response(),
+        Err(e) => api_error_response(e),
+    }
+}
+
+// ---- users and groups (admin) ----
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserBody {
+    name: String,
+    password: String,
+    #[serde(default)]
+    groups: BTreeSet<String>,
+    #[serde(default)]
+    admin: bool,
+}
+
+pub(super) async fn users_list<E: Env>(State(s): S<E>) -> Response {
+    axum::Json(json!({"users": s.read_node(|n, _| n.identity().accounts())})).into_response()
+}
+
+/// `POST /v1/users {name, password, groups?, admin?}`.
+pub(super) async fn user_add<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let b: UserBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    if let Some(e) = password_error(&b.password) {
+        return api_error_response(e);
+    }
+    // Refused before the (slow) hash when it cannot be taken.
+    if s.read_node(|n, _| n.identity().account(&b.name).is_some()) {
+        return api_error_response(ApiError::conflict("user_exists", format!("user {:?} exists", b.name)));
+    }
+    let params = s.read_node(|n, _| n.password_params());
+    let hash = match passwords::hash(params, b.password).await {
+        Ok(h) => h,
+        Err(e) => return api_error_response(e),
+    };
+    let role = if b.admin { Role::Admin } else { Role::User };
+    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.add_account(now, &b.name, role, b.groups, hash))))
+}
+
+pub(super) async fn user_remove<E: Env>(State(s): S<E>, Path(name): Path<String>) -> Response {
+    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.remove_account(&name))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PasswordBody {
+    password: String,
+}
+
+/// `POST /v1/users/{name}/password {password}`: an admin sets a password; the account's
+/// sessions end.
+pub(super) async fn user_password<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Body) -> Response {
+    let b: PasswordBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    if let Some(e) = password_error(&b.password) {
+        return api_error_response(e);
+    }
+    if s.read_node(|n, _| n.identity().account(&name).is_none()) {
+        return api_error_response(ApiError::not_found("no_such_user", format!("no user {name:?}")));
+    }
+    let params = s.read_node(|n, _| n.password_params());
+    let hash = match passwords::hash(params, b.password).await {
+        Ok(h) => h,
+        Err(e) => return api_error_response(e),
+    };
+    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, &name, hash, None))))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserSet {
+    #[serde(default)]
+    role: Option<Role>,
+    #[serde(default)]
+    groups: Option<BTreeSet<String>>,
+}
+
+/// `POST /v1/users/{name} {role?, groups?}`.
+pub(super) async fn user_set<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Body) -> Response {
+    let b: UserSet = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.set_account(&name, b.role, b.groups))))
+}
+
+pub(super) async fn groups_list<E: Env>(State(s): S<E>) -> Response {
+    axum::Json(json!({"groups": s.read_node(|n, _| n.identity().groups())})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupBody {
+    name: String,
+}
+
+pub(super) async fn group_add<E: Env>(State(s): S<E>, body: Body) -> Response {
+    let b: GroupBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_error_response(e),
+    };
+    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.add_group(now, &b.name))))
+}
+
+pub(super) async fn group_remove<E: Env>(State(s): S<E>, Path(name): Path<String>) -> Response {
+    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.remove_group(&name))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.insert("cookie", "a=1; shoal_session=shs_abc ; b=2".parse().unwrap());
+        assert_eq!(session_cookie(&h), Some("shs_abc"));
+        h.insert("cookie", "shoal_sessionx=1; shoal_session=".parse().unwrap());
+        assert_eq!(session_cookie(&h), None);
+        assert_eq!(bearer("bearer  T "), Some("T"));
+        assert_eq!(bearer("Basic T"), None);
+    }
+}
