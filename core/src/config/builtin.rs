@@ -209,9 +209,9 @@ pub fn manifests() -> Vec<Manifest> {
             "identity",
             vec![
                 key("session_idle", Duration, json!(12 * H), "a session unused this long ends")
-                    .range(MIN as f64, 30.0 * D as f64),
+                    .range(S as f64, 30.0 * D as f64),
                 key("session_max", Duration, json!(7 * D), "a session ends this long after its login")
-                    .range(MIN as f64, 365.0 * D as f64),
+                    .range(S as f64, 365.0 * D as f64),
                 key("argon2_memory_kib", Int, json!(19_456), "argon2id memory cost of a password hash, KiB")
                     .range(8.0, 4_194_304.0),
                 key("argon2_time", Int, json!(2), "argon2id passes over that memory").range(1.0, 100.0),

@@ -1,0 +1,121 @@
+//! Accounts and sessions on real processes (issue 15): users and groups made with the CLI (the
+//! password on stdin), a login kept in the config dir with mode 0600, a user refused admin
+//! routes, an API key, an expired session refused, 429 with `Retry-After` after repeated
+//! failures, logins in the audit log, and a logout that ends the session.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[test]
+fn accounts_sessions_keys_and_backoff_on_a_real_node() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = Nodes(vec![Node::new(root.path().join("n0"))]);
+    nodes.0[0].start();
+    let n = &nodes.0[0];
+    n.cli_json(&["cluster", "create", "--name", "ident"]);
+    let conf = root.path().join("conf");
+    let env = [("SHOAL_CONFIG_DIR", conf.to_str().unwrap())];
+
+    // A group must exist before an account is put in it; a short password is refused.
+    let (ok, _, err) = n.cli_with(&["user", "add", "anna", "--group", "staff"], true, "correct horse\n", &[]);
+    assert!(!ok && err.contains("no group"), "{err}");
+    n.cli_json(&["group", "add", "staff"]);
+    let (ok, _, err) = n.cli_with(&["user", "add", "anna"], true, "short\n", &[]);
+    assert!(!ok && err.contains("at least 8"), "{err}");
+    let (ok, out, err) = n.cli_with(&["--json", "user", "add", "anna", "--group", "staff"], true, "correct horse\n", &[]);
+    assert!(ok, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["role"], "user");
+    let list = n.cli_json(&["user", "list"]);
+    assert!(list.to_string().contains("anna") && !list.to_string().contains("argon2"), "no hash shown: {list}");
+
+    // Log in (password on stdin); the session is kept 0600 and used by later commands.
+    let (ok, _, err) = n.cli_with(&["login", "--user", "anna"], false, "wrong password\n", &env);
+    assert!(!ok && err.contains("wrong username or password"), "{err}");
+    let (ok, out, err) = n.cli_with(&["login", "--user", "anna"], false, "correct horse\n", &env);
+    assert!(ok, "{err}");
+    assert!(out.contains("logged in as anna"), "{out}");
+    let kept = conf.join("session.json");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let (ok, out, err) = n.cli_with(&["whoami"], false, "", &env);
+    assert!(ok && out.contains("anna (user)"), "{out} {err}");
+    // A user is refused admin routes, with the reason.
+    let (ok, _, err) = n.cli_with(&["nodes"], false, "", &env);
+    assert!(!ok && err.contains("admin_only") && err.contains("403"), "{err}");
+    let (ok, _, err) = n.cli_with(&["user", "add", "bo"], false, "correct horse\n", &env);
+    assert!(!ok && err.contains("403"), "{err}");
+    // ... and reaches the drive.
+    let (ok, _, err) = n.cli_with(&["mkdir", "cluster:/home"], false, "", &env);
+    assert!(ok, "{err}");
+
+    // An API key for a script, no higher than its maker.
+    let (ok, _, err) = n.cli_with(&["apikey", "new", "--name", "ci", "--role", "admin"], false, "", &env);
+    assert!(!ok && err.contains("role_too_high"), "{err}");
+    let (ok, out, err) = n.cli_with(&["--json", "apikey", "new", "--name", "ci", "--expires", "1d"], false, "", &env);
+    assert!(ok, "{err}");
+    let key: Value = serde_json::from_str(&out).unwrap();
+    let secret = key["token"].as_str().unwrap();
+    let me = n.call_as(secret, "GET", "/v1/me", None, &[]);
+    assert_eq!((me.status, me.body["user"].as_str()), (200, Some("anna")), "{}", me.body);
+    assert_eq!(n.call_as(secret, "GET", "/v1/volumes", None, &[]).status, 403);
+    let id = key["key"]["id"].as_str().unwrap();
+    let (ok, _, err) = n.cli_with(&["apikey", "revoke", id], false, "", &env);
+    assert!(ok, "{err}");
+    assert_eq!(n.call_as(secret, "GET", "/v1/me", None, &[]).status, 401);
+
+    // A browser's login: the cookie is HttpOnly and SameSite=Strict and signs requests in.
+    let login =
+        n.call_as("", "POST", "/v1/login", Some(&json!({"username": "anna", "password": "correct horse"})), &[]);
+    assert_eq!(login.status, 200, "{}", login.body);
+    let cookie = login.header("set-cookie").unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap();
+    assert_eq!(n.call_as("", "GET", "/v1/me", None, &[("cookie", pair)]).status, 200);
+
+    // Sessions end after identity.session_idle without use.
+    let set = json!({"action": "set", "key": "identity.session_idle", "value": "2s", "why": "identity test"});
+    assert_eq!(n.call("POST", "/v1/config", Some(&set)).status, 200);
+    let probe =
+        n.call_as("", "POST", "/v1/login", Some(&json!({"username": "anna", "password": "correct horse"})), &[]);
+    let probe = probe.body["token"].as_str().unwrap().to_string();
+    wait_for("the idle limit applied", || {
+        std::thread::sleep(Duration::from_millis(2_100));
+        n.call_as(&probe, "GET", "/v1/me", None, &[]).body["error"]["code"] == "session_expired"
+    });
+    let (ok, _, err) = n.cli_with(&["whoami"], false, "", &env);
+    assert!(!ok && err.contains("session_expired"), "{err}");
+    let clear = json!({"action": "clear", "key": "identity.session_idle", "why": "identity test"});
+    assert_eq!(n.call("POST", "/v1/config", Some(&clear)).status, 200);
+
+    // Failed logins: five are free (one came above), the next waits, with Retry-After; a
+    // right password too.
+    for _ in 0..4 {
+        let r = n.call_as("", "POST", "/v1/login", Some(&json!({"username": "anna", "password": "guess guess"})), &[]);
+        assert_eq!(r.status, 401, "{}", r.body);
+    }
+    let r = n.call_as("", "POST", "/v1/login", Some(&json!({"username": "anna", "password": "correct horse"})), &[]);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.header("retry-after").is_some_and(|v| v.parse::<u64>().unwrap() >= 1), "{:?}", r.headers);
+    let audit = n.cli_json(&["audit"]).to_string();
+    assert!(audit.contains("POST /v1/login anna") && audit.contains("429") && audit.contains("401"), "{audit}");
+
+    // Logout ends the kept session at the node and removes it here.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let (ok, _, err) = n.cli_with(&["login", "--user", "anna"], false, "correct horse\n", &env);
+    assert!(ok, "{err}");
+    let token: Value = serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    let (ok, _, err) = n.cli_with(&["logout"], false, "", &env);
+    assert!(ok, "{err}");
+    assert!(!kept.exists());
+    assert_eq!(n.call_as(token["token"].as_str().unwrap(), "GET", "/v1/me", None, &[]).status, 401);
+    // Removing an account ends what it held; the admin token stays the root credential.
+    n.cli_json(&["user", "rm", "anna"]);
+    assert_eq!(n.call_as("", "GET", "/v1/me", None, &[("cookie", pair)]).status, 401);
+    assert_eq!(n.call("GET", "/v1/me", None).body["role"], "admin");
+}
