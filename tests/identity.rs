@@ -25,7 +25,8 @@ fn accounts_sessions_keys_and_backoff_on_a_real_node() {
     n.cli_json(&["group", "add", "staff"]);
     let (ok, _, err) = n.cli_with(&["user", "add", "anna"], true, "short\n", &[]);
     assert!(!ok && err.contains("at least 8"), "{err}");
-    let (ok, out, err) = n.cli_with(&["--json", "user", "add", "anna", "--group", "staff"], true, "correct horse\n", &[]);
+    let (ok, out, err) =
+        n.cli_with(&["--json", "user", "add", "anna", "--group", "staff"], true, "correct horse\n", &[]);
     assert!(ok, "{err}");
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["role"], "user");
     let list = n.cli_json(&["user", "list"]);
@@ -118,4 +119,80 @@ fn accounts_sessions_keys_and_backoff_on_a_real_node() {
     n.cli_json(&["user", "rm", "anna"]);
     assert_eq!(n.call_as("", "GET", "/v1/me", None, &[("cookie", pair)]).status, 401);
     assert_eq!(n.call("GET", "/v1/me", None).body["role"], "admin");
+}
+
+fn login(n: &Node, user: &str, password: &str) -> Answer {
+    n.call_as("", "POST", "/v1/login", Some(&json!({"username": user, "password": password})), &[])
+}
+
+/// One sign-on (issue 15): a user added on a member acts at the origin (the node that made
+/// the cluster) and signs in on either node; with the origin down, the member's copy of the
+/// directory decides and a password changed there is written back once the origin is back.
+#[test]
+fn one_sign_on_across_two_nodes_with_the_origin_down_and_back() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = Nodes(vec![Node::new(root.path().join("n0")), Node::new(root.path().join("n1"))]);
+    for n in &mut nodes.0 {
+        n.start();
+    }
+    nodes.0[0].cli_json(&["cluster", "create", "--name", "sso"]);
+    let t = nodes.0[0].cli_json(&["token", "new"]);
+    nodes.0[1].cli_json(&["join", t["token"].as_str().unwrap()]);
+    wait_for("both ready", || nodes.0.iter().all(|n| n.call("GET", "/readyz", None).status == 200));
+    let set = json!({"action": "set", "key": "identity.sync_every", "value": "1s", "why": "sso test"});
+    assert_eq!(nodes.0[0].call("POST", "/v1/config", Some(&set)).status, 200);
+    for n in &nodes.0 {
+        n.cli_json(&["group", "add", "staff"]);
+    }
+    let (n0, n1) = (&nodes.0[0], &nodes.0[1]);
+    let origin = n1.call("GET", "/v1/identity/status", None);
+    assert_eq!(origin.body["isOrigin"], false, "{}", origin.body);
+    let n0_id = n0.call("GET", "/v1/cluster/status", None).body["node"].clone();
+    assert_eq!(origin.body["origin"], n0_id);
+
+    // Added on the member: it lands at the origin, and comes back to the member's directory.
+    let (ok, _, err) = n1.cli_with(&["user", "add", "anna", "--group", "staff"], true, "correct horse\n", &[]);
+    assert!(ok, "{err}");
+    assert!(n0.call("GET", "/v1/users", None).body.to_string().contains("anna"), "held at the origin");
+    wait_for("mirrored on the member", || {
+        n1.call("GET", "/v1/users", None).body["users"].as_array().is_some_and(|u| {
+            u.iter().any(|a| a["name"] == "anna" && a["mirrored"] == true && a["groups"] == json!(["staff"]))
+        })
+    });
+    // Signs on at either node; a wrong password is refused at the member (the origin says so).
+    for n in [n0, n1] {
+        let r = login(n, "anna", "correct horse");
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(login(n1, "anna", "wrong password").status, 401);
+    let st = n1.call("GET", "/v1/identity/status", None).body;
+    assert!(st["lastForward"].is_number() && st["lastForwardError"].is_null(), "{st}");
+
+    // The origin goes down: the member's directory decides, and a new password is kept
+    // there until the origin takes it.
+    nodes.0[0].kill();
+    let (n0, n1) = (&nodes.0[0], &nodes.0[1]);
+    let r = login(n1, "anna", "correct horse");
+    assert_eq!(r.status, 200, "fallback to the directory: {}", r.body);
+    assert!(n1.call("GET", "/v1/identity/status", None).body["lastForwardError"].is_string());
+    let (ok, out, err) = n1.cli_with(&["--json", "user", "passwd", "anna"], true, "battery staple\n", &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("pending"), "{out}");
+    assert_eq!(login(n1, "anna", "battery staple").status, 200);
+    let _ = n0;
+    nodes.0[0].start();
+    let (n0, n1) = (&nodes.0[0], &nodes.0[1]);
+    // (Not by trying logins at the origin: their failures would set off its backoff.)
+    wait_for("the password written back to the origin", || {
+        n1.call("GET", "/v1/identity/status", None).body["pendingWriteBacks"] == 0
+    });
+    let r = login(n0, "anna", "battery staple");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(login(n1, "anna", "correct horse").status, 401, "the old password is gone everywhere");
+
+    // Removed on the member: gone at the origin and here.
+    let v = n1.cli_json(&["user", "rm", "anna"]);
+    assert_eq!(v["name"], "anna");
+    assert!(!n0.call("GET", "/v1/users", None).body.to_string().contains("anna"));
+    assert_eq!(login(n1, "anna", "battery staple").status, 401);
 }

@@ -112,6 +112,10 @@ pub struct OwnerFields {
     pub version: String,
     pub capabilities: Capabilities,
     pub joined: u64,
+    /// The node's X25519 public key (base64) that passwords are sealed to (issue 15); signed
+    /// with the rest. Absent from the payload when empty, so older records still verify.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub box_key: String,
 }
 
 /// One member as it travels between nodes (camelCase wire names of the reference plus the
@@ -132,6 +136,8 @@ pub struct NodeRecord {
     pub capabilities: Capabilities,
     /// Unix seconds, set by the node when it created or joined the cluster.
     pub joined: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub box_key: String,
     /// Unix ms of the owner register's version (the reference's `updated`).
     pub updated: u64,
     pub owner_version: Version,
@@ -200,6 +206,7 @@ impl NodeRecord {
             version: fields.version,
             capabilities: fields.capabilities,
             joined: fields.joined,
+            box_key: fields.box_key,
             updated: version.wall_ms,
             owner_version: version,
             owner_sig: sig,
@@ -245,6 +252,7 @@ impl NodeRecord {
             version: self.version.clone(),
             capabilities: self.capabilities.clone(),
             joined: self.joined,
+            box_key: self.box_key.clone(),
         }
     }
 
@@ -269,6 +277,7 @@ impl NodeRecord {
         self.version = f.version;
         self.capabilities = f.capabilities;
         self.joined = f.joined;
+        self.box_key = f.box_key;
     }
 
     /// The owner's signature checks out against `key` (the pinned key, or the record's own).
@@ -420,6 +429,7 @@ mod tests {
                 ..Capabilities::default()
             },
             joined: 1,
+            box_key: String::new(),
         };
         NodeRecord::new_signed(fields, Version { wall_ms: 1, counter: 0, node: NodeId::new("n") }, &key)
     }

@@ -536,6 +536,7 @@ mod tests {
             version: "1".into(),
             capabilities: Default::default(),
             joined: 1,
+            box_key: String::new(),
         };
         let v = crate::hlc::Version { wall_ms: 1, counter: 0, node: NodeId::new(name) };
         m.insert(crate::records::NodeRecord::new_signed(fields, v, &key));

@@ -1323,6 +1323,7 @@ proptest! {
             version: "0.1.0".into(),
             capabilities: Capabilities::default(),
             joined: wall / 1000,
+            box_key: String::new(),
         };
         let rec = NodeRecord::new_signed(fields.clone(), version(wall, 0, "n"), &key);
         prop_assert!(rec.owner_sig_valid(&key.verifying_key()));

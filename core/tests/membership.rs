@@ -39,6 +39,7 @@ fn fields(id: &NodeId, key: &SigningKey, name: &str) -> OwnerFields {
         version: "0.1.0".into(),
         capabilities: Capabilities::default(),
         joined: T0.as_secs(),
+        box_key: String::new(),
     }
 }
 

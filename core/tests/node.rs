@@ -633,3 +633,42 @@ fn wake_asks_the_reachable_members_and_a_member_wakes_only_members() {
         assert_eq!(sent, status == 200, "{macs}");
     }
 }
+
+/// Issue 15 "One sign-on": a member copies the origin's (the creator's) directory on its
+/// timer; with the origin down the sync fails and says so, a password set on the member is
+/// kept, and once the origin is back the member writes it back there.
+#[test]
+fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
+    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+    const H2: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$b3RoZXJvdGhlcm90aGVyMQ";
+    let mut net = Net::new(&[0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.pump();
+    let (reply, done) = net.join(1, 0);
+    assert_eq!(reply.status(), 200, "{:?}", reply.body);
+    done.expect("joins");
+    assert_eq!(net.nodes[1].identity_origin(), Some(net.id(0)));
+    assert!(net.nodes[0].is_identity_origin() && !net.nodes[1].is_identity_origin());
+    let at = net.clock(0);
+    net.nodes[0]
+        .identity_mut(|i, _| i.add_account(at, "anna", shoal_core::identity::Role::User, Default::default(), H1.into()))
+        .unwrap();
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let mirrored = net.nodes[1].identity().account("anna").cloned().expect("mirrored within the first sync");
+    assert!(mirrored.mirrored && mirrored.hash == H1);
+
+    net.down[0] = true;
+    let at = net.clock(1);
+    net.nodes[1].identity_mut(|i, _| i.set_password_pending(at, "anna", H2.into())).unwrap();
+    net.run_for(6 * MINUTE_MS, SECOND_MS);
+    assert!(net.nodes[1].identity_status()["lastSyncError"].is_string(), "{}", net.nodes[1].identity_status());
+    assert_eq!(net.nodes[1].identity().writebacks().len(), 1);
+    assert_eq!(net.nodes[1].identity().account("anna").unwrap().hash, H2);
+
+    net.down[0] = false;
+    net.run_for(6 * MINUTE_MS, SECOND_MS);
+    assert_eq!(net.nodes[0].identity().account("anna").unwrap().hash, H2, "written back");
+    assert!(net.nodes[1].identity().writebacks().is_empty());
+    assert_eq!(net.nodes[1].identity_status()["lastSyncError"], json!(null));
+}

@@ -272,6 +272,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         wake: Notify::new(),
         data_dir: opts.data_dir.clone(),
         admin_token: ident.admin_token,
+        box_secret: shoal_core::identity::box_secret(&ident.key),
         disable_cluster: opts.disable_cluster,
         listen: local_addr.clone(),
         started: now,

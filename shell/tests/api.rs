@@ -478,6 +478,8 @@ async fn every_route_refuses_missing_and_wrong_credentials() {
     }
     // Issue 16: the tunnel upgrade and the relay.
     acn.push(("GET".into(), "/cluster/acn/tunnel".into()));
+    // Issue 15: forward auth to the identity origin.
+    acn.push(("POST".into(), "/cluster/acn/auth/verify".into()));
     acn.push(("POST".into(), "/cluster/acn/relay/n-somewhere/cluster/acn/ping".into()));
     let client = HttpClient::new(TokioEnv::default());
     let mut rng = SeededRng::new(3);

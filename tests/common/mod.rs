@@ -42,16 +42,22 @@ impl Node {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Start `shoal serve`; its log goes to `DIR.log` (level `SHOAL_TEST_LOG`, default warn).
     pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.with_extension("log"))
+            .expect("the node's log file");
         let child = Command::new(BIN)
             .args(["serve", "--data"])
             .arg(&self.dir)
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
             .args(&self.args)
-            .env("SHOAL_LOG", "warn")
+            .env("SHOAL_LOG", std::env::var("SHOAL_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start shoal serve");
         self.child = Some(child);

@@ -216,6 +216,17 @@ pub fn manifests() -> Vec<Manifest> {
                     .range(8.0, 4_194_304.0),
                 key("argon2_time", Int, json!(2), "argon2id passes over that memory").range(1.0, 100.0),
                 key("argon2_lanes", Int, json!(1), "argon2id lanes").range(1.0, 16.0),
+                key(
+                    "origin",
+                    String,
+                    json!(""),
+                    "the member whose accounts every node signs in with (empty: the node that created the cluster)",
+                )
+                .trusted(),
+                key("forward_timeout", Duration, json!(12 * S), "how long a login waits for the identity origin")
+                    .range(100.0, (2 * MIN) as f64),
+                key("sync_every", Duration, json!(5 * MIN), "how often members copy the origin's account directory")
+                    .range(1_000.0, D as f64),
             ],
         ),
         manifest(

@@ -37,6 +37,14 @@ pub struct Account {
     pub hash: String,
     pub created: Millis,
     pub password_changed: Millis,
+    /// Mirrored from the identity origin's directory (`directory.rs`): a sync may change or
+    /// drop it. A local-only account (`false`) is never touched by a sync.
+    #[serde(default)]
+    pub mirrored: bool,
+    /// A password set here for a mirrored account that the origin has not taken yet: sent
+    /// again until it does, and kept over the directory's until then.
+    #[serde(default)]
+    pub writeback: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +55,7 @@ pub struct AccountView {
     pub groups: Vec<String>,
     pub created: Millis,
     pub password_changed: Millis,
+    pub mirrored: bool,
 }
 
 impl From<&Account> for AccountView {
@@ -57,6 +66,7 @@ impl From<&Account> for AccountView {
             groups: a.groups.iter().cloned().collect(),
             created: a.created,
             password_changed: a.password_changed,
+            mirrored: a.mirrored,
         }
     }
 }
@@ -192,15 +202,17 @@ pub struct Issued {
 
 #[derive(Clone, Debug, Default)]
 pub struct Identity {
-    accounts: BTreeMap<String, Account>,
-    groups: BTreeMap<String, Group>,
+    pub(super) accounts: BTreeMap<String, Account>,
+    pub(super) groups: BTreeMap<String, Group>,
     /// By digest.
     credentials: BTreeMap<String, Credential>,
     guard: LoginGuard,
-    ops: Vec<IdentityOp>,
+    pub(super) ops: Vec<IdentityOp>,
+    /// What the last directory sync did (`directory.rs`).
+    pub(super) sync: super::directory::SyncStatus,
 }
 
-fn check_password_shape(hash: &str) -> Result<(), ApiError> {
+pub(super) fn check_password_shape(hash: &str) -> Result<(), ApiError> {
     if hash.starts_with("$argon2id$") {
         Ok(())
     } else {
@@ -239,6 +251,7 @@ impl Identity {
             credentials: r.credentials.into_iter().map(|c| (c.digest.clone(), c)).collect(),
             guard: LoginGuard::default(),
             ops: Vec::new(),
+            sync: Default::default(),
         }
     }
 
@@ -287,7 +300,16 @@ impl Identity {
         }
         self.check_groups(&groups)?;
         check_password_shape(&hash)?;
-        let a = Account { name: name.to_string(), role, groups, hash, created: now, password_changed: now };
+        let a = Account {
+            name: name.to_string(),
+            role,
+            groups,
+            hash,
+            created: now,
+            password_changed: now,
+            mirrored: false,
+            writeback: false,
+        };
         let view = AccountView::from(&a);
         self.ops.push(IdentityOp::PutAccount(a.clone()));
         self.accounts.insert(name.to_string(), a);
@@ -413,6 +435,28 @@ impl Identity {
             source: source.to_string(),
         };
         Ok(Issued { credential: self.insert_credential(c) })
+    }
+
+    /// At the identity origin, after the shell checked a password a member forwarded (`ok`):
+    /// the account to mirror there, or the failure counted against the account and the member.
+    pub fn vouch(
+        &mut self,
+        now: Millis,
+        name: &str,
+        source: &str,
+        ok: bool,
+    ) -> Result<super::DirectoryEntry, LoginRefused> {
+        match self.accounts.get(name).filter(|_| ok) {
+            Some(a) => {
+                let entry = super::DirectoryEntry::from(a);
+                self.guard.succeeded(name);
+                Ok(entry)
+            }
+            None => {
+                self.guard.failed(now, name, source);
+                Err(LoginRefused { error: wrong_login(), retry_after_ms: None })
+            }
+        }
     }
 
     /// A new API key under `digest`, owned by whoever asks, with a role no higher than theirs.
@@ -579,7 +623,7 @@ impl Identity {
         had
     }
 
-    fn revoke_where(&mut self, mut gone: impl FnMut(&Credential) -> bool) {
+    pub(super) fn revoke_where(&mut self, mut gone: impl FnMut(&Credential) -> bool) {
         let drop: Vec<String> = self.credentials.values().filter(|c| gone(c)).map(|c| c.digest.clone()).collect();
         for d in drop {
             self.credentials.remove(&d);
@@ -588,7 +632,7 @@ impl Identity {
     }
 }
 
-fn no_user(name: &str) -> ApiError {
+pub(super) fn no_user(name: &str) -> ApiError {
     ApiError::not_found("no_such_user", format!("no user {name:?}"))
 }
 

@@ -7,9 +7,11 @@
 //! origin and its directory, user assertions, per-folder access (issue 15's note).
 
 mod accounts;
+mod directory;
 mod guard;
 
 pub use accounts::*;
+pub use directory::*;
 pub use guard::{LoginGuard, Refused, FAILURES_FREE, SOURCES_MAX};
 
 use serde::{Deserialize, Serialize};

@@ -115,6 +115,10 @@ impl Node {
             self.jobs_on_response(wall, now, &f.peer, f.sent, &f.purpose, result);
             return;
         }
+        if matches!(f.purpose, Purpose::Directory | Purpose::WriteBack { .. }) {
+            self.identity_answered(wall, &f.peer, f.purpose, result);
+            return;
+        }
         if f.purpose == Purpose::Events {
             let delivered = matches!(&result, Ok(a) if a.is_ok());
             self.events_answered(now, &f.peer, delivered);

@@ -3,11 +3,13 @@
 //! change persisted ([`PersistOp::Identity`]). The shell hashes passwords and draws secrets;
 //! what is allowed is decided here and in `crate::identity`.
 
-use super::{Node, PersistOp};
-use crate::answer::ApiError;
-use crate::identity::{Identity, Principal, SessionLimits};
+use super::{Node, PersistOp, Purpose};
+use crate::answer::{ApiError, ErrorKind, PeerAnswer, Reply};
+use crate::identity::{AdminAct, Directory, Identity, Principal, SessionLimits};
+use crate::ids::NodeId;
 use crate::time::Millis;
 use serde::Serialize;
+use serde_json::json;
 
 /// argon2id's cost parameters (config keys `identity.argon2_*`; defaults: OWASP's 19 MiB, 2
 /// passes, 1 lane).
@@ -75,4 +77,213 @@ impl Node {
     pub fn identity_touch(&mut self, wall: Millis, digest: &str) {
         self.identity_mut(|i, limits| i.touch(wall, digest, limits));
     }
+}
+
+/// Where a login is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoginRoute {
+    /// Against this node's own table (this node is the origin, there is none, or the account
+    /// is local-only here).
+    Local,
+    /// Sealed to the origin's key and checked there, within `timeout_ms`; if the origin cannot
+    /// be reached in time, this node's table (its copy of the directory) decides.
+    Forward { origin: NodeId, box_key: String, timeout_ms: u64 },
+}
+
+/// The first directory sync after start or after the origin changed.
+pub const DIRECTORY_FIRST_MS: u64 = 3_000;
+
+impl Node {
+    /// The identity origin: `identity.origin` when set (an approved proposal: the key is
+    /// trusted), else the member that created the cluster; `None` outside a cluster, or when
+    /// that member is gone.
+    pub fn identity_origin(&self) -> Option<NodeId> {
+        self.cluster.as_ref()?;
+        let set = self
+            .config_applied
+            .as_ref()
+            .and_then(|c| c.get("identity")?.get("origin")?.value.clone())
+            .and_then(|v| v.as_str().map(str::to_string))
+            .filter(|v| !v.is_empty());
+        let live = |id: &NodeId| self.members.get(id).is_some_and(|r| !r.removed);
+        match set {
+            Some(id) => Some(NodeId::new(&id)).filter(live),
+            None => self
+                .members
+                .records()
+                .find(|r| !r.removed && r.admitted.as_ref().is_some_and(|m| m.by == r.id))
+                .map(|r| r.id.clone()),
+        }
+    }
+
+    /// Whether this node is the identity origin (or there is none: it stands alone).
+    pub fn is_identity_origin(&self) -> bool {
+        self.identity_origin().is_none_or(|o| o == self.id)
+    }
+
+    fn identity_ms(&self, key: &str, default: u64) -> u64 {
+        self.identity_value(key).unwrap_or(default)
+    }
+
+    /// Where a login for `name` is checked.
+    pub fn login_route(&self, name: &str) -> LoginRoute {
+        let Some(origin) = self.identity_origin().filter(|o| *o != self.id) else { return LoginRoute::Local };
+        if !self.identity.forwards(name) {
+            return LoginRoute::Local;
+        }
+        match self.members.get(&origin).map(|r| r.box_key.clone()).filter(|k| !k.is_empty()) {
+            Some(box_key) => {
+                LoginRoute::Forward { origin, box_key, timeout_ms: self.identity_ms("forward_timeout", 12_000) }
+            }
+            None => LoginRoute::Local,
+        }
+    }
+
+    /// The origin an account change is carried to, when it is another member, with the wait.
+    pub fn act_route(&self) -> Option<(NodeId, u64)> {
+        let origin = self.identity_origin().filter(|o| *o != self.id)?;
+        Some((origin, self.identity_ms("forward_timeout", 12_000)))
+    }
+
+    /// Copy the origin's directory on the next turn (after an account change carried there).
+    pub fn identity_sync_soon(&mut self, wall: Millis) {
+        let now = self.advance_clocks(wall);
+        self.identity_sync_due = now;
+    }
+
+    /// The next sync: a kick (start, a new origin, a change carried there) or the last one
+    /// plus `identity.sync_every` as it is now (a shorter interval holds at once).
+    pub(super) fn identity_next_due(&self) -> Option<Millis> {
+        self.cluster.as_ref()?;
+        let every = self.identity_ms("sync_every", 5 * 60_000);
+        Some(self.identity_sync_due.min(self.identity_synced_at.plus(every)))
+    }
+
+    /// On the node's timer: a new origin is synced from 3 s on; then every
+    /// `identity.sync_every` this member copies the origin's directory and writes back the
+    /// passwords set here that the origin has not taken yet.
+    pub(super) fn identity_timeout(&mut self, wall: Millis, now: Millis) {
+        let origin = self.identity_origin();
+        if origin != self.identity_origin_seen {
+            self.identity_origin_seen = origin.clone();
+            self.identity_sync_due = now.plus(DIRECTORY_FIRST_MS);
+            self.identity_synced_at = now;
+        }
+        if self.identity_next_due().is_none_or(|due| now < due) {
+            return;
+        }
+        self.identity_synced_at = now;
+        self.identity_sync_due = Millis(u64::MAX);
+        let Some(origin) = origin.filter(|o| *o != self.id) else { return };
+        self.new_request(wall, now, &origin, "GET", "/cluster/acn/auth/directory", Vec::new(), Purpose::Directory);
+        for (name, hash) in self.identity.writebacks() {
+            let act = AdminAct::Password { name: name.clone(), hash: hash.clone() };
+            let body = serde_json::to_vec(&act).expect("an act serialises");
+            self.new_request(
+                wall,
+                now,
+                &origin,
+                "POST",
+                "/cluster/acn/auth/admin",
+                body,
+                Purpose::WriteBack { name, hash },
+            );
+        }
+    }
+
+    /// The origin answered a directory request or a write-back.
+    pub(super) fn identity_answered(
+        &mut self,
+        wall: Millis,
+        peer: &NodeId,
+        purpose: Purpose,
+        result: Result<PeerAnswer, String>,
+    ) {
+        let answer = match result {
+            Ok(a) if a.is_ok() => a,
+            Ok(a) => {
+                let why = format!("the origin refused: {}", String::from_utf8_lossy(&a.body));
+                if purpose == Purpose::Directory {
+                    self.identity.sync_failed(why);
+                }
+                return;
+            }
+            Err(e) => {
+                if purpose == Purpose::Directory {
+                    self.identity.sync_failed(format!("the origin {peer} could not be reached: {e}"));
+                }
+                return;
+            }
+        };
+        if self.identity_origin().as_ref() != Some(peer) {
+            return;
+        }
+        match purpose {
+            Purpose::Directory => match serde_json::from_slice::<Directory>(&answer.body) {
+                Ok(d) if &d.origin == peer => {
+                    self.identity_mut(|i, _| {
+                        i.merge_directory(wall, &d.users);
+                    });
+                }
+                Ok(_) => self.identity.sync_failed("the directory names another origin".into()),
+                Err(e) => self.identity.sync_failed(format!("the directory is malformed: {e}")),
+            },
+            Purpose::WriteBack { name, hash } => self.identity_mut(|i, _| i.writeback_done(&name, &hash)),
+            _ => {}
+        }
+    }
+
+    /// `GET /cluster/acn/auth/directory`: every account, as the origin.
+    pub(super) fn answer_directory(&self, wall: Millis) -> Reply {
+        if !self.is_identity_origin() {
+            return not_origin();
+        }
+        let d = Directory { origin: self.id.clone(), users: self.identity.directory_entries(), time: wall.0 };
+        Reply::ok(serde_json::to_value(d).expect("a directory serialises"))
+    }
+
+    /// `POST /cluster/acn/auth/admin`: a member carries an account change here, the origin.
+    pub(super) fn answer_admin_act(&mut self, wall: Millis, sender: &NodeId, body: &[u8]) -> Reply {
+        if !self.is_identity_origin() {
+            return not_origin();
+        }
+        let act: AdminAct = match serde_json::from_slice(body) {
+            Ok(a) => a,
+            Err(e) => return Reply::error(ErrorKind::Invalid, "bad_body", format!("an account act: {e}")),
+        };
+        let what = match &act {
+            AdminAct::Add { name, .. } => format!("add {name}"),
+            AdminAct::Remove { name } => format!("rm {name}"),
+            AdminAct::Password { name, .. } => format!("passwd {name}"),
+            AdminAct::Set { name, .. } => format!("set {name}"),
+        };
+        let r = self.identity_mut(|i, _| i.apply_act(wall, act));
+        let status = if r.is_ok() { 200 } else { 400 };
+        self.audit(wall, &format!("auth/admin {what}"), &format!("member {sender}"), status);
+        match r {
+            Ok(v) => Reply::ok(serde_json::to_value(v).expect("an account serialises")),
+            Err(e) => e.into(),
+        }
+    }
+
+    /// What the last directory sync and forward auth did, and who the origin is.
+    pub fn identity_status(&self) -> serde_json::Value {
+        let origin = self.identity_origin();
+        let name = origin.as_ref().and_then(|o| self.members.get(o)).map(|r| r.name.clone());
+        let mut v = serde_json::to_value(self.identity.sync_status()).expect("status serialises");
+        v["enabled"] = json!(self.cluster.is_some());
+        v["origin"] = json!(origin);
+        v["originName"] = json!(name);
+        v["isOrigin"] = json!(origin.as_ref() == Some(&self.id));
+        if v["isOrigin"] == json!(true) {
+            v["managedAccounts"] = json!(0);
+            v["localAccounts"] = json!(self.identity.accounts().len());
+        }
+        v["pendingWriteBacks"] = json!(self.identity.writebacks().len());
+        v
+    }
+}
+
+fn not_origin() -> Reply {
+    Reply::error(ErrorKind::Conflict, "not_origin", "this node is not the identity origin")
 }

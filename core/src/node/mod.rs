@@ -309,6 +309,13 @@ enum Purpose {
         attempt: u32,
     },
     Meta(MetaPurpose),
+    /// A member copying the identity origin's directory, or writing a password back to it
+    /// (`identity.rs`).
+    Directory,
+    WriteBack {
+        name: String,
+        hash: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -395,6 +402,10 @@ pub struct Node {
     jobs: jobs::JobsBook,
     /// Accounts, groups, sessions and API keys (`identity.rs`).
     identity: crate::identity::Identity,
+    /// When this member next copies the origin's directory, and the origin it last saw.
+    identity_sync_due: Millis,
+    identity_synced_at: Millis,
+    identity_origin_seen: Option<NodeId>,
 }
 
 /// What the shell read back from disk.
@@ -482,6 +493,9 @@ impl Node {
             working: BTreeMap::new(),
             jobs: Default::default(),
             identity: Default::default(),
+            identity_sync_due: Millis::ZERO,
+            identity_synced_at: Millis::ZERO,
+            identity_origin_seen: None,
         }
     }
 
@@ -645,11 +659,25 @@ impl Node {
         // Health rides on the record: sampled in a cluster, and once at start.
         let health = (self.cluster.is_some() || !self.health_asked).then_some(self.health_due);
         let tunnel = self.tunnel_deadline();
-        [self.heartbeat_due, self.tick_due, meta, tasks, config, chores, renewals, events, health, jobs, tunnel]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|m| self.clock.to_wall(m))
+        let identity = self.identity_next_due();
+        [
+            self.heartbeat_due,
+            self.tick_due,
+            meta,
+            tasks,
+            config,
+            chores,
+            renewals,
+            events,
+            health,
+            jobs,
+            tunnel,
+            identity,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|m| self.clock.to_wall(m))
     }
 
     pub fn handle_timeout(&mut self, wall: Millis) {
@@ -687,6 +715,7 @@ impl Node {
             self.events_timeout(wall, now);
             self.jobs_timeout(wall, now);
             self.rebuild_timeout(wall, now);
+            self.identity_timeout(wall, now);
         }
     }
 
@@ -824,6 +853,7 @@ impl Node {
             version: self.me.software_version.clone(),
             capabilities: self.me.capabilities.clone(),
             joined,
+            box_key: crate::identity::box_public(&self.key),
         }
     }
 

@@ -28,6 +28,8 @@ pub const ACN_ENDPOINTS: &[(&str, &str)] = &[
     ("jobs/renew", "POST"),
     ("jobs/done", "POST"),
     ("wake", "POST"),
+    ("auth/directory", "GET"),
+    ("auth/admin", "POST"),
 ];
 
 impl Node {
@@ -73,6 +75,8 @@ impl Node {
             "leave" => self.answer_leave(wall, now, &sender, body),
             "evict" => self.answer_evict(wall, now, &sender, body),
             "wake" => self.answer_wake(body),
+            "auth/directory" => self.answer_directory(wall),
+            "auth/admin" => self.answer_admin_act(wall, &sender, body),
             "latency" => Reply::ok(json!({"node": self.id, "latency": self.members.latency_vector()})),
             "store/place" => self.answer_place(wall, &sender, body),
             "events/publish" => self.answer_events(&sender, body),

@@ -41,6 +41,9 @@ pub struct Shared<E: Env> {
     pub(crate) wake: Notify,
     pub data_dir: PathBuf,
     pub admin_token: String,
+    /// The X25519 secret sealed passwords are opened with (derived from the node key:
+    /// `shoal_core::identity::box_secret`).
+    pub box_secret: [u8; 32],
     pub disable_cluster: bool,
     pub listen: String,
     pub started: Millis,

@@ -74,6 +74,33 @@ pub fn digest_of(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
+/// `plain` sealed to the X25519 public key `box_key` (base64): an anonymous sealed box
+/// (ephemeral key, XSalsa20-Poly1305), base64. Only the key's owner can open it.
+pub fn seal(box_key: &str, plain: &[u8]) -> Result<String, ApiError> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let bytes: [u8; 32] = b64
+        .decode(box_key)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| ApiError::peer_failed("bad_box_key", "the origin's sealing key is malformed"))?;
+    let sealed = crypto_box::PublicKey::from(bytes)
+        .seal(&mut rand_core::OsRng, plain)
+        .map_err(|_| ApiError::internal("seal_failed", "could not seal the password"))?;
+    Ok(b64.encode(sealed))
+}
+
+/// Open what [`seal`] made for this node's `secret`.
+pub fn open(secret: &[u8; 32], sealed_b64: &str) -> Result<Vec<u8>, ApiError> {
+    use base64::Engine;
+    let sealed = base64::engine::general_purpose::STANDARD
+        .decode(sealed_b64)
+        .map_err(|_| ApiError::invalid("bad_sealed", "the sealed password is not base64"))?;
+    crypto_box::SecretKey::from(*secret)
+        .unseal(&sealed)
+        .map_err(|_| ApiError::invalid("bad_sealed", "the sealed password does not open with this node's key"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,6 +126,18 @@ mod tests {
         assert!(a.starts_with("shs_") && a.len() == 4 + 43 && a != b);
         assert_eq!(da, digest_of(&a));
         assert_eq!(da.len(), 64);
+    }
+
+    #[test]
+    fn only_the_key_owner_opens_a_sealed_password() {
+        let me = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+        let other = ed25519_dalek::SigningKey::from_bytes(&[4; 32]);
+        let sealed = seal(&shoal_core::identity::box_public(&me), b"hunter22").unwrap();
+        assert!(!sealed.contains("hunter22"));
+        assert_eq!(open(&shoal_core::identity::box_secret(&me), &sealed).unwrap(), b"hunter22");
+        assert_eq!(open(&shoal_core::identity::box_secret(&other), &sealed).unwrap_err().code, "bad_sealed");
+        assert!(open(&shoal_core::identity::box_secret(&me), "!!").is_err());
+        assert!(seal("short", b"x").is_err());
     }
 
     #[tokio::test]

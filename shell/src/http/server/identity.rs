@@ -9,6 +9,7 @@ use crate::env::Env;
 use crate::http::listener::ClientAddr;
 use crate::node::handle::Shared;
 use crate::services::passwords;
+use crate::services::peer;
 use crate::wire::error::{api_error_response, api_result, error_response, json_of};
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
@@ -16,10 +17,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
+use serde::Serialize;
 use serde_json::json;
-use shoal_core::identity::{need_of, password_error, Need, Principal, Role};
+use serde_json::Value;
+use shoal_core::answer::ErrorKind;
+use shoal_core::identity::{need_of, password_error, AdminAct, DirectoryEntry, LoginRefused, Need, Principal, Role};
+use shoal_core::node::identity::LoginRoute;
 use shoal_core::node::ApiError;
+use shoal_core::NodeId;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 /// The cookie a browser's session rides in.
@@ -137,17 +144,37 @@ pub(super) async fn login<E: Env>(State(s): S<E>, client: Option<Extension<Clien
         Ok(t) => t,
         Err(refused) => {
             s.with_node(|n, now| n.audit(now, &act, &b.username, 429));
-            let mut resp = api_error_response(refused.error);
-            if let Some(ms) = refused.retry_after_ms {
-                if let Ok(v) = ms.div_ceil(1000).max(1).to_string().parse() {
-                    resp.headers_mut().insert("retry-after", v);
-                }
-            }
-            return resp;
+            return refusal(refused);
         }
     };
     let params = s.read_node(|n, _| n.password_params());
-    let ok = passwords::verify(params, ticket.hash, b.password).await;
+    let route = s.read_node(|n, _| n.login_route(&b.username));
+    let ok = match route {
+        LoginRoute::Local => passwords::verify(params, ticket.hash, b.password).await,
+        LoginRoute::Forward { origin, box_key, timeout_ms } => {
+            match forward_login(&s, &origin, &box_key, timeout_ms, &b.username, &b.password).await {
+                Forwarded::Vouched(entry) => {
+                    let mirrored = s.with_node(|n, now| n.identity_mut(|i, _| i.mirror_one(now, &entry)));
+                    if let Err(e) = mirrored {
+                        s.with_node(|n, now| n.audit(now, &act, &b.username, 403));
+                        return api_error_response(e);
+                    }
+                    true
+                }
+                Forwarded::Refused => false,
+                Forwarded::Backoff(resp) => {
+                    s.with_node(|n, now| n.audit(now, &act, &b.username, 429));
+                    return resp;
+                }
+                Forwarded::Unreachable(why) => {
+                    // The origin has no opinion: this node's copy of the directory decides.
+                    tracing::warn!(%origin, %why, "identity origin unreachable: the local directory decides");
+                    s.with_node(|n, now| n.identity_mut(|i, _| i.forward_failed(now, why)));
+                    passwords::verify(params, ticket.hash, b.password).await
+                }
+            }
+        }
+    };
     let (token, digest) = passwords::new_secret(SESSION_PREFIX);
     let result = s.with_node(|n, now| {
         let r = n.identity_mut(|i, _| i.login_end(now, &b.username, &source, ok, &digest));
@@ -222,7 +249,7 @@ pub(super) async fn me_password<E: Env>(State(s): S<E>, Extension(a): Extension<
         Err(e) => return api_error_response(e),
     };
     let keep = a.principal.credential.clone();
-    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, &user, new, keep.as_deref()))))
+    api_result(set_password_anywhere(&s, &user, new, keep).await)
 }
 
 // ---- sessions and keys ----
@@ -312,11 +339,26 @@ pub(super) async fn user_add<E: Env>(State(s): S<E>, body: Body) -> Response {
         Err(e) => return api_error_response(e),
     };
     let role = if b.admin { Role::Admin } else { Role::User };
-    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.add_account(now, &b.name, role, b.groups, hash))))
+    let act = AdminAct::Add { name: b.name.clone(), hash: hash.clone(), role, groups: b.groups.clone() };
+    match carry_act(&s, &act).await {
+        Ok(Carried::There(v)) => axum::Json(v).into_response(),
+        Ok(Carried::Here) => {
+            api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.add_account(now, &b.name, role, b.groups, hash))))
+        }
+        Err(e) => api_error_response(e),
+    }
 }
 
 pub(super) async fn user_remove<E: Env>(State(s): S<E>, Path(name): Path<String>) -> Response {
-    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.remove_account(&name))))
+    match carry_act(&s, &AdminAct::Remove { name: name.clone() }).await {
+        Ok(Carried::There(v)) => {
+            // Gone here at once too, with its sessions.
+            let _ = s.with_node(|n, _| n.identity_mut(|i, _| i.remove_account(&name)));
+            axum::Json(v).into_response()
+        }
+        Ok(Carried::Here) => api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.remove_account(&name)))),
+        Err(e) => api_error_response(e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -335,7 +377,8 @@ pub(super) async fn user_password<E: Env>(State(s): S<E>, Path(name): Path<Strin
     if let Some(e) = password_error(&b.password) {
         return api_error_response(e);
     }
-    if s.read_node(|n, _| n.identity().account(&name).is_none()) {
+    let origin_elsewhere = s.read_node(|n, _| n.act_route().is_some());
+    if !origin_elsewhere && s.read_node(|n, _| n.identity().account(&name).is_none()) {
         return api_error_response(ApiError::not_found("no_such_user", format!("no user {name:?}")));
     }
     let params = s.read_node(|n, _| n.password_params());
@@ -343,7 +386,7 @@ pub(super) async fn user_password<E: Env>(State(s): S<E>, Path(name): Path<Strin
         Ok(h) => h,
         Err(e) => return api_error_response(e),
     };
-    api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, &name, hash, None))))
+    api_result(set_password_anywhere(&s, &name, hash, None).await)
 }
 
 #[derive(Deserialize)]
@@ -361,7 +404,14 @@ pub(super) async fn user_set<E: Env>(State(s): S<E>, Path(name): Path<String>, b
         Ok(b) => b,
         Err(e) => return api_error_response(e),
     };
-    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.set_account(&name, b.role, b.groups))))
+    let act = AdminAct::Set { name: name.clone(), role: b.role, groups: b.groups.clone() };
+    match carry_act(&s, &act).await {
+        Ok(Carried::There(v)) => axum::Json(v).into_response(),
+        Ok(Carried::Here) => {
+            api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.set_account(&name, b.role, b.groups))))
+        }
+        Err(e) => api_error_response(e),
+    }
 }
 
 pub(super) async fn groups_list<E: Env>(State(s): S<E>) -> Response {
@@ -384,6 +434,196 @@ pub(super) async fn group_add<E: Env>(State(s): S<E>, body: Body) -> Response {
 
 pub(super) async fn group_remove<E: Env>(State(s): S<E>, Path(name): Path<String>) -> Response {
     api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.remove_group(&name))))
+}
+
+// ---- one sign-on: forward auth and account acts carried to the origin ----
+
+enum Forwarded {
+    /// The origin checked the password: the account to mirror.
+    Vouched(DirectoryEntry),
+    /// The origin says wrong: no fallback.
+    Refused,
+    /// The origin's backoff, passed on as it is.
+    Backoff(Response),
+    /// No answer in time (or no usable one): the local table decides.
+    Unreachable(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Sealed {
+    /// The account, the password and the audience (the origin's id), sealed together.
+    u: String,
+    p: String,
+    a: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyBody {
+    username: String,
+    sealed: String,
+}
+
+async fn forward_login<E: Env>(
+    s: &Arc<Shared<E>>,
+    origin: &NodeId,
+    box_key: &str,
+    timeout_ms: u64,
+    username: &str,
+    password: &str,
+) -> Forwarded {
+    let plain = serde_json::to_vec(&Sealed { u: username.into(), p: password.into(), a: origin.to_string() })
+        .expect("serialises");
+    let sealed = match passwords::seal(box_key, &plain) {
+        Ok(v) => v,
+        Err(e) => return Forwarded::Unreachable(e.message),
+    };
+    let body = serde_json::to_vec(&VerifyBody { username: username.into(), sealed }).expect("serialises");
+    let r = peer::signed_within(s, origin, "POST", "/cluster/acn/auth/verify", body, Vec::new(), timeout_ms).await;
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return Forwarded::Unreachable(e.message),
+    };
+    match r.status {
+        200 => {
+            let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+            match serde_json::from_value::<DirectoryEntry>(v["account"].clone()) {
+                Ok(e) if e.username == username => Forwarded::Vouched(e),
+                _ => Forwarded::Unreachable("the origin's answer is malformed".into()),
+            }
+        }
+        401 => Forwarded::Refused,
+        429 => {
+            let mut resp = error_response(429, "login_backoff", "too many failed logins at the identity origin: wait");
+            if let Some(v) = r.header("retry-after").and_then(|v| v.parse().ok()) {
+                resp.headers_mut().insert("retry-after", v);
+            }
+            Forwarded::Backoff(resp)
+        }
+        st => Forwarded::Unreachable(format!("the origin answered {st}: {}", String::from_utf8_lossy(&r.body))),
+    }
+}
+
+/// `POST /cluster/acn/auth/verify {username, sealed}` at the origin: open the sealed password,
+/// check it here (with this node's backoff, counted per member), and vouch for the account.
+pub(super) async fn acn_verify<E: Env>(s: &Arc<Shared<E>>, sender: NodeId, bytes: &[u8]) -> Response {
+    let b: VerifyBody = match serde_json::from_slice(bytes) {
+        Ok(b) => b,
+        Err(e) => return error_response(400, "bad_body", format!("auth/verify: {e}")),
+    };
+    let (is_origin, me) = s.read_node(|n, _| (n.is_identity_origin(), n.id().to_string()));
+    if !is_origin {
+        return error_response(409, "not_origin", "this node is not the identity origin");
+    }
+    let plain = match passwords::open(&s.box_secret, &b.sealed) {
+        Ok(p) => p,
+        Err(e) => return api_error_response(e),
+    };
+    let sealed: Sealed = match serde_json::from_slice(&plain) {
+        Ok(v) => v,
+        Err(_) => return error_response(400, "bad_sealed", "the sealed password is malformed"),
+    };
+    if sealed.a != me || sealed.u != b.username {
+        return error_response(400, "bad_sealed", "the sealed password is for another node or account");
+    }
+    let source = format!("member {sender}");
+    let ticket = match s.read_node(|n, now| n.identity().login_begin(now, &b.username, &source)) {
+        Ok(t) => t,
+        Err(refused) => return refusal(refused),
+    };
+    let params = s.read_node(|n, _| n.password_params());
+    let ok = passwords::verify(params, ticket.hash, sealed.p).await;
+    let r = s.with_node(|n, now| {
+        let r = n.identity_mut(|i, _| i.vouch(now, &b.username, &source, ok));
+        n.audit(now, &format!("auth/verify {}", b.username), &source, if r.is_ok() { 200 } else { 401 });
+        r
+    });
+    match r {
+        Ok(entry) => axum::Json(json!({"ok": true, "account": entry})).into_response(),
+        Err(refused) => refusal(refused),
+    }
+}
+
+/// A refused login as its answer: 429 with `Retry-After` for a backoff.
+fn refusal(refused: LoginRefused) -> Response {
+    let mut resp = api_error_response(refused.error);
+    if let Some(ms) = refused.retry_after_ms {
+        if let Ok(v) = ms.div_ceil(1000).max(1).to_string().parse() {
+            resp.headers_mut().insert("retry-after", v);
+        }
+    }
+    resp
+}
+
+/// Where an account change is carried out.
+enum Carried {
+    /// Here: this node is the origin, or there is none.
+    Here,
+    /// At the origin, which answered this.
+    There(Value),
+}
+
+/// `user add|rm|passwd|set` on a member acts at the origin; its directory then comes back here.
+async fn carry_act<E: Env>(s: &Arc<Shared<E>>, act: &AdminAct) -> Result<Carried, ApiError> {
+    let Some((origin, timeout_ms)) = s.read_node(|n, _| n.act_route()) else { return Ok(Carried::Here) };
+    let body = serde_json::to_vec(act).expect("an act serialises");
+    let r = peer::signed_within(s, &origin, "POST", "/cluster/acn/auth/admin", body, Vec::new(), timeout_ms)
+        .await
+        .map_err(|e| {
+            ApiError::peer_failed(
+                "origin_unreachable",
+                format!("the identity origin {origin} could not be reached ({}): try again", e.message),
+            )
+        })?;
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    if r.status != 200 {
+        let kind = crate::wire::error::peer_answer(r.status, Vec::new()).refused.unwrap_or(ErrorKind::PeerFailed);
+        let msg = v["error"]["message"].as_str().unwrap_or("refused").to_string();
+        return Err(ApiError::new(kind, "origin_refused", format!("the identity origin {origin}: {msg}")));
+    }
+    s.with_node(|n, now| n.identity_sync_soon(now));
+    Ok(Carried::There(v))
+}
+
+/// A password for `name` (hashed here): set at the origin; when it cannot be reached and the
+/// account is mirrored here, set here and written back later.
+async fn set_password_anywhere<E: Env>(
+    s: &Arc<Shared<E>>,
+    name: &str,
+    hash: String,
+    keep: Option<String>,
+) -> Result<Value, ApiError> {
+    let act = AdminAct::Password { name: name.to_string(), hash: hash.clone() };
+    match carry_act(s, &act).await {
+        Ok(Carried::There(v)) => {
+            // Here too at once, so this node's sessions follow without waiting for the sync.
+            let _ = s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, name, hash, keep.as_deref())));
+            Ok(v)
+        }
+        Ok(Carried::Here) => {
+            s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, name, hash, keep.as_deref()))).map(json_of)
+        }
+        Err(e)
+            if e.code == "origin_unreachable"
+                && s.read_node(|n, _| n.identity().account(name).is_some_and(|a| a.mirrored)) =>
+        {
+            s.with_node(|n, now| n.identity_mut(|i, _| i.set_password_pending(now, name, hash)))?;
+            Ok(json!({"name": name, "writeBack": "pending", "why": e.message}))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `GET /v1/identity/status`: the origin, the last sync and forward, skipped and conflicting
+/// accounts (the reference's status fields).
+pub(super) async fn identity_status<E: Env>(State(s): S<E>) -> Response {
+    axum::Json(s.read_node(|n, _| n.identity_status())).into_response()
+}
+
+/// `POST /v1/identity/sync`: copy the origin's directory now.
+pub(super) async fn identity_sync<E: Env>(State(s): S<E>) -> Response {
+    s.with_node(|n, now| n.identity_sync_soon(now));
+    axum::Json(json!({"syncing": true})).into_response()
 }
 
 #[cfg(test)]

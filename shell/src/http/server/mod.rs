@@ -122,6 +122,8 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/users/{name}/password", post(user_password::<E>))
         .route("/groups", get(groups_list::<E>).post(group_add::<E>))
         .route("/groups/{name}", axum::routing::delete(group_remove::<E>))
+        .route("/identity/status", get(identity_status::<E>))
+        .route("/identity/sync", post(identity_sync::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(refuse_large_bodies))
         .layer(middleware::from_fn_with_state(shared.clone(), acknowledge_when_safe::<E>))
@@ -367,6 +369,14 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     let path = parts.uri.path();
     if path.starts_with("/cluster/acn/relay/") || path == "/cluster/acn/relay" {
         return relay(&s, &method, &target, &parts.headers, headers.as_ref(), bytes).await;
+    }
+    if path == "/cluster/acn/auth/verify" {
+        let verified = s.with_node(|n, now| n.verify_acn(now, &method, &target, headers.as_ref(), &bytes));
+        return match (verified, method.as_str()) {
+            (Ok(sender), "POST") => identity::acn_verify(&s, sender, &bytes).await,
+            (Ok(_), _) => error_response(405, "method_not_allowed", "auth/verify takes POST"),
+            (Err(r), _) => reply_response(r),
+        };
     }
     let shell_op = path
         .strip_prefix("/cluster/acn/store/")
