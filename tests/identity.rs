@@ -196,3 +196,97 @@ fn one_sign_on_across_two_nodes_with_the_origin_down_and_back() {
     assert!(!n0.call("GET", "/v1/users", None).body.to_string().contains("anna"));
     assert_eq!(login(n1, "anna", "battery staple").status, 401);
 }
+
+fn put_as(n: &Node, token: &str, path: &str, text: &str) -> Answer {
+    // The body is JSON-shaped bytes here; the drive takes any bytes.
+    n.call_as(token, "PUT", &format!("/v1/files{path}"), Some(&json!(text)), &[])
+}
+
+/// Per-folder access (issue 15 "Access"): rules by group, inherited downwards, a user's own
+/// home, listings that show only what one may read, 403s that name the rule, file owners,
+/// jobs that run as their owner, and events only for readable folders.
+#[test]
+fn folders_are_reached_by_their_rules_on_a_real_node() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = Nodes(vec![Node::new(root.path().join("n0"))]);
+    nodes.0[0].start();
+    let n = &nodes.0[0];
+    n.cli_json(&["cluster", "create", "--name", "access"]);
+    let vol = root.path().join("vol0");
+    n.cli_json(&["volume", "add", vol.to_str().unwrap(), "--create"]);
+    n.cli_json(&["group", "add", "staff"]);
+    for (user, group) in [("anna", Some("staff")), ("bo", None)] {
+        let mut args = vec!["user", "add", user];
+        if let Some(g) = group {
+            args.extend(["--group", g]);
+        }
+        let (ok, _, err) = n.cli_with(&args, true, "correct horse\n", &[]);
+        assert!(ok, "{err}");
+    }
+    let anna = login(n, "anna", "correct horse").body["token"].as_str().unwrap().to_string();
+    let bo = login(n, "bo", "correct horse").body["token"].as_str().unwrap().to_string();
+    assert_eq!(put_as(n, &n.token(), "/projects/a.txt", "plan").status, 200);
+
+    // No rule: nothing but one's own home.
+    let r = n.call_as(&anna, "GET", "/v1/files/projects/a.txt", None, &[]);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("no rule"), "{}", r.body);
+    let r = put_as(n, &anna, "/home/anna/notes.txt", "mine");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let st = n.call_as(&anna, "GET", "/v1/meta/stat?path=/home/anna/notes.txt", None, &[]);
+    assert_eq!(st.body["record"]["owner"], "anna", "{}", st.body);
+    assert_eq!(n.call_as(&bo, "GET", "/v1/files/home/anna/notes.txt", None, &[]).status, 403);
+
+    // A read rule for staff: anna reads below it, cannot write; bo still nothing.
+    n.cli_json(&["access", "set", "cluster:/projects", "--group", "staff", "--mode", "read"]);
+    let r = n.call_as(&anna, "GET", "/v1/files/projects/a.txt", None, &[]);
+    assert_eq!(r.status, 200);
+    let r = put_as(n, &anna, "/projects/b.txt", "x");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("/projects → staff: read"), "{}", r.body);
+    let r =
+        n.call_as(&anna, "POST", "/v1/mv", Some(&json!({"from": "/projects/a.txt", "to": "/home/anna/a.txt"})), &[]);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(n.call_as(&anna, "DELETE", "/v1/files/projects/a.txt", None, &[]).status, 403);
+    assert_eq!(n.call_as(&bo, "GET", "/v1/files/projects/a.txt", None, &[]).status, 403);
+    // Listings: the way to what one may read, nothing else.
+    let names = |token: &str, path: &str| -> Vec<String> {
+        let r = n.call_as(token, "GET", &format!("/v1/meta/ls?path={path}"), None, &[]);
+        r.body["entries"].as_array().into_iter().flatten().map(|e| e["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&anna, "/"), ["home", "projects"]);
+    assert_eq!(names(&bo, "/"), ["home"]);
+    assert_eq!(names(&bo, "/home"), Vec::<String>::new(), "anna's home is hers");
+    assert_eq!(n.call_as(&bo, "GET", "/v1/meta/ls?path=/projects", None, &[]).status, 403);
+    // Write: anna may now put there.
+    n.cli_json(&["access", "set", "cluster:/projects", "--group", "staff", "--mode", "write"]);
+    assert_eq!(put_as(n, &anna, "/projects/b.txt", "x").status, 200);
+    let rules = n.cli_json(&["access", "list"]);
+    assert_eq!(rules["rules"].as_array().unwrap().len(), 1, "{rules}");
+
+    // A job runs as its owner: bo's job cannot read or write the project, its own home yes.
+    let script = r#"function run(job){ fs.writeText('cluster:/home/bo/out.txt', 'ok'); return fs.readText('cluster:/projects/a.txt'); }"#;
+    let r = n.call_as(&bo, "POST", "/v1/jobs", Some(&json!({"script": script})), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let mut last = Value::Null;
+    wait_for("bo's job ends", || {
+        last = n.call_as(&bo, "GET", &format!("/v1/jobs/{id}"), None, &[]).body;
+        last["status"] == "failed" || last["status"] == "succeeded"
+    });
+    assert_eq!(last["status"], "failed", "{last}");
+    assert!(last["error"].as_str().unwrap_or("").contains("no rule"), "{last}");
+    assert_eq!(n.call("GET", "/v1/meta/stat?path=/home/bo/out.txt", None).body["record"]["owner"], "bo");
+    // Jobs are their owner's: anna does not see bo's.
+    assert_eq!(n.call_as(&anna, "GET", &format!("/v1/jobs/{id}"), None, &[]).status, 404);
+    let inputs = json!({"script": "function run(){}", "inputs": ["cluster:/projects/a.txt"]});
+    assert_eq!(n.call_as(&bo, "POST", "/v1/jobs", Some(&inputs), &[]).status, 403, "an input bo may not read");
+
+    // Events: bo sees none about the project; anna does.
+    let seen = |token: &str| n.call_as(token, "GET", "/v1/events?follow=false", None, &[]).body.to_string();
+    assert!(seen(&anna).contains("/projects/b.txt"));
+    assert!(!seen(&bo).contains("/projects/"), "{}", seen(&bo));
+    // Removing the rule takes the access away.
+    n.cli_json(&["access", "rm", "cluster:/projects", "--group", "staff"]);
+    assert_eq!(n.call_as(&anna, "GET", "/v1/files/projects/a.txt", None, &[]).status, 403);
+}

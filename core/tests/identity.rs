@@ -37,11 +37,7 @@ fn directory() -> impl Strategy<Value = Vec<DirectoryEntry>> {
 }
 
 /// A member with some groups, some local accounts, and (maybe) an earlier directory.
-fn member(
-    groups: &BTreeSet<usize>,
-    locals: &BTreeSet<usize>,
-    earlier: &[DirectoryEntry],
-) -> Identity {
+fn member(groups: &BTreeSet<usize>, locals: &BTreeSet<usize>, earlier: &[DirectoryEntry]) -> Identity {
     let mut t = Identity::default();
     for g in groups {
         t.add_group(Millis(0), GROUPS[*g]).unwrap();

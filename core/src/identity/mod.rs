@@ -6,6 +6,7 @@
 //! accounts, groups, sessions and API keys ([`Identity`], `accounts.rs`). Not yet: the identity
 //! origin and its directory, user assertions, per-folder access (issue 15's note).
 
+pub mod access;
 mod accounts;
 mod directory;
 mod guard;

@@ -51,6 +51,8 @@ pub struct PutTarget {
     pub replaces: Option<String>,
     pub primary: Option<VolumeId>,
     pub wanted: u32,
+    /// Who writes it (set by the caller; the record of a new file keeps it).
+    pub owner: String,
 }
 
 /// Work on this node's disk that its records ask for.
@@ -249,6 +251,7 @@ impl Node {
             replaces: existing.map(|f| f.checksum.to_ascii_lowercase()),
             primary: existing.and_then(|f| f.primary.clone()),
             wanted: wanted.max(1),
+            owner: String::new(),
         })
     }
 
@@ -263,6 +266,21 @@ impl Node {
         checksum: &str,
         mod_time: u64,
         copies: &[(VolumeId, NodeId)],
+    ) -> Result<Published, ApiError> {
+        self.file_publish_as(wall, path, size, checksum, mod_time, copies, "")
+    }
+
+    /// [`Node::file_publish`] by `owner` (an account; the first writer of a path owns it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn file_publish_as(
+        &mut self,
+        wall: Millis,
+        path: &str,
+        size: u64,
+        checksum: &str,
+        mod_time: u64,
+        copies: &[(VolumeId, NodeId)],
+        owner: &str,
     ) -> Result<Published, ApiError> {
         let target = self.file_put_target(path)?;
         transfer::check_checksum(checksum).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
@@ -314,7 +332,10 @@ impl Node {
             size,
             mod_time,
             checksum: checksum.to_ascii_lowercase(),
-            owner: String::new(),
+            owner: old
+                .as_ref()
+                .filter(|o| !o.removed && !o.owner.is_empty())
+                .map_or_else(|| owner.to_string(), |o| o.owner.clone()),
             primary: Some(primary.clone()),
             locations,
             replicas,

@@ -30,6 +30,7 @@ use crate::time::Millis;
 use crate::token::{JoinToken, TokenBook, TokenError, TokenRecord};
 use clock::MonoClock;
 
+pub mod access;
 mod admin;
 pub mod audit;
 mod builds;

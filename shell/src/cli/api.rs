@@ -489,6 +489,8 @@ impl Api {
             | Cmd::Login { .. }
             | Cmd::Logout
             | Cmd::Whoami
+            | Cmd::Access { .. }
+            | Cmd::Identity { .. }
             | Cmd::Session { .. }
             | Cmd::Apikey { .. }) => self.identity(cmd).await?,
         };

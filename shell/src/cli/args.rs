@@ -67,6 +67,16 @@ pub enum Cmd {
     Logout,
     /// Who the CLI acts as.
     Whoami,
+    /// Per-folder access on cluster:/ (admin): which group may read or write where.
+    Access {
+        #[command(subcommand)]
+        cmd: AccessCmd,
+    },
+    /// The identity origin, the last directory sync and forward auth.
+    Identity {
+        #[command(subcommand)]
+        cmd: IdentityCmd,
+    },
     /// Sessions (a user sees and ends their own; an admin every one).
     Session {
         #[command(subcommand)]
@@ -564,6 +574,32 @@ pub enum UserCmd {
         #[arg(long, conflicts_with = "groups")]
         no_groups: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AccessCmd {
+    /// Let GROUP read or write FOLDER and everything below it.
+    Set {
+        folder: String,
+        #[arg(long)]
+        group: String,
+        /// read or write.
+        #[arg(long)]
+        mode: String,
+    },
+    List,
+    Rm {
+        folder: String,
+        #[arg(long)]
+        group: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IdentityCmd {
+    Status,
+    /// Copy the origin's directory now.
+    Sync,
 }
 
 #[derive(Subcommand, Debug)]

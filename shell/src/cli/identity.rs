@@ -116,6 +116,20 @@ fn human_users(v: &Value) -> String {
     }
 }
 
+fn human_rules(v: &Value) -> String {
+    let lines: Vec<String> = v["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| format!("cluster:{}  {}  {}", s(&r["folder"]), s(&r["group"]), s(&r["mode"])))
+        .collect();
+    if lines.is_empty() {
+        "no rules (users reach their /home/<user>/ only)".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
 fn human_credentials(v: &Value) -> String {
     let list = v["sessions"].as_array().or_else(|| v["keys"].as_array());
     let mut out = String::new();
@@ -280,6 +294,23 @@ impl Api {
                 (self.call("DELETE", &format!("/apikeys/{}", seg(&id)), None).await?, |v| {
                     format!("revoked {} {}", s(&v["kind"]), s(&v["id"]))
                 })
+            }
+            Cmd::Access { cmd: AccessCmd::Set { folder, group, mode } } => {
+                let folder = folder.strip_prefix("cluster:").unwrap_or(&folder).to_string();
+                let body = json!({"folder": folder, "group": group, "mode": mode});
+                (self.call("POST", "/access", Some(body)).await?, human_rules)
+            }
+            Cmd::Access { cmd: AccessCmd::List } => (self.call("GET", "/access", None).await?, human_rules),
+            Cmd::Access { cmd: AccessCmd::Rm { folder, group } } => {
+                let folder = folder.strip_prefix("cluster:").unwrap_or(&folder).to_string();
+                let body = json!({"folder": folder, "group": group, "mode": null});
+                (self.call("POST", "/access", Some(body)).await?, human_rules)
+            }
+            Cmd::Identity { cmd: IdentityCmd::Status } => {
+                (self.call("GET", "/identity/status", None).await?, super::human::human_json)
+            }
+            Cmd::Identity { cmd: IdentityCmd::Sync } => {
+                (self.call("POST", "/identity/sync", None).await?, |_| "syncing the directory from the origin".into())
             }
             other => return Err(CliError(format!("not an identity verb: {other:?}"))),
         })

@@ -270,18 +270,35 @@ pub(super) async fn meta_status<E: Env>(State(s): S<E>) -> Response {
     api_result(Ok(s.read_node(|n, now| n.meta_status(now))))
 }
 
+/// `GET /v1/meta/ls`: what the caller may see only (issue 15 "Access").
 pub(super) async fn meta_ls<E: Env>(
     State(s): S<E>,
+    axum::Extension(a): axum::Extension<super::identity::Authed>,
     q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    api_result(path_query(q).and_then(|p| s.read_node(|n, _| n.meta_ls(&p))))
+    api_result(path_query(q).and_then(|p| {
+        s.read_node(|n, _| {
+            let mut l = n.meta_ls(&p)?;
+            if !n.access_visible(&a.principal, &l.path) {
+                n.access_check(&a.principal, &l.path, shoal_core::identity::access::Mode::Read)?;
+            }
+            l.entries.retain(|e| n.access_visible(&a.principal, &e.path));
+            Ok(l)
+        })
+    }))
 }
 
 pub(super) async fn meta_stat<E: Env>(
     State(s): S<E>,
+    axum::Extension(a): axum::Extension<super::identity::Authed>,
     q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    api_result(path_query(q).and_then(|p| s.read_node(|n, _| n.meta_stat(&p))))
+    api_result(path_query(q).and_then(|p| {
+        s.read_node(|n, _| {
+            n.access_check(&a.principal, &p, shoal_core::identity::access::Mode::Read)?;
+            n.meta_stat(&p)
+        })
+    }))
 }
 
 pub(super) async fn policy_list<E: Env>(State(s): S<E>) -> Response {

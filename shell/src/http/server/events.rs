@@ -29,6 +29,9 @@ pub(super) struct EventsQuery {
 }
 
 pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response {
+    let Some(who) = req.extensions().get::<super::identity::Authed>().map(|a| a.principal.clone()) else {
+        return error_response(401, "no_token", "who is asking is not known");
+    };
     let q = match axum::extract::Query::<EventsQuery>::try_from_uri(req.uri()) {
         Ok(q) => q.0,
         Err(e) => return error_response(400, "bad_query", e.body_text()),
@@ -47,7 +50,11 @@ pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response
             );
         }
         let limit = q.limit.unwrap_or(1_000).min(shoal_core::events::RING_MAX);
-        return api_result(Ok::<_, ApiError>(s.read_node(|n, _| n.events_since(q.since, &q.kind, limit))));
+        return api_result(Ok::<_, ApiError>(s.read_node(|n, _| {
+            let mut page = n.events_since(q.since, &q.kind, limit);
+            page.events.retain(|e| n.event_visible(&who, e));
+            page
+        })));
     }
     let origin = req.headers().get("origin").and_then(|v| v.to_str().ok()).map(str::to_string);
     let host = req.headers().get("host").and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -60,13 +67,24 @@ pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response
         Err(e) => return error_response(400, "bad_upgrade", e.body_text()),
     };
     let s2 = s.clone();
-    ws.on_upgrade(move |socket| subscribe(s2, socket, q.kind, q.since))
+    ws.on_upgrade(move |socket| subscribe(s2, socket, q.kind, q.since, who))
 }
 
-/// Send every event after `since` that matches `filter`, then each new one as it comes.
-async fn subscribe<E: Env>(s: Arc<Shared<E>>, mut socket: WebSocket, filter: String, mut since: u64) {
+/// Send every event after `since` that matches `filter` and `who` may see (the core's
+/// [`shoal_core::node::Node::event_visible`]), then each new one as it comes.
+async fn subscribe<E: Env>(
+    s: Arc<Shared<E>>,
+    mut socket: WebSocket,
+    filter: String,
+    mut since: u64,
+    who: shoal_core::identity::Principal,
+) {
     loop {
-        let page = s.read_node(|n, _| n.events_since(since, &filter, PAGE));
+        let (page, visible) = s.read_node(|n, _| {
+            let page = n.events_since(since, &filter, PAGE);
+            let visible: Vec<bool> = page.events.iter().map(|e| n.event_visible(&who, e)).collect();
+            (page, visible)
+        });
         if since > 0 && since + 1 < page.first_seq {
             let why = format!(
                 "fell behind: events after {since} are gone (the ring starts at {}); resume with since={}",
@@ -82,7 +100,7 @@ async fn subscribe<E: Env>(s: Arc<Shared<E>>, mut socket: WebSocket, filter: Str
             // Nothing matched up to the newest: go on from there.
             since = since.max(page.last_seq);
         }
-        for e in page.events {
+        for (e, _) in page.events.into_iter().zip(visible).filter(|(_, v)| *v) {
             if !send(&mut socket, &e).await {
                 return;
             }

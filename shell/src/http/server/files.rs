@@ -2,16 +2,40 @@
 //! mkdir and verify, handed to [`crate::services::drive`] and [`crate::services::replication`].
 
 use super::*;
+use axum::Extension;
+use identity::Authed;
+use shoal_core::identity::access::Mode;
+
+/// The caller may `mode` at `path` (the core's rules; a 403 names the rule).
+fn may<E: Env>(s: &Shared<E>, a: &Authed, path: &str, mode: Mode) -> Result<(), ApiError> {
+    s.read_node(|n, _| n.access_check(&a.principal, path, mode))
+}
 
 // ---- the cluster:/ drive ----
 
-pub(super) async fn files_get<E: Env>(State(s): S<E>, Path(path): Path<String>, headers: HeaderMap) -> Response {
-    crate::services::drive::get(s, format!("/{path}"), headers).await
+pub(super) async fn files_get<E: Env>(
+    State(s): S<E>,
+    Extension(a): Extension<Authed>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let path = format!("/{path}");
+    if let Err(e) = may(&s, &a, &path, Mode::Read) {
+        return crate::wire::error::api_error_response(e);
+    }
+    crate::services::drive::get(s, path, headers).await
 }
 
 pub(super) async fn files_put<E: Env>(State(s): S<E>, Path(path): Path<String>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    crate::services::drive::put(s, format!("/{path}"), parts.headers, body).await
+    let Some(a) = parts.extensions.get::<Authed>().cloned() else {
+        return error_response(401, "no_token", "who is asking is not known");
+    };
+    let path = format!("/{path}");
+    if let Err(e) = may(&s, &a, &path, Mode::Write) {
+        return crate::wire::error::api_error_response(e);
+    }
+    crate::services::drive::put(s, path, parts.headers, body, a.principal.name().to_string()).await
 }
 
 #[derive(Deserialize, Default)]
@@ -22,6 +46,7 @@ pub(super) struct RemoveQuery {
 
 pub(super) async fn files_delete<E: Env>(
     State(s): S<E>,
+    Extension(a): Extension<Authed>,
     Path(path): Path<String>,
     q: Result<axum::extract::Query<RemoveQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -30,6 +55,9 @@ pub(super) async fn files_delete<E: Env>(
         Err(e) => return error_response(400, "bad_query", e.body_text()),
     };
     let path = format!("/{path}");
+    if let Err(e) = may(&s, &a, &path, Mode::Write) {
+        return crate::wire::error::api_error_response(e);
+    }
     let r = s.with_node(|n, now| {
         let before = n.file_copies_under(&path);
         n.file_remove(now, &path, q.recursive).map(|v| (v, before))
@@ -51,11 +79,14 @@ pub(super) struct MoveBody {
     to: String,
 }
 
-pub(super) async fn files_move<E: Env>(State(s): S<E>, body: Body) -> Response {
+pub(super) async fn files_move<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
     let b = match parse_body::<MoveBody>(&body) {
         Ok(b) => b,
         Err(e) => return crate::wire::error::api_error_response(e),
     };
+    if let Err(e) = may(&s, &a, &b.from, Mode::Write).and_then(|_| may(&s, &a, &b.to, Mode::Write)) {
+        return crate::wire::error::api_error_response(e);
+    }
     let moved = match s.with_node(|n, now| n.file_move(now, &b.from, &b.to)) {
         Ok(m) => m,
         Err(e) => return crate::wire::error::api_error_response(e),
@@ -72,12 +103,16 @@ pub(super) struct PathBody {
     path: String,
 }
 
-pub(super) async fn files_mkdir<E: Env>(State(s): S<E>, body: Body) -> Response {
-    api_result(parse_body::<PathBody>(&body).and_then(|b| s.with_node(|n, now| n.file_mkdir(now, &b.path))))
+pub(super) async fn files_mkdir<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
+    api_result(
+        parse_body::<PathBody>(&body)
+            .and_then(|b| may(&s, &a, &b.path, Mode::Write).map(|_| b))
+            .and_then(|b| s.with_node(|n, now| n.file_mkdir(now, &b.path))),
+    )
 }
 
-pub(super) async fn files_verify<E: Env>(State(s): S<E>, body: Body) -> Response {
-    match parse_body::<PathBody>(&body) {
+pub(super) async fn files_verify<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
+    match parse_body::<PathBody>(&body).and_then(|b| may(&s, &a, &b.path, Mode::Read).map(|_| b)) {
         Ok(b) => api_result(crate::services::replication::verify(&s, &b.path).await),
         Err(e) => crate::wire::error::api_error_response(e),
     }

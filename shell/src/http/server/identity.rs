@@ -614,6 +614,28 @@ async fn set_password_anywhere<E: Env>(
     }
 }
 
+/// `GET /v1/access`: every per-folder rule.
+pub(super) async fn access_list<E: Env>(State(s): S<E>) -> Response {
+    axum::Json(json!({"rules": s.read_node(|n, _| n.access_rules())})).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccessBody {
+    folder: String,
+    group: String,
+    /// `read`, `write`, or null to remove the rule.
+    mode: Option<shoal_core::identity::access::Mode>,
+}
+
+/// `POST /v1/access {folder, group, mode}`: set a rule (`mode: null` removes it).
+pub(super) async fn access_set<E: Env>(State(s): S<E>, body: Body) -> Response {
+    api_result(
+        parse_body::<AccessBody>(&body)
+            .and_then(|b| s.with_node(|n, now| n.access_set(now, &b.folder, &b.group, b.mode))),
+    )
+}
+
 /// `GET /v1/identity/status`: the origin, the last sync and forward, skipped and conflicting
 /// accounts (the reference's status fields).
 pub(super) async fn identity_status<E: Env>(State(s): S<E>) -> Response {

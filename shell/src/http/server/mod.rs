@@ -122,6 +122,7 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/users/{name}/password", post(user_password::<E>))
         .route("/groups", get(groups_list::<E>).post(group_add::<E>))
         .route("/groups/{name}", axum::routing::delete(group_remove::<E>))
+        .route("/access", get(access_list::<E>).post(access_set::<E>))
         .route("/identity/status", get(identity_status::<E>))
         .route("/identity/sync", post(identity_sync::<E>))
         .layer(axum::extract::DefaultBodyLimit::max(API_BODY_MAX_BYTES))

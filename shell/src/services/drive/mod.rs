@@ -135,10 +135,17 @@ async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String
 }
 
 /// `PUT /v1/files/{path}`.
-pub async fn put<E: Env>(s: Arc<Shared<E>>, path: String, headers: HeaderMap, body: axum::body::Body) -> Response {
+/// `owner`: the account writing (`admin-token` for the admin token); a new file's record keeps it.
+pub async fn put<E: Env>(
+    s: Arc<Shared<E>>,
+    path: String,
+    headers: HeaderMap,
+    body: axum::body::Body,
+    owner: String,
+) -> Response {
     // A put runs to its end even if the client goes away meanwhile: copies that landed are
     // published, and a body cut short aborts every copy it started.
-    let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body).await });
+    let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body, &owner).await });
     crate::wire::error::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
 }
 
@@ -147,8 +154,10 @@ async fn put_inner<E: Env>(
     path: &str,
     headers: &HeaderMap,
     body: axum::body::Body,
+    owner: &str,
 ) -> Result<Value, ApiError> {
-    let target = s.read_node(|n, _| n.file_put_target(path))?;
+    let mut target = s.read_node(|n, _| n.file_put_target(path))?;
+    target.owner = owner.to_string();
     let expect = headers.get(SHA_HEADER).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
     if let Some(e) = &expect {
         transfer::check_checksum(e).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
@@ -220,7 +229,8 @@ async fn publish<E: Env>(
     t0: shoal_core::Millis,
 ) -> Result<Value, ApiError> {
     let mod_time = s.env.now().0;
-    let published = s.with_node(|n, now| n.file_publish(now, &target.path, size, sum, mod_time, copies));
+    let published =
+        s.with_node(|n, now| n.file_publish_as(now, &target.path, size, sum, mod_time, copies, &target.owner));
     let v = match published {
         Ok(v) => v,
         Err(e) => {

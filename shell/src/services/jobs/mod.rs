@@ -18,6 +18,7 @@ use crate::node::handle::Shared;
 use crate::node::state::JobsEngine;
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
+use shoal_core::identity::access::Mode;
 use shoal_core::ids::JobId;
 use shoal_core::jobs::{SPILL_BYTES, SPILL_DIR};
 use shoal_core::meta::job::{JobKind, JobStatus};
@@ -101,8 +102,9 @@ async fn quickjs<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, stop: Arc<AtomicBool>
     let limits = script::Limits { memory_bytes: memory, stack_bytes: STACK_BYTES };
     let handle = tokio::runtime::Handle::current();
     let (s2, source, job, attempt) = (s.clone(), spec.script.clone(), run.job.clone(), run.attempt);
+    let owner = s.read_node(|n, _| n.principal_of_owner(&spec.owner));
     let ended = tokio::task::spawn_blocking(move || {
-        let host = Rc::new(ShellHost { s: s2, handle, job, attempt, exec_allowed, stop: stop.clone() });
+        let host = Rc::new(ShellHost { s: s2, owner, handle, job, attempt, exec_allowed, stop: stop.clone() });
         script::run(&source, &job_json, entry, host, stop, limits)
     })
     .await
@@ -130,7 +132,7 @@ async fn finish<E: Env>(s: &Arc<Shared<E>>, run: &JobRun, out: String) -> Script
             _ => format!("{SPILL_DIR}/{}/output.json", run.job),
         };
         let len = out.len();
-        if let Err(e) = write_file(s, &path, out.into_bytes()).await {
+        if let Err(e) = write_file(s, &path, out.into_bytes(), &spec.owner).await {
             return ScriptEnd::Threw(format!("could not write the output to cluster:{path}: {e}"));
         }
         return ScriptEnd::Returned(json!({"spilled": format!("cluster:{path}"), "bytes": len}));
@@ -204,13 +206,15 @@ pub(crate) async fn read_file<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<
     Ok(body.to_vec())
 }
 
-async fn write_file<E: Env>(s: &Arc<Shared<E>>, path: &str, bytes: Vec<u8>) -> Result<(), String> {
+/// Write `bytes` to `path` as `owner` (the record of a new file keeps it).
+async fn write_file<E: Env>(s: &Arc<Shared<E>>, path: &str, bytes: Vec<u8>, owner: &str) -> Result<(), String> {
     let p = bare(path)?;
     let mut h = HeaderMap::new();
     if let Ok(v) = axum::http::HeaderValue::from_str(&bytes.len().to_string()) {
         h.insert("content-length", v);
     }
-    let resp = crate::services::drive::put(s.clone(), p.clone(), h, axum::body::Body::from(bytes)).await;
+    let resp =
+        crate::services::drive::put(s.clone(), p.clone(), h, axum::body::Body::from(bytes), owner.to_string()).await;
     let status = resp.status();
     if status.is_success() {
         return Ok(());
@@ -228,6 +232,8 @@ fn error_message(body: &[u8]) -> Option<String> {
 /// runtime and waited for.
 struct ShellHost<E: Env> {
     s: Arc<Shared<E>>,
+    /// The job's owner: its `fs` calls obey the owner's access rules (issue 15).
+    owner: shoal_core::identity::Principal,
     handle: tokio::runtime::Handle,
     job: JobId,
     attempt: u32,
@@ -236,6 +242,12 @@ struct ShellHost<E: Env> {
 }
 
 impl<E: Env> ShellHost<E> {
+    /// The owner may `mode` at `path` (the core's rules).
+    fn may(&self, path: &str, mode: Mode) -> Result<(), String> {
+        let p = bare(path)?;
+        self.s.read_node(|n, _| n.access_check(&self.owner, &p, mode)).map_err(|e| e.message)
+    }
+
     /// A stopped run makes no more calls out (the engine's interrupt only fires between
     /// instructions, so each host call looks for itself).
     fn go_on(&self) -> Result<(), String> {
@@ -257,25 +269,36 @@ impl<E: Env> script::Host for ShellHost<E> {
 
     fn read(&self, path: &str) -> Result<Vec<u8>, String> {
         self.go_on()?;
+        self.may(path, Mode::Read)?;
         self.handle.block_on(read_file(&self.s, path))
     }
 
     fn write(&self, path: &str, bytes: Vec<u8>) -> Result<(), String> {
         self.go_on()?;
-        self.handle.block_on(write_file(&self.s, path, bytes))
+        self.may(path, Mode::Write)?;
+        let owner = self.owner.name().to_string();
+        self.handle.block_on(write_file(&self.s, path, bytes, &owner))
     }
 
     fn list(&self, path: &str) -> Result<Value, String> {
         self.go_on()?;
         let p = bare(path)?;
         self.s
-            .read_node(|n, _| n.meta_ls(&p))
+            .read_node(|n, _| {
+                let mut l = n.meta_ls(&p)?;
+                if !n.access_visible(&self.owner, &l.path) {
+                    n.access_check(&self.owner, &l.path, Mode::Read)?;
+                }
+                l.entries.retain(|e| n.access_visible(&self.owner, &e.path));
+                Ok(l)
+            })
             .map(|l| serde_json::to_value(l.entries).unwrap_or_default())
-            .map_err(|e| e.message)
+            .map_err(|e: shoal_core::node::ApiError| e.message)
     }
 
     fn stat(&self, path: &str) -> Result<Option<Value>, String> {
         self.go_on()?;
+        self.may(path, Mode::Read)?;
         let p = bare(path)?;
         match self.s.read_node(|n, _| n.meta_stat(&p)) {
             Ok(st) => Ok(Some(serde_json::to_value(st).unwrap_or_default())),
