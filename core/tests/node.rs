@@ -672,3 +672,42 @@ fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
     assert!(net.nodes[1].identity().writebacks().is_empty());
     assert_eq!(net.nodes[1].identity_status()["lastSyncError"], json!(null));
 }
+
+/// Issue 15 "One sign-on": moving the identity origin is a trusted act (weakness 10: any
+/// member could set it). A direct set is refused; an approved proposal moves it, and the old
+/// origin then copies the new one's directory.
+#[test]
+fn the_identity_origin_moves_only_by_an_approved_proposal() {
+    use shoal_core::config::resolve::Level;
+    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+    let mut net = Net::new(&[0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.pump();
+    let (_, done) = net.join(1, 0);
+    done.expect("joins");
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let (a, b) = (net.id(0), net.id(1));
+    assert_eq!(net.nodes[1].identity_origin(), Some(a.clone()));
+    let level = Level::Mesh { key: "identity.origin".into() };
+    let at = net.clock(1);
+    let refused = net.nodes[1].config_set(at, &level, Some(&json!(b.to_string())), "mine now", "op").unwrap_err();
+    assert_eq!(refused.code, "trusted_key", "{refused:?}");
+    let p = net.nodes[1].config_propose(at, &level, Some(&json!(b.to_string())), "move the origin", "op1").unwrap();
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    assert_eq!(net.nodes[0].identity_origin(), Some(a.clone()), "not moved before the approval");
+    let at = net.clock(0);
+    net.nodes[0].config_answer(at, &p.id, true, None, "op2").expect("approved");
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    for i in 0..2 {
+        assert_eq!(net.nodes[i].identity_origin(), Some(b.clone()), "node {i}");
+    }
+    assert!(net.nodes[1].is_identity_origin() && !net.nodes[0].is_identity_origin());
+    let at = net.clock(1);
+    net.nodes[1]
+        .identity_mut(|i, _| i.add_account(at, "cy", shoal_core::identity::Role::User, Default::default(), H1.into()))
+        .unwrap();
+    // At the next sync (identity.sync_every, 5 min by default).
+    net.run_for(5 * MINUTE_MS + 5 * SECOND_MS, SECOND_MS);
+    assert!(net.nodes[0].identity().account("cy").is_some_and(|a| a.mirrored), "the old origin mirrors the new one");
+}
