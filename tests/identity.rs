@@ -52,7 +52,7 @@ fn accounts_sessions_keys_and_backoff_on_a_real_node() {
     let (ok, _, err) = n.cli_with(&["user", "add", "bo"], false, "correct horse\n", &env);
     assert!(!ok && err.contains("403"), "{err}");
     // ... and reaches the drive.
-    let (ok, _, err) = n.cli_with(&["mkdir", "cluster:/home"], false, "", &env);
+    let (ok, _, err) = n.cli_with(&["mkdir", "cluster:/home/anna/docs"], false, "", &env);
     assert!(ok, "{err}");
 
     // An API key for a script, no higher than its maker.

@@ -711,3 +711,48 @@ fn the_identity_origin_moves_only_by_an_approved_proposal() {
     net.run_for(5 * MINUTE_MS + 5 * SECOND_MS, SECOND_MS);
     assert!(net.nodes[0].identity().account("cy").is_some_and(|a| a.mirrored), "the old origin mirrors the new one");
 }
+
+/// Issue 15: an account act a member carries to the origin names who asked in a user
+/// assertion for the origin; without one that holds, or from a user acting on another
+/// account, the origin refuses it.
+#[test]
+fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
+    use shoal_core::identity::{AdminAct, Principal, Role};
+    use shoal_core::node::identity::ActRequest;
+    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+    let mut net = Net::new(&[0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "home").expect("create");
+    net.pump();
+    let (_, done) = net.join(1, 0);
+    done.expect("joins");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let origin = net.id(0);
+    let at = net.clock(0);
+    net.nodes[0].identity_mut(|i, _| i.add_account(at, "anna", Role::User, Default::default(), H1.into())).unwrap();
+    let target = "/cluster/acn/auth/admin";
+    let send = |net: &mut Net, who: Option<Principal>, act: AdminAct, assertion_for: NodeId| {
+        let at = net.clock(1);
+        let assertion = match who {
+            Some(p) => net.nodes[1].user_assertion(at, &p, &assertion_for).unwrap(),
+            None => "not.an-assertion".into(),
+        };
+        let body = serde_json::to_vec(&ActRequest { act, assertion }).unwrap();
+        let h = net.signed(1, "POST", target, &body);
+        let at = net.clock(0);
+        let r = net.nodes[0].handle_acn(at, "POST", target, Some(&h), &body);
+        (r.status(), code(&r).to_string())
+    };
+    let anna = Principal { user: Some("anna".into()), role: Role::User, credential: None };
+    let rm = AdminAct::Remove { name: "anna".into() };
+    assert_eq!(send(&mut net, None, rm.clone(), origin.clone()), (401, "bad_user_assertion".into()));
+    // An assertion for another node is not for the origin.
+    let other = net.id(1);
+    assert_eq!(send(&mut net, Some(Principal::root()), rm.clone(), other).0, 401);
+    // A user may set their own password, nothing else.
+    assert_eq!(send(&mut net, Some(anna.clone()), rm.clone(), origin.clone()), (403, "admin_only".into()));
+    let own = AdminAct::Password { name: "anna".into(), hash: H1.into() };
+    assert_eq!(send(&mut net, Some(anna), own, origin.clone()).0, 200);
+    assert_eq!(send(&mut net, Some(Principal::root()), rm, origin.clone()).0, 200);
+    assert!(net.nodes[0].identity().account("anna").is_none());
+}

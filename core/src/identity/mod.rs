@@ -8,6 +8,7 @@
 
 pub mod access;
 mod accounts;
+pub mod assertion;
 mod directory;
 mod guard;
 

@@ -79,6 +79,14 @@ impl Node {
     }
 }
 
+/// `POST /cluster/acn/auth/admin`'s body: the act and who asked for it, asserted by the member.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActRequest {
+    pub act: AdminAct,
+    pub assertion: String,
+}
+
 /// Where a login is checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LoginRoute {
@@ -178,7 +186,10 @@ impl Node {
         self.new_request(wall, now, &origin, "GET", "/cluster/acn/auth/directory", Vec::new(), Purpose::Directory);
         for (name, hash) in self.identity.writebacks() {
             let act = AdminAct::Password { name: name.clone(), hash: hash.clone() };
-            let body = serde_json::to_vec(&act).expect("an act serialises");
+            // This member vouches that the account's own password changed here.
+            let who = Principal { user: Some(name.clone()), role: crate::identity::Role::User, credential: None };
+            let Some(assertion) = self.user_assertion(wall, &who, &origin) else { continue };
+            let body = serde_json::to_vec(&ActRequest { act, assertion }).expect("an act serialises");
             self.new_request(
                 wall,
                 now,
@@ -247,10 +258,26 @@ impl Node {
         if !self.is_identity_origin() {
             return not_origin();
         }
-        let act: AdminAct = match serde_json::from_slice(body) {
+        let ActRequest { act, assertion } = match serde_json::from_slice(body) {
             Ok(a) => a,
             Err(e) => return Reply::error(ErrorKind::Invalid, "bad_body", format!("an account act: {e}")),
         };
+        // Who asked, on the member: an admin, or the account itself for its own password.
+        let asserted = match self.verify_user_assertion(wall, &assertion) {
+            Ok(a) if a.i == *sender => a,
+            Ok(_) => {
+                return Reply::error(
+                    ErrorKind::Unauthorized,
+                    "bad_user_assertion",
+                    "the assertion's issuer is not the sender",
+                )
+            }
+            Err(e) => return e.into(),
+        };
+        let own_password = matches!(&act, AdminAct::Password { name, .. } if *name == asserted.u);
+        if asserted.r != Some(crate::identity::Role::Admin) && !own_password {
+            return Reply::error(ErrorKind::Forbidden, "admin_only", format!("{} is no admin", asserted.u));
+        }
         let what = match &act {
             AdminAct::Add { name, .. } => format!("add {name}"),
             AdminAct::Remove { name } => format!("rm {name}"),
@@ -259,7 +286,7 @@ impl Node {
         };
         let r = self.identity_mut(|i, _| i.apply_act(wall, act));
         let status = if r.is_ok() { 200 } else { 400 };
-        self.audit(wall, &format!("auth/admin {what}"), &format!("member {sender}"), status);
+        self.audit(wall, &format!("auth/admin {what}"), &format!("{}@{sender}", asserted.u), status);
         match r {
             Ok(v) => Reply::ok(serde_json::to_value(v).expect("an account serialises")),
             Err(e) => e.into(),
@@ -286,4 +313,46 @@ impl Node {
 
 fn not_origin() -> Reply {
     Reply::error(ErrorKind::Conflict, "not_origin", "this node is not the identity origin")
+}
+
+impl Node {
+    /// A user assertion for a request this node makes to `audience` for `who` (`X-Aroz-User`,
+    /// or inside a signed body); `None` outside a cluster. The admin token asserts as
+    /// `admin-token` with the admin role.
+    pub fn user_assertion(&mut self, wall: Millis, who: &Principal, audience: &NodeId) -> Option<String> {
+        use crate::identity::assertion::{issue, UserAssertion, ASSERTION_TTL_MS};
+        let cluster = self.cluster.as_ref()?.id.clone();
+        let user = who.name().to_string();
+        let groups = self.identity.account(&user).map(|a| a.groups.iter().cloned().collect()).unwrap_or_default();
+        let a = UserAssertion {
+            u: user,
+            g: groups,
+            i: self.id.clone(),
+            c: cluster,
+            t: wall.0 / 1000,
+            e: (wall.0 + ASSERTION_TTL_MS) / 1000,
+            a: audience.clone(),
+            n: self.rng.uuid_v4(),
+            tm: wall.0,
+            r: Some(who.role),
+        };
+        Some(issue(&self.key, &a))
+    }
+
+    /// Check a user assertion a member sent with a request to this node (401 when it does not
+    /// hold: wrong cluster, unknown or removed issuer, bad signature, expired or future,
+    /// another audience, replayed).
+    pub fn verify_user_assertion(
+        &mut self,
+        wall: Millis,
+        header: &str,
+    ) -> Result<crate::identity::assertion::UserAssertion, ApiError> {
+        let Some(cluster) = self.cluster.as_ref().map(|c| c.id.clone()) else {
+            return Err(ApiError::not_in_cluster());
+        };
+        let members = &self.members;
+        self.assertions
+            .verify(wall, header, &self.id, &cluster, |id| members.member_key(id), |id| members.clock_offset_ms(id))
+            .map_err(|e| ApiError::new(ErrorKind::Unauthorized, "bad_user_assertion", e.to_string()))
+    }
 }

@@ -407,6 +407,8 @@ pub struct Node {
     identity_sync_due: Millis,
     identity_synced_at: Millis,
     identity_origin_seen: Option<NodeId>,
+    /// The user assertions this node took (their nonces, until they expire).
+    assertions: crate::identity::assertion::AssertionVerifier,
 }
 
 /// What the shell read back from disk.
@@ -497,6 +499,7 @@ impl Node {
             identity_sync_due: Millis::ZERO,
             identity_synced_at: Millis::ZERO,
             identity_origin_seen: None,
+            assertions: Default::default(),
         }
     }
 

@@ -249,7 +249,7 @@ pub(super) async fn me_password<E: Env>(State(s): S<E>, Extension(a): Extension<
         Err(e) => return api_error_response(e),
     };
     let keep = a.principal.credential.clone();
-    api_result(set_password_anywhere(&s, &user, new, keep).await)
+    api_result(set_password_anywhere(&s, &a.principal, &user, new, keep).await)
 }
 
 // ---- sessions and keys ----
@@ -321,7 +321,7 @@ pub(super) async fn users_list<E: Env>(State(s): S<E>) -> Response {
 }
 
 /// `POST /v1/users {name, password, groups?, admin?}`.
-pub(super) async fn user_add<E: Env>(State(s): S<E>, body: Body) -> Response {
+pub(super) async fn user_add<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>, body: Body) -> Response {
     let b: UserBody = match parse_body(&body) {
         Ok(b) => b,
         Err(e) => return api_error_response(e),
@@ -340,7 +340,7 @@ pub(super) async fn user_add<E: Env>(State(s): S<E>, body: Body) -> Response {
     };
     let role = if b.admin { Role::Admin } else { Role::User };
     let act = AdminAct::Add { name: b.name.clone(), hash: hash.clone(), role, groups: b.groups.clone() };
-    match carry_act(&s, &act).await {
+    match carry_act(&s, &a.principal, &act).await {
         Ok(Carried::There(v)) => axum::Json(v).into_response(),
         Ok(Carried::Here) => {
             api_result(s.with_node(|n, now| n.identity_mut(|i, _| i.add_account(now, &b.name, role, b.groups, hash))))
@@ -349,8 +349,12 @@ pub(super) async fn user_add<E: Env>(State(s): S<E>, body: Body) -> Response {
     }
 }
 
-pub(super) async fn user_remove<E: Env>(State(s): S<E>, Path(name): Path<String>) -> Response {
-    match carry_act(&s, &AdminAct::Remove { name: name.clone() }).await {
+pub(super) async fn user_remove<E: Env>(
+    State(s): S<E>,
+    Extension(a): Extension<Authed>,
+    Path(name): Path<String>,
+) -> Response {
+    match carry_act(&s, &a.principal, &AdminAct::Remove { name: name.clone() }).await {
         Ok(Carried::There(v)) => {
             // Gone here at once too, with its sessions.
             let _ = s.with_node(|n, _| n.identity_mut(|i, _| i.remove_account(&name)));
@@ -369,7 +373,12 @@ struct PasswordBody {
 
 /// `POST /v1/users/{name}/password {password}`: an admin sets a password; the account's
 /// sessions end.
-pub(super) async fn user_password<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Body) -> Response {
+pub(super) async fn user_password<E: Env>(
+    State(s): S<E>,
+    Extension(a): Extension<Authed>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Response {
     let b: PasswordBody = match parse_body(&body) {
         Ok(b) => b,
         Err(e) => return api_error_response(e),
@@ -386,7 +395,7 @@ pub(super) async fn user_password<E: Env>(State(s): S<E>, Path(name): Path<Strin
         Ok(h) => h,
         Err(e) => return api_error_response(e),
     };
-    api_result(set_password_anywhere(&s, &name, hash, None).await)
+    api_result(set_password_anywhere(&s, &a.principal, &name, hash, None).await)
 }
 
 #[derive(Deserialize)]
@@ -399,13 +408,18 @@ struct UserSet {
 }
 
 /// `POST /v1/users/{name} {role?, groups?}`.
-pub(super) async fn user_set<E: Env>(State(s): S<E>, Path(name): Path<String>, body: Body) -> Response {
+pub(super) async fn user_set<E: Env>(
+    State(s): S<E>,
+    Extension(a): Extension<Authed>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Response {
     let b: UserSet = match parse_body(&body) {
         Ok(b) => b,
         Err(e) => return api_error_response(e),
     };
     let act = AdminAct::Set { name: name.clone(), role: b.role, groups: b.groups.clone() };
-    match carry_act(&s, &act).await {
+    match carry_act(&s, &a.principal, &act).await {
         Ok(Carried::There(v)) => axum::Json(v).into_response(),
         Ok(Carried::Here) => {
             api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.set_account(&name, b.role, b.groups))))
@@ -564,9 +578,14 @@ enum Carried {
 }
 
 /// `user add|rm|passwd|set` on a member acts at the origin; its directory then comes back here.
-async fn carry_act<E: Env>(s: &Arc<Shared<E>>, act: &AdminAct) -> Result<Carried, ApiError> {
+async fn carry_act<E: Env>(s: &Arc<Shared<E>>, who: &Principal, act: &AdminAct) -> Result<Carried, ApiError> {
     let Some((origin, timeout_ms)) = s.read_node(|n, _| n.act_route()) else { return Ok(Carried::Here) };
-    let body = serde_json::to_vec(act).expect("an act serialises");
+    // Who asks rides along, signed by this node for the origin alone (a user assertion).
+    let assertion = s
+        .with_node(|n, now| n.user_assertion(now, who, &origin))
+        .ok_or_else(|| ApiError::conflict("not_in_cluster", "not in a cluster"))?;
+    let req = shoal_core::node::identity::ActRequest { act: act.clone(), assertion };
+    let body = serde_json::to_vec(&req).expect("an act serialises");
     let r = peer::signed_within(s, &origin, "POST", "/cluster/acn/auth/admin", body, Vec::new(), timeout_ms)
         .await
         .map_err(|e| {
@@ -589,12 +608,13 @@ async fn carry_act<E: Env>(s: &Arc<Shared<E>>, act: &AdminAct) -> Result<Carried
 /// account is mirrored here, set here and written back later.
 async fn set_password_anywhere<E: Env>(
     s: &Arc<Shared<E>>,
+    who: &Principal,
     name: &str,
     hash: String,
     keep: Option<String>,
 ) -> Result<Value, ApiError> {
     let act = AdminAct::Password { name: name.to_string(), hash: hash.clone() };
-    match carry_act(s, &act).await {
+    match carry_act(s, who, &act).await {
         Ok(Carried::There(v)) => {
             // Here too at once, so this node's sessions follow without waiting for the sync.
             let _ = s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, name, hash, keep.as_deref())));
