@@ -13,7 +13,7 @@ use crate::time::Millis;
 use base64::Engine;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The header's name.
 pub const ASSERTION_HEADER: &str = "x-aroz-user";
@@ -89,6 +89,8 @@ pub fn issue(key: &SigningKey, a: &UserAssertion) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct AssertionVerifier {
     spent: BTreeMap<(NodeId, String), Millis>,
+    /// The same nonces by expiry, so the expired ones go in order (no scan per request).
+    by_expiry: BTreeSet<(Millis, NodeId, String)>,
 }
 
 impl AssertionVerifier {
@@ -130,7 +132,10 @@ impl AssertionVerifier {
             return Err(AssertionError::Expired);
         }
         // Spent only now that the signature holds.
-        self.spent.retain(|_, until| *until > now);
+        while let Some(first) = self.by_expiry.first().filter(|(until, _, _)| *until <= now).cloned() {
+            self.by_expiry.remove(&first);
+            self.spent.remove(&(first.1, first.2));
+        }
         let nonce = (a.i.clone(), a.n.clone());
         if self.spent.contains_key(&nonce) {
             return Err(AssertionError::Replayed);
@@ -139,6 +144,7 @@ impl AssertionVerifier {
             // Full of live nonces: refuse rather than forget one that could then be replayed.
             return Err(AssertionError::Replayed);
         }
+        self.by_expiry.insert((expires, nonce.0.clone(), nonce.1.clone()));
         self.spent.insert(nonce, expires);
         Ok(a)
     }
