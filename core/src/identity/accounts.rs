@@ -200,16 +200,39 @@ pub struct Issued {
     pub credential: CredentialView,
 }
 
+/// An account the sync left out, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Skipped {
+    pub username: String,
+    pub reason: String,
+}
+
+/// What the directory sync and forward auth did last (the reference's status fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncStatus {
+    pub managed_accounts: usize,
+    pub local_accounts: usize,
+    pub skipped: Vec<Skipped>,
+    /// Local-only accounts that share a name with one of the directory's.
+    pub conflicts: Vec<String>,
+    pub last_sync: Option<Millis>,
+    pub last_sync_error: Option<String>,
+    pub last_forward: Option<Millis>,
+    pub last_forward_error: Option<String>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Identity {
     pub(super) accounts: BTreeMap<String, Account>,
     pub(super) groups: BTreeMap<String, Group>,
     /// By digest.
     credentials: BTreeMap<String, Credential>,
-    guard: LoginGuard,
+    pub(super) guard: LoginGuard,
     pub(super) ops: Vec<IdentityOp>,
     /// What the last directory sync did (`directory.rs`).
-    pub(super) sync: super::directory::SyncStatus,
+    pub(super) sync: SyncStatus,
 }
 
 pub(super) fn check_password_shape(hash: &str) -> Result<(), ApiError> {
@@ -239,7 +262,7 @@ pub fn password_error(password: &str) -> Option<ApiError> {
     }
 }
 
-fn wrong_login() -> ApiError {
+pub(super) fn wrong_login() -> ApiError {
     ApiError::new(crate::answer::ErrorKind::Unauthorized, "bad_login", "wrong username or password")
 }
 
@@ -435,28 +458,6 @@ impl Identity {
             source: source.to_string(),
         };
         Ok(Issued { credential: self.insert_credential(c) })
-    }
-
-    /// At the identity origin, after the shell checked a password a member forwarded (`ok`):
-    /// the account to mirror there, or the failure counted against the account and the member.
-    pub fn vouch(
-        &mut self,
-        now: Millis,
-        name: &str,
-        source: &str,
-        ok: bool,
-    ) -> Result<super::DirectoryEntry, LoginRefused> {
-        match self.accounts.get(name).filter(|_| ok) {
-            Some(a) => {
-                let entry = super::DirectoryEntry::from(a);
-                self.guard.succeeded(name);
-                Ok(entry)
-            }
-            None => {
-                self.guard.failed(now, name, source);
-                Err(LoginRefused { error: wrong_login(), retry_after_ms: None })
-            }
-        }
     }
 
     /// A new API key under `digest`, owned by whoever asks, with a role no higher than theirs.

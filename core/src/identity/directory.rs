@@ -10,7 +10,9 @@
 //! mirrored account is written back to the origin and kept over the directory's until the
 //! origin took it.
 
-use super::accounts::{check_password_shape, Account, Identity, IdentityOp};
+use super::accounts::{
+    check_password_shape, wrong_login, Account, Identity, IdentityOp, LoginRefused, Skipped, SyncStatus,
+};
 use super::{valid_username, Role};
 use crate::answer::ApiError;
 use crate::time::Millis;
@@ -68,29 +70,6 @@ pub struct Directory {
     pub users: Vec<DirectoryEntry>,
     /// Unix ms on the origin's clock.
     pub time: u64,
-}
-
-/// An account the sync left out, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Skipped {
-    pub username: String,
-    pub reason: String,
-}
-
-/// What the directory sync and forward auth did last (the reference's status fields).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SyncStatus {
-    pub managed_accounts: usize,
-    pub local_accounts: usize,
-    pub skipped: Vec<Skipped>,
-    /// Local-only accounts that share a name with one of the directory's.
-    pub conflicts: Vec<String>,
-    pub last_sync: Option<Millis>,
-    pub last_sync_error: Option<String>,
-    pub last_forward: Option<Millis>,
-    pub last_forward_error: Option<String>,
 }
 
 /// An act on an account, carried by a member to the origin (`POST /cluster/acn/auth/admin`):
@@ -257,6 +236,22 @@ impl Identity {
             a.writeback = false;
             let a = a.clone();
             self.ops.push(IdentityOp::PutAccount(a));
+        }
+    }
+
+    /// At the identity origin, after the shell checked a password a member forwarded (`ok`):
+    /// the account to mirror there, or the failure counted against the account and the member.
+    pub fn vouch(&mut self, now: Millis, name: &str, source: &str, ok: bool) -> Result<DirectoryEntry, LoginRefused> {
+        match self.accounts.get(name).filter(|_| ok) {
+            Some(a) => {
+                let entry = DirectoryEntry::from(a);
+                self.guard.succeeded(name);
+                Ok(entry)
+            }
+            None => {
+                self.guard.failed(now, name, source);
+                Err(LoginRefused { error: wrong_login(), retry_after_ms: None })
+            }
         }
     }
 

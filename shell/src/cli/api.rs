@@ -28,7 +28,7 @@ impl Api {
     /// session's node (`shoal login`), else `http://127.0.0.1:7300`; `--token`/`SHOAL_TOKEN`,
     /// else the kept session when it is for that node, else the data dir's admin token.
     pub(super) fn new(g: &Global) -> Result<Api, CliError> {
-        let kept = super::identity::kept_session();
+        let kept = super::session::kept_session();
         let base = g
             .api
             .clone()

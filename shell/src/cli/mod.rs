@@ -15,6 +15,7 @@ mod human;
 mod identity;
 mod jobs;
 pub mod output;
+mod session;
 
 pub use args::*;
 pub use output::{init_tracing, say, CliError};
