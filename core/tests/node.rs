@@ -660,7 +660,7 @@ fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
 
     net.down[0] = true;
     let at = net.clock(1);
-    net.nodes[1].identity_mut(|i, _| i.set_password_pending(at, "anna", H2.into())).unwrap();
+    net.nodes[1].identity_mut(|i, _| i.set_password_pending(at, "anna", H2.into(), None)).unwrap();
     net.run_for(6 * MINUTE_MS, SECOND_MS);
     assert!(net.nodes[1].identity_status()["lastSyncError"].is_string(), "{}", net.nodes[1].identity_status());
     assert_eq!(net.nodes[1].identity().writebacks().len(), 1);
@@ -755,4 +755,18 @@ fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
     assert_eq!(send(&mut net, Some(anna), own, origin.clone()).0, 200);
     assert_eq!(send(&mut net, Some(Principal::root()), rm, origin.clone()).0, 200);
     assert!(net.nodes[0].identity().account("anna").is_none());
+    // A local-only account of the member is changed there, never at the origin's namesake.
+    let at = net.clock(1);
+    net.nodes[1].identity_mut(|i, _| i.add_account(at, "loc", Role::Admin, Default::default(), H1.into())).unwrap();
+    assert_eq!(net.nodes[1].act_route("loc"), None);
+    assert_eq!(net.nodes[1].act_route("someone").map(|(o, _)| o), Some(origin));
+    // Jobs: the admin token's run as an admin, a lesser key's and a user's do not, and only an
+    // admin's job may run host programs.
+    let n = &net.nodes[1];
+    assert!(n.principal_of_owner("@admin-token").is_admin());
+    let lesser = Principal { user: None, role: Role::User, credential: None };
+    assert!(!n.principal_of_owner(lesser.name()).is_admin());
+    assert!(n.principal_of_owner("loc").is_admin(), "an account as it is on this node");
+    assert!(!n.principal_of_owner("nobody-here").is_admin());
+    assert!(n.job_may_exec(&Principal::root()) && !n.job_may_exec(&lesser));
 }

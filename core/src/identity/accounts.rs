@@ -134,6 +134,9 @@ impl Default for SessionLimits {
     }
 }
 
+/// The admin token's name as an owner and in the audit log.
+pub const ROOT_NAME: &str = "@admin-token";
+
 /// Who is asking: an account through a session or key, or the node's admin token (`user: None`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -149,9 +152,15 @@ impl Principal {
         Principal { user: None, role: Role::Admin, credential: None }
     }
 
-    /// The name the audit log records.
+    /// The name the audit log and a job's owner record: the account, or for the admin token
+    /// `@admin-token` (and `@admin-token-key` for a lesser key it made); `@` starts no
+    /// account's name, so none can pass for them.
     pub fn name(&self) -> &str {
-        self.user.as_deref().unwrap_or("admin-token")
+        match (&self.user, self.role) {
+            (Some(u), _) => u,
+            (None, Role::Admin) => ROOT_NAME,
+            (None, Role::User) => "@admin-token-key",
+        }
     }
 
     pub fn is_admin(&self) -> bool {
@@ -417,9 +426,14 @@ impl Identity {
         Ok(g)
     }
 
-    /// Before a password is checked: is a try allowed now for `name` from `source`?
-    pub fn login_begin(&self, now: Millis, name: &str, source: &str) -> Result<LoginTicket, LoginRefused> {
-        if let Err(r) = self.guard.check(now, name, source) {
+    /// Before a password is checked: is a try allowed now for `name` from `source`? If so it
+    /// counts until [`Identity::login_end`] (or [`Identity::vouch`], [`Identity::check_end`])
+    /// settles it. A name no account could have is refused before anything is counted.
+    pub fn login_begin(&mut self, now: Millis, name: &str, source: &str) -> Result<LoginTicket, LoginRefused> {
+        if !valid_username(name) {
+            return Err(LoginRefused { error: wrong_login(), retry_after_ms: None });
+        }
+        if let Err(r) = self.guard.begin(now, name, source) {
             return Err(LoginRefused {
                 error: ApiError::new(
                     crate::answer::ErrorKind::TooMany,
@@ -441,14 +455,14 @@ impl Identity {
         source: &str,
         ok: bool,
         digest: &str,
+        limits: SessionLimits,
     ) -> Result<Issued, LoginRefused> {
         let refused = |error| LoginRefused { error, retry_after_ms: None };
-        check_digest(digest).map_err(refused)?;
-        if !ok || !self.accounts.contains_key(name) {
-            self.guard.failed(now, name, source);
+        let ok = ok && self.accounts.contains_key(name) && check_digest(digest).is_ok();
+        self.guard.end(now, name, source, ok);
+        if !ok {
             return Err(refused(wrong_login()));
         }
-        self.guard.succeeded(name);
         let c = Credential {
             digest: digest.to_string(),
             user: Some(name.to_string()),
@@ -457,7 +471,13 @@ impl Identity {
             last_used: now,
             source: source.to_string(),
         };
-        Ok(Issued { credential: self.insert_credential(c) })
+        Ok(Issued { credential: self.insert_credential(c, limits) })
+    }
+
+    /// Settle a password check begun with [`Identity::login_begin`] that makes no session (a
+    /// user confirming their old password).
+    pub fn check_end(&mut self, now: Millis, name: &str, source: &str, ok: bool) {
+        self.guard.end(now, name, source, ok);
     }
 
     /// A new API key under `digest`, owned by whoever asks, with a role no higher than theirs.
@@ -477,6 +497,14 @@ impl Identity {
         if role > by.role {
             return Err(ApiError::forbidden("role_too_high", "a key cannot have a higher role than its maker"));
         }
+        let held =
+            self.credentials.values().filter(|c| c.user == by.user && matches!(c.grant, Grant::Key { .. })).count();
+        if held >= CREDENTIALS_PER_ACCOUNT_MAX {
+            return Err(ApiError::conflict(
+                "too_many_keys",
+                format!("at most {CREDENTIALS_PER_ACCOUNT_MAX} keys each: revoke one"),
+            ));
+        }
         let life = lifetime_ms.unwrap_or(KEY_LIFETIME_DEFAULT_MS);
         if life == 0 || life > KEY_LIFETIME_MAX_MS {
             return Err(ApiError::invalid("bad_expiry", "a key lives from 1 ms to 365 days"));
@@ -489,10 +517,10 @@ impl Identity {
             last_used: now,
             source: String::new(),
         };
-        Ok(Issued { credential: self.insert_credential(c) })
+        Ok(Issued { credential: self.insert_credential(c, SessionLimits::default()) })
     }
 
-    fn insert_credential(&mut self, c: Credential) -> CredentialView {
+    fn insert_credential(&mut self, c: Credential, limits: SessionLimits) -> CredentialView {
         // Bounded per account: the oldest session makes room.
         let user = c.user.clone();
         let held: Vec<&Credential> = self.credentials.values().filter(|x| x.user == user).collect();
@@ -504,7 +532,7 @@ impl Identity {
                 self.ops.push(IdentityOp::DeleteCredential(d));
             }
         }
-        let view = self.view(&c, SessionLimits::default());
+        let view = self.view(&c, limits);
         self.ops.push(IdentityOp::PutCredential(c.clone()));
         self.credentials.insert(c.digest.clone(), c);
         view
@@ -571,7 +599,9 @@ impl Identity {
             }
         };
         let principal = Principal { user: c.user.clone(), role, credential: Some(c.id().to_string()) };
-        Ok((principal, now.since(c.last_used) >= TOUCH_EVERY_MS))
+        // Written down at most once a minute, and often enough for a short idle limit.
+        let every = TOUCH_EVERY_MS.min(limits.idle_ms / 4);
+        Ok((principal, now.since(c.last_used) >= every))
     }
 
     /// Write down a credential's use at `now`; also drops every credential expired by then.
@@ -602,14 +632,14 @@ impl Identity {
     }
 
     /// End the credential `id` (its first 16 hex digits); a user may end only their own.
-    pub fn revoke(&mut self, by: &Principal, id: &str) -> Result<CredentialView, ApiError> {
+    pub fn revoke(&mut self, by: &Principal, id: &str, limits: SessionLimits) -> Result<CredentialView, ApiError> {
         let c = self
             .credentials
             .values()
             .find(|c| c.id() == id && (by.is_admin() || (by.user.is_some() && c.user == by.user)))
             .cloned()
             .ok_or_else(|| ApiError::not_found("no_such_credential", format!("no session or key {id:?} of yours")))?;
-        let view = self.view(&c, SessionLimits::default());
+        let view = self.view(&c, limits);
         self.credentials.remove(&c.digest);
         self.ops.push(IdentityOp::DeleteCredential(c.digest));
         Ok(view)
@@ -666,7 +696,7 @@ mod tests {
 
     fn login(t: &mut Identity, now: u64, who: &str, d: u8) -> Principal {
         t.login_begin(Millis(now), who, "10.0.0.1").unwrap();
-        t.login_end(Millis(now), who, "10.0.0.1", true, &digest(d)).unwrap();
+        t.login_end(Millis(now), who, "10.0.0.1", true, &digest(d), Default::default()).unwrap();
         t.authenticate(Millis(now), &digest(d), SessionLimits::default()).unwrap().0
     }
 
@@ -698,12 +728,14 @@ mod tests {
         let limits = SessionLimits { idle_ms: 1_000, max_ms: 10_000 };
         assert_eq!(t.login_begin(Millis(0), "ghost", "s").unwrap().hash, None);
         assert_eq!(t.login_begin(Millis(0), "anna", "s").unwrap().hash.as_deref(), Some(H));
-        let e = t.login_end(Millis(0), "anna", "s", false, &digest(1)).unwrap_err();
+        let e = t.login_end(Millis(0), "anna", "s", false, &digest(1), Default::default()).unwrap_err();
         assert_eq!(e.error.kind, ErrorKind::Unauthorized);
         assert!(t.authenticate(Millis(0), &digest(1), limits).is_err());
-        t.login_end(Millis(0), "anna", "s", true, &digest(1)).unwrap();
+        t.login_end(Millis(0), "anna", "s", true, &digest(1), Default::default()).unwrap();
         let (p, touch) = t.authenticate(Millis(500), &digest(1), limits).unwrap();
-        assert_eq!((p.user.as_deref(), p.role, touch), (Some("anna"), Role::User, false));
+        // With a 1 s idle limit its use is written down every quarter of it.
+        assert_eq!((p.user.as_deref(), p.role, touch), (Some("anna"), Role::User, true));
+        assert!(!t.authenticate(Millis(200), &digest(1), limits).unwrap().1);
         // Idle: unused for a second, it is gone; used, it lives on to the absolute limit.
         assert_eq!(t.authenticate(Millis(1_000), &digest(1), limits).unwrap_err().code, "session_expired");
         for now in (900..10_000).step_by(900) {
@@ -721,7 +753,7 @@ mod tests {
         let mut t = table();
         for _ in 0..super::super::FAILURES_FREE {
             t.login_begin(Millis(0), "anna", "s").unwrap();
-            let _ = t.login_end(Millis(0), "anna", "s", false, &digest(1));
+            let _ = t.login_end(Millis(0), "anna", "s", false, &digest(1), Default::default());
         }
         let r = t.login_begin(Millis(0), "anna", "s").unwrap_err();
         assert_eq!((r.error.kind, r.retry_after_ms), (ErrorKind::TooMany, Some(1_000)));
@@ -790,9 +822,9 @@ mod tests {
         assert_eq!(mine[0].user.as_deref(), Some("anna"));
         assert_eq!(t.credentials(&Principal::root(), limits).len(), 2);
         let bos = bo.credential.clone().unwrap();
-        assert_eq!(t.revoke(&anna, &bos).unwrap_err().kind, ErrorKind::NotFound);
+        assert_eq!(t.revoke(&anna, &bos, Default::default()).unwrap_err().kind, ErrorKind::NotFound);
         assert!(t.authenticate(Millis(1), &digest(2), limits).is_ok());
-        t.revoke(&bo, &bos).unwrap();
+        t.revoke(&bo, &bos, Default::default()).unwrap();
         assert!(t.authenticate(Millis(1), &digest(2), limits).is_err());
         // A logout ends exactly the session presented.
         assert!(t.end(&digest(1)) && !t.end(&digest(1)));
@@ -805,7 +837,7 @@ mod tests {
         assert!(t.account("anna").unwrap().groups.is_empty());
         assert_eq!(t.remove_group("staff").unwrap_err().kind, ErrorKind::NotFound);
         for i in 0..(CREDENTIALS_PER_ACCOUNT_MAX + 3) {
-            t.login_end(Millis(i as u64), "anna", "s", true, &format!("{:064x}", i + 1)).unwrap();
+            t.login_end(Millis(i as u64), "anna", "s", true, &format!("{:064x}", i + 1), Default::default()).unwrap();
         }
         let anna = Principal { user: Some("anna".into()), role: Role::User, credential: None };
         let held = t.credentials(&anna, SessionLimits::default());

@@ -120,11 +120,13 @@ impl AssertionVerifier {
         if &a.a != me {
             return Err(AssertionError::WrongAudience);
         }
-        // On our clock: the issuer's time minus its known offset.
+        // On our clock: the issuer's time minus its known offset (wide arithmetic: any u64).
+        let ours = |theirs: u64| {
+            Millis((i128::from(theirs) - i128::from(offset_of(&a.i))).clamp(0, i128::from(u64::MAX)) as u64)
+        };
         let issued_ms = if a.tm > 0 { a.tm } else { a.t.saturating_mul(1000) };
-        let issued = Millis((issued_ms as i64 - offset_of(&a.i)).max(0) as u64);
-        let expires = Millis(a.e.saturating_mul(1000).min(issued_ms.saturating_add(ASSERTION_TTL_MS)));
-        let expires = Millis((expires.0 as i64 - offset_of(&a.i)).max(0) as u64);
+        let issued = ours(issued_ms);
+        let expires = ours(a.e.saturating_mul(1000).min(issued_ms.saturating_add(ASSERTION_TTL_MS)));
         if issued > now.plus(ASSERTION_AHEAD_MS) {
             return Err(AssertionError::Future);
         }
@@ -144,8 +146,10 @@ impl AssertionVerifier {
             // Full of live nonces: refuse rather than forget one that could then be replayed.
             return Err(AssertionError::Replayed);
         }
-        self.by_expiry.insert((expires, nonce.0.clone(), nonce.1.clone()));
-        self.spent.insert(nonce, expires);
+        // Kept as long as any clock offset we might learn could make it valid again.
+        let keep = expires.max(now.plus(ASSERTION_TTL_MS + ASSERTION_AHEAD_MS));
+        self.by_expiry.insert((keep, nonce.0.clone(), nonce.1.clone()));
+        self.spent.insert(nonce, keep);
         Ok(a)
     }
 
@@ -223,14 +227,15 @@ mod tests {
         let honest = with(&|x| x.n = "shared".into());
         assert_eq!(check(&mut v, t0, &issue(&stranger, &honest), &a_key), Err(AssertionError::BadSignature));
         assert!(check(&mut v, t0, &issue(&a_key, &honest), &a_key).is_ok());
-        // Spent nonces are forgotten once their assertion expired.
+        // Spent nonces are forgotten once no clock offset could make their assertion valid.
+        let at = t0.plus(ASSERTION_TTL_MS + ASSERTION_AHEAD_MS);
         let later = with(&|x| {
             x.n = "later".into();
-            x.tm = t0.0 + ASSERTION_TTL_MS;
+            x.tm = at.0;
             x.t = x.tm / 1000;
             x.e = (x.tm + ASSERTION_TTL_MS) / 1000;
         });
-        assert!(check(&mut v, t0.plus(ASSERTION_TTL_MS), &issue(&a_key, &later), &a_key).is_ok());
+        assert!(check(&mut v, at, &issue(&a_key, &later), &a_key).is_ok());
         assert_eq!(v.spent(), 1);
     }
 

@@ -130,6 +130,11 @@ impl Identity {
         let before = a.clone();
         a.role = e.role;
         a.groups = groups;
+        // A password set at the origin after the one waiting here to be written back wins: the
+        // write-back is dropped rather than put an older password over it.
+        if a.writeback && e.password_changed > a.password_changed {
+            a.writeback = false;
+        }
         let new_password = !a.writeback && a.hash != e.password_hash;
         if new_password {
             a.hash = e.password_hash.clone();
@@ -212,9 +217,15 @@ impl Identity {
 
     /// A password set here for a mirrored account while its origin could not take it: kept,
     /// and written back until the origin takes it ([`Identity::writebacks`]).
-    pub fn set_password_pending(&mut self, now: Millis, name: &str, hash: String) -> Result<(), ApiError> {
+    pub fn set_password_pending(
+        &mut self,
+        now: Millis,
+        name: &str,
+        hash: String,
+        keep: Option<&str>,
+    ) -> Result<(), ApiError> {
         let mirrored = self.accounts.get(name).is_some_and(|a| a.mirrored);
-        self.set_password(now, name, hash, None)?;
+        self.set_password(now, name, hash, keep)?;
         if mirrored {
             if let Some(a) = self.accounts.get_mut(name) {
                 a.writeback = true;
@@ -242,17 +253,9 @@ impl Identity {
     /// At the identity origin, after the shell checked a password a member forwarded (`ok`):
     /// the account to mirror there, or the failure counted against the account and the member.
     pub fn vouch(&mut self, now: Millis, name: &str, source: &str, ok: bool) -> Result<DirectoryEntry, LoginRefused> {
-        match self.accounts.get(name).filter(|_| ok) {
-            Some(a) => {
-                let entry = DirectoryEntry::from(a);
-                self.guard.succeeded(name);
-                Ok(entry)
-            }
-            None => {
-                self.guard.failed(now, name, source);
-                Err(LoginRefused { error: wrong_login(), retry_after_ms: None })
-            }
-        }
+        let entry = self.accounts.get(name).filter(|_| ok).map(DirectoryEntry::from);
+        self.guard.end(now, name, source, entry.is_some());
+        entry.ok_or(LoginRefused { error: wrong_login(), retry_after_ms: None })
     }
 
     /// At the origin: carry out a member's act.
@@ -317,7 +320,7 @@ mod tests {
         assert_eq!(t.account("local").unwrap().hash, H1);
         assert!(!t.account("local").unwrap().mirrored);
         // Dropped by the origin: deleted here, sessions with it.
-        t.login_end(Millis(6), "bo", "s", true, &"ab".repeat(32)).unwrap();
+        t.login_end(Millis(6), "bo", "s", true, &"ab".repeat(32), Default::default()).unwrap();
         t.merge_directory(Millis(7), &dir[..1]);
         assert!(t.account("bo").is_none());
         assert!(t.authenticate(Millis(8), &"ab".repeat(32), Default::default()).is_err());
@@ -328,7 +331,7 @@ mod tests {
     fn a_password_set_here_is_kept_until_the_origin_took_it() {
         let mut t = Identity::default();
         t.merge_directory(Millis(0), &[entry("anna", H1, &[])]);
-        t.set_password_pending(Millis(1), "anna", H2.into()).unwrap();
+        t.set_password_pending(Millis(1), "anna", H2.into(), None).unwrap();
         assert_eq!(t.writebacks(), vec![("anna".to_string(), H2.to_string())]);
         // The origin still has the old one: the sync does not revert it.
         t.merge_directory(Millis(2), &[entry("anna", H1, &[])]);
@@ -338,10 +341,17 @@ mod tests {
         t.merge_directory(Millis(3), &[entry("anna", H2, &[])]);
         assert_eq!(t.account("anna").unwrap().hash, H2);
         // A password changed at the origin ends the sessions made with the old one.
-        t.login_end(Millis(4), "anna", "s", true, &"cd".repeat(32)).unwrap();
+        t.login_end(Millis(4), "anna", "s", true, &"cd".repeat(32), Default::default()).unwrap();
         t.merge_directory(Millis(5), &[entry("anna", H1, &[])]);
         assert_eq!(t.account("anna").unwrap().hash, H1);
         assert!(t.authenticate(Millis(6), &"cd".repeat(32), Default::default()).is_err());
+        // A password reset at the origin after one set here wins over the write-back.
+        t.set_password_pending(Millis(10), "anna", H2.into(), None).unwrap();
+        let mut newer = entry("anna", H1, &[]);
+        newer.password_changed = Millis(20);
+        t.merge_directory(Millis(21), &[newer]);
+        assert!(t.writebacks().is_empty());
+        assert_eq!(t.account("anna").unwrap().hash, H1);
     }
 
     #[test]

@@ -18,16 +18,20 @@ pub const SOURCES_MAX: usize = 10_000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Count {
     failures: u32,
+    /// Tries begun whose password check has not ended: counted as failures until they end, so
+    /// a burst of parallel guesses cannot all pass one check.
+    pending: u32,
     last: Millis,
 }
 
 impl Count {
     /// When the next try is allowed.
     fn free_at(&self) -> Millis {
-        if self.failures < FAILURES_FREE {
+        let counted = self.failures.saturating_add(self.pending);
+        if counted < FAILURES_FREE {
             return Millis::ZERO;
         }
-        let doublings = (self.failures - FAILURES_FREE).min(20);
+        let doublings = (counted - FAILURES_FREE).min(20);
         self.last.plus((FIRST_WAIT_MS << doublings).min(WAIT_MAX_MS))
     }
 }
@@ -61,6 +65,34 @@ impl LoginGuard {
         }
     }
 
+    /// [`LoginGuard::check`], and if allowed the try is counted as pending until
+    /// [`LoginGuard::end`].
+    pub fn begin(&mut self, now: Millis, account: &str, source: &str) -> Result<(), Refused> {
+        self.check(now, account, source)?;
+        for (map, key) in [(&mut self.accounts, account), (&mut self.sources, source)] {
+            let c = map.entry(key.to_string()).or_default();
+            c.pending = c.pending.saturating_add(1);
+            c.last = now;
+            bound(map, now);
+        }
+        Ok(())
+    }
+
+    /// A try begun with [`LoginGuard::begin`] ended: a failure counts, a success clears the
+    /// account.
+    pub fn end(&mut self, now: Millis, account: &str, source: &str, ok: bool) {
+        for (map, key) in [(&mut self.accounts, account), (&mut self.sources, source)] {
+            if let Some(c) = map.get_mut(key) {
+                c.pending = c.pending.saturating_sub(1);
+            }
+        }
+        if ok {
+            self.succeeded(account);
+        } else {
+            self.failed(now, account, source);
+        }
+    }
+
     /// A wrong password (or unknown account) for `account` from `source`.
     pub fn failed(&mut self, now: Millis, account: &str, source: &str) {
         for (map, key) in [(&mut self.accounts, account), (&mut self.sources, source)] {
@@ -88,7 +120,8 @@ fn bound(map: &mut BTreeMap<String, Count>, now: Millis) {
     }
     map.retain(|_, c| now.since(c.last) < FORGET_AFTER_MS);
     while map.len() > SOURCES_MAX {
-        let Some(quietest) = map.iter().min_by_key(|(k, c)| (c.last, (*k).clone())).map(|(k, _)| k.clone()) else {
+        let Some(quietest) = map.iter().min_by(|a, b| (a.1.last, a.0).cmp(&(b.1.last, b.0))).map(|(k, _)| k.clone())
+        else {
             break;
         };
         map.remove(&quietest);
@@ -128,6 +161,21 @@ mod tests {
         assert!(g.check(now, "anna", "10.0.0.9").is_ok());
         g.failed(now, "dave", "10.0.0.1");
         assert!(g.check(now, "carol", "10.0.0.1").is_err(), "the address guessing accounts stays slowed");
+    }
+
+    #[test]
+    fn parallel_tries_count_while_they_run() {
+        let mut g = LoginGuard::default();
+        let t = Millis(5_000);
+        for _ in 0..FAILURES_FREE {
+            assert!(g.begin(t, "anna", "s").is_ok());
+        }
+        // Five checks under way: a sixth in parallel waits, whatever their outcome will be.
+        assert!(g.begin(t, "anna", "s").is_err());
+        for _ in 0..FAILURES_FREE {
+            g.end(t, "anna", "s", true);
+        }
+        assert!(g.begin(t, "anna", "s2").is_ok(), "successes clear the account");
     }
 
     #[test]

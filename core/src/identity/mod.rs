@@ -22,9 +22,11 @@ use serde::{Deserialize, Serialize};
 pub const USERNAME_MAX: usize = 128;
 
 /// An account name: 1 to 128 bytes, no `/`, `\` or NUL (the reference's rule), and, beyond it,
-/// no other control character and no space at either end (names are shown and typed).
+/// no other control character, no space at either end (names are shown and typed), and no `@`
+/// first (`@admin-token` names the admin token as an owner).
 pub fn valid_username(name: &str) -> bool {
-    !name.is_empty()
+    !name.starts_with('@')
+        && !name.is_empty()
         && name.len() <= USERNAME_MAX
         && !name.chars().any(|c| c == '/' || c == '\\' || c.is_control())
         && name.trim() == name
@@ -53,6 +55,7 @@ const USER_PREFIXES: &[&str] = &[
     "/v1/files",
     "/v1/mv",
     "/v1/mkdir",
+    "/v1/verify",
     "/v1/meta/ls",
     "/v1/meta/stat",
     "/v1/jobs",
@@ -94,7 +97,7 @@ mod tests {
         for ok in ["a", "anna", "Anna Maria", "ünï", &"x".repeat(128), "a.b-c_d@e"] {
             assert!(valid_username(ok), "{ok:?}");
         }
-        for bad in ["", "a/b", "a\\b", "a\0b", "a\nb", " anna", "anna ", &"x".repeat(129)] {
+        for bad in ["", "a/b", "a\\b", "a\0b", "a\nb", " anna", "anna ", &"x".repeat(129), "@admin-token"] {
             assert!(!valid_username(bad), "{bad:?}");
         }
     }

@@ -61,36 +61,60 @@ impl Node {
         Ok(AccessList { rules: self.access_rules() })
     }
 
-    /// The caller as the rules see them: a user's groups from this node's accounts.
-    fn caller_groups(&self, who: &Principal) -> BTreeSet<String> {
-        who.user.as_deref().and_then(|u| self.identity.account(u)).map(|a| a.groups.clone()).unwrap_or_default()
+    /// What `who` may reach, read once for many checks (a listing, a page of events): the
+    /// rules and their groups. An admin's needs no rules.
+    pub fn access_view(&self, who: &Principal) -> AccessView {
+        let admin = who.is_admin();
+        AccessView {
+            admin,
+            user: who.user.clone().unwrap_or_default(),
+            groups: who
+                .user
+                .as_deref()
+                .and_then(|u| self.identity.account(u))
+                .map(|a| a.groups.clone())
+                .unwrap_or_default(),
+            rules: if admin { Vec::new() } else { self.access_rules() },
+        }
     }
 
     /// May `who` `mode` at `path`? A 403 names the rule that applies, or says none does.
     pub fn access_check(&self, who: &Principal, path: &str, mode: Mode) -> Result<(), ApiError> {
-        if who.is_admin() {
-            return Ok(());
-        }
-        let path = crate::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
-        let groups = self.caller_groups(who);
-        let caller = Caller { user: who.user.as_deref().unwrap_or(""), admin: false, groups: &groups };
-        access::decide(&self.access_rules(), &caller, &path, mode).map_err(|why| ApiError::forbidden("no_access", why))
+        self.access_view(who).check(path, mode)
     }
 
     /// Whether `path` shows in `who`'s listings (readable, or on the way to something readable).
     pub fn access_visible(&self, who: &Principal, path: &str) -> bool {
-        if who.is_admin() {
-            return true;
-        }
-        let groups = self.caller_groups(who);
-        let caller = Caller { user: who.user.as_deref().unwrap_or(""), admin: false, groups: &groups };
-        access::visible(&self.access_rules(), &caller, path)
+        self.access_view(who).visible(path)
     }
 
-    /// A job's owner as a caller: the admin token's jobs (`admin-token`) are an admin's; an
-    /// account's, as that account is now; an owner with no account here may do nothing.
+    /// `ls` for `who`: refused unless they may see the folder (checked before it is looked up,
+    /// so a refusal does not say whether it exists), with only the entries they may see.
+    pub fn meta_ls_for(&self, who: &Principal, path: &str) -> Result<super::meta::Listing, ApiError> {
+        let view = self.access_view(who);
+        let p = crate::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
+        if !view.visible(&p) {
+            view.check(&p, Mode::Read)?;
+        }
+        let mut l = self.meta_ls(path)?;
+        l.entries.retain(|e| view.visible(&e.path));
+        Ok(l)
+    }
+
+    /// The jobs `who` may see (`job list`): a user's own.
+    pub fn job_list_for(&self, who: &Principal, all: bool) -> super::jobs::JobList {
+        let mut list = self.job_list(all);
+        if !who.is_admin() {
+            list.jobs.retain(|j| who.user.as_deref() == Some(j.owner.as_str()));
+        }
+        list
+    }
+
+    /// A job's owner as a caller: the admin token's jobs (`@admin-token`) are an admin's; an
+    /// account's, as that account is now on this node; any other owner (an account this node
+    /// does not have, a lesser key of the admin token) reaches only its own home.
     pub fn principal_of_owner(&self, owner: &str) -> Principal {
-        if owner == Principal::root().name() || owner == "admin" {
+        if owner == crate::identity::ROOT_NAME {
             return Principal::root();
         }
         match self.identity.account(owner) {
@@ -98,9 +122,13 @@ impl Node {
             None => Principal { user: Some(owner.to_string()), role: Role::User, credential: None },
         }
     }
-}
 
-impl Node {
+    /// Whether a job owned by `owner` may run host programs (`exec`): only an admin's; a
+    /// program reads the node's own files, out of reach of the folder rules.
+    pub fn job_may_exec(&self, owner: &Principal) -> bool {
+        owner.is_admin()
+    }
+
     /// A user reaches only their own jobs (another's is "not found", so its existence does
     /// not leak); an admin every job.
     pub fn job_access(&self, who: &Principal, id: &str) -> Result<(), ApiError> {
@@ -125,10 +153,42 @@ impl Node {
 }
 
 impl Node {
-    /// Whether `who` may see event `e`: an admin every one; a user the events about paths they
-    /// may read (`data.path`, and both ends of a move) and apps' `app.*` events, no others.
+    /// Whether `who` may see event `e` ([`AccessView::event`]).
     pub fn event_visible(&self, who: &Principal, e: &crate::events::Event) -> bool {
-        if who.is_admin() {
+        self.access_view(who).event(e)
+    }
+}
+
+/// The rules as they apply to one caller ([`Node::access_view`]).
+#[derive(Clone, Debug)]
+pub struct AccessView {
+    admin: bool,
+    user: String,
+    groups: BTreeSet<String>,
+    rules: Vec<Rule>,
+}
+
+impl AccessView {
+    fn caller(&self) -> Caller<'_> {
+        Caller { user: &self.user, admin: self.admin, groups: &self.groups }
+    }
+
+    pub fn check(&self, path: &str, mode: Mode) -> Result<(), ApiError> {
+        if self.admin {
+            return Ok(());
+        }
+        let path = crate::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
+        access::decide(&self.rules, &self.caller(), &path, mode).map_err(|why| ApiError::forbidden("no_access", why))
+    }
+
+    pub fn visible(&self, path: &str) -> bool {
+        self.admin || access::visible(&self.rules, &self.caller(), path)
+    }
+
+    /// An admin sees every event; a user the events about paths they may read (`data.path`,
+    /// and both ends of a move) and apps' `app.*` events, no others.
+    pub fn event(&self, e: &crate::events::Event) -> bool {
+        if self.admin {
             return true;
         }
         let paths: Vec<&str> =
@@ -136,6 +196,6 @@ impl Node {
         if paths.is_empty() {
             return e.kind.starts_with("app.");
         }
-        paths.iter().all(|p| self.access_check(who, p, Mode::Read).is_ok())
+        paths.iter().all(|p| self.check(p, Mode::Read).is_ok())
     }
 }

@@ -147,8 +147,13 @@ impl Node {
         }
     }
 
-    /// The origin an account change is carried to, when it is another member, with the wait.
-    pub fn act_route(&self) -> Option<(NodeId, u64)> {
+    /// The origin a change of account `name` is carried to, when it is another member, with
+    /// the wait; `None`: made here (this node is the origin, there is none, or `name` is a
+    /// local-only account of this node, which the origin's namesake has nothing to do with).
+    pub fn act_route(&self, name: &str) -> Option<(NodeId, u64)> {
+        if !self.identity.forwards(name) {
+            return None;
+        }
         let origin = self.identity_origin().filter(|o| *o != self.id)?;
         Some((origin, self.identity_ms("forward_timeout", 12_000)))
     }

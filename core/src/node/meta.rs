@@ -358,6 +358,14 @@ pub enum AckReached {
     Alone,
 }
 
+/// Whether a client's request waits for its changes to be safe (`meta.ack`): every change but a
+/// login, whose only replicated write is its audit entry (a session is this node's own, and a
+/// login must not wait on a leader the member cannot reach: it falls back to the local
+/// directory within the forward-auth timeout).
+pub fn waits_for_ack(method: &str, path: &str) -> bool {
+    !matches!(method, "GET" | "HEAD") && path != "/v1/login"
+}
+
 /// Default bound of an acknowledgement's wait (`meta.ack_wait`).
 pub const ACK_WAIT_MS: u64 = 5_000;
 

@@ -45,7 +45,7 @@ mod gossip;
 pub mod identity;
 pub mod jobs;
 mod landed;
-mod meta;
+pub mod meta;
 pub mod metrics;
 mod peers;
 pub mod replication;

@@ -9,7 +9,7 @@ use rand_core::RngCore;
 use sha2::{Digest, Sha256};
 use shoal_core::node::identity::PasswordParams;
 use shoal_core::node::ApiError;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 fn hasher(p: PasswordParams) -> Result<Argon2<'static>, ApiError> {
     let params = Params::new(p.memory_kib, p.time, p.lanes, None)
@@ -20,6 +20,7 @@ fn hasher(p: PasswordParams) -> Result<Argon2<'static>, ApiError> {
 /// The PHC string of `password` hashed with argon2id under `params`, with a fresh 16-byte salt.
 pub async fn hash(params: PasswordParams, password: String) -> Result<String, ApiError> {
     let argon = hasher(params)?;
+    let _turn = hashing().acquire().await.map_err(|e| ApiError::internal("hash_failed", e.to_string()))?;
     tokio::task::spawn_blocking(move || {
         let mut salt = [0u8; 16];
         rand_core::OsRng.fill_bytes(&mut salt);
@@ -35,23 +36,39 @@ pub async fn hash(params: PasswordParams, password: String) -> Result<String, Ap
 
 /// A hash of a password nobody has, checked when the account does not exist, so a wrong name
 /// costs what a wrong password costs.
+/// Made with the parameters in force (remade when they change), so the cost matches.
 fn dummy(params: PasswordParams) -> String {
-    static DUMMY: OnceLock<String> = OnceLock::new();
-    DUMMY
-        .get_or_init(|| {
+    static DUMMY: OnceLock<Mutex<Option<(PasswordParams, String)>>> = OnceLock::new();
+    let mut d = crate::sync::lock(DUMMY.get_or_init(|| Mutex::new(None)));
+    match &*d {
+        Some((p, h)) if *p == params => h.clone(),
+        _ => {
             let argon = hasher(params).unwrap_or_default();
             let salt = SaltString::encode_b64(&[7u8; 16]).expect("a 16-byte salt encodes");
-            argon.hash_password(b"no account has this password", &salt).map(|h| h.to_string()).unwrap_or_default()
-        })
-        .clone()
+            let h =
+                argon.hash_password(b"no account has this password", &salt).map(|h| h.to_string()).unwrap_or_default();
+            *d = Some((params, h.clone()));
+            h
+        }
+    }
+}
+
+/// argon2 runs at most this many at once (each takes `identity.argon2_memory_kib`): a flood
+/// of logins waits its turn instead of taking the node's memory.
+const HASHING_MAX: usize = 4;
+
+fn hashing() -> &'static tokio::sync::Semaphore {
+    static S: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    S.get_or_init(|| tokio::sync::Semaphore::new(HASHING_MAX))
 }
 
 /// Whether `password` matches the PHC `hash` (its own parameters; argon2 compares in constant
 /// time). `None`: no such account; a dummy hash is checked instead and the answer is `false`.
 pub async fn verify(params: PasswordParams, hash: Option<String>, password: String) -> bool {
     let known = hash.is_some();
-    let hash = hash.unwrap_or_else(|| dummy(params));
+    let Ok(_turn) = hashing().acquire().await else { return false };
     tokio::task::spawn_blocking(move || {
+        let hash = hash.unwrap_or_else(|| dummy(params));
         let Ok(parsed) = PasswordHash::new(&hash) else { return false };
         Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok() && known
     })

@@ -276,16 +276,7 @@ pub(super) async fn meta_ls<E: Env>(
     axum::Extension(a): axum::Extension<super::identity::Authed>,
     q: Result<axum::extract::Query<PathQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    api_result(path_query(q).and_then(|p| {
-        s.read_node(|n, _| {
-            let mut l = n.meta_ls(&p)?;
-            if !n.access_visible(&a.principal, &l.path) {
-                n.access_check(&a.principal, &l.path, shoal_core::identity::access::Mode::Read)?;
-            }
-            l.entries.retain(|e| n.access_visible(&a.principal, &e.path));
-            Ok(l)
-        })
-    }))
+    api_result(path_query(q).and_then(|p| s.read_node(|n, _| n.meta_ls_for(&a.principal, &p))))
 }
 
 pub(super) async fn meta_stat<E: Env>(

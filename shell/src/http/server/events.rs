@@ -29,9 +29,10 @@ pub(super) struct EventsQuery {
 }
 
 pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response {
-    let Some(who) = req.extensions().get::<super::identity::Authed>().map(|a| a.principal.clone()) else {
+    let Some(authed) = req.extensions().get::<super::identity::Authed>().cloned() else {
         return error_response(401, "no_token", "who is asking is not known");
     };
+    let who = authed.principal.clone();
     let q = match axum::extract::Query::<EventsQuery>::try_from_uri(req.uri()) {
         Ok(q) => q.0,
         Err(e) => return error_response(400, "bad_query", e.body_text()),
@@ -52,7 +53,8 @@ pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response
         let limit = q.limit.unwrap_or(1_000).min(shoal_core::events::RING_MAX);
         return api_result(Ok::<_, ApiError>(s.read_node(|n, _| {
             let mut page = n.events_since(q.since, &q.kind, limit);
-            page.events.retain(|e| n.event_visible(&who, e));
+            let view = n.access_view(&who);
+            page.events.retain(|e| view.event(e));
             page
         })));
     }
@@ -67,22 +69,36 @@ pub(super) async fn events_get<E: Env>(State(s): S<E>, req: Request) -> Response
         Err(e) => return error_response(400, "bad_upgrade", e.body_text()),
     };
     let s2 = s.clone();
-    ws.on_upgrade(move |socket| subscribe(s2, socket, q.kind, q.since, who))
+    ws.on_upgrade(move |socket| subscribe(s2, socket, q.kind, q.since, authed))
 }
 
-/// Send every event after `since` that matches `filter` and `who` may see (the core's
-/// [`shoal_core::node::Node::event_visible`]), then each new one as it comes.
+/// Send every event after `since` that matches `filter` and the subscriber may see (the
+/// core's [`shoal_core::node::access::AccessView::event`]), then each new one as it comes. Who
+/// they are is asked again for every page: a session ended, a key revoked or an account
+/// demoted or removed holds for a feed already open too.
 async fn subscribe<E: Env>(
     s: Arc<Shared<E>>,
     mut socket: WebSocket,
     filter: String,
     mut since: u64,
-    who: shoal_core::identity::Principal,
+    authed: super::identity::Authed,
 ) {
     loop {
+        let who = match &authed.digest {
+            None => Ok(authed.principal.clone()),
+            Some(d) => s.read_node(|n, now| n.authenticate(now, d)).map(|(p, _)| p),
+        };
+        let who = match who {
+            Ok(p) => p,
+            Err(e) => {
+                close(&mut socket, CLOSE_SLOW, format!("signed out: {}", e.message)).await;
+                return;
+            }
+        };
         let (page, visible) = s.read_node(|n, _| {
             let page = n.events_since(since, &filter, PAGE);
-            let visible: Vec<bool> = page.events.iter().map(|e| n.event_visible(&who, e)).collect();
+            let view = n.access_view(&who);
+            let visible: Vec<bool> = page.events.iter().map(|e| view.event(e)).collect();
             (page, visible)
         });
         if since > 0 && since + 1 < page.first_seq {

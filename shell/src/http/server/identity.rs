@@ -131,39 +131,48 @@ struct LoginBody {
 
 /// `POST /v1/login {username, password}`: a session, as a bearer token in the body and the
 /// `shoal_session` cookie (HttpOnly, SameSite=Strict). Failures back off per account and per
-/// source (429 with `Retry-After`); every try is in the audit log.
+/// source (429 with `Retry-After`); every try with a possible account name is in the audit log
+/// (a backoff's refusals are not: they cost nothing and would only fill it). The work runs to
+/// its end even if the client goes away, so every try begun is settled in the core.
 pub(super) async fn login<E: Env>(State(s): S<E>, client: Option<Extension<ClientAddr>>, body: Body) -> Response {
     let b: LoginBody = match parse_body(&body) {
         Ok(b) => b,
         Err(e) => return api_error_response(e),
     };
     let source = client.map_or_else(|| "unknown".to_string(), |c| c.0 .0.clone());
+    match tokio::spawn(login_inner(s, b, source)).await {
+        Ok(r) => r,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+async fn login_inner<E: Env>(s: Arc<Shared<E>>, b: LoginBody, source: String) -> Response {
     let act = format!("POST /v1/login {}", b.username);
-    let ticket = s.read_node(|n, now| n.identity().login_begin(now, &b.username, &source));
-    let ticket = match ticket {
+    let ticket = match s.with_node(|n, now| n.identity_mut(|i, _| i.login_begin(now, &b.username, &source))) {
         Ok(t) => t,
-        Err(refused) => {
-            s.with_node(|n, now| n.audit(now, &act, &b.username, 429));
-            return refusal(refused);
-        }
+        Err(refused) => return refusal(refused),
     };
+    // From here the try counts until one of `login_end` and `check_end` settles it.
     let params = s.read_node(|n, _| n.password_params());
     let route = s.read_node(|n, _| n.login_route(&b.username));
     let ok = match route {
         LoginRoute::Local => passwords::verify(params, ticket.hash, b.password).await,
         LoginRoute::Forward { origin, box_key, timeout_ms } => {
-            match forward_login(&s, &origin, &box_key, timeout_ms, &b.username, &b.password).await {
+            match forward_login(&s, &origin, &box_key, timeout_ms, &b.username, &b.password, &source).await {
                 Forwarded::Vouched(entry) => {
                     let mirrored = s.with_node(|n, now| n.identity_mut(|i, _| i.mirror_one(now, &entry)));
                     if let Err(e) = mirrored {
-                        s.with_node(|n, now| n.audit(now, &act, &b.username, 403));
+                        s.with_node(|n, now| {
+                            n.identity_mut(|i, _| i.check_end(now, &b.username, &source, false));
+                            n.audit(now, &act, &b.username, 403)
+                        });
                         return api_error_response(e);
                     }
                     true
                 }
                 Forwarded::Refused => false,
                 Forwarded::Backoff(resp) => {
-                    s.with_node(|n, now| n.audit(now, &act, &b.username, 429));
+                    s.with_node(|n, now| n.identity_mut(|i, _| i.check_end(now, &b.username, &source, false)));
                     return resp;
                 }
                 Forwarded::Unreachable(why) => {
@@ -177,7 +186,7 @@ pub(super) async fn login<E: Env>(State(s): S<E>, client: Option<Extension<Clien
     };
     let (token, digest) = passwords::new_secret(SESSION_PREFIX);
     let result = s.with_node(|n, now| {
-        let r = n.identity_mut(|i, _| i.login_end(now, &b.username, &source, ok, &digest));
+        let r = n.identity_mut(|i, limits| i.login_end(now, &b.username, &source, ok, &digest, limits));
         n.audit(now, &act, &b.username, if r.is_ok() { 200 } else { 401 });
         r.map(|issued| (issued, n.session_limits()))
     });
@@ -240,8 +249,16 @@ pub(super) async fn me_password<E: Env>(State(s): S<E>, Extension(a): Extension<
     if let Some(e) = password_error(&b.new) {
         return api_error_response(e);
     }
-    let (params, hash) = s.read_node(|n, _| (n.password_params(), n.identity().account(&user).map(|a| a.hash.clone())));
-    if !passwords::verify(params, hash, b.old).await {
+    // The old password is checked under the login backoff (a stolen session must not guess it).
+    let source = format!("session {}", a.principal.credential.as_deref().unwrap_or(""));
+    let ticket = match s.with_node(|n, now| n.identity_mut(|i, _| i.login_begin(now, &user, &source))) {
+        Ok(t) => t,
+        Err(refused) => return refusal(refused),
+    };
+    let params = s.read_node(|n, _| n.password_params());
+    let ok = passwords::verify(params, ticket.hash, b.old).await;
+    s.with_node(|n, now| n.identity_mut(|i, _| i.check_end(now, &user, &source, ok)));
+    if !ok {
         return error_response(403, "bad_password", "the old password is wrong");
     }
     let new = match passwords::hash(params, b.new).await {
@@ -274,7 +291,7 @@ pub(super) async fn credential_revoke<E: Env>(
     Extension(a): Extension<Authed>,
     Path(id): Path<String>,
 ) -> Response {
-    api_result(s.with_node(|n, _| n.identity_mut(|i, _| i.revoke(&a.principal, &id))))
+    api_result(s.with_node(|n, _| n.identity_mut(|i, limits| i.revoke(&a.principal, &id, limits))))
 }
 
 #[derive(Deserialize)]
@@ -386,7 +403,7 @@ pub(super) async fn user_password<E: Env>(
     if let Some(e) = password_error(&b.password) {
         return api_error_response(e);
     }
-    let origin_elsewhere = s.read_node(|n, _| n.act_route().is_some());
+    let origin_elsewhere = s.read_node(|n, _| n.act_route(&name).is_some());
     if !origin_elsewhere && s.read_node(|n, _| n.identity().account(&name).is_none()) {
         return api_error_response(ApiError::not_found("no_such_user", format!("no user {name:?}")));
     }
@@ -465,10 +482,13 @@ enum Forwarded {
 
 #[derive(Serialize, Deserialize)]
 struct Sealed {
-    /// The account, the password and the audience (the origin's id), sealed together.
+    /// The account, the password, the audience (the origin's id) and the client's address at
+    /// the member (the origin's backoff counts per member and client), sealed together.
     u: String,
     p: String,
     a: String,
+    #[serde(default)]
+    s: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -485,9 +505,10 @@ async fn forward_login<E: Env>(
     timeout_ms: u64,
     username: &str,
     password: &str,
+    client: &str,
 ) -> Forwarded {
-    let plain = serde_json::to_vec(&Sealed { u: username.into(), p: password.into(), a: origin.to_string() })
-        .expect("serialises");
+    let sealed = Sealed { u: username.into(), p: password.into(), a: origin.to_string(), s: client.into() };
+    let plain = serde_json::to_vec(&sealed).expect("serialises");
     let sealed = match passwords::seal(box_key, &plain) {
         Ok(v) => v,
         Err(e) => return Forwarded::Unreachable(e.message),
@@ -540,8 +561,8 @@ pub(super) async fn acn_verify<E: Env>(s: &Arc<Shared<E>>, sender: NodeId, bytes
     if sealed.a != me || sealed.u != b.username {
         return error_response(400, "bad_sealed", "the sealed password is for another node or account");
     }
-    let source = format!("member {sender}");
-    let ticket = match s.read_node(|n, now| n.identity().login_begin(now, &b.username, &source)) {
+    let source = format!("member {sender} client {}", sealed.s);
+    let ticket = match s.with_node(|n, now| n.identity_mut(|i, _| i.login_begin(now, &b.username, &source))) {
         Ok(t) => t,
         Err(refused) => return refusal(refused),
     };
@@ -579,7 +600,13 @@ enum Carried {
 
 /// `user add|rm|passwd|set` on a member acts at the origin; its directory then comes back here.
 async fn carry_act<E: Env>(s: &Arc<Shared<E>>, who: &Principal, act: &AdminAct) -> Result<Carried, ApiError> {
-    let Some((origin, timeout_ms)) = s.read_node(|n, _| n.act_route()) else { return Ok(Carried::Here) };
+    let name = match act {
+        AdminAct::Add { name, .. }
+        | AdminAct::Remove { name }
+        | AdminAct::Password { name, .. }
+        | AdminAct::Set { name, .. } => name,
+    };
+    let Some((origin, timeout_ms)) = s.read_node(|n, _| n.act_route(name)) else { return Ok(Carried::Here) };
     // Who asks rides along, signed by this node for the origin alone (a user assertion).
     let assertion = s
         .with_node(|n, now| n.user_assertion(now, who, &origin))
@@ -627,7 +654,7 @@ async fn set_password_anywhere<E: Env>(
             if e.code == "origin_unreachable"
                 && s.read_node(|n, _| n.identity().account(name).is_some_and(|a| a.mirrored)) =>
         {
-            s.with_node(|n, now| n.identity_mut(|i, _| i.set_password_pending(now, name, hash)))?;
+            s.with_node(|n, now| n.identity_mut(|i, _| i.set_password_pending(now, name, hash, keep.as_deref())))?;
             Ok(json!({"name": name, "writeBack": "pending", "why": e.message}))
         }
         Err(e) => Err(e),

@@ -22,11 +22,7 @@ pub(super) async fn jobs_list<E: Env>(
         Ok(q) => q.0,
         Err(e) => return error_response(400, "bad_query", e.body_text()),
     };
-    let mut list = s.read_node(|n, _| n.job_list(q.all));
-    if !a.principal.is_admin() {
-        list.jobs.retain(|j| a.principal.user.as_deref() == Some(j.owner.as_str()));
-    }
-    api_result(Ok::<_, ApiError>(list))
+    api_result(Ok::<_, ApiError>(s.read_node(|n, _| n.job_list_for(&a.principal, q.all))))
 }
 
 /// How long a submit or a cancel waits, once written here, for another node to hold it too

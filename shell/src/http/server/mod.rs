@@ -203,7 +203,12 @@ async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Reques
 /// the change is made here and travels on, but no other node confirmed it yet).
 async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
     use shoal_core::node::{AckMode, AckReached};
-    let change = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let path = req
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|u| u.0.path().to_string())
+        .unwrap_or_else(|| req.uri().path().to_string());
+    let change = shoal_core::node::meta::waits_for_ack(req.method().as_str(), &path);
     let from = change.then(|| s.read_node(|n, _| n.ack_position()));
     let mut resp = next.run(req).await;
     let Some(from) = from.filter(|_| resp.status().is_success()) else { return resp };

@@ -284,16 +284,9 @@ impl<E: Env> script::Host for ShellHost<E> {
         self.go_on()?;
         let p = bare(path)?;
         self.s
-            .read_node(|n, _| {
-                let mut l = n.meta_ls(&p)?;
-                if !n.access_visible(&self.owner, &l.path) {
-                    n.access_check(&self.owner, &l.path, Mode::Read)?;
-                }
-                l.entries.retain(|e| n.access_visible(&self.owner, &e.path));
-                Ok(l)
-            })
+            .read_node(|n, _| n.meta_ls_for(&self.owner, &p))
             .map(|l| serde_json::to_value(l.entries).unwrap_or_default())
-            .map_err(|e: shoal_core::node::ApiError| e.message)
+            .map_err(|e| e.message)
     }
 
     fn stat(&self, path: &str) -> Result<Option<Value>, String> {
@@ -317,6 +310,12 @@ impl<E: Env> script::Host for ShellHost<E> {
 
     fn exec(&self, program: &str, args: Vec<String>) -> Result<Value, String> {
         self.go_on()?;
+        if !self.s.read_node(|n, _| n.job_may_exec(&self.owner)) {
+            return Err(format!(
+                "exec is for admins' jobs: a program reads the node's own files, out of reach of the folder rules ({} is no admin)",
+                self.owner.name()
+            ));
+        }
         if !self.exec_allowed.iter().any(|p| p == program) {
             return Err(format!(
                 "exec of {program:?} is not allowed here: it must be in the cluster's jobs.exec_allowed (a trusted key) and in this node's capabilities"
