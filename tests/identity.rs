@@ -285,6 +285,22 @@ fn folders_are_reached_by_their_rules_on_a_real_node() {
     let inputs = json!({"script": "function run(){}", "inputs": ["cluster:/projects/a.txt"]});
     assert_eq!(n.call_as(&bo, "POST", "/v1/jobs", Some(&inputs), &[]).status, 403, "an input bo may not read");
 
+    // A dataset is expanded with its owner's rules: "b*" may read its own home, whose name as
+    // a glob would also take bo's files; they are left out (here: nothing is left).
+    let (ok, _, err) = n.cli_with(&["user", "add", "b*"], true, "correct horse\n", &[]);
+    assert!(ok, "{err}");
+    let bstar = login(n, "b*", "correct horse").body["token"].as_str().unwrap().to_string();
+    let mr = json!({"script": "function mapper(files, emit){} function reducer(key, values){ return values; }", "dataset": "cluster:/home/b*/**"});
+    let r = n.call_as(&bstar, "POST", "/v1/jobs", Some(&mr), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let mut last = Value::Null;
+    wait_for("the dataset job ends", || {
+        last = n.call("GET", &format!("/v1/jobs/{id}"), None).body;
+        last["status"] == "succeeded" || last["status"] == "failed"
+    });
+    assert_eq!(last["children"], json!([]), "bo's files are not b*'s to map: {last}");
+
     // Events: bo sees none about the project; anna does.
     let seen = |token: &str| n.call_as(token, "GET", "/v1/events?follow=false", None, &[]).body.to_string();
     assert!(seen(&anna).contains("/projects/b.txt"));

@@ -769,4 +769,20 @@ fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
     assert!(n.principal_of_owner("loc").is_admin(), "an account as it is on this node");
     assert!(!n.principal_of_owner("nobody-here").is_admin());
     assert!(n.job_may_exec(&Principal::root()) && !n.job_may_exec(&lesser));
+    // A sealed login is checked only at the origin, for the audience and account it names.
+    let (o, me) = (net.id(0), net.id(1));
+    assert!(net.nodes[0].sealed_login_fits("anna", "anna", o.as_str()).is_ok());
+    assert_eq!(net.nodes[0].sealed_login_fits("anna", "bo", o.as_str()).unwrap_err().code, "bad_sealed");
+    assert_eq!(net.nodes[0].sealed_login_fits("anna", "anna", me.as_str()).unwrap_err().code, "bad_sealed");
+    assert_eq!(net.nodes[1].sealed_login_fits("anna", "anna", me.as_str()).unwrap_err().code, "not_origin");
+    // What a member makes of the origin's answer: only "wrong" refuses, only a backoff waits.
+    use shoal_core::node::identity::{forwarded, Forwarded};
+    assert_eq!(forwarded(None), Forwarded::Vouched);
+    assert_eq!(forwarded(Some(ErrorKind::Unauthorized)), Forwarded::Refused);
+    assert_eq!(forwarded(Some(ErrorKind::TooMany)), Forwarded::Backoff);
+    for k in [ErrorKind::Conflict, ErrorKind::Invalid, ErrorKind::PeerFailed, ErrorKind::Internal] {
+        assert_eq!(forwarded(Some(k)), Forwarded::Unreachable, "{k:?}");
+    }
+    // Only a mirrored account's password waits for a write-back.
+    assert!(!net.nodes[1].keeps_for_writeback("loc"));
 }

@@ -98,6 +98,30 @@ pub enum LoginRoute {
     Forward { origin: NodeId, box_key: String, timeout_ms: u64 },
 }
 
+/// What a member makes of the origin's answer to a forwarded login.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forwarded {
+    /// The origin checked the password and vouches for the account.
+    Vouched,
+    /// The origin says wrong: refused, with no fallback.
+    Refused,
+    /// The origin's backoff, passed on as it is.
+    Backoff,
+    /// No usable answer (not reached in time, not the origin any more, a failure there): the
+    /// member's copy of the directory decides.
+    Unreachable,
+}
+
+/// The answer to a forwarded login, by the kind of refusal (`None`: carried out).
+pub fn forwarded(refused: Option<ErrorKind>) -> Forwarded {
+    match refused {
+        None => Forwarded::Vouched,
+        Some(ErrorKind::Unauthorized) => Forwarded::Refused,
+        Some(ErrorKind::TooMany) => Forwarded::Backoff,
+        Some(_) => Forwarded::Unreachable,
+    }
+}
+
 /// The first directory sync after start or after the origin changed.
 pub const DIRECTORY_FIRST_MS: u64 = 3_000;
 
@@ -296,6 +320,25 @@ impl Node {
             Ok(v) => Reply::ok(serde_json::to_value(v).expect("an account serialises")),
             Err(e) => e.into(),
         }
+    }
+
+    /// At the origin: may a sealed login naming `sealed_user` for audience `audience` be checked
+    /// as a login of `username` here? Only when this node is the origin and the sealed payload
+    /// is for this node and that account (a sealed password cannot be moved to another).
+    pub fn sealed_login_fits(&self, username: &str, sealed_user: &str, audience: &str) -> Result<(), ApiError> {
+        if !self.is_identity_origin() {
+            return Err(ApiError::conflict("not_origin", "this node is not the identity origin"));
+        }
+        if audience != self.id.as_str() || sealed_user != username {
+            return Err(ApiError::invalid("bad_sealed", "the sealed password is for another node or account"));
+        }
+        Ok(())
+    }
+
+    /// When the origin cannot take a new password for `name`: keep it here and write it back
+    /// later, only for an account mirrored from it.
+    pub fn keeps_for_writeback(&self, name: &str) -> bool {
+        self.identity.account(name).is_some_and(|a| a.mirrored)
     }
 
     /// What the last directory sync and forward auth did, and who the origin is.

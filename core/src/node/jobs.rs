@@ -943,8 +943,12 @@ impl Node {
                 return self.job_end(wall, j, JobStatus::Failed, Value::Null, e.clone(), e);
             }
         };
+        // The owner's rules hold for the dataset too: files they may not read are not theirs to
+        // map (the children's reads would be refused anyway; their names are not shown either).
+        let view = self.access_view(&self.principal_of_owner(&j.spec.owner));
         let holdings: Vec<Holding> = paths
             .iter()
+            .filter(|p| view.check(p, crate::identity::access::Mode::Read).is_ok())
             .filter_map(|p| self.meta.state().file(p))
             .map(|f| Holding {
                 path: f.path.clone(),

@@ -22,7 +22,7 @@ use serde_json::json;
 use serde_json::Value;
 use shoal_core::answer::ErrorKind;
 use shoal_core::identity::{need_of, password_error, AdminAct, DirectoryEntry, LoginRefused, Need, Principal, Role};
-use shoal_core::node::identity::LoginRoute;
+use shoal_core::node::identity::{Forwarded as CoreForwarded, LoginRoute};
 use shoal_core::node::ApiError;
 use shoal_core::NodeId;
 use std::collections::BTreeSet;
@@ -519,23 +519,26 @@ async fn forward_login<E: Env>(
         Ok(r) => r,
         Err(e) => return Forwarded::Unreachable(e.message),
     };
-    match r.status {
-        200 => {
+    let refused = crate::wire::error::peer_answer(r.status, Vec::new()).refused;
+    match shoal_core::node::identity::forwarded(refused) {
+        CoreForwarded::Vouched => {
             let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
             match serde_json::from_value::<DirectoryEntry>(v["account"].clone()) {
                 Ok(e) if e.username == username => Forwarded::Vouched(e),
                 _ => Forwarded::Unreachable("the origin's answer is malformed".into()),
             }
         }
-        401 => Forwarded::Refused,
-        429 => {
+        CoreForwarded::Refused => Forwarded::Refused,
+        CoreForwarded::Backoff => {
             let mut resp = error_response(429, "login_backoff", "too many failed logins at the identity origin: wait");
             if let Some(v) = r.header("retry-after").and_then(|v| v.parse().ok()) {
                 resp.headers_mut().insert("retry-after", v);
             }
             Forwarded::Backoff(resp)
         }
-        st => Forwarded::Unreachable(format!("the origin answered {st}: {}", String::from_utf8_lossy(&r.body))),
+        CoreForwarded::Unreachable => {
+            Forwarded::Unreachable(format!("the origin answered {}: {}", r.status, String::from_utf8_lossy(&r.body)))
+        }
     }
 }
 
@@ -546,9 +549,8 @@ pub(super) async fn acn_verify<E: Env>(s: &Arc<Shared<E>>, sender: NodeId, bytes
         Ok(b) => b,
         Err(e) => return error_response(400, "bad_body", format!("auth/verify: {e}")),
     };
-    let (is_origin, me) = s.read_node(|n, _| (n.is_identity_origin(), n.id().to_string()));
-    if !is_origin {
-        return error_response(409, "not_origin", "this node is not the identity origin");
+    if let Err(e) = s.read_node(|n, _| n.sealed_login_fits(&b.username, &b.username, n.id().as_str())) {
+        return api_error_response(e);
     }
     let plain = match passwords::open(&s.box_secret, &b.sealed) {
         Ok(p) => p,
@@ -558,8 +560,8 @@ pub(super) async fn acn_verify<E: Env>(s: &Arc<Shared<E>>, sender: NodeId, bytes
         Ok(v) => v,
         Err(_) => return error_response(400, "bad_sealed", "the sealed password is malformed"),
     };
-    if sealed.a != me || sealed.u != b.username {
-        return error_response(400, "bad_sealed", "the sealed password is for another node or account");
+    if let Err(e) = s.read_node(|n, _| n.sealed_login_fits(&b.username, &sealed.u, &sealed.a)) {
+        return api_error_response(e);
     }
     let source = format!("member {sender} client {}", sealed.s);
     let ticket = match s.with_node(|n, now| n.identity_mut(|i, _| i.login_begin(now, &b.username, &source))) {
@@ -650,10 +652,7 @@ async fn set_password_anywhere<E: Env>(
         Ok(Carried::Here) => {
             s.with_node(|n, now| n.identity_mut(|i, _| i.set_password(now, name, hash, keep.as_deref()))).map(json_of)
         }
-        Err(e)
-            if e.code == "origin_unreachable"
-                && s.read_node(|n, _| n.identity().account(name).is_some_and(|a| a.mirrored)) =>
-        {
+        Err(e) if e.code == "origin_unreachable" && s.read_node(|n, _| n.keeps_for_writeback(name)) => {
             s.with_node(|n, now| n.identity_mut(|i, _| i.set_password_pending(now, name, hash, keep.as_deref())))?;
             Ok(json!({"name": name, "writeBack": "pending", "why": e.message}))
         }
