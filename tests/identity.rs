@@ -280,6 +280,20 @@ fn folders_are_reached_by_their_rules_on_a_real_node() {
     assert_eq!(last["status"], "failed", "{last}");
     assert!(last["error"].as_str().unwrap_or("").contains("no rule"), "{last}");
     assert_eq!(n.call("GET", "/v1/meta/stat?path=/home/bo/out.txt", None).body["record"]["owner"], "bo");
+    // A large output is spilled to a file under the jobs' folder: its owner reads it, no one else.
+    let big = json!({"script": "function run(){ return 'x'.repeat(600000); }"});
+    let r = n.call_as(&bo, "POST", "/v1/jobs", Some(&big), &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let big_id = r.body["id"].as_str().unwrap().to_string();
+    let mut spilled = Value::Null;
+    wait_for("bo's big job ends", || {
+        spilled = n.call_as(&bo, "GET", &format!("/v1/jobs/{big_id}/output"), None, &[]).body;
+        spilled["status"] == "succeeded" || spilled["status"] == "failed"
+    });
+    let file = spilled["output"]["spilled"].as_str().unwrap_or_else(|| panic!("{spilled}")).to_string();
+    let file = file.strip_prefix("cluster:").unwrap();
+    assert_eq!(n.call_as(&bo, "GET", &format!("/v1/files{file}"), None, &[]).status, 200, "{file}");
+    assert_eq!(n.call_as(&anna, "GET", &format!("/v1/files{file}"), None, &[]).status, 403, "{file}");
     // Jobs are their owner's: anna does not see bo's.
     assert_eq!(n.call_as(&anna, "GET", &format!("/v1/jobs/{id}"), None, &[]).status, 404);
     let inputs = json!({"script": "function run(){}", "inputs": ["cluster:/projects/a.txt"]});

@@ -78,9 +78,24 @@ impl Node {
         }
     }
 
-    /// May `who` `mode` at `path`? A 403 names the rule that applies, or says none does.
+    /// May `who` `mode` at `path`? A 403 names the rule that applies, or says none does. A
+    /// job's spilled output (under `SPILL_DIR/<job>/`) is readable by the job's owner.
     pub fn access_check(&self, who: &Principal, path: &str, mode: Mode) -> Result<(), ApiError> {
+        if mode == Mode::Read && self.spilled_output_of(who, path) {
+            return Ok(());
+        }
         self.access_view(who).check(path, mode)
+    }
+
+    /// `path` lies under the spill folder of a job `who` owns.
+    fn spilled_output_of(&self, who: &Principal, path: &str) -> bool {
+        let Some(user) = who.user.as_deref() else { return false };
+        let Ok(p) = crate::meta::namespace::normalize(path) else { return false };
+        let Some(rest) = p.strip_prefix(crate::jobs::SPILL_DIR).and_then(|r| r.strip_prefix('/')) else {
+            return false;
+        };
+        let Some((job, _)) = rest.split_once('/') else { return false };
+        self.job_status(job).is_ok_and(|j| j.owner == user)
     }
 
     /// Whether `path` shows in `who`'s listings (readable, or on the way to something readable).
