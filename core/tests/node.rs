@@ -634,13 +634,11 @@ fn wake_asks_the_reachable_members_and_a_member_wakes_only_members() {
     }
 }
 
-/// Issue 15 "One sign-on": a member copies the origin's (the creator's) directory on its
-/// timer; with the origin down the sync fails and says so, a password set on the member is
-/// kept, and once the origin is back the member writes it back there.
-#[test]
-fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
-    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
-    const H2: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$b3RoZXJvdGhlcm90aGVyMQ";
+/// An argon2id PHC string (the identity tests never check a password against it).
+const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
+
+/// A creates the cluster and B joins through it (every clock true): A is the identity origin.
+fn two_nodes() -> Net {
     let mut net = Net::new(&[0, 0]);
     let at = net.clock(0);
     net.nodes[0].create_cluster(at, "home").expect("create");
@@ -648,6 +646,16 @@ fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
     let (reply, done) = net.join(1, 0);
     assert_eq!(reply.status(), 200, "{:?}", reply.body);
     done.expect("joins");
+    net
+}
+
+/// Issue 15 "One sign-on": a member copies the origin's (the creator's) directory on its
+/// timer; with the origin down the sync fails and says so, a password set on the member is
+/// kept, and once the origin is back the member writes it back there.
+#[test]
+fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
+    const H2: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$b3RoZXJvdGhlcm90aGVyMQ";
+    let mut net = two_nodes();
     assert_eq!(net.nodes[1].identity_origin(), Some(net.id(0)));
     assert!(net.nodes[0].is_identity_origin() && !net.nodes[1].is_identity_origin());
     let at = net.clock(0);
@@ -679,13 +687,7 @@ fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
 #[test]
 fn the_identity_origin_moves_only_by_an_approved_proposal() {
     use shoal_core::config::resolve::Level;
-    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
-    let mut net = Net::new(&[0, 0]);
-    let at = net.clock(0);
-    net.nodes[0].create_cluster(at, "home").expect("create");
-    net.pump();
-    let (_, done) = net.join(1, 0);
-    done.expect("joins");
+    let mut net = two_nodes();
     net.run_for(10 * SECOND_MS, SECOND_MS);
     let (a, b) = (net.id(0), net.id(1));
     assert_eq!(net.nodes[1].identity_origin(), Some(a.clone()));
@@ -719,13 +721,7 @@ fn the_identity_origin_moves_only_by_an_approved_proposal() {
 fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
     use shoal_core::identity::{AdminAct, Principal, Role};
     use shoal_core::node::identity::ActRequest;
-    const H1: &str = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
-    let mut net = Net::new(&[0, 0]);
-    let at = net.clock(0);
-    net.nodes[0].create_cluster(at, "home").expect("create");
-    net.pump();
-    let (_, done) = net.join(1, 0);
-    done.expect("joins");
+    let mut net = two_nodes();
     net.run_for(5 * SECOND_MS, SECOND_MS);
     let origin = net.id(0);
     let at = net.clock(0);
