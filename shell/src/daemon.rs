@@ -30,6 +30,9 @@ use tokio::task::JoinHandle;
 /// How often metadata writes are committed (write-behind batches).
 const META_FLUSH_MS: u64 = 50;
 
+/// Longest [`Daemon::shutdown`] waits for spawned tasks to drop the node (and its database).
+const SHUTDOWN_RELEASE_MS: u64 = 15_000;
+
 /// Longest the driver sleeps before looking at the clock again (clocks can jump).
 const DRIVER_SLEEP_MAX_MS: u64 = 1000;
 
@@ -123,11 +126,19 @@ impl<E: Env> Daemon<E> {
         format!("http://{}", self.local_addr)
     }
 
-    /// Stop serving, stop the driver, and wait for both.
+    /// Stop serving, stop the driver, and wait for both; then wait (at most
+    /// [`SHUTDOWN_RELEASE_MS`]) for the tasks they spawned (an outbound request, disk work on the
+    /// blocking pool) to let go of the node, so that its database is closed when this returns
+    /// and a node started on the same data dir right after can open it.
     pub async fn shutdown(self) {
         let _ = self.shared.shutdown.send(true);
         for t in self.tasks {
             let _ = t.await;
+        }
+        let mut waited = 0;
+        while Arc::strong_count(&self.shared) > 1 && waited < SHUTDOWN_RELEASE_MS {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += 10;
         }
     }
 
