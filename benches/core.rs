@@ -79,6 +79,7 @@ fn fixture() -> Fixture {
             capabilities: capabilities(),
             joined: NOW.as_secs() - 86_400,
             box_key: String::new(),
+            tls_pin: String::new(),
         };
         let v = Version { wall_ms: NOW.0 - 3_600_000, counter: 0, node: id.clone() };
         let mut rec = NodeRecord::new_signed(fields.clone(), v, &key);
@@ -192,6 +193,7 @@ fn fixture_record(id: &NodeId) -> NodeRecord {
         capabilities: capabilities(),
         joined: NOW.as_secs(),
         box_key: String::new(),
+        tls_pin: String::new(),
     };
     NodeRecord::new_signed(fields, Version { wall_ms: NOW.0, counter: 0, node: id.clone() }, &key)
 }

@@ -116,6 +116,10 @@ pub struct OwnerFields {
     /// with the rest. Absent from the payload when empty, so older records still verify.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub box_key: String,
+    /// SHA-256 (lowercase hex) of the certificate the node serves HTTPS with: peers pin it, so
+    /// a self-signed certificate needs no CA (issue 15). Absent on plain HTTP.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_pin: String,
 }
 
 /// One member as it travels between nodes (camelCase wire names of the reference plus the
@@ -138,6 +142,8 @@ pub struct NodeRecord {
     pub joined: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub box_key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_pin: String,
     /// Unix ms of the owner register's version (the reference's `updated`).
     pub updated: u64,
     pub owner_version: Version,
@@ -207,6 +213,7 @@ impl NodeRecord {
             capabilities: fields.capabilities,
             joined: fields.joined,
             box_key: fields.box_key,
+            tls_pin: fields.tls_pin,
             updated: version.wall_ms,
             owner_version: version,
             owner_sig: sig,
@@ -239,6 +246,7 @@ impl NodeRecord {
             && c.features.keys().all(|k| short(k, 64))
             && c.macs.len() <= crate::wake::MACS_MAX
             && c.macs.iter().all(|m| crate::wake::parse_mac(m).is_some())
+            && (self.tls_pin.is_empty() || crate::token::valid_pin(&self.tls_pin))
             && self.key().is_some()
     }
 
@@ -253,6 +261,7 @@ impl NodeRecord {
             capabilities: self.capabilities.clone(),
             joined: self.joined,
             box_key: self.box_key.clone(),
+            tls_pin: self.tls_pin.clone(),
         }
     }
 
@@ -278,6 +287,7 @@ impl NodeRecord {
         self.capabilities = f.capabilities;
         self.joined = f.joined;
         self.box_key = f.box_key;
+        self.tls_pin = f.tls_pin;
     }
 
     /// The owner's signature checks out against `key` (the pinned key, or the record's own).
@@ -430,6 +440,7 @@ mod tests {
             },
             joined: 1,
             box_key: String::new(),
+            tls_pin: String::new(),
         };
         NodeRecord::new_signed(fields, Version { wall_ms: 1, counter: 0, node: NodeId::new("n") }, &key)
     }
@@ -441,5 +452,13 @@ mod tests {
         assert!(!rec("n", "ftp://x", 0).shape_ok());
         assert!(!rec("n", "http://x", 257).shape_ok());
         assert!(!rec("bad\nname", "", 0).shape_ok());
+        // A certificate pin is a SHA-256 in lowercase hex, or nothing.
+        let mut r = rec("n", "https://10.0.0.2:7300", 0);
+        r.tls_pin = "ab".repeat(32);
+        assert!(r.shape_ok());
+        r.tls_pin = "AB".repeat(32);
+        assert!(!r.shape_ok());
+        r.tls_pin = "ab".into();
+        assert!(!r.shape_ok());
     }
 }

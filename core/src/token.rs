@@ -37,6 +37,10 @@ pub struct JoinToken {
     pub token_id: TokenId,
     #[serde(rename = "s")]
     pub secret: String,
+    /// The issuer's certificate pin when it serves HTTPS ([`valid_pin`]): the
+    /// joiner pins the issuer with it, so the first contact needs no CA either (issue 15).
+    #[serde(rename = "p", default, skip_serializing_if = "String::is_empty")]
+    pub issuer_pin: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -102,11 +106,22 @@ impl JoinToken {
         if !valid_base_url(&self.issuer_url) {
             return Err(TokenError::BadField("u (issuer URL)"));
         }
+        if !self.issuer_pin.is_empty() && !valid_pin(&self.issuer_pin) {
+            return Err(TokenError::BadField("p (issuer certificate pin)"));
+        }
+        if self.issuer_url.starts_with("https://") && self.issuer_pin.is_empty() {
+            return Err(TokenError::BadField("p (an https:// issuer's certificate pin)"));
+        }
         if self.name.len() > 256 {
             return Err(TokenError::BadField("n (cluster name)"));
         }
         Ok(())
     }
+}
+
+/// A certificate pin (issue 15): the SHA-256 of its DER bytes as 64 lowercase hex digits.
+pub fn valid_pin(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A node's base URL (an advertised URL, a join token's issuer): exactly
@@ -270,6 +285,7 @@ impl TokenBook {
             issuer_url: url.to_string(),
             token_id: TokenId::new(rng.hex(8)),
             secret: rng.hex(32),
+            issuer_pin: String::new(),
         };
         let record = TokenRecord {
             id: token.token_id.clone(),
@@ -435,6 +451,7 @@ mod tests {
             issuer_url: "http://10.0.0.1:7000/cluster/acn/heartbeat?x=".into(),
             token_id: TokenId::new("0011223344556677"),
             secret: "00".repeat(32),
+            issuer_pin: String::new(),
         };
         assert_eq!(JoinToken::parse(&t.encode()).unwrap_err(), TokenError::BadField("u (issuer URL)"));
     }
@@ -465,6 +482,18 @@ mod tests {
         let mut bad = t.clone();
         bad.issuer_url = "ftp://x".into();
         assert_eq!(JoinToken::parse(&bad.encode()), Err(TokenError::BadField("u (issuer URL)")));
+        // An https:// issuer is pinned by the token: a pin that is no SHA-256, or none, is refused.
+        let mut bad = t.clone();
+        bad.issuer_pin = "AB".repeat(32);
+        assert_eq!(JoinToken::parse(&bad.encode()), Err(TokenError::BadField("p (issuer certificate pin)")));
+        let mut bad = t.clone();
+        bad.issuer_url = "https://10.0.0.1:7000".into();
+        assert_eq!(
+            JoinToken::parse(&bad.encode()),
+            Err(TokenError::BadField("p (an https:// issuer's certificate pin)"))
+        );
+        bad.issuer_pin = "ab".repeat(32);
+        assert_eq!(JoinToken::parse(&bad.encode()).unwrap(), bad);
         let mut bad = t;
         bad.cluster = ClusterId::new("nope");
         assert_eq!(JoinToken::parse(&bad.encode()), Err(TokenError::BadField("c (cluster id)")));

@@ -291,6 +291,18 @@ pub fn route(members: &Membership, me: &NodeId, to: &NodeId, tunnelled_here: boo
     }
 }
 
+/// The certificate pin the connection of `route` (a route to `to`) must be held to: that of
+/// the node dialled (`to` itself, or the relay), from its owner-signed record; empty when that
+/// node serves plain HTTP or the route is a tunnel already up (issue 15).
+pub fn route_pin(members: &Membership, to: &NodeId, route: &Route) -> String {
+    let dialled = match route {
+        Route::Tunnel => return String::new(),
+        Route::Direct(_) => to,
+        Route::Relay { via, .. } => via,
+    };
+    members.get(dialled).map(|r| r.tls_pin.clone()).unwrap_or_default()
+}
+
 /// Where this node's own tunnel stands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "camelCase")]
@@ -526,6 +538,10 @@ mod tests {
     }
 
     fn member(m: &mut Membership, name: &str, url: &str, via: &str, seen: Option<u64>) -> NodeId {
+        member_pinned(m, name, url, via, seen, "")
+    }
+
+    fn member_pinned(m: &mut Membership, name: &str, url: &str, via: &str, seen: Option<u64>, pin: &str) -> NodeId {
         let key = ed25519_dalek::SigningKey::from_bytes(&[name.len() as u8; 32]);
         let fields = crate::records::OwnerFields {
             id: NodeId::new(name),
@@ -537,6 +553,7 @@ mod tests {
             capabilities: Default::default(),
             joined: 1,
             box_key: String::new(),
+            tls_pin: pin.into(),
         };
         let v = crate::hlc::Version { wall_ms: 1, counter: 0, node: NodeId::new(name) };
         m.insert(crate::records::NodeRecord::new_signed(fields, v, &key));
@@ -596,6 +613,25 @@ mod tests {
         assert_eq!(Route::Relay { via: h.clone(), via_url: String::new() }.describe(), "relay via h");
         assert_eq!(Route::Tunnel.describe(), "tunnel (hosted here)");
         assert_eq!(Route::Direct("http://d:1".into()).describe(), "direct");
+    }
+
+    /// Issue 15: a connection is held to the certificate of the node it dials: the target's on
+    /// a direct route, the relay's on a relayed one, none over a tunnel already up.
+    #[test]
+    fn a_route_is_pinned_to_the_certificate_of_the_node_it_dials() {
+        let me = NodeId::new("me");
+        let mut m = Membership::new(me.clone(), Default::default());
+        let (pd, ph) = ("d".repeat(64), "e".repeat(64));
+        member(&mut m, "me", "https://me:1", "", None);
+        let d = member_pinned(&mut m, "d", "https://d:1", "", Some(NOW.0), &pd);
+        let h = member_pinned(&mut m, "h", "https://h:1", "", Some(NOW.0), &ph);
+        let nat = member_pinned(&mut m, "nat", "", "h", Some(NOW.0), &"a".repeat(64));
+        let plain = member(&mut m, "plain", "http://p:1", "", Some(NOW.0));
+        assert_eq!(route_pin(&m, &d, &route(&m, &me, &d, false).unwrap()), pd);
+        assert_eq!(route_pin(&m, &nat, &route(&m, &me, &nat, false).unwrap()), ph, "the relay's, not the target's");
+        assert_eq!(route_pin(&m, &d, &Route::Tunnel), "");
+        assert_eq!(route_pin(&m, &plain, &route(&m, &me, &plain, false).unwrap()), "");
+        let _ = h;
     }
 
     #[test]

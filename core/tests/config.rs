@@ -96,6 +96,7 @@ fn bare_node_with(i: u8, config: NodeConfig) -> Node {
         advertise_url: format!("http://10.0.0.{i}:7000"),
         software_version: "0.1.0".into(),
         capabilities: Capabilities::default(),
+        tls_pin: String::new(),
     };
     Node::new(id_of(i), SigningKey::from_bytes(&[i; 32]), 1000 + u64::from(i), config, me)
 }

@@ -40,6 +40,7 @@ fn fields(id: &NodeId, key: &SigningKey, name: &str) -> OwnerFields {
         capabilities: Capabilities::default(),
         joined: T0.as_secs(),
         box_key: String::new(),
+        tls_pin: String::new(),
     }
 }
 

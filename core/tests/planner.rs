@@ -381,6 +381,7 @@ fn the_low_space_guard_flips_a_volume_and_leaves_an_admins_read_only_alone() {
         advertise_url: "http://127.0.0.1:1".into(),
         software_version: "t".into(),
         capabilities: Default::default(),
+        tls_pin: String::new(),
     };
     let cfg = NodeConfig { membership: MembershipConfig::default(), meta: Default::default() };
     let mut node = Node::new(NodeId::new("11111111-1111-4111-8111-111111111111"), key, 1, cfg, me);

@@ -66,6 +66,8 @@ pub struct ServeOptions {
     /// `--rebuild-meta`: keep a damaged `cluster.redb` aside, start from the recovery copy of
     /// the cluster state, take the metadata from the peers and rescan the volumes.
     pub rebuild_meta: bool,
+    /// Serve HTTPS with this certificate (`--tls-cert/--tls-key` or `--tls self-signed`).
+    pub tls: Option<crate::net::tls::TlsSource>,
 }
 
 impl ServeOptions {
@@ -85,6 +87,7 @@ impl ServeOptions {
             limits: crate::http::listener::ServeLimits::default(),
             jobs_engine: Default::default(),
             rebuild_meta: false,
+            tls: None,
         }
     }
 }
@@ -103,6 +106,8 @@ pub enum StartError {
     BadAdvertise(String),
     #[error("listening on {0}, an address peers cannot reach: give the URL they reach this node at with --advertise http://HOST:PORT")]
     Unadvertisable(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::net::tls::TlsError),
 }
 
 /// A running node. Dropping it does not stop it; call [`Daemon::shutdown`].
@@ -110,6 +115,8 @@ pub struct Daemon<E: Env> {
     shared: Arc<Shared<E>>,
     tasks: Vec<JoinHandle<()>>,
     pub local_addr: String,
+    /// The pin of the certificate it serves HTTPS with; `None` on plain HTTP.
+    pub tls_pin: Option<String>,
 }
 
 impl<E: Env> Daemon<E> {
@@ -122,8 +129,10 @@ impl<E: Env> Daemon<E> {
         Arc::downgrade(&self.shared)
     }
 
+    /// Its own URL on the listen address (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        let scheme = if self.tls_pin.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
     }
 
     /// Stop serving, stop the driver, and wait for both; then wait (at most
@@ -210,6 +219,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         Err(_) => opts.listen.clone(),
     };
     let local_addr = if local_addr.parse::<std::net::SocketAddr>().is_ok() { local_addr } else { opts.listen.clone() };
+    let scheme = if opts.tls.is_some() { "https" } else { "http" };
     // What `cluster config` set is kept across restarts: the flags win only when given.
     let stored = restored.records.iter().find(|r| r.id == ident.id && !r.removed);
     // A stored empty URL is a node behind NAT (`--advertise none` given once).
@@ -224,9 +234,14 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
             }
             u
         }
-        (None, Some(u)) => u,
+        // The kept URL with the scheme the listener serves now (`--tls` given or dropped).
+        (None, Some(u)) if u.is_empty() => u,
+        (None, Some(u)) => {
+            let rest = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://")).unwrap_or(&u);
+            format!("{scheme}://{rest}")
+        }
         (None, None) => {
-            let u = format!("http://{local_addr}");
+            let u = format!("{scheme}://{local_addr}");
             if !shoal_core::token::valid_base_url(&u) {
                 // 0.0.0.0 or [::]: no peer can reach that.
                 return Err(StartError::Unadvertisable(local_addr));
@@ -244,11 +259,25 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
             capabilities.hostname.clone()
         }
     });
+    let tls = match &opts.tls {
+        Some(source) => {
+            // The self-signed certificate names the hosts the node is reached at.
+            let mut hosts = vec![];
+            for u in [advertise.as_str(), &format!("http://{local_addr}")] {
+                if let Ok(p) = crate::net::client::parse_url(u) {
+                    hosts.push(p.host().trim_start_matches('[').trim_end_matches(']').to_string());
+                }
+            }
+            Some(crate::net::tls::server(source, &opts.data_dir, &hosts)?)
+        }
+        None => None,
+    };
     let me = SelfInfo {
         name,
         advertise_url: advertise.clone(),
         software_version: env!("CARGO_PKG_VERSION").to_string(),
         capabilities,
+        tls_pin: tls.as_ref().map(|t| t.pin.clone()).unwrap_or_default(),
     };
     let config = NodeConfig { membership: opts.membership.clone(), meta: opts.meta.clone() };
     let mut node = Node::new(ident.id.clone(), ident.key.clone(), env.seed(), config, me);
@@ -263,7 +292,12 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
             node.rescan_after_rebuild();
         }
     }
-    let _ = std::fs::write(opts.data_dir.join(identity::API_URL_FILE), format!("http://{local_addr}\n"));
+    let _ = std::fs::write(opts.data_dir.join(identity::API_URL_FILE), format!("{scheme}://{local_addr}\n"));
+    let pin_file = opts.data_dir.join(crate::net::tls::PIN_FILE);
+    let _ = match &tls {
+        Some(t) => std::fs::write(&pin_file, format!("{}\n", t.pin)),
+        None => std::fs::remove_file(&pin_file),
+    };
     // Spool files of puts cut short by a crash.
     if let Ok(rd) = std::fs::read_dir(opts.data_dir.join("spool")) {
         for e in rd.flatten() {
@@ -285,6 +319,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         admin_token: ident.admin_token,
         box_secret: shoal_core::identity::box_secret(&ident.key),
         disable_cluster: opts.disable_cluster,
+        serves_tls: tls.is_some(),
         listen: local_addr.clone(),
         started: now,
         store_service: Default::default(),
@@ -306,8 +341,9 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
     let stop = shared.shutdown_requested();
     let limits = opts.limits.clone();
     let metrics = shared.metrics.clone();
+    let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
     let server = tokio::spawn(async move {
-        crate::http::listener::serve(listener, router, limits, &metrics, stop).await;
+        crate::http::listener::serve(listener, router, limits, acceptor, &metrics, stop).await;
     });
     // The core refuses new metadata writes while this node cannot store them (a full data dir).
     let weak = Arc::downgrade(&shared);
@@ -322,7 +358,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         crate::services::replication::started(&shared);
         tasks.push(tokio::spawn(drive(shared.clone())));
     }
-    Ok(Daemon { shared, tasks, local_addr })
+    Ok(Daemon { shared, tasks, local_addr, tls_pin: tls.map(|t| t.pin) })
 }
 
 /// Carry out a service's output: each runs as its own task and reports back to the core.

@@ -38,8 +38,10 @@ impl Node {
         Node { dir, port: free_port(), child: None, args: Vec::new() }
     }
 
+    /// Its URL: `https://` when it was told to serve TLS.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.args.iter().any(|a| a.starts_with("--tls")) { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Start `shoal serve`; its log goes to `DIR.log` (level `SHOAL_TEST_LOG`, default warn).

@@ -19,6 +19,26 @@ pub struct NodeStatus {
     pub members: usize,
     /// How many members are in each state.
     pub states: BTreeMap<&'static str, usize>,
+    /// The SHA-256 of the certificate this node serves HTTPS with (empty on plain HTTP).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub tls_pin: String,
+    /// What an operator should know about how safe the cluster is (issue 15: plain HTTP
+    /// between nodes).
+    pub warnings: Vec<String>,
+}
+
+/// The warning `cluster status` gives while members talk plain HTTP (issue 15): a signed node
+/// request names no receiver and its nonce is kept per receiver, so one captured on the wire
+/// can be replayed to another member within the clock window; and sessions, API keys and the
+/// identity directory cross in clear.
+pub fn plain_http_warning(plain: &[&str]) -> Option<String> {
+    (!plain.is_empty()).then(|| {
+        format!(
+            "{} member(s) serve plain HTTP ({}): a signed node request captured on the wire can be replayed to another member within the clock window, and sessions and API keys cross in clear. Serve HTTPS between nodes (`shoal serve --tls self-signed`) or keep them on a trusted network.",
+            plain.len(),
+            plain.join(", ")
+        )
+    })
 }
 
 /// A join token just made: the only time its secret is shown.
@@ -110,6 +130,17 @@ impl Node {
         Readiness { ready: why.is_empty(), in_cluster, leader, caught_up, why }
     }
 
+    /// [`plain_http_warning`] for the members (this one included) whose URL is `http://`.
+    fn safety_warnings(&self) -> Vec<String> {
+        let plain: Vec<&str> = self
+            .members
+            .records()
+            .filter(|r| !r.removed && r.advertise_url.starts_with("http://"))
+            .map(|r| r.name.as_str())
+            .collect();
+        plain_http_warning(&plain).into_iter().collect()
+    }
+
     pub fn status(&self, wall: Millis) -> NodeStatus {
         let now = self.clock.peek(wall);
         let mut states: BTreeMap<&'static str, usize> = BTreeMap::new();
@@ -127,6 +158,8 @@ impl Node {
             version: self.me.software_version.clone(),
             members: self.members.records().filter(|r| !r.removed).count(),
             states,
+            tls_pin: self.me.tls_pin.clone(),
+            warnings: self.safety_warnings(),
         }
     }
 
@@ -172,7 +205,8 @@ impl Node {
     ) -> Result<NewToken, ApiError> {
         let c = self.cluster.clone().ok_or_else(ApiError::not_in_cluster)?;
         let url = (!self.me.advertise_url.is_empty()).then_some(self.me.advertise_url.as_str());
-        let (token, rec) = self.tokens.create(now, ttl_hours, max_uses, &c.id, &c.name, url, &mut self.rng)?;
+        let (mut token, rec) = self.tokens.create(now, ttl_hours, max_uses, &c.id, &c.name, url, &mut self.rng)?;
+        token.issuer_pin = self.me.tls_pin.clone();
         self.persist(PersistOp::PutToken(rec.clone()));
         Ok(NewToken { token: token.encode(), id: rec.id, expires: rec.expires, max_uses: rec.max_uses })
     }
@@ -314,8 +348,9 @@ impl Node {
         let body =
             JoinBody { cluster_id: t.cluster.clone(), token_id: t.token_id.clone(), secret: t.secret.clone(), node };
         let url = format!("{}{}join", t.issuer_url, ACN_PREFIX);
+        let pin = t.issuer_pin.clone();
         self.pending_join = Some(t);
-        Ok(JoinPlan { url, body: serde_json::to_vec(&body).expect("serialise") })
+        Ok(JoinPlan { url, pin, body: serde_json::to_vec(&body).expect("serialise") })
     }
 
     /// Second half of joining: adopt the issuer's answer.

@@ -81,6 +81,9 @@ pub struct SelfInfo {
     pub advertise_url: String,
     pub software_version: String,
     pub capabilities: Capabilities,
+    /// SHA-256 (hex) of the certificate this node serves HTTPS with, empty on plain HTTP: it
+    /// goes in the owner-signed record, and peers pin it (issue 15).
+    pub tls_pin: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -266,6 +269,8 @@ pub struct JoinBody {
 #[derive(Clone, Debug)]
 pub struct JoinPlan {
     pub url: String,
+    /// The issuer's certificate pin, for an `https://` URL (the token carries it).
+    pub pin: String,
     pub body: Vec<u8>,
 }
 
@@ -858,6 +863,7 @@ impl Node {
             capabilities: self.me.capabilities.clone(),
             joined,
             box_key: crate::identity::box_public(&self.key),
+            tls_pin: self.me.tls_pin.clone(),
         }
     }
 

@@ -32,6 +32,11 @@ impl Node {
         tunnel::route(&self.members, &self.id, to, self.linked.contains(to))
     }
 
+    /// The certificate pin a connection along `route` to `to` is held to ([`tunnel::route_pin`]).
+    pub fn route_pin(&self, to: &NodeId, route: &Route) -> String {
+        tunnel::route_pin(&self.members, to, route)
+    }
+
     /// Prefer `host` for this node's tunnel (`serve --tunnel-via`); with one set the node
     /// keeps a tunnel even when it has an advertised URL.
     pub fn set_tunnel_preference(&mut self, host: Option<NodeId>) {

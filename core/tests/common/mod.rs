@@ -75,6 +75,7 @@ pub fn node_one() -> shoal_core::node::Node {
         advertise_url: "http://10.0.0.1:7000".into(),
         software_version: "0.1.0".into(),
         capabilities: shoal_core::records::Capabilities::default(),
+        tls_pin: String::new(),
     };
     let id = shoal_core::NodeId::new("aaaaaaaa-aaaa-4aaa-8aaa-000000000001");
     Node::new(id, ed25519_dalek::SigningKey::from_bytes(&[1; 32]), 1001, NodeConfig::default(), me)

@@ -35,6 +35,7 @@ pub fn new_node(i: usize, id: NodeId, key: SigningKey) -> Node {
         advertise_url: url_of(i),
         software_version: "0.1.0".into(),
         capabilities: Capabilities::default(),
+        tls_pin: String::new(),
     };
     Node::new(id, key, 1000 + i as u64, NodeConfig::default(), me)
 }

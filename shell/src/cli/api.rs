@@ -17,6 +17,11 @@ pub(super) struct Api {
     no_token: Option<String>,
     pub(super) json: bool,
     client: HttpClient<TokioEnv>,
+    /// What an https:// node is checked against (`--pin`, `--ca`, the kept session's pin or
+    /// the data dir's `tls.pin`).
+    pub(super) tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The pin given or found, kept with a login.
+    pub(super) pin: Option<String>,
 }
 
 fn read_file_trimmed(p: &std::path::Path) -> Option<String> {
@@ -37,6 +42,17 @@ impl Api {
             .unwrap_or_else(|| "http://127.0.0.1:7300".to_string());
         let base = base.trim_end_matches('/').to_string();
         crate::net::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
+        let kept_here = kept.as_ref().filter(|k| k.api.trim_end_matches('/') == base);
+        let pin = g
+            .pin
+            .clone()
+            .or_else(|| kept_here.and_then(|k| k.pin.clone()))
+            .or_else(|| read_file_trimmed(&g.data.join(crate::net::tls::PIN_FILE)));
+        let tls = match (&pin, &g.ca) {
+            (_, Some(ca)) => Some(crate::net::tls::client_ca(ca).map_err(|e| CliError(format!("--ca: {e}")))?),
+            (Some(p), None) => Some(crate::net::tls::client_pinned(p).map_err(|e| CliError(format!("--pin: {e}")))?),
+            (None, None) => None,
+        };
         let token = g
             .token
             .as_ref()
@@ -49,13 +65,11 @@ impl Api {
                 g.data.join(TOKEN_FILE).display()
             )
         });
-        Ok(Api {
-            base,
-            token: token.unwrap_or_default(),
-            no_token,
-            json: g.json,
-            client: HttpClient::new(TokioEnv::default()),
-        })
+        let mut client = HttpClient::new(TokioEnv::default());
+        if let Some(c) = &tls {
+            client = client.with_tls(c.clone());
+        }
+        Ok(Api { base, token: token.unwrap_or_default(), no_token, json: g.json, client, tls, pin })
     }
 
     /// The token calls carry, or why there is none.
@@ -72,7 +86,8 @@ impl Api {
         use futures_util::StreamExt;
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         use tokio_tungstenite::tungstenite::Message;
-        let (authority, _) = crate::net::client::split_url(&self.base).map_err(|e| CliError(format!("--api: {e}")))?;
+        let parts = crate::net::client::parse_url(&self.base).map_err(|e| CliError(format!("--api: {e}")))?;
+        let authority = parts.authority.clone();
         let url = format!("ws://{authority}/v1/events?{query}");
         let mut req = url.as_str().into_client_request().map_err(|e| CliError(format!("{url}: {e}")))?;
         let auth = format!("Bearer {}", self.token()?)
@@ -82,6 +97,7 @@ impl Api {
         let tcp = tokio::net::TcpStream::connect(authority.as_str())
             .await
             .map_err(|e| CliError(format!("cannot reach the node's API at {}: {e}", self.base)))?;
+        let tcp = crate::cli::files::secure(tcp, &parts, self.tls.clone()).await?;
         let (mut ws, _) = tokio_tungstenite::client_async(req, tcp)
             .await
             .map_err(|e| CliError(format!("the node refused the events feed: {e}")))?;
@@ -408,11 +424,13 @@ impl Api {
                 }
             }),
             Cmd::Put { local, remote } => {
-                let v = crate::cli::files::put(&self.base, self.token()?, &local, &remote, self.json).await?;
+                let v = crate::cli::files::put(&self.base, self.tls.clone(), self.token()?, &local, &remote, self.json)
+                    .await?;
                 (v, human_put)
             }
             Cmd::Get { remote, local } => {
-                let v = crate::cli::files::get(&self.base, self.token()?, &remote, &local, self.json).await?;
+                let v = crate::cli::files::get(&self.base, self.tls.clone(), self.token()?, &remote, &local, self.json)
+                    .await?;
                 (v, human_get)
             }
             Cmd::Ls { path } => {

@@ -26,6 +26,13 @@ pub struct Global {
     /// The node's data dir.
     #[arg(long = "data", global = true, env = "SHOAL_DATA", default_value = "shoal-data")]
     pub data: PathBuf,
+    /// For an https:// node: accept exactly the certificate with this SHA-256 (hex; `shoal
+    /// cluster status` on the node shows it). Default: the pin in DATA/tls.pin.
+    #[arg(long, global = true, env = "SHOAL_PIN", conflicts_with = "ca")]
+    pub pin: Option<String>,
+    /// For an https:// node: trust the CA certificates in this PEM file (chain and name checked).
+    #[arg(long, global = true, env = "SHOAL_CA")]
+    pub ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -510,6 +517,17 @@ pub struct ServeArgs {
     /// metadata from the peers and rescan this node's volumes.
     #[arg(long)]
     pub rebuild_meta: bool,
+    /// Serve HTTPS: `self-signed` makes a certificate on first start and keeps it in DATA/tls/
+    /// (peers pin it through this node's signed record). With --tls-cert/--tls-key, the
+    /// operator's certificate instead.
+    #[arg(long, value_parser = ["self-signed"], conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Heartbeat interval in ms (spec default 15000).
     #[arg(long, default_value_t = 15_000)]
     pub heartbeat_ms: u64,

@@ -6,7 +6,8 @@
 //! stream breaks, the get asks again, up to three times, and the node serves another copy.
 
 use crate::cli::output::CliError;
-use crate::net::client::{split_url, ChannelBody};
+use crate::net::client::{parse_url, ChannelBody, UrlParts};
+use crate::net::tls::MaybeTls;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::client::conn::http1;
@@ -43,12 +44,37 @@ fn bar(len: u64, quiet: bool) -> ProgressBar {
     pb
 }
 
-async fn connect(base: &str) -> Result<(http1::SendRequest<ChannelBody>, String, String), CliError> {
-    let (authority, prefix) = split_url(base).map_err(|e| CliError(e.to_string()))?;
+/// What an `https://` node is checked against (`--pin`, `--ca`, ...); `None` for none.
+pub(super) type Tls = Option<std::sync::Arc<rustls::ClientConfig>>;
+
+/// TLS over `tcp` when the URL is `https://` (checked against `tls`, which must then be set).
+pub(super) async fn secure(
+    tcp: tokio::net::TcpStream,
+    url: &UrlParts,
+    tls: Tls,
+) -> Result<MaybeTls<tokio::net::TcpStream>, CliError> {
+    if !url.https {
+        return Ok(MaybeTls::Plain(tcp));
+    }
+    let Some(config) = tls else {
+        return Err(CliError(format!(
+            "{} serves https://: pass its certificate pin (--pin SHA256, shown by `shoal cluster status` there) or a CA (--ca FILE)",
+            url.authority
+        )));
+    };
+    crate::net::tls::connect(tcp, url.host(), Some(config))
+        .await
+        .map_err(|e| CliError(format!("TLS to {}: {e}", url.authority)))
+}
+
+async fn connect(base: &str, tls: &Tls) -> Result<(http1::SendRequest<ChannelBody>, String, String), CliError> {
+    let url = parse_url(base).map_err(|e| CliError(e.to_string()))?;
+    let (authority, prefix) = (url.authority.clone(), url.prefix.clone());
     let tcp = tokio::net::TcpStream::connect(&authority)
         .await
         .map_err(|e| CliError(format!("cannot reach the node's API at {base}: {e}")))?;
     let _ = tcp.set_nodelay(true);
+    let tcp = secure(tcp, &url, tls.clone()).await?;
     let (sender, conn) =
         http1::handshake(TokioIo::new(tcp)).await.map_err(|e| CliError(format!("cannot talk to {base}: {e}")))?;
     tokio::spawn(async move {
@@ -66,7 +92,14 @@ fn api_error(status: u16, body: &[u8]) -> CliError {
 
 /// Upload `local` to cluster path `remote`. The file is hashed while it is sent (no second
 /// read); the node answers the SHA-256 of what it received, and a mismatch sends it again once.
-pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: bool) -> Result<Value, CliError> {
+pub async fn put(
+    base: &str,
+    tls: Tls,
+    token: &str,
+    local: &Path,
+    remote: &str,
+    quiet: bool,
+) -> Result<Value, CliError> {
     let remote = cluster_path(remote)?;
     let md = std::fs::metadata(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
     if !md.is_file() {
@@ -74,7 +107,7 @@ pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: boo
     }
     let mut last = None;
     for _ in 0..2 {
-        let (v, sent) = put_once(base, token, local, &remote, md.len(), quiet).await?;
+        let (v, sent) = put_once(base, &tls, token, local, &remote, md.len(), quiet).await?;
         if v["checksum"].as_str() == Some(sent.as_str()) {
             return Ok(v);
         }
@@ -88,13 +121,14 @@ pub async fn put(base: &str, token: &str, local: &Path, remote: &str, quiet: boo
 
 async fn put_once(
     base: &str,
+    tls: &Tls,
     token: &str,
     local: &Path,
     remote: &str,
     size: u64,
     quiet: bool,
 ) -> Result<(Value, String), CliError> {
-    let (mut sender, authority, prefix) = connect(base).await?;
+    let (mut sender, authority, prefix) = connect(base, tls).await?;
     let (tx, body) = ChannelBody::new(4);
     let pb = bar(size, quiet);
     let (file, pb2) = (local.to_path_buf(), pb.clone());
@@ -146,11 +180,18 @@ async fn put_once(
 }
 
 /// Download cluster path `remote` to `local`, verified.
-pub async fn get(base: &str, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, CliError> {
+pub async fn get(
+    base: &str,
+    tls: Tls,
+    token: &str,
+    remote: &str,
+    local: &Path,
+    quiet: bool,
+) -> Result<Value, CliError> {
     let remote = cluster_path(remote)?;
     let mut last = CliError("no attempt made".into());
     for _ in 0..GET_ATTEMPTS {
-        match get_once(base, token, &remote, local, quiet).await {
+        match get_once(base, &tls, token, &remote, local, quiet).await {
             Ok(v) => return Ok(v),
             Err((e, retry)) => {
                 if !retry {
@@ -166,8 +207,15 @@ pub async fn get(base: &str, token: &str, remote: &str, local: &Path, quiet: boo
     Err(last)
 }
 
-async fn get_once(base: &str, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, (CliError, bool)> {
-    let (mut sender, authority, prefix) = connect(base).await.map_err(|e| (e, false))?;
+async fn get_once(
+    base: &str,
+    tls: &Tls,
+    token: &str,
+    remote: &str,
+    local: &Path,
+    quiet: bool,
+) -> Result<Value, (CliError, bool)> {
+    let (mut sender, authority, prefix) = connect(base, tls).await.map_err(|e| (e, false))?;
     let (_, empty) = ChannelBody::new(1);
     let req = hyper::Request::get(format!("{prefix}{}", crate::wire::files_target(remote)))
         .header("host", authority)

@@ -136,7 +136,8 @@ pub(super) fn human_status(v: &Value) -> String {
         s(&v["advertiseUrl"]),
         s(&v["members"]),
         states
-    )
+    ) + &v["tlsPin"].as_str().map(|p| format!("\ntls pin  {p}")).unwrap_or_default()
+        + &v["warnings"].as_array().into_iter().flatten().map(|w| format!("\nwarning: {}", s(w))).collect::<String>()
 }
 
 pub(super) fn human_tokens(v: &Value) -> String {

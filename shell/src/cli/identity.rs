@@ -196,8 +196,12 @@ impl Api {
                     .call_with("POST", "/login", Some(json!({"username": user, "password": password})), &[])
                     .await?;
                 let token = v["token"].as_str().ok_or_else(|| CliError("the node answered no token".into()))?;
-                let path =
-                    keep_session(&Kept { api: self.base.clone(), token: token.to_string(), user: user.clone() })?;
+                let path = keep_session(&Kept {
+                    api: self.base.clone(),
+                    token: token.to_string(),
+                    user: user.clone(),
+                    pin: self.pin.clone(),
+                })?;
                 let shown = json!({"user": user, "api": self.base, "session": v["session"], "kept": path.display().to_string()});
                 (shown, |v| {
                     format!(

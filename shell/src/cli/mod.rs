@@ -56,6 +56,11 @@ async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     opts.name = a.name;
     opts.disable_cluster = a.disable_cluster;
     opts.rebuild_meta = a.rebuild_meta;
+    opts.tls = match (a.tls, a.tls_cert, a.tls_key) {
+        (Some(_), _, _) => Some(crate::net::tls::TlsSource::SelfSigned),
+        (None, Some(cert), Some(key)) => Some(crate::net::tls::TlsSource::Files { cert, key }),
+        _ => None,
+    };
     opts.membership.heartbeat_interval_ms = a.heartbeat_ms.max(1);
     opts.membership.heartbeat_timeout_ms = (a.heartbeat_ms * 4 / 3).max(1);
     opts.membership.online_within_ms = a.online_within_ms;

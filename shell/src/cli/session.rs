@@ -12,6 +12,9 @@ pub(super) struct Kept {
     pub api: String,
     pub token: String,
     pub user: String,
+    /// The certificate pin the login was made with (`--pin`), kept for an `https://` node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
 }
 
 fn config_dir() -> Option<PathBuf> {

@@ -159,6 +159,7 @@ pub async fn serve<L>(
     mut listener: L,
     router: Router,
     limits: ServeLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     metrics: &Metrics,
     mut stop: watch::Receiver<bool>,
 ) where
@@ -203,7 +204,10 @@ pub async fn serve<L>(
             closing: closing_rx.clone(),
             client: ClientAddr::of_debug(&format!("{addr:?}")),
         };
-        tokio::spawn(conn.run(io));
+        match tls.clone() {
+            None => tokio::spawn(conn.run(io)),
+            Some(acceptor) => tokio::spawn(conn.run_tls(acceptor, io)),
+        };
     }
     // Stop: no new connections; those open finish their requests (bounded), idle ones close.
     let _ = closing_tx.send(true);
@@ -249,6 +253,37 @@ impl ClientAddr {
 }
 
 impl Connection {
+    /// The TLS handshake first, within the time a request head has ([`ServeLimits::header_read_ms`]),
+    /// then [`Connection::run`] over the decrypted stream (so the guards and the JSON rewrite
+    /// of hyper's own answers see the plain bytes).
+    async fn run_tls<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+        self,
+        acceptor: tokio_rustls::TlsAcceptor,
+        io: S,
+    ) {
+        let limit = Duration::from_millis(self.limits.header_read_ms);
+        let activity = self.activity.clone();
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(limit, acceptor.accept(io)) => Some(r),
+            // Evicted to make room for a new connection while still shaking hands.
+            _ = activity.close.notified() => None,
+        };
+        match outcome {
+            Some(Ok(Ok(tls))) => self.run(tls).await,
+            failed => {
+                if let Some(Ok(Err(e))) = &failed {
+                    tracing::debug!(error = %e, "a TLS handshake failed");
+                }
+                let was_open = self.registry.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id).is_some();
+                if !was_open {
+                    // Evicted: the accept loop waits for this one to be gone.
+                    self.registry.closing.fetch_sub(1, Ordering::SeqCst);
+                }
+                self.registry.closed.notify_waiters();
+            }
+        }
+    }
+
     async fn run<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(mut self, io: S) {
         let guarded = GuardedIo::new(io, self.registry.clone(), self.activity.clone(), self.limits.write_stall_ms);
         let (activity, limits) = (self.activity.clone(), self.limits.clone());

@@ -2,5 +2,6 @@
 //! ([`transport`]), and the reverse tunnels it may go through ([`tunnel`]).
 
 pub mod client;
+pub mod tls;
 pub mod transport;
 pub mod tunnel;

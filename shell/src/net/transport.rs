@@ -56,6 +56,8 @@ pub struct Prepared {
     /// The node it is for.
     pub to: NodeId,
     pub route: Route,
+    /// The certificate pin the connection is held to (the core's `Node::route_pin`).
+    pub pin: String,
     pub method: String,
     pub target: String,
     pub headers: Vec<(&'static str, String)>,
@@ -80,7 +82,16 @@ impl<N: Net> Transport<N> {
         let route = route(node, to)?;
         let headers = node.sign_hashed(now, method, target, body_hash).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
-        Ok(Prepared { to: to.clone(), route, method: method.to_string(), target: target.to_string(), headers, body })
+        let pin = node.route_pin(to, &route);
+        Ok(Prepared {
+            to: to.clone(),
+            route,
+            pin,
+            method: method.to_string(),
+            target: target.to_string(),
+            headers,
+            body,
+        })
     }
 
     /// Sign a request to `to` with the node's key and pick its route.
@@ -95,9 +106,11 @@ impl<N: Net> Transport<N> {
         let route = route(node, to)?;
         let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
         let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
+        let pin = node.route_pin(to, &route);
         Ok(Prepared {
             to: to.clone(),
             route,
+            pin,
             method: method.to_string(),
             target: target.to_string(),
             headers,
@@ -109,7 +122,7 @@ impl<N: Net> Transport<N> {
         let headers: Vec<(&str, &str)> = p.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         match &p.route {
             Route::Direct(url) => {
-                Ok(self.client.request(url, &p.method, &p.target, &headers, p.body, timeout_ms).await?)
+                Ok(self.client.request_pinned(url, &p.pin, &p.method, &p.target, &headers, p.body, timeout_ms).await?)
             }
             Route::Tunnel => {
                 let link = self.tunnels.get(&p.to).ok_or_else(|| TransportError::TunnelNotConnected(p.to.clone()))?;
@@ -117,7 +130,10 @@ impl<N: Net> Transport<N> {
             }
             Route::Relay { via_url, .. } => {
                 let target = shoal_core::tunnel::relay_target(&p.to, &p.target);
-                Ok(self.client.request(via_url, &p.method, &target, &headers, p.body, timeout_ms).await?)
+                Ok(self
+                    .client
+                    .request_pinned(via_url, &p.pin, &p.method, &target, &headers, p.body, timeout_ms)
+                    .await?)
             }
         }
     }

@@ -45,6 +45,8 @@ pub struct Shared<E: Env> {
     /// `shoal_core::identity::box_secret`).
     pub box_secret: [u8; 32],
     pub disable_cluster: bool,
+    /// The listener serves HTTPS (session cookies are then `Secure`).
+    pub serves_tls: bool,
     pub listen: String,
     pub started: Millis,
     /// Upload sessions of the chunked transfer protocol.
@@ -136,7 +138,7 @@ impl<E: Env> Shared<E> {
         let _order = lock(&self.persist_lock);
         // Routes are picked while the node is at hand: the transport's choice, or the URL the
         // core named (a node being evicted is no longer a member the transport knows).
-        let outputs: Vec<(Output, Option<Route>)> = {
+        let outputs: Vec<(Output, Option<(Route, String)>)> = {
             let mut node = lock(&self.node);
             let drained: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
             drained
@@ -144,7 +146,10 @@ impl<E: Env> Shared<E> {
                 .map(|o| {
                     let route = match &o {
                         Output::Send(req) => {
-                            Some(transport::route(&node, &req.to).unwrap_or_else(|_| Route::Direct(req.url.clone())))
+                            let route =
+                                transport::route(&node, &req.to).unwrap_or_else(|_| Route::Direct(req.url.clone()));
+                            let pin = node.route_pin(&req.to, &route);
+                            Some((route, pin))
                         }
                         _ => None,
                     };
@@ -163,9 +168,11 @@ impl<E: Env> Shared<E> {
                 Output::Meta(op) => meta_ops.push(op),
                 Output::Send(req) => {
                     let shared = self.clone();
+                    let (route, pin) = route.unwrap_or_else(|| (Route::Direct(req.url.clone()), String::new()));
                     let prepared = Prepared {
                         to: req.to.clone(),
-                        route: route.unwrap_or_else(|| Route::Direct(req.url.clone())),
+                        route,
+                        pin,
                         method: req.method.to_string(),
                         target: req.target.clone(),
                         headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),

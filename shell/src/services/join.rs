@@ -10,18 +10,11 @@ use std::sync::Arc;
 pub async fn join_with_token<E: Env>(s: &Arc<Shared<E>>, token: &str) -> Result<NodeStatus, ApiError> {
     cluster_enabled(s)?;
     let plan = s.with_node(|n, now| n.prepare_join(now, token))?;
-    if !plan.url.starts_with("http://") {
-        s.with_node(|n, _| n.abort_join());
-        return Err(ApiError::invalid(
-            "bad_token",
-            "the token's issuer URL is https://, which this build does not speak yet",
-        ));
-    }
     let (base, target) = match plan.url.find("/cluster/acn/") {
         Some(i) => (plan.url[..i].to_string(), plan.url[i..].to_string()),
         None => return Err(ApiError::invalid("bad_token", "token issuer URL is malformed")),
     };
-    match s.client.request(&base, "POST", &target, &[], plan.body, 20_000).await {
+    match s.client.request_pinned(&base, &plan.pin, "POST", &target, &[], plan.body, 20_000).await {
         Ok(resp) => {
             let answer = crate::wire::error::peer_answer(resp.status, resp.body.to_vec());
             s.with_node(|n, now| n.finish_join(now, &answer))

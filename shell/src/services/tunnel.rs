@@ -5,7 +5,8 @@
 //! try again and which route a request takes are the core's (`core/src/node/tunnel.rs`).
 
 use crate::env::Env;
-use crate::net::client::{split_url, Response};
+use crate::net::client::{parse_url, Response};
+use crate::net::tls::{self, MaybeTls};
 use crate::net::tunnel::{self, Handler, OnSeen, TunnelledRequest};
 use crate::node::handle::Shared;
 use shoal_core::tunnel::{HANDSHAKE_MS, TUNNEL_PATH};
@@ -82,17 +83,31 @@ pub fn open<E: Env>(s: &Arc<Shared<E>>, host: NodeId, url: String) {
 
 /// The signed WebSocket upgrade to `url`'s `/cluster/acn/tunnel` (the core signs it; its
 /// timestamp on the host's clock as this node knows it, `Node::sign_for`).
-async fn connect<E: Env>(s: &Arc<Shared<E>>, host: &NodeId, url: &str) -> Result<WebSocketStream<E::Stream>, String> {
-    let (authority, base) = split_url(url).map_err(|e| e.to_string())?;
-    let signed = s
-        .with_node(|n, now| n.sign_for(now, host, "GET", TUNNEL_PATH, &[]))
+async fn connect<E: Env>(
+    s: &Arc<Shared<E>>,
+    host: &NodeId,
+    url: &str,
+) -> Result<WebSocketStream<MaybeTls<E::Stream>>, String> {
+    let parts = parse_url(url).map_err(|e| e.to_string())?;
+    let (authority, base) = (parts.authority.clone(), parts.prefix.clone());
+    let (signed, pin) = s
+        .with_node(|n, now| {
+            let pin = n.route_pin(host, &shoal_core::tunnel::Route::Direct(url.to_string()));
+            n.sign_for(now, host, "GET", TUNNEL_PATH, &[]).map(|h| (h, pin))
+        })
         .ok_or_else(|| "this node is not in a cluster".to_string())?;
+    let tls = match (parts.https, pin.is_empty()) {
+        (false, _) => None,
+        (true, true) => return Err(format!("{url} serves https:// but its record carries no certificate pin")),
+        (true, false) => Some(tls::client_pinned(&pin).map_err(|e| e.to_string())?),
+    };
     let mut req = format!("ws://{authority}{base}{TUNNEL_PATH}").into_client_request().map_err(|e| e.to_string())?;
     for (k, v) in signed.pairs() {
         let v = v.parse().map_err(|_| format!("bad header value for {k}"))?;
         req.headers_mut().insert(k, v);
     }
     let stream = s.env.connect(authority.clone()).await.map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+    let stream = tls::connect(stream, parts.host(), tls).await.map_err(|e| format!("TLS to {authority}: {e}"))?;
     let (ws, _) = tokio_tungstenite::client_async_with_config(req, stream, Some(tunnel::ws_config())).await.map_err(
         |e| match e {
             tokio_tungstenite::tungstenite::Error::Http(r) => {

@@ -194,8 +194,9 @@ async fn login_inner<E: Env>(s: Arc<Shared<E>>, b: LoginBody, source: String) ->
         Ok((issued, limits)) => {
             let mut resp = axum::Json(json!({"token": token, "session": issued.credential})).into_response();
             let cookie = format!(
-                "{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-                limits.max_ms / 1000
+                "{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+                limits.max_ms / 1000,
+                secure_flag(&s)
             );
             if let Ok(v) = cookie.parse() {
                 resp.headers_mut().insert("set-cookie", v);
@@ -206,6 +207,15 @@ async fn login_inner<E: Env>(s: Arc<Shared<E>>, b: LoginBody, source: String) ->
     }
 }
 
+/// `; Secure` on a node that serves HTTPS: the browser then never sends the cookie in clear.
+fn secure_flag<E: Env>(s: &Shared<E>) -> &'static str {
+    if s.serves_tls {
+        "; Secure"
+    } else {
+        ""
+    }
+}
+
 /// `POST /v1/logout`: end the session (or key) presented.
 pub(super) async fn logout<E: Env>(State(s): S<E>, Extension(a): Extension<Authed>) -> Response {
     let Some(digest) = a.digest else {
@@ -213,7 +223,8 @@ pub(super) async fn logout<E: Env>(State(s): S<E>, Extension(a): Extension<Authe
     };
     s.with_node(|n, _| n.identity_mut(|i, _| i.end(&digest)));
     let mut resp = axum::Json(json!({"loggedOut": true})).into_response();
-    if let Ok(v) = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0").parse() {
+    if let Ok(v) = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}", secure_flag(&s)).parse()
+    {
         resp.headers_mut().insert("set-cookie", v);
     }
     resp
