@@ -98,7 +98,7 @@ fn two_nodes_talk_https_with_pinned_self_signed_certificates() {
     assert!(!ok, "another node's certificate is no CA for this one");
 
     // Plain HTTP to the TLS port gets no answer.
-    assert_eq!(a.call("GET", "/v1/status", None).status, 0);
+    assert_eq!(a.call("GET", "/v1/cluster/status", None).status, 0);
 
     // The certificate is kept across a restart: the pin does not change.
     nodes.0[0].kill();
