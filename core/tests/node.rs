@@ -679,6 +679,17 @@ fn a_member_mirrors_the_origin_and_writes_a_password_back_after_an_outage() {
     assert_eq!(net.nodes[0].identity().account("anna").unwrap().hash, H2, "written back");
     assert!(net.nodes[1].identity().writebacks().is_empty());
     assert_eq!(net.nodes[1].identity_status()["lastSyncError"], json!(null));
+
+    // Asked before a password is hashed: adding a name known here (mirrored) is a conflict on
+    // either node; a password for an unknown name is refused at the origin, and on the member
+    // carried to the origin, which judges it.
+    for n in 0..2 {
+        assert_eq!(net.nodes[n].password_act_check("anna", true).unwrap_err().code, "user_exists");
+        assert!(net.nodes[n].password_act_check("anna", false).is_ok());
+        assert!(net.nodes[n].password_act_check("bo", true).is_ok());
+    }
+    assert_eq!(net.nodes[0].password_act_check("bo", false).unwrap_err().code, "no_such_user");
+    assert!(net.nodes[1].password_act_check("bo", false).is_ok(), "the origin judges it");
 }
 
 /// Issue 15 "One sign-on": moving the identity origin is a trusted act (weakness 10: any

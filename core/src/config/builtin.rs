@@ -5,6 +5,7 @@
 
 use super::resolve::Manifest;
 use super::types::{Declaration, KeyType};
+use crate::identity::{ARGON2_LANES, ARGON2_MEMORY_KIB, ARGON2_TIME};
 use serde_json::{json, Value};
 
 /// The build these manifests come with (a node resolves against the build it runs).
@@ -213,9 +214,10 @@ pub fn manifests() -> Vec<Manifest> {
                 key("session_max", Duration, json!(7 * D), "a session ends this long after its login")
                     .range(S as f64, 365.0 * D as f64),
                 key("argon2_memory_kib", Int, json!(19_456), "argon2id memory cost of a password hash, KiB")
-                    .range(8.0, 4_194_304.0),
-                key("argon2_time", Int, json!(2), "argon2id passes over that memory").range(1.0, 100.0),
-                key("argon2_lanes", Int, json!(1), "argon2id lanes").range(1.0, 16.0),
+                    .range(ARGON2_MEMORY_KIB.0 as f64, ARGON2_MEMORY_KIB.1 as f64),
+                key("argon2_time", Int, json!(2), "argon2id passes over that memory")
+                    .range(ARGON2_TIME.0 as f64, ARGON2_TIME.1 as f64),
+                key("argon2_lanes", Int, json!(1), "argon2id lanes").range(ARGON2_LANES.0 as f64, ARGON2_LANES.1 as f64),
                 key(
                     "origin",
                     String,

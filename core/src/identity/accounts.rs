@@ -245,12 +245,45 @@ pub struct Identity {
 }
 
 pub(super) fn check_password_shape(hash: &str) -> Result<(), ApiError> {
-    if hash.starts_with("$argon2id$") {
-        Ok(())
-    } else {
-        Err(ApiError::invalid("bad_hash", "a password is kept only as an argon2id hash"))
+    let bad =
+        |why: &str| Err(ApiError::invalid("bad_hash", format!("a password is kept only as an argon2id hash: {why}")));
+    // `$argon2id$v=19$m=M,t=T,p=P$salt$hash`
+    let parts: Vec<&str> = hash.split('$').collect();
+    if hash.len() > HASH_MAX || parts.len() != 6 || !parts[0].is_empty() || parts[1] != "argon2id" {
+        return bad("not a PHC argon2id string");
+    }
+    // The costs within the bounds of the config keys that set them (`identity.argon2_*`), so a
+    // hash mirrored from another node cannot make this one spend more on a login than its own
+    // settings ever could.
+    let mut costs = [None; 3];
+    for kv in parts[3].split(',') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        let slot = match k {
+            "m" => 0,
+            "t" => 1,
+            "p" => 2,
+            _ => return bad("unknown parameter"),
+        };
+        costs[slot] = v.parse::<u64>().ok();
+    }
+    match costs {
+        [Some(m), Some(t), Some(p)]
+            if (ARGON2_MEMORY_KIB.0..=ARGON2_MEMORY_KIB.1).contains(&m)
+                && (ARGON2_TIME.0..=ARGON2_TIME.1).contains(&t)
+                && (ARGON2_LANES.0..=ARGON2_LANES.1).contains(&p) =>
+        {
+            Ok(())
+        }
+        _ => bad("its costs are missing or out of bounds"),
     }
 }
+
+/// The longest PHC string kept.
+const HASH_MAX: usize = 256;
+/// The bounds of the argon2id costs, as the config keys `identity.argon2_*` declare them.
+pub const ARGON2_MEMORY_KIB: (u64, u64) = (8, 4_194_304);
+pub const ARGON2_TIME: (u64, u64) = (1, 100);
+pub const ARGON2_LANES: (u64, u64) = (1, 16);
 
 fn check_digest(digest: &str) -> Result<(), ApiError> {
     if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -720,6 +753,27 @@ mod tests {
         // What is persisted is what is held.
         let ops = t.take_ops();
         assert_eq!(ops.len(), 3, "{ops:?}");
+    }
+
+    /// A hash from elsewhere (a mirrored directory) is kept only as a PHC argon2id string whose
+    /// costs the config keys could have set: one asking for 100 GiB per check is refused.
+    #[test]
+    fn a_hash_is_argon2id_with_costs_within_the_configs_bounds() {
+        assert!(check_password_shape(H).is_ok());
+        assert!(check_password_shape("$argon2id$v=19$m=4194304,t=100,p=16$c2FsdA$aGFzaA").is_ok());
+        for bad in [
+            "hunter22",
+            "$argon2i$v=19$m=8,t=1,p=1$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=104857600,t=1,p=1$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=8,t=101,p=1$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=8,t=1,p=17$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=8,t=1$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=8,t=1,p=1,x=2$c2FsdA$aGFzaA",
+            "$argon2id$v=19$m=8,t=1,p=1$c2FsdA",
+        ] {
+            assert!(check_password_shape(bad).is_err(), "{bad}");
+        }
+        assert!(check_password_shape(&format!("$argon2id$v=19$m=8,t=1,p=1$c2FsdA${}", "a".repeat(300))).is_err());
     }
 
     #[test]

@@ -182,6 +182,22 @@ impl Node {
         Some((origin, self.identity_ms("forward_timeout", 12_000)))
     }
 
+    /// Whether an account act that brings a new password (`user add` when `adding`, else
+    /// `user passwd`) can be taken, asked before the shell spends a slow hash on it: adding an
+    /// account this node already knows is a conflict (the origin's are mirrored here); a
+    /// password for an account made here needs the account. An act the origin takes is judged
+    /// there.
+    pub fn password_act_check(&self, name: &str, adding: bool) -> Result<(), ApiError> {
+        let known = self.identity.account(name).is_some();
+        if adding && known {
+            return Err(ApiError::conflict("user_exists", format!("user {name:?} exists")));
+        }
+        if !adding && !known && self.act_route(name).is_none() {
+            return Err(ApiError::not_found("no_such_user", format!("no user {name:?}")));
+        }
+        Ok(())
+    }
+
     /// Copy the origin's directory on the next turn (after an account change carried there).
     pub fn identity_sync_soon(&mut self, wall: Millis) {
         let now = self.advance_clocks(wall);

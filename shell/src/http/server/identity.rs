@@ -358,8 +358,8 @@ pub(super) async fn user_add<E: Env>(State(s): S<E>, Extension(a): Extension<Aut
         return api_error_response(e);
     }
     // Refused before the (slow) hash when it cannot be taken.
-    if s.read_node(|n, _| n.identity().account(&b.name).is_some()) {
-        return api_error_response(ApiError::conflict("user_exists", format!("user {:?} exists", b.name)));
+    if let Err(e) = s.read_node(|n, _| n.password_act_check(&b.name, true)) {
+        return api_error_response(e);
     }
     let params = s.read_node(|n, _| n.password_params());
     let hash = match passwords::hash(params, b.password).await {
@@ -414,9 +414,8 @@ pub(super) async fn user_password<E: Env>(
     if let Some(e) = password_error(&b.password) {
         return api_error_response(e);
     }
-    let origin_elsewhere = s.read_node(|n, _| n.act_route(&name).is_some());
-    if !origin_elsewhere && s.read_node(|n, _| n.identity().account(&name).is_none()) {
-        return api_error_response(ApiError::not_found("no_such_user", format!("no user {name:?}")));
+    if let Err(e) = s.read_node(|n, _| n.password_act_check(&name, false)) {
+        return api_error_response(e);
     }
     let params = s.read_node(|n, _| n.password_params());
     let hash = match passwords::hash(params, b.password).await {
