@@ -1,7 +1,9 @@
 //! Identity speed (issue 15 "Tests and speed"), all in one run on this machine:
 //! - login time with the chosen argon2id parameters (`POST /v1/login`, median of 10);
 //! - requests/s of an authenticated `GET /v1/meta/status` with a session beside the admin
-//!   token (16 concurrent, alternating rounds; target: within 5 %);
+//!   token (16 concurrent, alternating rounds, the ratio of each pair; target: within 5 %),
+//!   on plain HTTP and on HTTPS (a second node serving a self-signed certificate, the client
+//!   holding its pin), with HTTPS beside HTTP for the admin token;
 //! - user assertions verified per second on one core (target ≥ 20,000/s).
 //!
 //! `cargo bench --bench identity` (env ID_REQUESTS, ID_CONCURRENCY, ID_ASSERTIONS).
@@ -19,19 +21,27 @@ fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-async fn rps(url: String, token: String, total: usize, conc: usize) -> (f64, usize) {
+async fn rps(url: String, pin: String, token: String, total: usize, conc: usize) -> (f64, usize) {
     let client = HttpClient::new(TokioEnv::default());
     let next = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..conc {
-        let (client, url, next, failures, auth) =
-            (client.clone(), url.clone(), next.clone(), failures.clone(), format!("Bearer {token}"));
+        let (client, url, pin, next, failures, auth) =
+            (client.clone(), url.clone(), pin.clone(), next.clone(), failures.clone(), format!("Bearer {token}"));
         tasks.push(tokio::spawn(async move {
             while next.fetch_add(1, Ordering::Relaxed) < total {
                 let r = client
-                    .request(&url, "GET", "/v1/meta/status", &[("authorization", &auth)], Vec::new(), 10_000)
+                    .request_pinned(
+                        &url,
+                        &pin,
+                        "GET",
+                        "/v1/meta/status",
+                        &[("authorization", &auth)],
+                        Vec::new(),
+                        10_000,
+                    )
                     .await;
                 if !matches!(r, Ok(ref r) if r.status == 200) {
                     failures.fetch_add(1, Ordering::Relaxed);
@@ -137,23 +147,60 @@ fn main() {
             "login: median {:.1} ms, min {:.1} ms over 10 (argon2id m={} KiB, t={}, p={})",
             times[5], times[0], params.memory_kib, params.time, params.lanes
         );
-        let _ = rps(d.url(), admin.clone(), 2_000, conc).await;
-        let mut best = [0.0f64; 2];
-        for round in 0..3 {
-            for (i, (what, token)) in [("admin token", &admin), ("session", &session)].into_iter().enumerate() {
-                let (r, fails) = rps(d.url(), token.clone(), total, conc).await;
+        // The same on a node serving HTTPS (a self-signed certificate, the client pinned to it).
+        let mut opts = ServeOptions::new(root.path().join("b"), "127.0.0.1:0");
+        opts.tls = Some(shoal_shell::net::tls::TlsSource::SelfSigned);
+        let t = daemon::start(TokioEnv::default(), opts).await.expect("tls node");
+        t.shared().with_node(|n, now| n.create_cluster(now, "bench-tls")).expect("create");
+        let pin = t.tls_pin.clone().expect("serves TLS");
+        let t_admin = t.shared().admin_token.clone();
+        let auth = format!("Bearer {t_admin}");
+        let body = br#"{"name":"anna","password":"correct horse battery","admin":true}"#.to_vec();
+        let r = client
+            .request_pinned(&t.url(), &pin, "POST", "/v1/users", &[("authorization", &auth)], body, 30_000)
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let body = br#"{"username":"anna","password":"correct horse battery"}"#.to_vec();
+        let r = client.request_pinned(&t.url(), &pin, "POST", "/v1/login", &[], body, 30_000).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let t_session = v["token"].as_str().unwrap().to_string();
+
+        let runs = [
+            ("http  admin token", d.url(), String::new(), admin.clone()),
+            ("http  session", d.url(), String::new(), session.clone()),
+            ("https admin token", t.url(), pin.clone(), t_admin.clone()),
+            ("https session", t.url(), pin.clone(), t_session.clone()),
+        ];
+        for (_, url, pin, token) in &runs {
+            let _ = rps(url.clone(), pin.clone(), token.clone(), 2_000, conc).await;
+        }
+        let rounds = env_usize("ID_ROUNDS", 7);
+        let mut got = vec![Vec::new(); runs.len()];
+        for round in 0..rounds {
+            for (i, (what, url, pin, token)) in runs.iter().enumerate() {
+                let (r, fails) = rps(url.clone(), pin.clone(), token.clone(), total, conc).await;
                 println!(
-                    "round {round}: {what:>11}: {r:>8.0} req/s ({total} requests, {conc} concurrent, {fails} failed)"
+                    "round {round}: {what:>17}: {r:>8.0} req/s ({total} requests, {conc} concurrent, {fails} failed)"
                 );
-                best[i] = best[i].max(r);
+                got[i].push(r);
             }
         }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2]
+        };
+        let ratio = |a: usize, b: usize| median(got[a].iter().zip(&got[b]).map(|(x, y)| 100.0 * x / y).collect());
+        for (i, (what, ..)) in runs.iter().enumerate() {
+            println!("median {what:>17}: {:.0} req/s", median(got[i].clone()));
+        }
         println!(
-            "best: admin token {:.0} req/s, session {:.0} req/s: the session at {:.1} % of the token",
-            best[0],
-            best[1],
-            100.0 * best[1] / best[0]
+            "session against the admin token, median of the {rounds} paired rounds: {:.1} % on HTTP, {:.1} % on HTTPS",
+            ratio(1, 0),
+            ratio(3, 2)
         );
+        println!("HTTPS against HTTP (admin token), median of the paired rounds: {:.1} %", ratio(2, 0));
+        t.shutdown().await;
         d.shutdown().await;
     });
 }
