@@ -121,4 +121,7 @@ fn plain_http_members_are_named_in_a_warning() {
     assert!(w.contains("plain HTTP") && w.contains("replayed"), "{st}");
     let (ok, human, _) = n.cli_with(&["cluster", "status"], true, "", &[]);
     assert!(ok && human.contains("warning: 1 member(s) serve plain HTTP"), "{human}");
+    // Asking for a checked connection to an http:// node is an error, not a silent clear one.
+    let (ok, _, err) = n.cli_with(&["--pin", &"ab".repeat(32), "cluster", "status"], true, "", &[]);
+    assert!(!ok && err.contains("plain http://"), "{err}");
 }

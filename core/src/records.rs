@@ -247,6 +247,7 @@ impl NodeRecord {
             && c.macs.len() <= crate::wake::MACS_MAX
             && c.macs.iter().all(|m| crate::wake::parse_mac(m).is_some())
             && (self.tls_pin.is_empty() || crate::token::valid_pin(&self.tls_pin))
+            && crate::token::url_pin_error(&self.advertise_url, &self.tls_pin).is_none()
             && self.key().is_some()
     }
 
@@ -454,8 +455,12 @@ mod tests {
         assert!(!rec("bad\nname", "", 0).shape_ok());
         // A certificate pin is a SHA-256 in lowercase hex, or nothing.
         let mut r = rec("n", "https://10.0.0.2:7300", 0);
+        assert!(!r.shape_ok(), "an https:// URL with no pin");
         r.tls_pin = "ab".repeat(32);
         assert!(r.shape_ok());
+        let mut downgrade = r.clone();
+        downgrade.advertise_url = "http://10.0.0.2:7300".into();
+        assert!(!downgrade.shape_ok(), "a pin beside an http:// URL");
         r.tls_pin = "AB".repeat(32);
         assert!(!r.shape_ok());
         r.tls_pin = "ab".into();

@@ -112,6 +112,9 @@ impl JoinToken {
         if self.issuer_url.starts_with("https://") && self.issuer_pin.is_empty() {
             return Err(TokenError::BadField("p (an https:// issuer's certificate pin)"));
         }
+        if url_pin_error(&self.issuer_url, &self.issuer_pin).is_some() {
+            return Err(TokenError::BadField("p (a pin beside an http:// issuer)"));
+        }
         if self.name.len() > 256 {
             return Err(TokenError::BadField("n (cluster name)"));
         }
@@ -122,6 +125,18 @@ impl JoinToken {
 /// A certificate pin (issue 15): the SHA-256 of its DER bytes as 64 lowercase hex digits.
 pub fn valid_pin(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Why a node URL and its certificate pin do not go together (issue 15): an `https://` URL
+/// needs the pin peers hold it to, and an `http://` URL beside a pin would have peers talk in
+/// clear to a node that serves TLS, never checking the pin (a downgrade). An empty URL (a node
+/// behind NAT) goes with either.
+pub fn url_pin_error(url: &str, pin: &str) -> Option<&'static str> {
+    match (url.starts_with("https://"), url.starts_with("http://"), pin.is_empty()) {
+        (true, _, true) => Some("an https:// URL needs the certificate's pin: the node must serve TLS (--tls)"),
+        (_, true, false) => Some("this node serves TLS: its URL is https://, not http://"),
+        _ => None,
+    }
 }
 
 /// A node's base URL (an advertised URL, a join token's issuer): exactly
@@ -494,6 +509,10 @@ mod tests {
         );
         bad.issuer_pin = "ab".repeat(32);
         assert_eq!(JoinToken::parse(&bad.encode()).unwrap(), bad);
+        // A pin beside an http:// issuer would have the joiner talk in clear: refused.
+        bad.issuer_url = "http://10.0.0.1:7000".into();
+        assert_eq!(JoinToken::parse(&bad.encode()), Err(TokenError::BadField("p (a pin beside an http:// issuer)")));
+        assert!(url_pin_error("", "ab").is_none() && url_pin_error("http://h", "").is_none());
         let mut bad = t;
         bad.cluster = ClusterId::new("nope");
         assert_eq!(JoinToken::parse(&bad.encode()), Err(TokenError::BadField("c (cluster id)")));

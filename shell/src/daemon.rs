@@ -108,6 +108,8 @@ pub enum StartError {
     Unadvertisable(String),
     #[error("TLS: {0}")]
     Tls(#[from] crate::net::tls::TlsError),
+    #[error("--advertise {0}: {1}")]
+    AdvertiseScheme(String, &'static str),
 }
 
 /// A running node. Dropping it does not stop it; call [`Daemon::shutdown`].
@@ -231,6 +233,12 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
             let u = u.trim_end_matches('/').to_string();
             if !shoal_core::token::valid_base_url(&u) {
                 return Err(StartError::BadAdvertise(u));
+            }
+            // The scheme must be the listener's (the core's rule, `url_pin_error`): checked
+            // here with a stand-in pin, as the certificate is loaded below.
+            let pin = if opts.tls.is_some() { "0".repeat(64) } else { String::new() };
+            if let Some(why) = shoal_core::token::url_pin_error(&u, &pin) {
+                return Err(StartError::AdvertiseScheme(u, why));
             }
             u
         }

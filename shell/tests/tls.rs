@@ -61,6 +61,22 @@ async fn a_tls_node_answers_only_a_client_holding_its_pin_and_its_cookie_is_secu
 
     // The session cookie is Secure over HTTPS.
     call(&client, &d, &pin, &admin, "POST", "/v1/cluster/create", r#"{"name":"t"}"#).await.unwrap();
+    // A node serving TLS cannot be told to advertise http:// (peers would talk in clear and
+    // never check the pin); https:// stays.
+    let (st, v, _) =
+        call(&client, &d, &pin, &admin, "POST", "/v1/cluster/config", r#"{"advertiseUrl":"http://127.0.0.1:9"}"#)
+            .await
+            .unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("bad_url")), "{v}");
+    let (st, v, _) =
+        call(&client, &d, &pin, &admin, "POST", "/v1/cluster/config", r#"{"advertiseUrl":"https://127.0.0.1:9"}"#)
+            .await
+            .unwrap();
+    assert_eq!(st, 200, "{v}");
+    // And the client never sends in clear to a URL whose node has a pin.
+    let http_url = d.url().replacen("https://", "http://", 1);
+    let err = client.request_pinned(&http_url, &pin, "GET", "/v1/cluster/status", &[], Vec::new(), 5_000).await;
+    assert!(err.is_err_and(|e| e.to_string().contains("serves TLS")));
     let (st, v, _) =
         call(&client, &d, &pin, &admin, "POST", "/v1/users", r#"{"name":"anna","password":"correct horse"}"#)
             .await
@@ -90,6 +106,22 @@ async fn a_tls_node_answers_only_a_client_holding_its_pin_and_its_cookie_is_secu
             .unwrap();
     assert!(!cookie.expect("a cookie").contains("Secure"));
     p.shutdown().await;
+}
+
+/// The advertised URL's scheme is the listener's: `--advertise http://` with `--tls`, or
+/// `https://` without it, stops the start with the reason.
+#[tokio::test]
+async fn an_advertised_scheme_that_is_not_the_listeners_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = ServeOptions::new(dir.path().join("a"), "127.0.0.1:0");
+    opts.tls = Some(TlsSource::SelfSigned);
+    opts.advertise = Some("http://127.0.0.1:7300".into());
+    let err = daemon::start(TokioEnv::default(), opts).await.err().expect("refused").to_string();
+    assert!(err.contains("https://"), "{err}");
+    let mut opts = ServeOptions::new(dir.path().join("b"), "127.0.0.1:0");
+    opts.advertise = Some("https://127.0.0.1:7300".into());
+    let err = daemon::start(TokioEnv::default(), opts).await.err().expect("refused").to_string();
+    assert!(err.contains("--tls"), "{err}");
 }
 
 #[tokio::test]

@@ -325,6 +325,9 @@ impl Node {
             if !u.is_empty() && !crate::token::valid_base_url(u) {
                 return Err(ApiError::invalid("bad_url", "advertised URL must look like http://host:port"));
             }
+            if let Some(why) = crate::token::url_pin_error(u, &self.me.tls_pin) {
+                return Err(ApiError::invalid("bad_url", why));
+            }
             self.me.advertise_url = u.to_string();
         }
         self.refresh_own_record(wall, now);

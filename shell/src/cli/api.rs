@@ -42,6 +42,11 @@ impl Api {
             .unwrap_or_else(|| "http://127.0.0.1:7300".to_string());
         let base = base.trim_end_matches('/').to_string();
         crate::net::client::split_url(&base).map_err(|e| CliError(format!("--api: {e}")))?;
+        if base.starts_with("http://") && (g.pin.is_some() || g.ca.is_some()) {
+            return Err(CliError(format!(
+                "--pin/--ca ask for a checked connection, but {base} is plain http://: use the node's https:// URL"
+            )));
+        }
         let kept_here = kept.as_ref().filter(|k| k.api.trim_end_matches('/') == base);
         let pin = g
             .pin

@@ -28,9 +28,10 @@ pub struct Global {
     pub data: PathBuf,
     /// For an https:// node: accept exactly the certificate with this SHA-256 (hex; `shoal
     /// cluster status` on the node shows it). Default: the pin in DATA/tls.pin.
-    #[arg(long, global = true, env = "SHOAL_PIN", conflicts_with = "ca")]
+    #[arg(long, global = true, env = "SHOAL_PIN")]
     pub pin: Option<String>,
-    /// For an https:// node: trust the CA certificates in this PEM file (chain and name checked).
+    /// For an https:// node: trust the CA certificates in this PEM file (chain and name checked;
+    /// wins over --pin).
     #[arg(long, global = true, env = "SHOAL_CA")]
     pub ca: Option<PathBuf>,
 }

@@ -263,17 +263,24 @@ impl Connection {
     ) {
         let limit = Duration::from_millis(self.limits.header_read_ms);
         let activity = self.activity.clone();
-        let outcome = tokio::select! {
-            r = tokio::time::timeout(limit, acceptor.accept(io)) => Some(r),
+        let mut closing = self.closing.clone();
+        let shaken = tokio::select! {
+            r = tokio::time::timeout(limit, acceptor.accept(io)) => match r {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "a TLS handshake failed");
+                    None
+                }
+                Err(_) => None,
+            },
             // Evicted to make room for a new connection while still shaking hands.
             _ = activity.close.notified() => None,
+            // The node stops: a handshake is not a request in flight, it is dropped.
+            _ = closing.wait_for(|c| *c) => None,
         };
-        match outcome {
-            Some(Ok(Ok(tls))) => self.run(tls).await,
-            failed => {
-                if let Some(Ok(Err(e))) = &failed {
-                    tracing::debug!(error = %e, "a TLS handshake failed");
-                }
+        match shaken {
+            Some(tls) => self.run(tls).await,
+            None => {
                 let was_open = self.registry.open.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id).is_some();
                 if !was_open {
                     // Evicted: the accept loop waits for this one to be gone.

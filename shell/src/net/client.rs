@@ -133,6 +133,10 @@ impl<N: Net> HttpClient<N> {
     fn dial(&self, base_url: &str, pin: &str) -> Result<Dial, ClientError> {
         let url = parse_url(base_url)?;
         if !url.https {
+            if !pin.is_empty() {
+                // A node with a certificate is never talked to in clear.
+                return Err(ClientError::Connect(url.authority, "the node serves TLS but its URL is http://".into()));
+            }
             let key = url.authority.clone();
             return Ok(Dial { url, tls: None, key });
         }
@@ -140,7 +144,8 @@ impl<N: Net> HttpClient<N> {
             let c = self.tls.clone().ok_or_else(|| {
                 ClientError::Connect(
                     url.authority.clone(),
-                    "an https:// node is reached only with its certificate pin (--pin) or a CA (--ca)".into(),
+                    "an https:// node is reached only with its certificate pin or a CA (the CLI's --pin or --ca)"
+                        .into(),
                 )
             })?;
             (c, "trust".to_string())

@@ -1,7 +1,9 @@
 //! The admin API of the configuration plane (mesh-config.md "The verb"): `/v1/config`,
 //! proposals, modules, builds and renames.
 
+use super::identity::{account_of, Authed};
 use super::*;
+use axum::Extension;
 
 // ---- configuration ----
 
@@ -63,12 +65,14 @@ pub(super) struct ConfigPost {
     seen: bool,
 }
 
-pub(super) async fn config_post<E: Env>(State(s): S<E>, body: Body) -> Response {
+pub(super) async fn config_post<E: Env>(State(s): S<E>, authed: Option<Extension<Authed>>, body: Body) -> Response {
     let b: ConfigPost = match parse_body(&body) {
         Ok(b) => b,
         Err(e) => return crate::wire::error::api_error_response(e),
     };
-    let account = "admin";
+    // Who sets, proposes and approves: the signed-in admin (`@admin-token` for the token).
+    let account = account_of(authed.as_deref());
+    let account = account.as_str();
     let level = || {
         let key = b.key.as_deref().ok_or_else(|| ApiError::invalid("bad_body", "this action needs a key"))?;
         shoal_core::config::level_of(key, b.node.as_deref(), b.module.as_deref())
@@ -166,9 +170,10 @@ pub(super) struct RetireBody {
     action: String,
 }
 
-pub(super) async fn config_retire<E: Env>(State(s): S<E>, body: Body) -> Response {
+pub(super) async fn config_retire<E: Env>(State(s): S<E>, authed: Option<Extension<Authed>>, body: Body) -> Response {
+    let account = account_of(authed.as_deref());
     let r = parse_body::<RetireBody>(&body)
-        .and_then(|b| s.with_node(|n, now| n.config_retire(now, &b.level, &b.action, "admin")));
+        .and_then(|b| s.with_node(|n, now| n.config_retire(now, &b.level, &b.action, &account)));
     if r.is_ok() {
         s.config_kick();
     }

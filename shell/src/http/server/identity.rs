@@ -43,6 +43,12 @@ pub struct Authed {
     pub digest: Option<String>,
 }
 
+/// The account a configuration act is recorded under: the principal's name (`@admin-token`
+/// for the admin token); `admin` where no one was authenticated (never on `/v1`).
+pub(super) fn account_of(authed: Option<&Authed>) -> String {
+    authed.map_or_else(|| "admin".to_string(), |a| a.principal.name().to_string())
+}
+
 /// The credentials of `Authorization: Bearer T`; the scheme is case-insensitive (RFC 9110
 /// 11.1), spaces after it are skipped.
 pub fn bearer(authorization: &str) -> Option<&str> {

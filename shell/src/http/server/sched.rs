@@ -23,10 +23,15 @@ pub(super) struct WeightsBody {
     why: String,
 }
 
-pub(super) async fn sched_weights_post<E: Env>(State(s): S<E>, body: Body) -> Response {
+pub(super) async fn sched_weights_post<E: Env>(
+    State(s): S<E>,
+    authed: Option<axum::Extension<super::identity::Authed>>,
+    body: Body,
+) -> Response {
+    let account = super::identity::account_of(authed.as_deref());
     let r = parse_body::<WeightsBody>(&body).and_then(|b| {
         let set: Vec<(String, f64)> = b.set.into_iter().collect();
-        s.with_node(|n, now| n.sched_set_weights(now, &set, b.reset, &b.why, "admin"))
+        s.with_node(|n, now| n.sched_set_weights(now, &set, b.reset, &b.why, &account))
     });
     if r.is_ok() {
         s.config_kick();
