@@ -556,16 +556,17 @@ fn valid_url() -> impl Strategy<Value = String> {
 }
 
 fn join_token() -> impl Strategy<Value = JoinToken> {
-    (any::<u64>(), "\\PC{0,60}", valid_url(), "[0-9a-fA-F]{16}", "[0-9a-f]{64}").prop_map(|(c, name, url, t, s)| {
-        JoinToken {
+    (any::<u64>(), "\\PC{0,60}", valid_url(), "[0-9a-fA-F]{16}", "[0-9a-f]{64}", "[0-9a-f]{64}").prop_map(
+        |(c, name, url, t, s, pin)| JoinToken {
             cluster: ClusterId::new(uuid_of(c)),
             name,
+            // An https:// issuer is pinned (issue 15); an http:// one is not.
+            issuer_pin: if url.starts_with("https://") { pin } else { String::new() },
             issuer_url: url,
             token_id: TokenId::new(t),
             secret: s,
-            issuer_pin: String::new(),
-        }
-    })
+        },
+    )
 }
 
 proptest! {
