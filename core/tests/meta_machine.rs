@@ -406,6 +406,64 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
     assert_eq!(net.meta("c").state().digest(), net.meta("a").state().digest());
 }
 
+/// Issue 18: a follower keeps up to `submit_window` submits in flight, so a change need not
+/// wait behind the submit of another (a request's audit entry, most often). Each submit
+/// carries records no other one in flight carries, answers may come in any order, and a
+/// change leaves the pending queue only with the answer of the submit that carried it.
+#[test]
+fn several_submits_fly_at_once_within_the_window_and_each_answer_settles_its_own() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig { submit_window: 2, ..MetaConfig::default() });
+    let recs: Vec<Record> = (0..3).map(|i| net.setting("b", &format!("k{i}"), json!(i))).collect();
+    net.submit("b", recs[0].clone());
+    let first = net.take(|m| m.target == SUBMIT);
+    net.submit("b", recs[1].clone());
+    let second = net.take(|m| m.target == SUBMIT);
+    let ids = |m: &Msg| match &m.purpose {
+        MetaPurpose::Submit { ids } => ids.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ids(&first).len(), 1);
+    assert_eq!(ids(&second).len(), 1);
+    assert_ne!(ids(&first), ids(&second), "each carries its own record");
+    // The window is full: the third change waits.
+    net.submit("b", recs[2].clone());
+    assert!(!net.queue.iter().any(|m| m.target == SUBMIT), "{:?}", net.queue);
+    assert_eq!(net.meta("b").pending_len(), 3);
+
+    // The second is answered first: its record leaves the queue, and the third goes out.
+    let reply = net.answer(&second);
+    net.respond(&second, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    assert_eq!(net.meta("b").pending_len(), 2, "only the answered submit's record left");
+    let third = net.take(|m| m.target == SUBMIT);
+    assert_eq!(ids(&third).len(), 1);
+    assert!(!ids(&third).iter().any(|i| ids(&first).contains(i)), "never the one still in flight");
+    for m in [first, third] {
+        let reply = net.answer(&m);
+        net.respond(&m, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    }
+    net.run();
+    for n in ["a", "b", "c"] {
+        assert_eq!(net.meta(n).pending_len(), 0, "{n}");
+        for r in &recs {
+            let key = match r {
+                Record::Setting(s) => s.key.clone(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(net.meta(n).state().get(RecordKind::Setting, &key), Some(r), "{n} {key}");
+        }
+    }
+    assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+
+    // A window of 1 is the old rule: one submit at a time.
+    let mut one = cluster(&["a", "b"], MetaConfig { submit_window: 1, ..MetaConfig::default() });
+    let r0 = one.setting("b", "x", json!(0));
+    let r1 = one.setting("b", "y", json!(1));
+    one.submit("b", r0);
+    let _in_flight = one.take(|m| m.target == SUBMIT);
+    one.submit("b", r1);
+    assert!(!one.queue.iter().any(|m| m.target == SUBMIT));
+}
+
 // ---- 2: no leader, then a leader; a 409 from a node that is not the leader ----
 
 /// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Followers submit through

@@ -377,6 +377,18 @@ impl Node {
 
     /// Taken right after a client's request made its changes: what its acknowledgement waits for.
     pub fn ack_plan(&self, from: crate::meta::machine::WriteMark) -> AckPlan {
+        self.ack_plan_between(from, self.meta.write_mark())
+    }
+
+    /// The plan for exactly the changes made between two marks, taken by the caller around
+    /// its writes under one hold of the node (nothing else can fall between them): a request
+    /// then waits for its own changes only, not for those other requests made meanwhile
+    /// (issue 18).
+    pub fn ack_plan_between(
+        &self,
+        from: crate::meta::machine::WriteMark,
+        to: crate::meta::machine::WriteMark,
+    ) -> AckPlan {
         let applied = |key: &str| self.config_applied.as_ref()?.get("meta")?.get(key)?.value.clone();
         let mode = match applied("ack").as_ref().and_then(|v| v.as_str()) {
             Some("durable") => AckMode::Durable,
@@ -384,7 +396,7 @@ impl Node {
             _ => AckMode::Replicated,
         };
         let wait_ms = applied("ack_wait").and_then(|v| v.as_u64()).unwrap_or(ACK_WAIT_MS);
-        AckPlan { mode, wait_ms, from, to: self.meta.write_mark() }
+        AckPlan { mode, wait_ms, from, to }
     }
 
     /// Whether the changes of `plan` may be acknowledged: another node holds them, or no other

@@ -309,3 +309,11 @@ pub fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
     }
     Ok(())
 }
+
+/// The marks a handler took around every change it made, under one hold of the node each
+/// time (`Node::ack_position` before and after): put in its answer's extensions, it narrows
+/// the acknowledgement to those changes. A handler that makes changes in more than one hold,
+/// or outside its own task, must not set it (the wide span from before the handler to after
+/// it then applies).
+#[derive(Clone, Debug)]
+pub struct AckSpan(pub shoal_core::meta::machine::WriteMark, pub shoal_core::meta::machine::WriteMark);

@@ -56,6 +56,10 @@ pub struct MetaConfig {
     pub purge_every_ms: u64,
     /// Most records sent in one submit or append.
     pub batch_max: usize,
+    /// Most submits in flight to the leader at once (issue 18): a write need not wait behind
+    /// the submit of another (a request's audit entry, most often). Records are last-writer-wins
+    /// by version, so the order the leader takes them in does not matter.
+    pub submit_window: usize,
 }
 
 impl Default for MetaConfig {
@@ -71,6 +75,7 @@ impl Default for MetaConfig {
             snapshot_page_max: 2_000,
             purge_every_ms: 60_000,
             batch_max: 500,
+            submit_window: 4,
         }
     }
 }
@@ -345,8 +350,10 @@ pub struct Meta {
     /// Pending ids of ours that went into our own log when we became leader: first id of each
     /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
     self_appended: BTreeMap<u64, (u64, LogIndex)>,
-    /// When the submit in flight was sent (none in flight: `None`).
-    submit_in_flight: Option<Millis>,
+    /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
+    submits: BTreeMap<u64, (Millis, Vec<u64>)>,
+    /// Every pending id some submit in flight carries.
+    submitting: BTreeSet<u64>,
     submit_due: Millis,
     /// When the catch-up or snapshot request in flight was sent.
     catch_up_in_flight: Option<Millis>,
@@ -388,7 +395,8 @@ impl Meta {
             appends_since_compaction: 0,
             pending: BTreeMap::new(),
             next_pending_id: 1,
-            submit_in_flight: None,
+            submits: BTreeMap::new(),
+            submitting: BTreeSet::new(),
             submit_due: Millis::ZERO,
             catch_up_in_flight: None,
             peers: BTreeMap::new(),
@@ -582,7 +590,7 @@ impl Meta {
 
     pub fn poll_timeout(&self) -> Option<Millis> {
         let mut t = self.tick_due;
-        if !self.pending.is_empty() && self.submit_in_flight.is_none() {
+        if self.submit_room() {
             t = t.min(self.submit_due);
         }
         Some(t)
@@ -610,9 +618,12 @@ impl Meta {
         }
         // A request whose answer never came (dropped, or the node's bookkeeping lost it) must
         // not block its kind of work for ever.
-        let stale = |sent: &Option<Millis>| sent.is_some_and(|t| now.since(t) > 2 * self.config.request_timeout_ms);
-        if stale(&self.submit_in_flight) {
-            self.submit_in_flight = None;
+        let timeout = 2 * self.config.request_timeout_ms;
+        let stale = |sent: &Option<Millis>| sent.is_some_and(|t| now.since(t) > timeout);
+        let stale_submits: Vec<u64> =
+            self.submits.iter().filter(|(_, (sent, _))| stale(&Some(*sent))).map(|(first, _)| *first).collect();
+        for first in stale_submits {
+            self.submit_settled(first);
         }
         if stale(&self.catch_up_in_flight) {
             self.catch_up_in_flight = None;
@@ -821,12 +832,31 @@ impl Meta {
         }
     }
 
+    /// A pending record no submit in flight carries, and room for another submit.
+    fn submit_room(&self) -> bool {
+        self.submits.len() < self.config.submit_window.max(1)
+            && self.pending.keys().any(|id| !self.submitting.contains(id))
+    }
+
+    /// The submit that carried pending ids from `first` on is answered (or given up on).
+    pub(super) fn submit_settled(&mut self, first: u64) -> Vec<u64> {
+        let ids = self.submits.remove(&first).map(|(_, ids)| ids).unwrap_or_default();
+        for id in &ids {
+            self.submitting.remove(id);
+        }
+        ids
+    }
+
     pub(super) fn try_submit(&mut self, now: Millis) {
-        if self.submit_in_flight.is_some() || self.pending.is_empty() || now < self.submit_due {
+        if self.pending.is_empty() || now < self.submit_due {
             return;
         }
         let Some(leader) = self.leader(now).map(|l| l.holder.clone()) else { return };
         if leader == self.me {
+            if !self.submits.is_empty() {
+                // Submits to the old leader are answered (or time out) first.
+                return;
+            }
             // We became leader: our own pending changes go straight into the log.
             let pending = std::mem::take(&mut self.pending);
             let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
@@ -844,15 +874,24 @@ impl Meta {
             self.pump_appends();
             return;
         }
-        let batch: Vec<(u64, Record)> = take_bounded(self.pending.iter(), self.config.batch_max, |(_, r)| *r)
+        while self.submit_room() {
+            let submitting = &self.submitting;
+            let batch: Vec<(u64, Record)> = take_bounded(
+                self.pending.iter().filter(|(id, _)| !submitting.contains(id)),
+                self.config.batch_max,
+                |(_, r)| *r,
+            )
             .into_iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
-        let ids = batch.iter().map(|(k, _)| *k).collect();
-        let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
-            .expect("serialise");
-        self.submit_in_flight = Some(now);
-        self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
+            let ids: Vec<u64> = batch.iter().map(|(k, _)| *k).collect();
+            let Some(first) = ids.first().copied() else { break };
+            self.submitting.extend(ids.iter().copied());
+            self.submits.insert(first, (now, ids.clone()));
+            let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
+                .expect("serialise");
+            self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
+        }
     }
 
     pub(super) fn request_catch_up(&mut self, leader: &NodeId) {

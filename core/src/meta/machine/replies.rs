@@ -66,7 +66,9 @@ impl Meta {
                 }
             }
             MetaPurpose::Submit { ids } => {
-                self.submit_in_flight = None;
+                if let Some(first) = ids.first() {
+                    self.submit_settled(*first);
+                }
                 if carried_out {
                     for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
                         self.refused_by(peer, "our submitted record", r.to_string());

@@ -325,10 +325,19 @@ pub(super) struct SettingBody {
 }
 
 pub(super) async fn setting_set<E: Env>(State(s): S<E>, Path(key): Path<String>, body: Body) -> Response {
-    api_result((|| {
-        let b: SettingBody = parse_body(&body)?;
-        s.with_node(|n, now| n.setting_set(now, &key, Some(b.value)))
-    })())
+    let b: SettingBody = match parse_body(&body) {
+        Ok(b) => b,
+        Err(e) => return api_result::<()>(Err(e)),
+    };
+    // The one change, with the marks around it: the acknowledgement waits for it alone.
+    let (r, span) = s.with_node(|n, now| {
+        let from = n.ack_position();
+        let r = n.setting_set(now, &key, Some(b.value));
+        (r, super::AckSpan(from, n.ack_position()))
+    });
+    let mut resp = api_result(r);
+    resp.extensions_mut().insert(span);
+    resp
 }
 
 pub(super) async fn setting_delete<E: Env>(State(s): S<E>, Path(key): Path<String>) -> Response {

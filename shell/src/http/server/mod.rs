@@ -194,6 +194,8 @@ async fn refuse_writes_the_store_cannot_keep<E: Env>(State(s): S<E>, req: Reques
     next.run(req).await
 }
 
+pub use crate::node::handle::AckSpan;
+
 /// A change (POST, PUT, DELETE) that succeeded is answered only once it is as safe as
 /// `meta.ack` says (the core's [`shoal_core::node::Node::ack_plan`] and `ack_ready`):
 /// `replicated`, another node holds every change this node made so far; `durable`, also a
@@ -212,24 +214,27 @@ async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next)
     let from = change.then(|| s.read_node(|n, _| n.ack_position()));
     let mut resp = next.run(req).await;
     let Some(from) = from.filter(|_| resp.status().is_success()) else { return resp };
-    let plan = s.read_node(|n, _| n.ack_plan(from));
+    let plan = match resp.extensions_mut().remove::<AckSpan>() {
+        Some(AckSpan(own_from, own_to)) => s.read_node(|n, _| n.ack_plan_between(own_from, own_to)),
+        None => s.read_node(|n, _| n.ack_plan(from)),
+    };
     let reached = match plan.mode {
         AckMode::Local => "local",
         mode => {
-            // One bound for both waits.
-            let deadline = s.env.monotonic().plus(plan.wait_ms);
+            // Both waits at once, under one bound: the commit (`durable`) runs while the
+            // changes travel to another node, rather than after (issue 18).
             let through = s.meta_store.queued_through();
             let mut got = None;
             let p = plan.clone();
-            s.wait_for(plan.wait_ms, |n, now| {
+            let replicated = s.wait_for(plan.wait_ms, |n, now| {
                 got = n.ack_ready(now, &p);
                 got.is_some()
-            })
-            .await;
-            let flushed = mode != AckMode::Durable || {
-                let left = deadline.0.saturating_sub(s.env.monotonic().0);
-                s.meta_store.wait_flushed(through, std::time::Duration::from_millis(left)).await
+            });
+            let committed = async {
+                mode != AckMode::Durable
+                    || s.meta_store.wait_flushed(through, std::time::Duration::from_millis(plan.wait_ms)).await
             };
+            let (_, flushed) = tokio::join!(replicated, committed);
             match (got, mode, flushed) {
                 (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
                 (Some(AckReached::Alone), _, _) => "alone",

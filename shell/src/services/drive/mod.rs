@@ -30,6 +30,7 @@ use crate::disk::confined_path;
 use crate::env::Env;
 use crate::net::client::ChannelBody;
 use crate::net::transport::Transport;
+use crate::node::handle::AckSpan;
 use crate::node::handle::Shared;
 use crate::services::peer::{answered_error, io_api, peer_error, read_piece, signed, signed_within, PEER_TIMEOUT_MS};
 use crate::services::store_service::copy_path;
@@ -146,7 +147,14 @@ pub async fn put<E: Env>(
     // A put runs to its end even if the client goes away meanwhile: copies that landed are
     // published, and a body cut short aborts every copy it started.
     let put = tokio::spawn(async move { put_inner(&s, &path, &headers, body, &owner).await });
-    crate::wire::error::api_result(put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
+    match put.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())) {
+        Ok((v, span)) => {
+            let mut resp = crate::wire::error::api_result(Ok::<_, ApiError>(v));
+            resp.extensions_mut().insert(span);
+            resp
+        }
+        Err(e) => crate::wire::error::api_result::<Value>(Err(e)),
+    }
 }
 
 async fn put_inner<E: Env>(
@@ -155,7 +163,7 @@ async fn put_inner<E: Env>(
     headers: &HeaderMap,
     body: axum::body::Body,
     owner: &str,
-) -> Result<Value, ApiError> {
+) -> Result<(Value, AckSpan), ApiError> {
     let mut target = s.read_node(|n, _| n.file_put_target(path))?;
     target.owner = owner.to_string();
     let expect = headers.get(SHA_HEADER).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
@@ -219,7 +227,8 @@ const RECORD_WAIT_MS: u64 = 3_000;
 
 /// Publish the record of a put whose copies are in place, and wait (a little) until the
 /// leader holds it too, so the answer survives losing this node; `recordReplicated` says
-/// whether it did.
+/// whether it did. The put's metadata changes are this one publish: its marks are the
+/// acknowledgement's span.
 async fn publish<E: Env>(
     s: &Arc<Shared<E>>,
     target: &PutTarget,
@@ -227,10 +236,13 @@ async fn publish<E: Env>(
     sum: &str,
     copies: &[(VolumeId, NodeId)],
     t0: shoal_core::Millis,
-) -> Result<Value, ApiError> {
+) -> Result<(Value, AckSpan), ApiError> {
     let mod_time = s.env.now().0;
-    let published =
-        s.with_node(|n, now| n.file_publish_as(now, &target.path, size, sum, mod_time, copies, &target.owner));
+    let (published, span) = s.with_node(|n, now| {
+        let from = n.ack_position();
+        let r = n.file_publish_as(now, &target.path, size, sum, mod_time, copies, &target.owner);
+        (r, AckSpan(from, n.ack_position()))
+    });
     let v = match published {
         Ok(v) => v,
         Err(e) => {
@@ -249,5 +261,5 @@ async fn publish<E: Env>(
     let held = s.wait_for(RECORD_WAIT_MS, |n, _| n.file_record_held_elsewhere(&target.path)).await;
     v["recordReplicated"] = json!(held);
     tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
-    Ok(v)
+    Ok((v, span))
 }
