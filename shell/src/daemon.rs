@@ -146,11 +146,9 @@ impl<E: Env> Daemon<E> {
         for t in self.tasks {
             let _ = t.await;
         }
-        let mut waited = 0;
-        while Arc::strong_count(&self.shared) > 1 && waited < SHUTDOWN_RELEASE_MS {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            waited += 10;
-        }
+        let released = self.shared.released.0.clone();
+        drop(self.shared);
+        let _ = tokio::time::timeout(Duration::from_millis(SHUTDOWN_RELEASE_MS), released.notified()).await;
     }
 
     /// Wait until the node is told to stop (or its tasks end).
@@ -341,6 +339,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         changed: Notify::new(),
         shutdown,
         metrics: Default::default(),
+        released: Default::default(),
     });
     shared.pump();
     tracing::info!(node = %ident.id, listen = %local_addr, advertise = %advertise, "node started");

@@ -22,13 +22,12 @@ fn hash_at(h: &Harness, i: usize) -> Option<String> {
     h.read(i, |n, _| n.identity().account("anna").map(|a| a.hash.clone())).flatten()
 }
 
-#[test]
-fn members_fall_back_to_their_directory_and_write_a_password_back_after_the_heal() {
-    let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
+/// Three converged nodes with cheap hashes (the simulator hashes on real threads) and a quick
+/// directory sync.
+fn three_nodes(seed: u64) -> Harness {
     let mut h = Harness::new(SimConfig::new(seed, 3));
     h.form_cluster().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     h.converge_within(2 * INTERVAL + 5_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    // Cheap hashes (the simulator hashes on real threads), and a quick directory sync.
     for (key, value) in [
         ("identity.argon2_memory_kib", json!(64)),
         ("identity.argon2_time", json!(1)),
@@ -39,6 +38,13 @@ fn members_fall_back_to_their_directory_and_write_a_password_back_after_the_heal
         assert_eq!(s, 200, "seed {seed}: {key}: {v}");
     }
     h.run_checked(15_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    h
+}
+
+#[test]
+fn members_fall_back_to_their_directory_and_write_a_password_back_after_the_heal() {
+    let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
+    let mut h = three_nodes(seed);
     // Added at a member: it acts at the origin, and every member mirrors it.
     let body = json!({"name": "anna", "password": "correct horse"});
     let (s, v) = h.api(1, "POST /v1/users", Some(body)).unwrap();
@@ -90,19 +96,7 @@ fn origin_at(h: &Harness, i: usize) -> Option<String> {
 #[test]
 fn the_origin_moves_only_by_an_approved_proposal_and_the_old_one_then_mirrors_the_new() {
     let seed = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(16);
-    let mut h = Harness::new(SimConfig::new(seed, 3));
-    h.form_cluster().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    h.converge_within(2 * INTERVAL + 5_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-    for (key, value) in [
-        ("identity.argon2_memory_kib", json!(64)),
-        ("identity.argon2_time", json!(1)),
-        ("identity.sync_every", json!("10s")),
-    ] {
-        let body = json!({"action": "set", "key": key, "value": value, "why": "identity scenario"});
-        let (s, v) = h.api(0, "POST /v1/config", Some(body)).unwrap();
-        assert_eq!(s, 200, "seed {seed}: {key}: {v}");
-    }
-    h.run_checked(15_000).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let mut h = three_nodes(seed);
     let (old, new) = (origin_at(&h, 0).expect("an origin"), h.read(1, |n, _| n.id().to_string()).unwrap());
     assert!((0..3).all(|i| origin_at(&h, i).as_ref() == Some(&old)), "seed {seed}: the creator everywhere");
 

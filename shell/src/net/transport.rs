@@ -81,17 +81,7 @@ impl<N: Net> Transport<N> {
     ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
         let headers = node.sign_hashed(now, method, target, body_hash).ok_or(TransportError::NotInCluster)?;
-        let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
-        let pin = node.route_pin(to, &route);
-        Ok(Prepared {
-            to: to.clone(),
-            route,
-            pin,
-            method: method.to_string(),
-            target: target.to_string(),
-            headers,
-            body,
-        })
+        Ok(Self::prepared(node, to, route, headers, method, target, body))
     }
 
     /// Sign a request to `to` with the node's key and pick its route.
@@ -105,17 +95,29 @@ impl<N: Net> Transport<N> {
     ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
         let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
-        let headers = headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect();
+        Ok(Self::prepared(node, to, route, headers, method, target, body.into()))
+    }
+
+    /// A signed request along `route`, held to the pin the core names for it.
+    fn prepared(
+        node: &Node,
+        to: &NodeId,
+        route: Route,
+        headers: shoal_core::acn::SignedHeaders,
+        method: &str,
+        target: &str,
+        body: bytes::Bytes,
+    ) -> Prepared {
         let pin = node.route_pin(to, &route);
-        Ok(Prepared {
+        Prepared {
             to: to.clone(),
             route,
             pin,
             method: method.to_string(),
             target: target.to_string(),
-            headers,
-            body: body.into(),
-        })
+            headers: headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
+            body,
+        }
     }
 
     pub async fn send(&self, p: Prepared, timeout_ms: u64) -> Result<Response, TransportError> {

@@ -72,6 +72,20 @@ pub struct Shared<E: Env> {
     pub(crate) shutdown: watch::Sender<bool>,
     /// The shell's counters for `/metrics` (requests, bytes).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Told once the node is dropped with its database closed ([`crate::daemon::Daemon::shutdown`]
+    /// waits for it). The last field: fields drop in order, so every other one is gone by then.
+    pub(crate) released: Released,
+}
+
+/// Tells its [`Notify`] when it is dropped (a stored permit: a waiter that comes later still
+/// hears it).
+#[derive(Default)]
+pub(crate) struct Released(pub(crate) Arc<Notify>);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
 }
 
 impl<E: Env> Shared<E> {
