@@ -793,3 +793,49 @@ fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
     // Only a mirrored account's password waits for a write-back.
     assert!(!net.nodes[1].keeps_for_writeback("loc"));
 }
+
+/// One `store/place` places several copies, each on another node, as that many single calls
+/// would (the writer's own node first), fewer when no more nodes fit; a count out of bounds is
+/// refused, and only the leader places.
+#[test]
+fn one_placement_call_places_every_copy_on_distinct_nodes() {
+    let mut net = Net::new(&[0, 0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "place").expect("create");
+    net.pump();
+    for j in [1, 2] {
+        net.join(j, 0).1.expect("joins");
+    }
+    for i in 0..3 {
+        let at = net.clock(i);
+        let facts = shoal_core::node::volumes::FolderFacts::default();
+        net.nodes[i].volume_add(at, &format!("/srv/n{i}"), &facts, "", 1 << 40, 1 << 39).expect("a volume");
+    }
+    net.run_for(MINUTE_MS, SECOND_MS);
+    let at = net.clock(0);
+    assert!(net.nodes[0].leader_term(at).is_some(), "A leads");
+    let a = net.id(0);
+    let mut place = |count: serde_json::Value| {
+        let body = json!({"size": 4096, "writer": a, "count": count}).to_string();
+        net.nodes[0].place_for_self(at, body.as_bytes())
+    };
+    let r = place(json!(3));
+    assert!(r.refused.is_none(), "{}", r.body);
+    let nodes: Vec<&str> = r.body["copies"].as_array().unwrap().iter().map(|c| c["nodeId"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(nodes[0], a.as_str(), "the writer's own node first");
+    assert_eq!(r.body["nodeId"].as_str(), Some(nodes[0]), "the top-level fields are the first copy's");
+    let mut distinct = nodes.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "each copy on another node: {nodes:?}");
+    let r = place(json!(5));
+    assert_eq!(r.body["copies"].as_array().map(Vec::len), Some(3), "fewer when no more nodes fit");
+    assert_eq!(code(&place(json!(0))), "bad_count");
+    assert_eq!(code(&place(json!(17))), "bad_count");
+    let one = place(serde_json::Value::Null);
+    assert_eq!(one.body["copies"].as_array().map(Vec::len), Some(1), "one copy by default");
+    let at = net.clock(1);
+    let body = json!({"size": 4096, "count": 2}).to_string();
+    assert_eq!(code(&net.nodes[1].place_for_self(at, body.as_bytes())), "not_leader");
+}

@@ -462,6 +462,7 @@ async fn every_route_refuses_missing_and_wrong_credentials() {
         .collect();
     for (op, m) in [("begin", "POST"), ("chunk", "POST"), ("commit", "POST"), ("abort", "POST"), ("mkdir", "POST")]
         .into_iter()
+        .chain([("put", "POST")])
         .chain([
             ("read", "GET"),
             ("stat", "GET"),

@@ -419,3 +419,83 @@ async fn path_traversal_spellings_are_refused_on_files_and_store() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// `store/put` of `content` at `path` on `vol` of node `to` in one signed request, naming
+/// `size` and `checksum` as given; status and answer.
+async fn put_whole(
+    from: &Daemon<TokioEnv>,
+    to: &NodeId,
+    vol: &str,
+    path: &str,
+    content: &[u8],
+    size: usize,
+    checksum: &str,
+) -> (u16, Value) {
+    let t = format!("/cluster/acn/store/put?volume={vol}&path={path}&size={size}&checksum={checksum}");
+    let (s, body, ..) = signed(from, to, "POST", &t, content.to_vec(), None).await;
+    (s, json_of(&body))
+}
+
+/// A copy of one chunk or less travels in one signed `store/put`: it lands (fsynced, renamed
+/// into place) only when the body is whole and its SHA-256 is the named one, never over bytes
+/// that just landed for another write, and never outside the volume.
+#[tokio::test]
+async fn a_small_copy_lands_in_one_signed_put_only_when_its_bytes_match() {
+    let (_root, a, b, b_id, folder, vol) = two_nodes().await;
+    let content = b"a small file in one request".to_vec();
+    let parts = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .map(|rd| rd.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".part-")).count())
+            .unwrap_or(0)
+    };
+
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/one.txt", &content, content.len(), &sha(&content)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["checksum"].as_str(), Some(sha(&content).as_str()));
+    assert_eq!(std::fs::read(folder.join("docs").join("one.txt")).unwrap(), content);
+
+    // Bytes that are not the named file, a size that is not the body's, more than one chunk,
+    // a malformed checksum or a missing field: refused, nothing lands, no part file is left.
+    let other = b"other bytes".to_vec();
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/two.txt", &other, other.len(), &sha(&content)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("checksum_mismatch")), "{v}");
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/two.txt", &other, other.len() + 1, &sha(&other)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_body")), "{v}");
+    let big = vec![7u8; 4 * MIB + 1];
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/two.txt", &big, big.len(), &sha(&big)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("body_too_large")), "{v}");
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/two.txt", &other, other.len(), "xyz").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_checksum")), "{v}");
+    let t = format!("/cluster/acn/store/put?volume={vol}&path=/docs/two.txt");
+    let (s, ..) = signed(&a, &b_id, "POST", &t, other.clone(), None).await;
+    assert_eq!(s, 400, "size and checksum are needed");
+    let (s, v) = put_whole(&a, &b_id, "no-such-volume", "/docs/two.txt", &other, other.len(), &sha(&other)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("unknown_volume")), "{v}");
+    let (s, _) = put_whole(&a, &b_id, &vol, "/../escape.txt", &other, other.len(), &sha(&other)).await;
+    assert!((400..500).contains(&s), "a path out of the volume: {s}");
+    assert!(!folder.join("docs").join("two.txt").exists() && !folder.parent().unwrap().join("escape.txt").exists());
+    assert_eq!(parts(&folder.join("docs")), 0, "no part file is left");
+
+    // Another write's bytes that just landed at the path are not replaced by a racing first
+    // write; once a record lists a copy, an overwrite that names the content it replaces lands.
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/one.txt", &other, other.len(), &sha(&other)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("write_conflict")), "{v}");
+    assert_eq!(std::fs::read(folder.join("docs").join("one.txt")).unwrap(), content);
+    let (s, v) = api(&b, "PUT", "/v1/files/docs/kept.bin", Value::String("kept".into())).await;
+    assert_eq!(s, 200, "{v}");
+    let kept = std::fs::read(folder.join("docs").join("kept.bin")).unwrap();
+    let (s, v) = put_whole(&a, &b_id, &vol, "/docs/kept.bin", &other, other.len(), &sha(&other)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("write_conflict")), "a racing first write: {v}");
+    let t = format!(
+        "/cluster/acn/store/put?volume={vol}&path=/docs/kept.bin&size={}&checksum={}&replaces={}",
+        other.len(),
+        sha(&other),
+        sha(&kept)
+    );
+    let (s, body, ..) = signed(&a, &b_id, "POST", &t, other.clone(), None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(std::fs::read(folder.join("docs").join("kept.bin")).unwrap(), other);
+    assert_eq!(parts(&folder.join("docs")), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -484,11 +484,21 @@ struct PlaceBody {
     /// Nodes that must not take the copy (they hold one already).
     #[serde(default)]
     exclude: Vec<crate::NodeId>,
+    /// How many copies to place at once, each on another node (default 1; at most
+    /// [`PLACE_COUNT_MAX`]).
+    #[serde(default)]
+    count: Option<u32>,
 }
 
+/// The most copies one `store/place` places.
+pub const PLACE_COUNT_MAX: u32 = 16;
+
 impl Node {
-    /// `POST store/place` (leader only): which volume takes a new copy of `size` bytes.
-    /// 409 with the lease when this node is not the leader, 507 when nothing fits.
+    /// `POST store/place` (leader only): which volumes take `count` new copies (default 1) of
+    /// `size` bytes, each on another node, chosen one after the other as that many single
+    /// calls would (each placed node excluded from the next). The answer's top-level fields are
+    /// the first copy's; `copies` lists them all, fewer than asked when no more nodes fit.
+    /// 409 with the lease when this node is not the leader, 507 when not even one fits.
     pub(super) fn answer_place(&mut self, wall: Millis, sender: &crate::NodeId, body: &[u8]) -> super::Reply {
         let now = self.clock.peek(wall);
         if !self.meta.is_leader(now) {
@@ -502,30 +512,59 @@ impl Node {
             Ok(b) => b,
             Err(e) => return super::Reply::error(super::ErrorKind::Invalid, "bad_body", format!("place body: {e}")),
         };
+        let count = match b.count.unwrap_or(1) {
+            c @ 1..=PLACE_COUNT_MAX => c,
+            c => {
+                let why = format!("count is 1 to {PLACE_COUNT_MAX}, not {c}");
+                return super::Reply::error(super::ErrorKind::Invalid, "bad_count", why);
+            }
+        };
         let writer = b.writer.unwrap_or_else(|| sender.clone());
         let states: Vec<(Volume, crate::membership::NodeState)> =
             self.volumes().map(|v| (v.clone(), self.members.state(&v.node_id, now))).collect();
-        let ask = crate::storage::placement::PlaceAsk {
-            size: b.size,
-            writer: &writer,
-            primary: b.primary.as_ref(),
-            exclude: &b.exclude,
-            latency: Some(&self.latency.matrix),
-        };
         let mut known = self.sched_inputs(wall);
         if writer != self.id {
             // This node's round trips are not the writer's: left out unless the matrix has them.
             known.values_mut().for_each(|i| i.latency_ms = 0.0);
         }
-        match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &self.sched_weights(), ask)
-        {
-            Ok(v) => super::Reply::ok(json!({
-                "volumeId": v.id,
-                "nodeId": v.node_id,
-                "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
-                "term": self.meta.known_lease().map(|l| l.term),
-            })),
-            Err(e) => super::Reply::error(super::ErrorKind::StorageFull, "insufficient_storage", e.to_string()),
+        let weights = self.sched_weights();
+        let term = self.meta.known_lease().map(|l| l.term);
+        let mut exclude = b.exclude;
+        let mut copies = Vec::new();
+        let mut refused = None;
+        for _ in 0..count {
+            let ask = crate::storage::placement::PlaceAsk {
+                size: b.size,
+                writer: &writer,
+                primary: b.primary.as_ref(),
+                exclude: &exclude,
+                latency: Some(&self.latency.matrix),
+            };
+            match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &weights, ask) {
+                Ok(v) => {
+                    copies.push(json!({
+                        "volumeId": v.id,
+                        "nodeId": v.node_id,
+                        "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
+                        "term": term,
+                    }));
+                    exclude.push(v.node_id.clone());
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        match (copies.first().cloned(), refused) {
+            (Some(mut first), _) => {
+                first["copies"] = json!(copies);
+                super::Reply::ok(first)
+            }
+            (None, e) => {
+                let why = e.map(|e| e.to_string()).unwrap_or_default();
+                super::Reply::error(super::ErrorKind::StorageFull, "insufficient_storage", why)
+            }
         }
     }
 }

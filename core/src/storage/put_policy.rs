@@ -17,6 +17,22 @@ pub fn streams(len: Option<u64>) -> bool {
     len.is_some_and(|l| l > CHUNK_BYTES)
 }
 
+/// A body of known length up to this size is held in memory while it is hashed (no spool)
+/// and each copy is written in one go: a peer's with one signed `store/put`.
+pub const SMALL_PUT_BYTES: u64 = 1024 * 1024;
+
+/// Whether a body of `len` bytes (`None`: length unknown) is held in memory (see
+/// [`SMALL_PUT_BYTES`]); its copies are then written in parallel.
+pub fn in_memory(len: Option<u64>) -> bool {
+    len.is_some_and(|l| l <= SMALL_PUT_BYTES)
+}
+
+/// Whether a copy of `size` bytes travels to a peer in one request (`store/put`: begin, the
+/// one chunk and commit in one signed call) rather than a chunked upload session.
+pub fn single_request(size: u64) -> bool {
+    size <= CHUNK_BYTES
+}
+
 /// Placements tried for a file that wants `wanted` copies: each node that cannot take its copy
 /// is passed over for another, up to two more than wanted.
 pub fn placement_tries(wanted: u32) -> u32 {
@@ -40,6 +56,10 @@ mod tests {
         assert!(!streams(None), "no length: spooled");
         assert!(!streams(Some(CHUNK_BYTES)), "one chunk or less: spooled");
         assert!(streams(Some(CHUNK_BYTES + 1)));
+        assert!(!in_memory(None), "no length: spooled");
+        assert!(in_memory(Some(0)) && in_memory(Some(SMALL_PUT_BYTES)));
+        assert!(!in_memory(Some(SMALL_PUT_BYTES + 1)));
+        assert!(single_request(CHUNK_BYTES) && !single_request(CHUNK_BYTES + 1));
         assert_eq!(placement_tries(1), 3);
         assert_eq!(placement_tries(3), 5);
         assert_eq!(placement_tries(u32::MAX), u32::MAX);

@@ -105,12 +105,24 @@ pub async fn handle<E: Env>(
 ) -> Response {
     let q = parse_query(query);
     let want = match op {
-        "begin" | "chunk" | "commit" | "abort" | "mkdir" => "POST",
+        "begin" | "chunk" | "commit" | "abort" | "mkdir" | "put" => "POST",
         "read" | "stat" | "checksum" | "list" => "GET",
         _ => return error_response(404, "not_found", format!("no such store endpoint: {op}")),
     };
     if !method.eq_ignore_ascii_case(want) {
         return error_response(405, "method_not_allowed", format!("store/{op} takes {want}"));
+    }
+    if op == "put" {
+        // As at commit: another write's bytes that just landed here get a moment to settle.
+        if let (Some(volume), Some(path), Some(sum)) = (q.get("volume"), q.get("path"), q.get("checksum")) {
+            let (volume, path) = (VolumeId::new(volume.as_str()), shoal_core::meta::namespace::normalize(path));
+            if let (Ok(path), Some(_)) = (&path, s.read_node(|n, _| n.local_volume(volume.as_str()))) {
+                if let Some(dest) = copy_path(s, &volume, path) {
+                    let replaces = q.get("replaces").map(String::as_str);
+                    s.store_service.landed.wait_settled(s, &volume, path, sum, replaces, &dest).await;
+                }
+            }
+        }
     }
     if op == "commit" {
         // Another write's bytes that just landed at this path get a moment to settle.
@@ -131,6 +143,85 @@ pub async fn handle<E: Env>(
     let headers = headers.clone();
     let op = op.to_string();
     s.blocking(move || answer(&s2, &op, &q, &headers, body, &body_sha, &sender)).await
+}
+
+/// `store/put?volume=&path=&size=&checksum=[&replaces=]`: a whole copy of one chunk or less
+/// in one signed request (begin, the one chunk and commit in one). The body's SHA-256, taken
+/// once for the signature, must be the file's `checksum`; the bytes go to a part file, are
+/// fsynced and renamed into place through [`Landed::land`], as at commit.
+fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Bytes, body_sha: &str) -> Response {
+    let (Some(volume), Some(path), Some(size), Some(checksum)) = (
+        q.get("volume"),
+        q.get("path"),
+        q.get("size").and_then(|v| v.parse::<u64>().ok()),
+        q.get("checksum").map(|c| c.to_ascii_lowercase()),
+    ) else {
+        return error_response(400, "bad_query", "put needs volume=, path=, size= and checksum=");
+    };
+    if let Err(e) = transfer::check_checksum(&checksum) {
+        return error_response(400, "bad_checksum", e.to_string());
+    }
+    if size > transfer::CHUNK_BYTES {
+        let why = format!("store/put takes a file of at most one chunk ({} bytes)", transfer::CHUNK_BYTES);
+        return error_response(413, "body_too_large", why);
+    }
+    if body.len() as u64 != size {
+        return error_response(400, "bad_body", format!("the body is {} bytes, not {size}", body.len()));
+    }
+    if body_sha != checksum {
+        return error_response(409, "checksum_mismatch", "the body does not match its SHA-256; send it again");
+    }
+    let path = match shoal_core::meta::namespace::normalize(path) {
+        Ok(p) => p,
+        Err(e) => return error_response(400, "bad_path", e.to_string()),
+    };
+    let Some(vol) = s.read_node(|n, _| n.local_volume(volume)) else {
+        return error_response(404, "unknown_volume", format!("volume {volume} is not on this node"));
+    };
+    if !writable(&vol) {
+        return error_response(
+            409,
+            "volume_read_only",
+            "the volume takes no new copies (read-only, low on space or evacuating)",
+        );
+    }
+    if !fits(&vol, size) {
+        return error_response(507, "insufficient_storage", "the volume has no room for this file");
+    }
+    let file = match confined_path(Path::new(&vol.subpath), &path, true) {
+        Ok(f) => f,
+        Err(e) => return api_error(e),
+    };
+    let _writing = s.store_service.writing(&vol.id);
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let part = file.with_file_name(transfer::part_file_name(&name, &session_id(s)));
+    let written = std::fs::File::create(&part).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, &body)?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&part);
+        return io_error("write copy", e);
+    }
+    let replaces = q.get("replaces").map(String::as_str);
+    let landed =
+        s.store_service.landed.land(s, &vol.id, &path, &checksum, replaces, &file, || std::fs::rename(&part, &file));
+    match landed {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let _ = std::fs::remove_file(&part);
+            return io_error("rename into place", e);
+        }
+        Err(conflict) => {
+            let _ = std::fs::remove_file(&part);
+            return api_error(conflict.api_error());
+        }
+    }
+    if let Some(dir) = file.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    axum::Json(json!({"ok": true, "volumeId": vol.id, "path": path, "size": size, "checksum": checksum}))
+        .into_response()
 }
 
 fn session_id<E: Env>(s: &Shared<E>) -> String {
@@ -211,6 +302,7 @@ fn answer<E: Env>(
             sessions.book.open(sender.clone(), session);
             axum::Json(reply).into_response()
         }
+        "put" => put_whole(s, q, body, body_sha),
         "chunk" => {
             let (Some(id), Some(index)) = (q.get("session"), q.get("index").and_then(|i| i.parse::<u64>().ok())) else {
                 return error_response(400, "bad_query", "chunk needs session= and index=");

@@ -15,10 +15,12 @@ pub(super) async fn begin_upload<E: Env>(s: &Arc<Shared<E>>, to: &NodeId, begin:
     Ok(serde_json::from_slice(&r.body).unwrap_or(Value::Null))
 }
 
-/// Copy `spool` (whose SHA-256 is `sum`) to `path` on the placed volume.
+/// Copy the put's bytes (whose SHA-256 is `sum`) to its path on the placed volume: this node's
+/// own in place; a peer's in one `store/put` when the body is one chunk, else through an
+/// upload session (begin, chunks, commit).
 pub async fn write_copy<E: Env>(
     s: &Arc<Shared<E>>,
-    spool: &Path,
+    source: &CopySource,
     target: &PutTarget,
     size: u64,
     sum: &str,
@@ -34,14 +36,23 @@ pub async fn write_copy<E: Env>(
             s.store_service.landed.wait_settled(s, &to.volume, path, sum, target.replaces.as_deref(), &dest).await;
         }
         let (s2, to, sum, target) = (s.clone(), to.clone(), sum.to_string(), target.clone());
-        let (spool, tag) = (spool.to_path_buf(), format!("{:016x}", s.env.seed()));
-        return s.blocking(move || install_local(&s2, Path::new(&vol.subpath), &to, &target, &sum, &spool, &tag)).await;
+        let (source, tag) = (source.clone(), format!("{:016x}", s.env.seed()));
+        return s
+            .blocking(move || install_local(&s2, Path::new(&vol.subpath), &to, &target, &sum, &source, &tag))
+            .await;
+    }
+    if put_policy::single_request(size) {
+        let data = source.whole(s).await?;
+        if put_whole(s, to, target, sum, data).await? {
+            return Ok(());
+        }
+        // The peer has no `store/put` (an older version): an upload session instead.
     }
     let file_id = target.file_id.clone().unwrap_or_default();
     let begin = json!({"volumeId": to.volume, "path": path, "size": size, "checksum": sum, "fileId": file_id});
     let v = begin_upload(s, &to.node, begin).await?;
     let session = v["sessionId"].as_str().unwrap_or_default().to_string();
-    let sent = send_spooled(s, spool, size, to, &session, target.replaces.as_deref(), &v).await;
+    let sent = send_spooled(s, source, size, to, &session, target.replaces.as_deref(), &v).await;
     if sent.is_err() {
         // Free the peer's session and part file now rather than in 30 minutes.
         let _ =
@@ -50,10 +61,46 @@ pub async fn write_copy<E: Env>(
     sent
 }
 
-/// The chunks of a spooled file the peer does not have yet, then the commit.
+/// Write a whole copy of one chunk or less to a peer in one signed `store/put`: the body's
+/// SHA-256 is the file's, the chunk's and the signature's body hash at once (hashed once, here
+/// and there). Answers false when the peer has no `store/put`.
+async fn put_whole<E: Env>(
+    s: &Arc<Shared<E>>,
+    to: &Placed,
+    target: &PutTarget,
+    sum: &str,
+    data: Bytes,
+) -> Result<bool, ApiError> {
+    use crate::wire::escape_query;
+    let mut t = format!(
+        "/cluster/acn/store/put?volume={}&path={}&size={}&checksum={sum}",
+        escape_query(to.volume.as_str()),
+        escape_query(&target.path),
+        data.len()
+    );
+    if let Some(r) = &target.replaces {
+        t.push_str(&format!("&replaces={}", escape_query(r)));
+    }
+    let prepared = s
+        .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &to.node, "POST", &t, data, sum))
+        .map_err(peer_error)?;
+    let r = s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
+    if r.status == 404 {
+        let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+        if v["error"]["code"] == "not_found" {
+            return Ok(false);
+        }
+    }
+    if r.status != 200 {
+        return Err(answered_error(&r, "store/put"));
+    }
+    Ok(true)
+}
+
+/// The chunks of a put's bytes the peer does not have yet, then the commit.
 pub(super) async fn send_spooled<E: Env>(
     s: &Arc<Shared<E>>,
-    spool: &Path,
+    source: &CopySource,
     size: u64,
     to: &Placed,
     session: &str,
@@ -73,9 +120,7 @@ pub(super) async fn send_spooled<E: Env>(
             let done = in_flight.pop_front().expect("not empty");
             done.await.map_err(|e| ApiError::internal("internal", e.to_string()))??;
         }
-        let spool2 = spool.to_path_buf();
-        let data = s.blocking(move || read_range(&spool2, index * CHUNK_BYTES, CHUNK_BYTES)).await;
-        let data = data.map_err(|e| io_api("read spool", e))?;
+        let data = source.range(s, index * CHUNK_BYTES, CHUNK_BYTES).await?;
         in_flight.push_back(send_chunk(s, &to.node, session, index, data));
     }
     for done in in_flight {
@@ -339,23 +384,26 @@ pub(super) async fn stream_copies<E: Env>(
     let mut sinks = Vec::new();
     let mut last_err = None;
     let mut exclude: Vec<NodeId> = Vec::new();
-    for _ in 0..put_policy::placement_tries(target.wanted) {
-        if sinks.len() >= target.wanted as usize {
-            break;
-        }
-        let to = match place(s, len, target.primary.as_ref(), &exclude).await {
+    let wanted = target.wanted.max(1) as usize;
+    let mut tries = put_policy::placement_tries(target.wanted) as usize;
+    while sinks.len() < wanted && tries > 0 {
+        let need = (wanted - sinks.len()).min(tries) as u32;
+        let placed = match place(s, len, target.primary.as_ref(), &exclude, need).await {
             Ok(p) => p,
             Err(e) => {
                 last_err = Some(e);
                 break;
             }
         };
-        exclude.push(to.node.clone());
-        match open_sink(s, &to, target, len).await {
-            Ok(sink) => sinks.push(sink),
-            Err(e) => {
-                tracing::warn!(node = %to.node, error = %e.message, "a copy could not be started");
-                last_err = Some(e);
+        tries = tries.saturating_sub(placed.len());
+        for to in placed {
+            exclude.push(to.node.clone());
+            match open_sink(s, &to, target, len).await {
+                Ok(sink) => sinks.push(sink),
+                Err(e) => {
+                    tracing::warn!(node = %to.node, error = %e.message, "a copy could not be started");
+                    last_err = Some(e);
+                }
             }
         }
     }
@@ -531,20 +579,28 @@ pub(super) async fn abort_sink<E: Env>(s: &Arc<Shared<E>>, sink: &Sink) {
     }
 }
 
-/// Copy a spooled file into a local volume: a part file, fsynced, renamed into place.
+/// Copy a put's bytes into a local volume: a part file, fsynced, renamed into place.
 pub(super) fn install_local<E: Env>(
     s: &Arc<Shared<E>>,
     folder: &Path,
     to: &Placed,
     target: &PutTarget,
     sum: &str,
-    spool: &Path,
+    source: &CopySource,
     tag: &str,
 ) -> Result<(), ApiError> {
     let _writing = s.store_service.writing(&to.volume);
     let dest = confined_path(folder, &target.path, true)?;
     let part = part_path(&dest, tag);
-    let copied = std::fs::copy(spool, &part).and_then(|_| std::fs::File::open(&part)?.sync_all());
+    let copied = match source {
+        CopySource::Spool(spool) => {
+            std::fs::copy(spool.as_path(), &part).and_then(|_| std::fs::File::open(&part)?.sync_all())
+        }
+        CopySource::Memory(data) => std::fs::File::create(&part).and_then(|mut f| {
+            f.write_all(data)?;
+            f.sync_all()
+        }),
+    };
     let (volume, path, replaces) = (&to.volume, target.path.as_str(), target.replaces.as_deref());
     let done = match copied {
         Ok(()) => s.store_service.landed.land(s, volume, path, sum, replaces, &dest, || std::fs::rename(&part, &dest)),

@@ -68,39 +68,103 @@ pub struct Placed {
     pub node: NodeId,
 }
 
-/// Ask the metadata leader where a copy of `size` bytes goes.
+/// Ask the metadata leader where `count` copies of `size` bytes go, each on another node and
+/// none on a node in `exclude`, in one call. Fewer come back when no more nodes fit; none is
+/// an error. A leader that takes no `count` (an older version) is asked for one.
 pub async fn place<E: Env>(
     s: &Arc<Shared<E>>,
     size: u64,
     primary: Option<&VolumeId>,
     exclude: &[NodeId],
-) -> Result<Placed, ApiError> {
+    count: u32,
+) -> Result<Vec<Placed>, ApiError> {
     let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now)));
     let Some(leader) = leader else {
         return Err(ApiError::unavailable("no_leader", "no metadata leader right now; retry shortly"));
     };
-    let body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude}).to_string().into_bytes();
-    let (refused, answer) = if leader.holder == me {
-        let r = s.with_node(|n, now| n.place_for_self(now, &body));
-        (r.refused, r.body)
-    } else {
-        let r = signed(s, &leader.holder, "POST", "/cluster/acn/store/place", body, vec![]).await?;
-        let r = crate::wire::error::peer_answer(r.status, r.body.to_vec());
-        (r.refused, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
-    };
-    if let Some(refused) = refused {
-        let msg = answer["error"]["message"].as_str().unwrap_or("placement failed").to_string();
-        return Err(if refused == shoal_core::answer::ErrorKind::StorageFull {
-            ApiError::storage_full("insufficient_storage", msg)
+    let mut count = count.max(1);
+    loop {
+        let mut body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude});
+        if count > 1 {
+            body["count"] = json!(count);
+        }
+        let body = body.to_string().into_bytes();
+        let (refused, answer) = if leader.holder == me {
+            let r = s.with_node(|n, now| n.place_for_self(now, &body));
+            (r.refused, r.body)
         } else {
-            ApiError::unavailable("placement_failed", msg)
-        });
+            let r = signed(s, &leader.holder, "POST", "/cluster/acn/store/place", body, vec![]).await?;
+            let r = crate::wire::error::peer_answer(r.status, r.body.to_vec());
+            (r.refused, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+        };
+        use shoal_core::answer::ErrorKind;
+        match refused {
+            Some(ErrorKind::Invalid) if count > 1 => {
+                count = 1;
+                continue;
+            }
+            Some(refused) => {
+                let msg = answer["error"]["message"].as_str().unwrap_or("placement failed").to_string();
+                return Err(if refused == ErrorKind::StorageFull {
+                    ApiError::storage_full("insufficient_storage", msg)
+                } else {
+                    ApiError::unavailable("placement_failed", msg)
+                });
+            }
+            None => {}
+        }
+        let one = |v: &Value| match (v["volumeId"].as_str(), v["nodeId"].as_str()) {
+            (Some(volume), Some(node)) => Some(Placed { volume: VolumeId::new(volume), node: NodeId::new(node) }),
+            _ => None,
+        };
+        let placed: Option<Vec<Placed>> = match answer["copies"].as_array() {
+            Some(list) => list.iter().map(one).collect(),
+            None => one(&answer).map(|p| vec![p]),
+        };
+        return match placed {
+            Some(p) if !p.is_empty() => Ok(p),
+            _ => Err(ApiError::peer_failed("peer_refused", "the leader's placement answer is malformed")),
+        };
     }
-    let volume = answer["volumeId"].as_str().map(VolumeId::new);
-    let node = answer["nodeId"].as_str().map(NodeId::new);
-    match (volume, node) {
-        (Some(volume), Some(node)) => Ok(Placed { volume, node }),
-        _ => Err(ApiError::peer_failed("peer_refused", "the leader's placement answer is malformed")),
+}
+
+/// Where the bytes of a put that is not streamed are while its copies are written.
+#[derive(Clone)]
+pub enum CopySource {
+    /// A small body (up to [`put_policy::SMALL_PUT_BYTES`]), held in memory.
+    Memory(Bytes),
+    /// A spool file in `DATA/spool`.
+    Spool(Arc<PathBuf>),
+}
+
+impl CopySource {
+    /// The whole body in memory (a spool file is read; only for bodies of one chunk).
+    async fn whole<E: Env>(&self, s: &Arc<Shared<E>>) -> Result<Bytes, ApiError> {
+        match self {
+            CopySource::Memory(b) => Ok(b.clone()),
+            CopySource::Spool(p) => {
+                let p = p.clone();
+                s.blocking(move || std::fs::read(p.as_path()))
+                    .await
+                    .map(Bytes::from)
+                    .map_err(|e| io_api("read spool", e))
+            }
+        }
+    }
+
+    /// Bytes `offset..offset+len` (fewer at the end).
+    async fn range<E: Env>(&self, s: &Arc<Shared<E>>, offset: u64, len: u64) -> Result<Vec<u8>, ApiError> {
+        match self {
+            CopySource::Memory(b) => {
+                let start = (offset as usize).min(b.len());
+                let end = (offset.saturating_add(len) as usize).min(b.len());
+                Ok(b[start..end].to_vec())
+            }
+            CopySource::Spool(p) => {
+                let p = p.clone();
+                s.blocking(move || read_range(&p, offset, len)).await.map_err(|e| io_api("read spool", e))
+            }
+        }
     }
 }
 
@@ -133,6 +197,25 @@ async fn spool_body(spool: &Path, body: axum::body::Body) -> Result<(u64, String
     // Not fsynced: the spool is scratch; the copies made from it are.
     out.into_inner().map_err(|e| io_api("spool", e.into_error()))?;
     Ok((size, hex::encode(hash.finalize())))
+}
+
+/// Take a small request body of `len` bytes into memory, hashing it. Returns it and its SHA-256.
+async fn body_in_memory(body: axum::body::Body, len: u64) -> Result<(Bytes, String), ApiError> {
+    let mut buf = bytes::BytesMut::with_capacity(len as usize);
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::invalid("bad_body", format!("request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        if buf.len() as u64 + data.len() as u64 > len {
+            return Err(ApiError::invalid("bad_body", "the body is longer than its content-length"));
+        }
+        buf.extend_from_slice(&data);
+    }
+    if buf.len() as u64 != len {
+        return Err(ApiError::invalid("bad_body", format!("the body ended after {} of {len} bytes", buf.len())));
+    }
+    let sum = hex::encode(Sha256::digest(&buf));
+    Ok((buf.freeze(), sum))
 }
 
 /// `PUT /v1/files/{path}`.
@@ -171,9 +254,6 @@ async fn put_inner<E: Env>(
         transfer::check_checksum(e).map_err(|e| ApiError::invalid("bad_checksum", e.to_string()))?;
     }
     let t0 = s.env.monotonic();
-    let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
-    let mut exclude: Vec<NodeId> = Vec::new();
-    let mut last_err = None;
     let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if length.is_some_and(|l| l > transfer::FILE_MAX_BYTES) {
         return Err(ApiError::too_large("body_too_large", "a file is at most 1 TiB"));
@@ -183,42 +263,80 @@ async fn put_inner<E: Env>(
         let (size, sum, copies) = stream_copies(s, body, len, &target, expect.as_deref()).await?;
         return publish(s, &target, size, &sum, &copies, t0).await;
     }
-    // Otherwise the body is spooled first, then copied to each placed volume in turn.
-    let dir = s.data_dir.join("spool");
-    std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
-    let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
-    let (size, sum) = spool_body(&spool.0, body).await?;
-    let t1 = s.env.monotonic();
+    // A small body is held in memory; any other is spooled to `DATA/spool` while it is hashed.
+    let (size, sum, source, _spool) = if let Some(len) = length.filter(|l| put_policy::in_memory(Some(*l))) {
+        let (data, sum) = body_in_memory(body, len).await?;
+        (len, sum, CopySource::Memory(data), None)
+    } else {
+        let dir = s.data_dir.join("spool");
+        std::fs::create_dir_all(&dir).map_err(|e| io_api("spool folder", e))?;
+        let spool = SpoolFile(dir.join(format!("put-{:016x}", s.env.seed())));
+        let (size, sum) = spool_body(&spool.0, body).await?;
+        (size, sum, CopySource::Spool(Arc::new(spool.0.clone())), Some(spool))
+    };
     if expect.as_ref().is_some_and(|e| *e != sum) {
         return Err(ApiError::invalid("checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }
-    for _ in 0..put_policy::placement_tries(target.wanted) {
-        if copies.len() >= target.wanted as usize {
-            break;
-        }
-        let to = match place(s, size, target.primary.as_ref(), &exclude).await {
+    let copies = write_copies(s, &source, &target, size, &sum).await?;
+    tracing::debug!(path = %target.path, size, took_ms = s.env.monotonic().since(t0), "copies written");
+    publish(s, &target, size, &sum, &copies, t0).await
+}
+
+/// Write the copies of a body held in memory or spooled: one placement call for every copy
+/// wanted, the copies written in parallel; a node that cannot take its copy is passed over for
+/// another (up to [`put_policy::placement_tries`] placements in all). At least one copy must
+/// land. Answers the copies in placement order (the first is the file's primary).
+async fn write_copies<E: Env>(
+    s: &Arc<Shared<E>>,
+    source: &CopySource,
+    target: &PutTarget,
+    size: u64,
+    sum: &str,
+) -> Result<Vec<(VolumeId, NodeId)>, ApiError> {
+    let wanted = target.wanted.max(1) as usize;
+    let mut tries = put_policy::placement_tries(target.wanted) as usize;
+    let mut copies: Vec<(VolumeId, NodeId)> = Vec::new();
+    let mut exclude: Vec<NodeId> = Vec::new();
+    let mut last_err = None;
+    while copies.len() < wanted && tries > 0 {
+        let need = (wanted - copies.len()).min(tries) as u32;
+        let placed = match place(s, size, target.primary.as_ref(), &exclude, need).await {
             Ok(p) => p,
             Err(e) => {
                 last_err = Some(e);
                 break;
             }
         };
-        exclude.push(to.node.clone());
-        match write_copy(s, &spool.0, &target, size, &sum, &to).await {
-            Ok(()) => copies.push((to.volume, to.node)),
-            Err(e) => {
-                tracing::warn!(node = %to.node, error = %e.message, "a copy could not be written");
-                last_err = Some(e);
+        tries = tries.saturating_sub(placed.len());
+        exclude.extend(placed.iter().map(|p| p.node.clone()));
+        let mut writes = tokio::task::JoinSet::new();
+        for (i, to) in placed.into_iter().enumerate() {
+            let (s, source, target, sum) = (s.clone(), source.clone(), target.clone(), sum.to_string());
+            writes.spawn(async move {
+                let r = write_copy(&s, &source, &target, size, &sum, &to).await;
+                (i, to, r)
+            });
+        }
+        let mut landed = Vec::new();
+        while let Some(done) = writes.join_next().await {
+            let (i, to, r) = done.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+            match r {
+                Ok(()) => landed.push((i, (to.volume, to.node))),
+                Err(e) => {
+                    tracing::warn!(node = %to.node, error = %e.message, "a copy could not be written");
+                    last_err = Some(e);
+                }
             }
         }
+        landed.sort_by_key(|(i, _)| *i);
+        copies.extend(landed.into_iter().map(|(_, c)| c));
     }
     if copies.is_empty() {
         return Err(
             last_err.unwrap_or_else(|| ApiError::storage_full("insufficient_storage", "no volume could take the file"))
         );
     }
-    tracing::debug!(path = %target.path, size, spool_ms = t1.since(t0), "spooled");
-    publish(s, &target, size, &sum, &copies, t0).await
+    Ok(copies)
 }
 
 /// How long a put waits, once its record is published here, for another node (the leader) to
