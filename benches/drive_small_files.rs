@@ -6,7 +6,7 @@
 //! Three real `shoal serve` processes on loopback, each with a volume; clients spread over the
 //! three nodes; each put is acknowledged only after its copy is fsynced and its record
 //! published. Run with policy 1 (default) and policy 2 (`/two` folder). `cargo bench --bench
-//! drive_small_files` (env FILES, CLIENTS).
+//! drive_small_files` (env FILES, CLIENTS; BASELINE_BIN for an older binary side by side).
 
 use serde_json::{json, Value};
 use shoal_shell::env::TokioEnv;
@@ -107,16 +107,12 @@ fn floor(dir: &Path, files: usize, threads: usize) -> f64 {
     files as f64 / start.elapsed().as_secs_f64()
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let files: usize = std::env::var("FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
-    let root = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_shoal");
-    let mut kids = Kill(Vec::new());
+/// Three `shoal serve` processes of `bin` in one cluster, each with a volume, a `/two` folder
+/// kept at two copies: their URLs and admin tokens.
+async fn cluster(bin: &str, root: &Path, kids: &mut Kill) -> (Vec<String>, Vec<String>) {
     let (mut urls, mut tokens) = (Vec::new(), Vec::new());
     for i in 0..3 {
-        let dir = root.path().join(format!("n{i}"));
+        let dir = root.join(format!("n{i}"));
         let p = port();
         kids.0.push(
             Command::new(bin)
@@ -141,7 +137,7 @@ async fn main() {
         assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", j(json!({ "token": t }))).await.0, 200);
     }
     for i in 0..3 {
-        let vol = root.path().join(format!("vol{i}"));
+        let vol = root.join(format!("vol{i}"));
         let body = j(json!({"path": vol.to_str().unwrap(), "create": true}));
         assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/volumes", body).await.0, 200);
     }
@@ -160,14 +156,48 @@ async fn main() {
     })
     .await;
     assert!(ready, "cluster ready");
+    (urls, tokens)
+}
 
-    let base = floor(&root.path().join("floor"), files, clients);
+/// `BASELINE_BIN=path/to/older/shoal` runs a second cluster of that binary beside this one,
+/// each phase alternating between the two, so the ratio between them is of one run.
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let files: usize = std::env::var("FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let clients: usize = std::env::var("CLIENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let baseline = std::env::var("BASELINE_BIN").ok().filter(|b| !b.is_empty());
+    let root = tempfile::tempdir().unwrap();
+    let mut kids = Kill(Vec::new());
+    let (urls, tokens) = cluster(env!("CARGO_BIN_EXE_shoal"), &root.path().join("this"), &mut kids).await;
+    let base_cluster = match &baseline {
+        Some(bin) => Some(cluster(bin, &root.path().join("base"), &mut kids).await),
+        None => None,
+    };
+
+    // The floor before and after the puts: this disk's rate drifts, the mean is reported.
+    let floor_before = floor(&root.path().join("floor-1"), files, clients);
     let one = put_all(&urls, &tokens, "/one", files, clients).await;
+    let base_one = match &base_cluster {
+        Some((u, t)) => Some(put_all(u, t, "/one", files, clients).await),
+        None => None,
+    };
     let two = put_all(&urls, &tokens, "/two", files, clients).await;
+    let base_two = match &base_cluster {
+        Some((u, t)) => Some(put_all(u, t, "/two", files, clients).await),
+        None => None,
+    };
+    let floor_after = floor(&root.path().join("floor-2"), files, clients);
+    let base = (floor_before + floor_after) / 2.0;
     println!("{files} files of 4 KiB, {clients} concurrent clients, 3 nodes on loopback ({} cores)", num_cpus());
-    println!("  durable local writes (floor): {base:>7.0} files/s");
+    println!("  durable local writes (floor): {base:>7.0} files/s  (before {floor_before:.0}, after {floor_after:.0})");
     println!("  shoal put, 1 copy:            {one:>7.0} files/s  ({:.0}% of the floor)", 100.0 * one / base);
+    if let Some(b) = base_one {
+        println!("    baseline binary, 1 copy:    {b:>7.0} files/s  ({:.0}% of the floor)", 100.0 * b / base);
+    }
     println!("  shoal put, 2 copies:          {two:>7.0} files/s  ({:.0}% of the floor)", 100.0 * two / base);
+    if let Some(b) = base_two {
+        println!("    baseline binary, 2 copies:  {b:>7.0} files/s  ({:.0}% of the floor)", 100.0 * b / base);
+    }
 }
 
 fn num_cpus() -> usize {

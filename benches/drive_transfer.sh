@@ -53,10 +53,20 @@ sha_shoal=$(rate $bytes "$t0" "$t1")
 sha=$(( sha_openssl > sha_coreutils ? sha_openssl : sha_coreutils ))
 sha=$(( sha_shoal > sha ? sha_shoal : sha ))
 
-t0=$(now); "${A[@]}" put "$dir/src.bin" cluster:/bench/big.bin >/dev/null 2>&1; t1=$(now)
+# CPU-seconds (user + system) of each process for each transfer: the nodes' from /proc, the
+# client's from bash's `time`.
+clk=$(getconf CLK_TCK)
+cpu_of() { awk -v t="$clk" '{printf "%.3f", ($14+$15)/t}' "/proc/$1/stat"; }
+TIMEFORMAT='%3U %3S'
+a0=$(cpu_of $pid_a); b0=$(cpu_of $pid_b)
+t0=$(now); { time "${A[@]}" put "$dir/src.bin" cluster:/bench/big.bin >/dev/null 2>&1 ; } 2>"$dir/put.time"; t1=$(now)
 put=$(rate $bytes "$t0" "$t1")
-t0=$(now); "${A[@]}" get cluster:/bench/big.bin "$dir/back.bin" >/dev/null 2>&1; t1=$(now)
+a1=$(cpu_of $pid_a); b1=$(cpu_of $pid_b)
+t0=$(now); { time "${A[@]}" get cluster:/bench/big.bin "$dir/back.bin" >/dev/null 2>&1 ; } 2>"$dir/get.time"; t1=$(now)
 get=$(rate $bytes "$t0" "$t1")
+a2=$(cpu_of $pid_a); b2=$(cpu_of $pid_b)
+client_put=$(awk '{printf "%.3f", $1+$2}' "$dir/put.time")
+client_get=$(awk '{printf "%.3f", $1+$2}' "$dir/get.time")
 cmp -s "$dir/src.bin" "$dir/back.bin" || { echo "the file came back different!" >&2; exit 1; }
 hwm_a=$(awk '/VmHWM/ {print $2}' /proc/$pid_a/status)
 hwm_b=$(awk '/VmHWM/ {print $2}' /proc/$pid_b/status)
@@ -88,3 +98,22 @@ echo "shoal get B->A:     $(mb "$get")  ($(pct "$get" $sha) of sha256)"
 [ "$rsync_rate" != "n/a" ] && echo "rsync --whole-file: $(mb "$rsync_rate")  ($(pct "$rsync_rate" $sha) of sha256)"
 grep -hE "put|copy sent" "$dir/a.log" | tail -3 || true
 echo "peak RSS: node A $((hwm_a / 1024)) MiB, node B $((hwm_b / 1024)) MiB"
+# CPU per GiB of each process against its floor: the SHA-256 passes that hop makes over the
+# bytes (read from the code, below) times the single-core cost of one pass (`shoal checksum`,
+# the sha2 crate, measured above). Put: the client hashes once as it sends; A (receiving)
+# hashes the whole file and each chunk (the chunk's SHA-256 is also its signature's body
+# hash); B (the copy) hashes each chunk's body once for the signature and the chunk check,
+# and feeds it to the whole-file hash. Get: B hashes each piece it reads; A checks each
+# piece's SHA-256 and the whole file's; the client checks the whole file.
+gib=$(python3 -c "print($bytes/2**30)")
+per_pass=$(python3 -c "print(2**30/$sha_shoal)")
+line() { # name cpu-seconds passes
+  python3 -c "c=$2/$gib; f=$3*$per_pass; print(f'  {\"$1\":<22} {c:6.2f} CPU-s/GiB  {$3} passes, floor {f:5.2f}  ({c/f:4.2f}x the floor)')"
+}
+echo "CPU per GiB (one SHA-256 pass: $(python3 -c "print(f'{$per_pass:.2f}')") s/GiB):"
+line "put: client" "$client_put" 1
+line "put: node A (receives)" "$(python3 -c "print($a1-$a0)")" 2
+line "put: node B (copy)" "$(python3 -c "print($b1-$b0)")" 2
+line "get: node B (copy)" "$(python3 -c "print($b2-$b1)")" 1
+line "get: node A (serves)" "$(python3 -c "print($a2-$a1)")" 2
+line "get: client" "$client_get" 1

@@ -241,4 +241,13 @@ impl MetaState {
     pub fn of_kind(&self, kind: RecordKind) -> impl Iterator<Item = &Record> {
         self.records.range((kind, String::new())..).take_while(move |(k, _)| k.0 == kind).map(|(_, r)| r)
     }
+
+    /// The records of `kind` whose key starts with `prefix`, in key order: a range of the
+    /// map, not a scan of the kind (settings hold long append-only logs beside a few values).
+    pub fn of_kind_under<'a>(&'a self, kind: RecordKind, prefix: &'a str) -> impl Iterator<Item = &'a Record> + 'a {
+        self.records
+            .range((kind, prefix.to_string())..)
+            .take_while(move |(k, _)| k.0 == kind && k.1.starts_with(prefix))
+            .map(|(_, r)| r)
+    }
 }

@@ -132,12 +132,34 @@ impl ConfigFilter {
 }
 
 impl Node {
-    pub(super) fn config_settings(&self, prefix: &str) -> impl Iterator<Item = &Setting> + '_ {
-        let prefix = prefix.to_string();
-        self.meta.state().of_kind(RecordKind::Setting).filter_map(move |r| match r {
-            Record::Setting(s) if !s.removed && s.key.starts_with(&prefix) => Some(s),
+    pub(super) fn config_settings<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a Setting> + 'a {
+        self.meta.state().of_kind_under(RecordKind::Setting, prefix).filter_map(move |r| match r {
+            Record::Setting(s) if !s.removed => Some(s),
             _ => None,
         })
+    }
+
+    /// What this node's resolution depends on, as one number: the versions of the settings
+    /// it reads (values, user modules and their placements, published builds), every member's
+    /// build and removal, and this node's own build. Equal numbers, equal resolutions.
+    fn config_inputs_fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same inputs give the same number on every run.
+        let mut h = std::hash::DefaultHasher::new();
+        for prefix in
+            [VALUE_PREFIX, crate::config::MODULE_PREFIX, crate::config::PLACEMENT_PREFIX, crate::config::BUILD_PREFIX]
+        {
+            for r in self.meta.state().of_kind_under(RecordKind::Setting, prefix) {
+                if let Record::Setting(s) = r {
+                    (&s.key, &s.version, s.removed).hash(&mut h);
+                }
+            }
+        }
+        for r in self.members.records() {
+            (&r.id, &r.version, r.removed).hash(&mut h);
+        }
+        (&self.id, &self.me.software_version, self.members.get(&self.id).is_some()).hash(&mut h);
+        h.finish()
     }
 
     /// Stored values by level.
@@ -222,13 +244,24 @@ impl Node {
     }
 
     /// This node's resolved values: module -> key -> (value, source).
-    pub fn config_resolved_own(&self) -> BTreeMap<String, BTreeMap<String, Resolved>> {
+    /// Resolving is costly (every build's manifests are read) and hot paths ask for one value
+    /// (a placement its weights), so the answer is kept until what it depends on moves
+    /// ([`Node::config_inputs_fingerprint`]).
+    pub fn config_resolved_own(&self) -> std::sync::Arc<BTreeMap<String, BTreeMap<String, Resolved>>> {
+        let fingerprint = self.config_inputs_fingerprint();
+        if let Some((f, own)) = self.config_memo.borrow().as_ref() {
+            if *f == fingerprint {
+                return own.clone();
+            }
+        }
         let mut out: BTreeMap<String, BTreeMap<String, Resolved>> = BTreeMap::new();
         for ((n, m, k), v) in self.config_resolver().resolved() {
             if n == &self.id {
                 out.entry(m.clone()).or_default().insert(k.clone(), v.clone());
             }
         }
+        let out = std::sync::Arc::new(out);
+        *self.config_memo.borrow_mut() = Some((fingerprint, out.clone()));
         out
     }
 

@@ -28,9 +28,10 @@ impl Node {
             }
         }
         let own = self.config_resolved_own();
-        if self.config_applied.as_ref() == Some(&own) {
+        if self.config_applied.as_ref() == Some(&*own) {
             return;
         }
+        let own = (*own).clone();
         self.push_output(super::Output::ConfigFiles(own.clone()));
         let changed = self.apply_config(wall, &own);
         if !changed.is_empty() {

@@ -334,6 +334,10 @@ struct InFlight {
     purpose: Purpose,
 }
 
+type ConfigMemo = std::cell::RefCell<
+    Option<(u64, std::sync::Arc<BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>>)>,
+>;
+
 pub struct Node {
     id: NodeId,
     key: SigningKey,
@@ -395,6 +399,8 @@ pub struct Node {
     /// applied.
     config_due: Millis,
     config_applied: Option<BTreeMap<String, BTreeMap<String, crate::config::resolve::Resolved>>>,
+    /// The last [`Node::config_resolved_own`] and the fingerprint of its inputs.
+    config_memo: ConfigMemo,
     /// Bytes put in place that the records may not account for yet (`landed.rs`).
     landed: crate::storage::landed::LandedBytes,
     /// When each background chore is due (`chores.rs`), the copies the scrub checks next, and
@@ -494,6 +500,7 @@ impl Node {
             health_asked: false,
             config_due: Millis::ZERO,
             config_applied: None,
+            config_memo: Default::default(),
             landed: Default::default(),
             chores: Default::default(),
             scrub_pending: VecDeque::new(),

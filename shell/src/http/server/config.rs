@@ -25,7 +25,7 @@ pub(super) async fn config_history<E: Env>(State(s): S<E>, q: FilterQuery) -> Re
 }
 
 pub(super) async fn config_resolved<E: Env>(State(s): S<E>) -> Response {
-    api_result(Ok(s.read_node(|n, _| json!({ "node": n.id(), "modules": n.config_resolved_own() }))))
+    api_result(Ok(s.read_node(|n, _| json!({ "node": n.id(), "modules": &*n.config_resolved_own() }))))
 }
 
 pub(super) async fn config_proposals<E: Env>(State(s): S<E>) -> Response {
