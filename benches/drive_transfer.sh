@@ -9,10 +9,11 @@
 # Node A has no volume, node B has one: a put through A spools on A and sends the file to B with
 # the signed chunked protocol; a get through A reads it back from B.
 #
-# Usage: benches/drive_transfer.sh [MiB]   (default 1024; needs `cargo build --release` first)
+# Usage: benches/drive_transfer.sh [MiB]   (default 1024; needs `cargo build --release` first;
+# SHOAL_BIN=path runs another binary, e.g. an older build to compare side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$PWD/target/release/shoal
+bin=${SHOAL_BIN:-$PWD/target/release/shoal}
 [ -x "$bin" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 mib=${1:-1024}
 dir=$(mktemp -d)

@@ -3,6 +3,7 @@
 use clap::Parser;
 
 fn main() {
+    shoal_shell::alloc::tune_for_streaming();
     let cli = shoal_shell::cli::Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
