@@ -260,6 +260,40 @@ fn a_peer_that_hangs_as_it_opens_its_copy_is_passed_over_for_another() {
     hang_during_put(32, 4, |first| first.is_some());
 }
 
+/// A small put sends each peer's copy in one `store/put`; a peer that takes it and never
+/// answers (its link held) is passed over for another node after 10 s (plus the body at a slow
+/// link's rate), not the 60 s peer timeout: the put answers in seconds with the copies the
+/// others took, and after release the planner makes the rest.
+#[test]
+fn a_peer_that_hangs_on_a_small_put_is_passed_over() {
+    let mut h = drive_cluster(33, 4, 3);
+    let leader = h.read(0, |n, now| n.meta_leader(now).map(|l| l.holder)).flatten().expect("a leader");
+    let leader = index_of(&h, &leader);
+    // Every node but the writer and one other hangs: the placement's three copies include at
+    // least one hung node, so the put must pass over it.
+    let keep = if leader != 0 { leader } else { 1 };
+    let hung: Vec<usize> = (1..4).filter(|&i| i != keep).collect();
+    for &i in &hung {
+        h.hold(0, i);
+    }
+    let (path, content) = ("/data/small-hang", "small and hung");
+    let started = h.elapsed_ms();
+    let (s, v) = h.put_file(0, path, content).unwrap();
+    let took = h.elapsed_ms() - started;
+    assert_eq!((s, &v["copies"]), (200, &json!(2)), "the writer's and the kept node's copies: {v}");
+    assert!(took < 25_000, "the put answered {took} ms after it began (the 60 s peer timeout, not the 10 s rule)");
+    for &i in &hung {
+        h.release(0, i);
+    }
+    let mut acked = Acked::new();
+    acked.insert(path.to_string(), content.to_string());
+    let live = [0, 1, 2, 3];
+    wait(&mut h, 300_000, "the file has three copies after the links are back", |h| {
+        check_no_file_lost(h, &acked, &BTreeSet::new()).unwrap();
+        converged_copies(h, &acked, 3, &live).is_ok()
+    });
+}
+
 /// Put a 20 MiB file through n0 of `nodes` nodes with a policy of three copies; hold the link
 /// from n0 to the first other node whose part file shows `hang_when(its first byte)` (the
 /// scorer decides which nodes take copies); the put answers within 25 s with the copies the

@@ -33,6 +33,13 @@ pub fn single_request(size: u64) -> bool {
     size <= CHUNK_BYTES
 }
 
+/// How long a one-request copy of `size` bytes (`store/put`) may take before the peer is passed
+/// over for another: 10 s, as for a peer to open an upload session, plus the body at 256 KB/s
+/// (a slow link). A hung peer holds a small put for seconds, not the 60 s peer timeout.
+pub fn single_request_timeout_ms(size: u64) -> u64 {
+    10_000u64.saturating_add(size / 256)
+}
+
 /// Placements tried for a file that wants `wanted` copies: each node that cannot take its copy
 /// is passed over for another, up to two more than wanted.
 pub fn placement_tries(wanted: u32) -> u32 {
@@ -60,6 +67,8 @@ mod tests {
         assert!(in_memory(Some(0)) && in_memory(Some(SMALL_PUT_BYTES)));
         assert!(!in_memory(Some(SMALL_PUT_BYTES + 1)));
         assert!(single_request(CHUNK_BYTES) && !single_request(CHUNK_BYTES + 1));
+        assert_eq!(single_request_timeout_ms(4096), 10_016);
+        assert_eq!(single_request_timeout_ms(CHUNK_BYTES), 26_384);
         assert_eq!(placement_tries(1), 3);
         assert_eq!(placement_tries(3), 5);
         assert_eq!(placement_tries(u32::MAX), u32::MAX);

@@ -72,6 +72,7 @@ async fn put_whole<E: Env>(
     data: Bytes,
 ) -> Result<bool, ApiError> {
     use crate::wire::escape_query;
+    let size = data.len() as u64;
     let mut t = format!(
         "/cluster/acn/store/put?volume={}&path={}&size={}&checksum={sum}",
         escape_query(to.volume.as_str()),
@@ -84,7 +85,8 @@ async fn put_whole<E: Env>(
     let prepared = s
         .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, &to.node, "POST", &t, data, sum))
         .map_err(peer_error)?;
-    let r = s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
+    let within = put_policy::single_request_timeout_ms(size);
+    let r = s.transport.send(prepared, within).await.map_err(peer_error)?;
     if r.status == 404 {
         let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
         if v["error"]["code"] == "not_found" {
