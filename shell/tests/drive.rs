@@ -703,3 +703,39 @@ async fn leaving_wipes_the_metadata_and_keeps_the_files_on_disk() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// How many `store/read` requests node `d` answered with 200, from its `/metrics`.
+async fn store_reads(d: &Daemon<TokioEnv>) -> u64 {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let r = client.request(&d.url(), "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 5_000).await.unwrap();
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    let line = "shoal_http_requests_total{route=\"/cluster/acn/store/read\",method=\"GET\",status=\"200\"} ";
+    text.lines().find_map(|l| l.strip_prefix(line)).map_or(0, |n| n.parse().unwrap())
+}
+
+/// A get of a file whose copy is on the node asked is read from its own disk: no request to
+/// another node (issue 18); asked of a node without the copy, it reads the copy's node with
+/// `store/read`, counted there by endpoint in `/metrics`.
+#[tokio::test]
+async fn a_get_of_a_local_copy_crosses_http_once() {
+    let c = cluster(3).await;
+    let content: Vec<u8> = (0..3 * 1024 * 1024 + 5).map(|i| (i % 253) as u8).collect();
+    let r = call(&c.nodes[1], "PUT", "/v1/files/local/one.bin", content.clone(), &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let holder = (1..3).find(|&i| disk_path(c.folders[i].as_ref().unwrap(), "/local/one.bin").exists()).unwrap();
+    let other = 3 - holder;
+    let before: Vec<u64> = futures_util::future::join_all(c.nodes.iter().map(store_reads)).await;
+    let r = call(&c.nodes[holder], "GET", "/v1/files/local/one.bin", Vec::new(), &[]).await;
+    assert_eq!((r.status, r.body.len()), (200, content.len()));
+    assert_eq!(r.body.to_vec(), content);
+    let after: Vec<u64> = futures_util::future::join_all(c.nodes.iter().map(store_reads)).await;
+    assert_eq!(before, after, "a get of a local copy asks no other node for bytes");
+    let r = call(&c.nodes[other], "GET", "/v1/files/local/one.bin", Vec::new(), &[]).await;
+    assert_eq!(r.body.to_vec(), content);
+    assert!(store_reads(&c.nodes[holder]).await > after[holder], "asked elsewhere, the holder is read by store/read");
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}

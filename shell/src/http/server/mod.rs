@@ -247,15 +247,52 @@ async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next)
     resp
 }
 
-/// Every answer counted for `/metrics` by the route's pattern (never the path itself), method
-/// and status, with the time to its head.
+/// The node-to-node endpoints the shell answers itself (beside the core's `ACN_ENDPOINTS`).
+const SHELL_ACN_ENDPOINTS: &[&str] = &[
+    "store/begin",
+    "store/chunk",
+    "store/commit",
+    "store/abort",
+    "store/put",
+    "store/read",
+    "store/stat",
+    "store/checksum",
+    "store/list",
+    "store/mkdir",
+    "store/delete",
+    "store/rename",
+    "repl/task",
+    "repl/renew",
+    "repl/done",
+    "tunnel",
+    "auth/verify",
+];
+
+/// The `/metrics` route of a request: the router's pattern, except that a node-to-node request
+/// to a known endpoint is counted by that endpoint (a fixed set, so the labels stay bounded):
+/// which calls between nodes are hot, and which never happen.
+fn route_label(pattern: &str, path: &str) -> String {
+    if pattern == "/cluster/acn/{*rest}" {
+        if let Some(endpoint) = path.strip_prefix("/cluster/acn/") {
+            let core = shoal_core::node::ACN_ENDPOINTS.iter().any(|(e, _)| *e == endpoint);
+            if core || SHELL_ACN_ENDPOINTS.contains(&endpoint) {
+                return path.to_string();
+            }
+        }
+    }
+    pattern.to_string()
+}
+
+/// Every answer counted for `/metrics` by the route's pattern (never the path itself; a
+/// node-to-node endpoint by its name, [`route_label`]), method and status, with the time to
+/// its head.
 async fn count_requests<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let method = req.method().as_str().to_string();
     let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+        .map_or_else(|| "unmatched".to_string(), |p| route_label(p.as_str(), req.uri().path()));
     let resp = next.run(req).await;
     s.metrics.request(&route, &method, resp.status().as_u16(), started.elapsed().as_secs_f64());
     resp
