@@ -2,12 +2,13 @@
 //! `GET` (with `Range`) and `DELETE` on `/v1/files/{path}`, plus move and mkdir. Bytes stream;
 //! a file is never held in memory whole.
 //!
-//! A put asks the metadata leader where each copy goes (`store/place`, excluding nodes that
-//! already took one), writes the copies, and only then publishes the record, so the namespace
-//! never shows a half-written file. A large body of known length streams to every copy at once
-//! as it arrives: each chunk is hashed once and written to a local part file or a peer's upload
-//! session (signed chunked protocol). Other bodies are spooled to `DATA/spool` while hashing,
-//! then copied. It makes as many copies as the folder policy wants when enough nodes can take
+//! A put asks the metadata leader where its copies go in one call (`store/place` with `count`,
+//! excluding nodes that already took one), writes the copies, and only then publishes the
+//! record, so the namespace never shows a half-written file. A large body of known length
+//! streams to every copy at once as it arrives: each chunk is hashed once and written to a local
+//! part file or a peer's upload session (signed chunked protocol). A small body (1 MiB or less)
+//! is held in memory, any other spooled to `DATA/spool`, while hashing; then every copy is
+//! written at once, a peer's in one signed `store/put` when the body is one chunk. It makes as many copies as the folder policy wants when enough nodes can take
 //! them, and at least one; the planner makes up the rest. Bytes are renamed into place only
 //! through [`crate::node::state::Landed::land`], which keeps racing writes of one path from
 //! leaving one's record over the other's bytes.
