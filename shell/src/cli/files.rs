@@ -142,11 +142,11 @@ async fn put_once(
         };
         let mut hash = Sha256::new();
         loop {
-            let mut buf = vec![0u8; BLOCK];
-            match f.read(&mut buf) {
+            // Read into the block's spare capacity: no zeroing pass over bytes about to be read.
+            let mut buf = Vec::with_capacity(BLOCK);
+            match (&mut f).take(BLOCK as u64).read_to_end(&mut buf) {
                 Ok(0) => return Some(hex::encode(hash.finalize())),
                 Ok(n) => {
-                    buf.truncate(n);
                     hash.update(&buf);
                     pb2.inc(n as u64);
                     if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
