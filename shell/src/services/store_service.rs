@@ -112,31 +112,26 @@ pub async fn handle<E: Env>(
     if !method.eq_ignore_ascii_case(want) {
         return error_response(405, "method_not_allowed", format!("store/{op} takes {want}"));
     }
-    if op == "put" {
-        // As at commit: another write's bytes that just landed here get a moment to settle.
-        if let (Some(volume), Some(path), Some(sum)) = (q.get("volume"), q.get("path"), q.get("checksum")) {
-            let (volume, path) = (VolumeId::new(volume.as_str()), shoal_core::meta::namespace::normalize(path));
-            if let (Ok(path), Some(_)) = (&path, s.read_node(|n, _| n.local_volume(volume.as_str()))) {
-                if let Some(dest) = copy_path(s, &volume, path) {
-                    let replaces = q.get("replaces").map(String::as_str);
-                    s.store_service.landed.wait_settled(s, &volume, path, sum, replaces, &dest).await;
-                }
-            }
-        }
-    }
-    if op == "commit" {
-        // Another write's bytes that just landed at this path get a moment to settle.
-        let landing = q.get("session").and_then(|id| {
+    // Another write's bytes that just landed at this path get a moment to settle before a
+    // commit or a `store/put` lands these.
+    let landing = match op {
+        "commit" => q.get("session").and_then(|id| {
             let sessions = lock(&s.store_service.sessions);
             let u = sessions.book.get(id, &sender).ok()?;
             let sum = if u.checksum.is_empty() { q.get("checksum")?.clone() } else { u.checksum.clone() };
             Some((u.volume.clone(), u.path.clone(), sum))
-        });
-        if let Some((volume, path, sum)) = landing {
-            if let Some(dest) = copy_path(s, &volume, &path) {
-                let replaces = q.get("replaces").map(String::as_str);
-                s.store_service.landed.wait_settled(s, &volume, &path, &sum, replaces, &dest).await;
-            }
+        }),
+        "put" => {
+            let path = q.get("path").and_then(|p| shoal_core::meta::namespace::normalize(p).ok());
+            let volume = q.get("volume").map(|v| VolumeId::new(v.as_str()));
+            volume.zip(path).zip(q.get("checksum")).map(|((v, p), sum)| (v, p, sum.clone()))
+        }
+        _ => None,
+    };
+    if let Some((volume, path, sum)) = landing {
+        if let Some(dest) = copy_path(s, &volume, &path) {
+            let replaces = q.get("replaces").map(String::as_str);
+            s.store_service.landed.wait_settled(s, &volume, &path, &sum, replaces, &dest).await;
         }
     }
     let s2 = s.clone();
@@ -204,24 +199,39 @@ fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Byt
         return io_error("write copy", e);
     }
     let replaces = q.get("replaces").map(String::as_str);
-    let landed =
-        s.store_service.landed.land(s, &vol.id, &path, &checksum, replaces, &file, || std::fs::rename(&part, &file));
-    match landed {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let _ = std::fs::remove_file(&part);
-            return io_error("rename into place", e);
-        }
-        Err(conflict) => {
-            let _ = std::fs::remove_file(&part);
-            return api_error(conflict.api_error());
-        }
+    if let Some(refused) = land_part(s, &vol.id, &path, &checksum, replaces, &part, &file) {
+        return refused;
+    }
+    axum::Json(json!({"ok": true, "volumeId": vol.id, "path": path, "size": size, "checksum": checksum}))
+        .into_response()
+}
+
+/// Rename a fsynced, checked part file into place at `file` through [`Landed::land`] (the
+/// part file is removed if it does not land), then fsync the folder: the end of a commit and of
+/// a `store/put`. Answers the refusal when the bytes did not land.
+fn land_part<E: Env>(
+    s: &Arc<Shared<E>>,
+    volume: &VolumeId,
+    path: &str,
+    sum: &str,
+    replaces: Option<&str>,
+    part: &Path,
+    file: &Path,
+) -> Option<Response> {
+    let refused =
+        match s.store_service.landed.land(s, volume, path, sum, replaces, file, || std::fs::rename(part, file)) {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(io_error("rename into place", e)),
+            Err(conflict) => Some(api_error(conflict.api_error())),
+        };
+    if refused.is_some() {
+        let _ = std::fs::remove_file(part);
+        return refused;
     }
     if let Some(dir) = file.parent() {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }
-    axum::Json(json!({"ok": true, "volumeId": vol.id, "path": path, "size": size, "checksum": checksum}))
-        .into_response()
+    None
 }
 
 fn session_id<E: Env>(s: &Shared<E>) -> String {
@@ -415,21 +425,8 @@ fn answer<E: Env>(
                 );
             }
             let replaces = q.get("replaces").map(String::as_str);
-            let landed =
-                svc.landed.land(s, &sess.volume, &sess.path, &sum, replaces, &file, || std::fs::rename(&part, &file));
-            match landed {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    let _ = std::fs::remove_file(&part);
-                    return io_error("rename into place", e);
-                }
-                Err(conflict) => {
-                    let _ = std::fs::remove_file(&part);
-                    return api_error(conflict.api_error());
-                }
-            }
-            if let Some(dir) = file.parent() {
-                let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            if let Some(refused) = land_part(s, &sess.volume, &sess.path, &sum, replaces, &part, &file) {
+                return refused;
             }
             axum::Json(
                 json!({"ok": true, "volumeId": sess.volume, "path": sess.path, "size": sess.size, "checksum": sum}),
