@@ -7,7 +7,7 @@
 # (`apt-get install etcd-server`), the same client then does the same puts into etcd (3 members
 # on loopback, its JSON gateway `POST /v3/kv/put`, through a follower: etcd fsyncs and waits for
 # a majority).
-# Usage: benches/acks.sh [N=10000]
+# Usage: benches/acks.sh [N=10000]   (MODES="replicated durable" and CLIENTS="16" run only those; ETCD=0 skips etcd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${SHOAL_BIN:-$PWD/target/release/shoal}
@@ -40,8 +40,8 @@ for i in 0 1 2; do
   for _ in $(seq 300); do curl -fs "http://127.0.0.1:$((base + i))/readyz" > /dev/null 2>&1 && break; sleep 0.1; done
 done
 
-python3 - "$work" "$base" "$n" <<'PY'
-import http.client, json, statistics, sys, threading, time
+MODES=${MODES:-local replicated durable} CLIENTS=${CLIENTS:-1 16} python3 - "$work" "$base" "$n" <<'PY'
+import http.client, json, os, statistics, sys, threading, time
 work, base, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 tokens = [open(f"{work}/n{i}/admin.token").read().strip() for i in range(3)]
 
@@ -110,12 +110,13 @@ def run(mode, clients, at):
 at = follower()
 print(f"{n} writes per row through a follower (node {at}) of 3")
 print(f"{'meta.ack':10} {'clients':>7} {'writes/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6}  answers")
-for mode in ["local", "replicated", "durable"]:
+for mode in os.environ["MODES"].split():
     set_mode(mode, at)
-    for clients in [1, 16]:
+    for clients in map(int, os.environ["CLIENTS"].split()):
         run(mode, clients, at)
 PY
 
+[ "${ETCD:-1}" = 0 ] && exit 0
 command -v etcd > /dev/null || { echo "etcd: not installed (apt-get install etcd-server), skipped"; exit 0; }
 ebase=$((base + 20))
 cluster=""

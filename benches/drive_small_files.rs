@@ -8,48 +8,17 @@
 //! published. Run with policy 1 (default) and policy 2 (`/two` folder). `cargo bench --bench
 //! drive_small_files` (env FILES, CLIENTS; BASELINE_BIN for an older binary side by side).
 
-use serde_json::{json, Value};
+use serde_json::json;
 use shoal_shell::env::TokioEnv;
 use shoal_shell::net::client::HttpClient;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{port, Kill};
-
-async fn call(
-    c: &HttpClient<TokioEnv>,
-    url: &str,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Vec<u8>,
-) -> (u16, Value) {
-    let auth = format!("Bearer {token}");
-    match c.request(url, method, path, &[("authorization", &auth)], body, 60_000).await {
-        Ok(r) => (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null)),
-        Err(e) => (0, json!({ "error": e.to_string() })),
-    }
-}
-
-fn j(v: Value) -> Vec<u8> {
-    serde_json::to_vec(&v).unwrap()
-}
-
-async fn wait_until(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if f().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
+use common::{call, j, wait_until, Kill};
 
 /// Put `files` files of 4 KiB under `folder` with `clients` concurrent clients; files/s.
 async fn put_all(urls: &[String], tokens: &[String], folder: &str, files: usize, clients: usize) -> f64 {
@@ -110,32 +79,8 @@ fn floor(dir: &Path, files: usize, threads: usize) -> f64 {
 /// Three `shoal serve` processes of `bin` in one cluster, each with a volume, a `/two` folder
 /// kept at two copies: their URLs and admin tokens.
 async fn cluster(bin: &str, root: &Path, kids: &mut Kill) -> (Vec<String>, Vec<String>) {
-    let (mut urls, mut tokens) = (Vec::new(), Vec::new());
-    for i in 0..3 {
-        let dir = root.join(format!("n{i}"));
-        let p = port();
-        kids.0.push(
-            Command::new(bin)
-                .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
-                .env("SHOAL_LOG", "error")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start shoal"),
-        );
-        urls.push(format!("http://127.0.0.1:{p}"));
-        let tf = dir.join("admin.token");
-        assert!(wait_until(Duration::from_secs(10), async || tf.exists()).await, "node starts");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        tokens.push(std::fs::read_to_string(&tf).unwrap().trim().to_string());
-    }
+    let (urls, tokens) = common::three_nodes(bin, root, kids).await;
     let c = HttpClient::new(TokioEnv::default());
-    assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", j(json!({"name": "b"}))).await.0, 200);
-    for i in 1..3 {
-        let t =
-            call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", vec![]).await.1["token"].as_str().unwrap().to_string();
-        assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", j(json!({ "token": t }))).await.0, 200);
-    }
     for i in 0..3 {
         let vol = root.join(format!("vol{i}"));
         let body = j(json!({"path": vol.to_str().unwrap(), "create": true}));

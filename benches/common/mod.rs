@@ -19,3 +19,85 @@ impl Drop for Kill {
 pub fn port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// One request with the admin `token`: status and JSON body (`Null` when not JSON; status 0
+/// and the error when the request failed).
+#[allow(dead_code)]
+pub async fn call(
+    c: &shoal_shell::net::client::HttpClient<shoal_shell::env::TokioEnv>,
+    url: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, serde_json::Value) {
+    let auth = format!("Bearer {token}");
+    match c.request(url, method, path, &[("authorization", &auth)], body, 60_000).await {
+        Ok(r) => (r.status, serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null)),
+        Err(e) => (0, serde_json::json!({ "error": e.to_string() })),
+    }
+}
+
+/// A JSON body.
+#[allow(dead_code)]
+pub fn j(v: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// Polls `f` every 20 ms until it holds (true) or `limit` passes (false).
+#[allow(dead_code)]
+pub async fn wait_until(limit: std::time::Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Three `shoal serve` processes of `bin` under `root` in one cluster with a leader: their
+/// URLs and admin tokens.
+#[allow(dead_code)]
+pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> (Vec<String>, Vec<String>) {
+    use serde_json::json;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let (mut urls, mut tokens) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let dir = root.join(format!("n{i}"));
+        let p = port();
+        kids.0.push(
+            Command::new(bin)
+                .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
+                .env("SHOAL_LOG", "error")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start shoal"),
+        );
+        urls.push(format!("http://127.0.0.1:{p}"));
+        let tf = dir.join("admin.token");
+        assert!(wait_until(Duration::from_secs(10), async || tf.exists()).await, "node starts");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokens.push(std::fs::read_to_string(&tf).unwrap().trim().to_string());
+    }
+    let c = shoal_shell::net::client::HttpClient::new(shoal_shell::env::TokioEnv::default());
+    assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", j(json!({"name": "b"}))).await.0, 200);
+    for i in 1..3 {
+        let t =
+            call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", vec![]).await.1["token"].as_str().unwrap().to_string();
+        assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", j(json!({ "token": t }))).await.0, 200);
+    }
+    let led = wait_until(Duration::from_secs(120), async || {
+        let mut ok = true;
+        for i in 0..3 {
+            ok &= call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", vec![]).await.1["leader"].is_string();
+        }
+        ok
+    })
+    .await;
+    assert!(led, "a leader");
+    (urls, tokens)
+}

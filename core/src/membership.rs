@@ -116,11 +116,38 @@ pub struct Membership {
     records: BTreeMap<NodeId, NodeRecord>,
     soft: BTreeMap<NodeId, PeerSoft>,
     purged: BTreeSet<NodeId>,
+    /// Public keys already decoded, by their base64 text: decoding one (a point decompression)
+    /// cost as much as a fifth of verifying a request's signature, on every request.
+    keys: std::cell::RefCell<BTreeMap<String, VerifyingKey>>,
 }
+
+/// Most decoded keys kept (members, and the removed ones whose old marks are checked).
+const KEYS_CACHED_MAX: usize = 1024;
 
 impl Membership {
     pub fn new(me: NodeId, config: MembershipConfig) -> Membership {
-        Membership { me, config, records: BTreeMap::new(), soft: BTreeMap::new(), purged: BTreeSet::new() }
+        Membership {
+            me,
+            config,
+            records: BTreeMap::new(),
+            soft: BTreeMap::new(),
+            purged: BTreeSet::new(),
+            keys: Default::default(),
+        }
+    }
+
+    /// The decoded key of a record (cached by its text, so a changed key is decoded afresh).
+    fn decoded_key(&self, r: &NodeRecord) -> Option<VerifyingKey> {
+        if let Some(k) = self.keys.borrow().get(&r.public_key) {
+            return Some(*k);
+        }
+        let k = r.key()?;
+        let mut keys = self.keys.borrow_mut();
+        if keys.len() >= KEYS_CACHED_MAX {
+            keys.clear();
+        }
+        keys.insert(r.public_key.clone(), k);
+        Some(k)
     }
 
     pub fn me(&self) -> &NodeId {
@@ -166,12 +193,12 @@ impl Membership {
 
     /// The key of a live (not removed) member, for verifying its requests.
     pub fn member_key(&self, id: &NodeId) -> Option<VerifyingKey> {
-        self.records.get(id).filter(|r| !r.removed).and_then(|r| r.key())
+        self.records.get(id).filter(|r| !r.removed).and_then(|r| self.decoded_key(r))
     }
 
     /// The key of any known record, removed or not, for checking marks it signed earlier.
     fn author_key(&self, id: &NodeId) -> Option<VerifyingKey> {
-        self.records.get(id).and_then(|r| r.key())
+        self.records.get(id).and_then(|r| self.decoded_key(r))
     }
 
     /// Put a record in place as is (restore from disk, our own record).

@@ -464,6 +464,68 @@ fn several_submits_fly_at_once_within_the_window_and_each_answer_settles_its_own
     assert!(!one.queue.iter().any(|m| m.target == SUBMIT));
 }
 
+/// Issue 18: a lingering record (an audit entry) is not sent on its own at once: it travels
+/// with the next change the node sends (one submit, or one append per peer, carries both), or
+/// alone once `linger_ms` has passed (on the follower by its submit, on the leader by its
+/// appends). `poll_timeout` names that deadline, so a driver that sleeps until it wakes in time.
+#[test]
+fn a_lingering_record_travels_with_the_next_change_or_alone_after_linger_ms() {
+    let linger = 20;
+    let mut net = cluster(&["a", "b", "c"], MetaConfig { linger_ms: linger, ..MetaConfig::default() });
+    let ids = |m: &Msg| match &m.purpose {
+        MetaPurpose::Submit { ids } => ids.clone(),
+        other => panic!("{other:?}"),
+    };
+    // Follower: the audit entry waits; the next change takes it along in one submit.
+    let audit = net.setting("b", "audit/1", json!("act"));
+    let now = net.now;
+    net.node_mut("b").meta.submit_lingering(now, audit.clone());
+    net.collect(&id("b"));
+    assert_eq!(net.queued(|m| m.target == SUBMIT), 0, "nothing sent for the lingering record alone");
+    assert_eq!(net.meta("b").pending_len(), 1, "queued (and persisted) all the same");
+    assert!(net.meta("b").poll_timeout().is_some_and(|t| t <= now.plus(linger)), "its deadline is named");
+    let change = net.setting("b", "k", json!(1));
+    net.submit("b", change.clone());
+    let both = net.take(|m| m.target == SUBMIT);
+    assert_eq!(ids(&both).len(), 2, "one submit carries the change and the entry before it");
+    net.queue.push_front(both);
+    net.run();
+    for n in ["a", "b", "c"] {
+        assert_eq!(net.meta(n).state().get(RecordKind::Setting, "audit/1"), Some(&audit), "{n}");
+        assert_eq!(net.meta(n).pending_len(), 0, "{n}");
+    }
+
+    // Follower, nothing follows: sent alone once `linger_ms` passed, not before.
+    let alone = net.setting("b", "audit/2", json!("act"));
+    let now = net.now;
+    net.node_mut("b").meta.submit_lingering(now, alone.clone());
+    net.collect(&id("b"));
+    net.advance(linger - 1);
+    net.tick("b");
+    // A tick of another timer may send it early; the deadline itself must not be missed.
+    net.run();
+    net.advance(1);
+    net.tick("b");
+    net.run();
+    for n in ["a", "c"] {
+        assert_eq!(net.meta(n).state().get(RecordKind::Setting, "audit/2"), Some(&alone), "{n}");
+    }
+
+    // Leader: the entry is in its log at once but no append goes out for it alone.
+    let lead = net.setting("a", "audit/3", json!("act"));
+    let now = net.now;
+    net.node_mut("a").meta.submit_lingering(now, lead.clone());
+    net.collect(&id("a"));
+    assert_eq!(net.queued(|m| m.target == APPEND), 0, "no append for the lingering entry alone");
+    net.advance(linger);
+    net.tick("a");
+    assert_eq!(net.queued(|m| m.target == APPEND), 2, "after linger_ms, one append per peer");
+    net.run();
+    for n in ["b", "c"] {
+        assert_eq!(net.meta(n).state().get(RecordKind::Setting, "audit/3"), Some(&lead), "{n}");
+    }
+}
+
 // ---- 2: no leader, then a leader; a 409 from a node that is not the leader ----
 
 /// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Followers submit through

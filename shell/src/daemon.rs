@@ -396,13 +396,18 @@ fn run_service<E: Env>(s: &Arc<Shared<E>>, o: Output) {
 /// timers and carries out what they asked for (health samples included).
 async fn drive<E: Env>(shared: Arc<Shared<E>>) {
     let mut stop = shared.shutdown_requested();
+    // Woken because a call brought a deadline forward: the timers run when it is due, not at
+    // the wake-up (a lingering audit entry waits for its deadline, not for the next call).
+    let mut woken = false;
     loop {
         let now = shared.env.now();
         shared.armed.store(u64::MAX, Ordering::Release);
         let wake_at = {
             let mut node = lock(&shared.node);
             node.observe_monotonic(shared.env.monotonic());
-            node.handle_timeout(now);
+            if !woken || node.poll_timeout().is_none_or(|d| d <= now) {
+                node.handle_timeout(now);
+            }
             let latest = now.plus(DRIVER_SLEEP_MAX_MS);
             let wake_at = node.poll_timeout().map_or(latest, |d| d.min(latest));
             shared.armed.store(wake_at.0, Ordering::Release);
@@ -411,10 +416,10 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
         shared.pump();
         shared.changed.notify_waiters();
         let sleep_ms = wake_at.since(now).max(1);
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
-            _ = shared.wake.notified() => {}
+        woken = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => false,
+            _ = shared.wake.notified() => true,
             _ = stop.wait_for(|s| *s) => break,
-        }
+        };
     }
 }

@@ -22,13 +22,19 @@ pub const APPEND_LOG_KEEP: usize = 10_000;
 const TRIM_BATCH: usize = 500;
 
 impl Node {
-    /// Record an admin act in the cluster's audit log (a replicated record).
+    /// Record an admin act in the cluster's audit log (a replicated record). The entry lingers
+    /// ([`crate::meta::machine::Meta::submit_lingering`]): it travels with the next change
+    /// this node sends, at most `linger_ms` later, so an act and the audit entry of the act
+    /// before it share one request.
     pub fn audit(&mut self, wall: Millis, act: &str, account: &str, status: u16) {
         if self.cluster.is_none() {
             return;
         }
         let value = json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status});
-        self.append_record(wall, AUDIT_PREFIX, value);
+        let record = self.log_record(wall, AUDIT_PREFIX, value);
+        let now = self.advance_clocks(wall);
+        self.meta.submit_lingering(now, record);
+        self.drain_meta(wall, now);
     }
 
     /// Leader, on its config pass: remove the oldest entries of each append-only log beyond

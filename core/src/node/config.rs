@@ -268,9 +268,15 @@ impl Node {
     /// Append `value` under `prefix` as a new record keyed by its own version (history, events,
     /// audit: append-only logs, ordered by key).
     pub(super) fn append_record(&mut self, wall: Millis, prefix: &str, value: Value) {
+        let record = self.log_record(wall, prefix, value);
+        self.submit_record(wall, record);
+    }
+
+    /// A new record of an append-only log under `prefix`, keyed by its own version.
+    pub(super) fn log_record(&mut self, wall: Millis, prefix: &str, value: Value) -> Record {
         let version = self.hlc.next(wall);
         let key = format!("{prefix}{:016}-{}-{:08}", version.wall_ms, version.node, version.counter);
-        self.submit_record(wall, Record::Setting(Setting { key, value, removed: false, version }));
+        Record::Setting(Setting { key, value, removed: false, version })
     }
 
     pub(super) fn write_history(&mut self, wall: Millis, h: HistoryEntry) {

@@ -621,6 +621,17 @@ impl Node {
             self.copy_publish(wall, &p, &f.id, checksum, volume);
             return Ok(());
         }
+        // Bytes older than the removal of their path are what that removal (or a move away)
+        // left behind on a node that missed it, not a new file: adopting them would bring an
+        // acknowledged remove or move back.
+        if let Some(gone) = self.meta.state().file(&p).filter(|f| f.removed) {
+            if mod_time <= gone.version.wall_ms {
+                return Err(ApiError::conflict(
+                    "removed_since",
+                    format!("cluster:{p} was removed or moved away after these bytes were written"),
+                ));
+            }
+        }
         self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())]).map(|_| ())
     }
 

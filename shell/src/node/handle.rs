@@ -228,7 +228,9 @@ impl<E: Env> Shared<E> {
             // The state stays in memory and is written again with the next change of the record.
             tracing::error!(error = %e, "could not persist cluster state");
         }
-        self.wake.notify_one();
+        // No wake-up of the driver here: a call that brought a deadline forward wakes it
+        // ([`Shared::with_node`]); waking it after every drain ran a turn of every timer per
+        // request (issue 18).
     }
 
     /// Ask the node to stop; [`Daemon::wait`] returns once it has.

@@ -60,6 +60,10 @@ pub struct MetaConfig {
     /// the submit of another (a request's audit entry, most often). Records are last-writer-wins
     /// by version, so the order the leader takes them in does not matter.
     pub submit_window: usize,
+    /// How long a record queued with [`Meta::submit_lingering`] (an audit entry) may wait for
+    /// another change to travel with (issue 18): one request then carries both, instead of a
+    /// submit and two appends each.
+    pub linger_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -76,6 +80,7 @@ impl Default for MetaConfig {
             purge_every_ms: 60_000,
             batch_max: 500,
             submit_window: 4,
+            linger_ms: 20,
         }
     }
 }
@@ -355,6 +360,9 @@ pub struct Meta {
     /// Every pending id some submit in flight carries.
     submitting: BTreeSet<u64>,
     submit_due: Millis,
+    /// Lingering records are queued ([`Meta::submit_lingering`]): they go out by this time at
+    /// the latest, with the next change sent if that comes first.
+    linger_due: Option<Millis>,
     /// When the catch-up or snapshot request in flight was sent.
     catch_up_in_flight: Option<Millis>,
     peers: BTreeMap<NodeId, PeerAppend>,
@@ -398,6 +406,7 @@ impl Meta {
             submits: BTreeMap::new(),
             submitting: BTreeSet::new(),
             submit_due: Millis::ZERO,
+            linger_due: None,
             catch_up_in_flight: None,
             peers: BTreeMap::new(),
             members: Vec::new(),
@@ -590,7 +599,9 @@ impl Meta {
 
     pub fn poll_timeout(&self) -> Option<Millis> {
         let mut t = self.tick_due;
-        if self.submit_room() {
+        if let Some(due) = self.linger_due {
+            t = t.min(due);
+        } else if self.submit_room() {
             t = t.min(self.submit_due);
         }
         Some(t)
@@ -636,6 +647,13 @@ impl Meta {
             }
         }
         self.peers.retain(|id, _| self.members.iter().any(|c| &c.id == id));
+        if self.linger_due.is_some_and(|due| now >= due) {
+            self.linger_due = None;
+            if self.is_leader(now) {
+                self.pump_appends();
+            }
+            // A follower's lingering records go with the submit below.
+        }
         if now >= self.tick_due {
             self.tick_due = now.plus(self.config.lease.tick_ms);
             if let Some(LeaseAction::Push(l)) = self.lease.tick(now, &self.members) {
@@ -745,6 +763,34 @@ impl Meta {
     pub fn submit_all(&mut self, now: Millis, records: Vec<Record>) {
         self.now = self.now.max(now);
         let leader = self.is_leader(now);
+        if !self.queue(leader, records) {
+            return;
+        }
+        // What lingered goes along: a submit or append carries every queued change.
+        self.linger_due = None;
+        if leader {
+            self.pump_appends();
+        } else {
+            self.try_submit(now);
+        }
+    }
+
+    /// A local change that need not travel at once (an audit entry): applied and queued as
+    /// [`Meta::submit`] does, but sent with the next change this node sends, or after
+    /// `linger_ms` if none comes first. Under load, and for a client writing in sequence, the
+    /// entry then shares the request of another change. It is persisted (as pending, or in the
+    /// leader's log) like any change, so a restart still sends it.
+    pub fn submit_lingering(&mut self, now: Millis, record: Record) {
+        self.now = self.now.max(now);
+        let leader = self.is_leader(now);
+        if self.queue(leader, vec![record]) && self.linger_due.is_none() {
+            self.linger_due = Some(now.plus(self.config.linger_ms));
+        }
+    }
+
+    /// Apply local changes and queue them to travel: into the log as leader, as pending on a
+    /// follower. Whether any was queued.
+    fn queue(&mut self, leader: bool, records: Vec<Record>) -> bool {
         let mut queued = false;
         for record in records {
             if let Some(why) = record.shape_error() {
@@ -768,14 +814,7 @@ impl Meta {
             }
             queued = true;
         }
-        if !queued {
-            return;
-        }
-        if leader {
-            self.pump_appends();
-        } else {
-            self.try_submit(now);
-        }
+        queued
     }
 
     pub(super) fn append_as_leader(&mut self, record: Record, origin: NodeId) {

@@ -1,0 +1,252 @@
+//! Issue 18 "Acknowledged means safe": metadata writes per second under each `meta.ack` mode,
+//! side by side with etcd 3.4 in one run, driven by one Rust HTTP client (the shell's
+//! `HttpClient`, one kept-alive connection per client) so the client's own cost per request
+//! is small beside what is measured (`benches/acks.sh` does the same with a Python client).
+//!
+//! Three real `shoal serve` processes on loopback; N setting writes (`PUT /v1/settings/KEY`)
+//! through a follower from one client, then from 16 concurrent clients, for each mode; then
+//! the same puts into etcd (3 members on loopback, its JSON gateway `POST /v3/kv/put`, through
+//! a follower: etcd fsyncs and waits for a majority). etcd is skipped with a message when its
+//! binary is not installed (`apt-get install etcd-server`).
+//! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16").
+
+use base64::Engine;
+use serde_json::{json, Value};
+use shoal_shell::env::TokioEnv;
+use shoal_shell::net::client::HttpClient;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{call, j, port, wait_until, Kill};
+
+/// What one row measured.
+struct Row {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    errors: usize,
+    answers: BTreeMap<String, usize>,
+}
+
+/// One request of a row.
+struct Req {
+    url: String,
+    method: &'static str,
+    path: String,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+}
+
+type MakeReq = Arc<dyn Fn(usize, usize) -> Req + Send + Sync>;
+
+/// `writes` requests split over `clients` concurrent clients, each on its own connection;
+/// `make(k, i)` is client k's i-th request.
+async fn drive(writes: usize, clients: usize, make: MakeReq) -> Row {
+    let per = writes / clients;
+    let shared = Arc::new(Mutex::new((Vec::new(), 0usize, BTreeMap::new())));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..clients {
+        let (make, shared) = (make.clone(), shared.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = HttpClient::new(TokioEnv::default());
+            let (mut lat, mut errors, mut answers) = (Vec::with_capacity(per), 0, BTreeMap::<String, usize>::new());
+            for i in 0..per {
+                let q = make(k, i);
+                let h: Vec<(&str, &str)> = q.headers.iter().map(|(a, b)| (*a, b.as_str())).collect();
+                let t = Instant::now();
+                let r = c.request(&q.url, q.method, &q.path, &h, q.body, 60_000).await;
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        *answers.entry(r.header("x-shoal-ack").unwrap_or("-").to_string()).or_default() += 1
+                    }
+                    _ => errors += 1,
+                }
+            }
+            let mut s = shared.lock().unwrap();
+            s.0.extend(lat);
+            s.1 += errors;
+            for (a, n) in answers {
+                *s.2.entry(a).or_default() += n;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let (mut lat, errors, answers) = Arc::try_unwrap(shared).ok().unwrap().into_inner().unwrap();
+    lat.sort_by(f64::total_cmp);
+    let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    Row { rate: (per * clients) as f64 / secs, p50: q(0.5), p99: q(0.99), errors, answers }
+}
+
+/// A node of the three that is not the metadata leader.
+async fn follower(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) -> usize {
+    let leader = call(c, &urls[0], &tokens[0], "GET", "/v1/meta/status", vec![]).await.1["leader"].clone();
+    for i in 0..3 {
+        if call(c, &urls[i], &tokens[i], "GET", "/v1/cluster/status", vec![]).await.1["node"] != leader {
+            return i;
+        }
+    }
+    1
+}
+
+/// Declares `meta.ack = mode` and waits until node `at` answers writes with it.
+async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], mode: &str, at: usize) {
+    let body = j(json!({"action": "set", "key": "meta.ack", "value": mode, "why": "bench"}));
+    let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
+    assert_eq!(s, 200, "{v}");
+    let auth = format!("Bearer {}", tokens[at]);
+    let applied = wait_until(Duration::from_secs(20), async || {
+        let r = c
+            .request(
+                &urls[at],
+                "PUT",
+                "/v1/settings/bench.probe",
+                &[("authorization", &auth)],
+                j(json!({"value": 0})),
+                10_000,
+            )
+            .await;
+        r.is_ok_and(|r| r.header("x-shoal-ack") == Some(mode))
+    })
+    .await;
+    assert!(applied, "mode {mode} applied");
+}
+
+fn print_row(name: &str, clients: usize, r: &Row) {
+    let answers: Vec<String> = r.answers.iter().map(|(a, n)| format!("{a}: {n}")).collect();
+    println!(
+        "{name:10} {clients:>7} {:>10.0} {:>8.2} {:>8.2} {:>6}  {}",
+        r.rate,
+        r.p50,
+        r.p99,
+        r.errors,
+        answers.join(", ")
+    );
+}
+
+/// Three etcd members on loopback: the client URL of one that is not the leader.
+fn etcd_members(root: &std::path::Path, kids: &mut Kill) -> Option<Vec<String>> {
+    let bin = ["etcd", "/usr/bin/etcd"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())?;
+    let peers: Vec<u16> = (0..3).map(|_| port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| port()).collect();
+    let initial: Vec<String> = (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i])).collect();
+    for i in 0..3 {
+        kids.0.push(
+            Command::new(bin)
+                .args(["--name", &format!("m{i}"), "--data-dir", root.join(format!("etcd-{i}")).to_str()?])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "shoal-acks", "--log-level", "error"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()?,
+        );
+    }
+    Some(clients.iter().map(|p| format!("http://127.0.0.1:{p}")).collect())
+}
+
+/// The etcd member to write through: healthy, and not the leader.
+async fn etcd_follower(c: &HttpClient<TokioEnv>, urls: &[String]) -> Option<String> {
+    let status = async |u: &str| {
+        let r = c.request(u, "POST", "/v3/maintenance/status", &[], b"{}".to_vec(), 2_000).await.ok()?;
+        serde_json::from_slice::<Value>(&r.body).ok()
+    };
+    let mut leader = None;
+    let healthy = wait_until(Duration::from_secs(60), async || {
+        leader = status(&urls[0]).await.and_then(|v| v["leader"].as_str().map(str::to_string));
+        leader.is_some()
+    })
+    .await;
+    if !healthy {
+        return None;
+    }
+    for u in urls {
+        let Some(v) = status(u).await else { continue };
+        if v["header"]["member_id"].as_str() != leader.as_deref() {
+            return Some(u.clone());
+        }
+    }
+    urls.first().cloned()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let writes: usize = std::env::var("WRITES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let modes = std::env::var("MODES").unwrap_or_else(|_| "local replicated durable".into());
+    let clients: Vec<usize> = std::env::var("CLIENTS")
+        .unwrap_or_else(|_| "1 16".into())
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async move {
+        let root = tempfile::tempdir().unwrap();
+        let mut kids = Kill(Vec::new());
+        let (urls, tokens) = common::three_nodes(env!("CARGO_BIN_EXE_shoal"), root.path(), &mut kids).await;
+        let c = HttpClient::new(TokioEnv::default());
+        let at = follower(&c, &urls, &tokens).await;
+        println!("{writes} writes per row through a follower (node {at}) of 3, one Rust client per connection");
+        println!(
+            "{:10} {:>7} {:>10} {:>8} {:>8} {:>6}  answers",
+            "meta.ack", "clients", "writes/s", "p50 ms", "p99 ms", "errors"
+        );
+        let mut rates = BTreeMap::new();
+        for mode in modes.split_whitespace() {
+            set_mode(&c, &urls, &tokens, mode, at).await;
+            for &n in &clients {
+                let (url, auth, mode_name) = (urls[at].clone(), format!("Bearer {}", tokens[at]), mode.to_string());
+                let make: MakeReq = Arc::new(move |k, i| Req {
+                    url: url.clone(),
+                    method: "PUT",
+                    path: format!("/v1/settings/bench.{mode_name}.{n}.{k}.{i}"),
+                    headers: vec![("authorization", auth.clone())],
+                    body: j(json!({ "value": i })),
+                });
+                let r = drive(writes, n, make).await;
+                print_row(mode, n, &r);
+                rates.insert((mode.to_string(), n), r.rate);
+            }
+        }
+        drop(kids);
+        let mut etcd_kids = Kill(Vec::new());
+        let member = match etcd_members(root.path(), &mut etcd_kids) {
+            Some(members) => etcd_follower(&c, &members).await,
+            None => None,
+        };
+        let Some(member) = member else {
+            println!("etcd: skipped (no etcd binary on PATH, or it did not start; `apt-get install etcd-server`)");
+            return;
+        };
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        for &n in &clients {
+            let url = member.clone();
+            let make: MakeReq = Arc::new(move |k, i| Req {
+                url: url.clone(),
+                method: "POST",
+                path: "/v3/kv/put".into(),
+                headers: Vec::new(),
+                body: j(json!({"key": b64(&format!("bench.{n}.{k}.{i}")), "value": b64(&i.to_string())})),
+            });
+            let r = drive(writes, n, make).await;
+            print_row("etcd 3.4", n, &r);
+            for ((mode, m), rate) in &rates {
+                if *m == n {
+                    println!("{:10} {n:>7} {:>9.2}x etcd", mode, rate / r.rate);
+                }
+            }
+        }
+    });
+}
