@@ -4,10 +4,11 @@
 //! is small beside what is measured (`benches/acks.sh` does the same with a Python client).
 //!
 //! Three real `shoal serve` processes on loopback; N setting writes (`PUT /v1/settings/KEY`)
-//! through a follower from one client, then from 16 concurrent clients, for each mode; then
-//! the same puts into etcd (3 members on loopback, its JSON gateway `POST /v3/kv/put`, through
-//! a follower: etcd fsyncs and waits for a majority). etcd is skipped with a message when its
-//! binary is not installed (`apt-get install etcd-server`).
+//! through a follower from one client, then from 16 concurrent clients, for each mode, with the
+//! same puts into etcd (3 members on loopback, its JSON gateway `POST /v3/kv/put`, through a
+//! follower: etcd fsyncs and waits for a majority) just before and just after the shoal rows of
+//! that client count; each mode is compared with the mean of those two etcd rows. etcd is
+//! skipped with a message when its binary is not installed (`apt-get install etcd-server`).
 //! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16").
 
 use base64::Engine;
@@ -203,50 +204,62 @@ fn main() {
             "{:10} {:>7} {:>10} {:>8} {:>8} {:>6}  answers",
             "meta.ack", "clients", "writes/s", "p50 ms", "p99 ms", "errors"
         );
-        let mut rates = BTreeMap::new();
-        for mode in modes.split_whitespace() {
-            set_mode(&c, &urls, &tokens, mode, at).await;
-            for &n in &clients {
-                let (url, auth, mode_name) = (urls[at].clone(), format!("Bearer {}", tokens[at]), mode.to_string());
-                let make: MakeReq = Arc::new(move |k, i| Req {
-                    url: url.clone(),
-                    method: "PUT",
-                    path: format!("/v1/settings/bench.{mode_name}.{n}.{k}.{i}"),
-                    headers: vec![("authorization", auth.clone())],
-                    body: j(json!({ "value": i })),
-                });
-                let r = drive(writes, n, make).await;
-                print_row(mode, n, &r);
-                rates.insert((mode.to_string(), n), r.rate);
-            }
-        }
-        drop(kids);
         let mut etcd_kids = Kill(Vec::new());
         let member = match etcd_members(root.path(), &mut etcd_kids) {
             Some(members) => etcd_follower(&c, &members).await,
             None => None,
         };
-        let Some(member) = member else {
+        if member.is_none() {
             println!("etcd: skipped (no etcd binary on PATH, or it did not start; `apt-get install etcd-server`)");
-            return;
-        };
+        }
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        // Per client count: etcd, every mode, etcd again; each mode is compared with the mean
+        // of the two etcd rows around it (this machine's fsync speed drifts by the minute).
+        let mut summary = Vec::new();
         for &n in &clients {
-            let url = member.clone();
-            let make: MakeReq = Arc::new(move |k, i| Req {
-                url: url.clone(),
-                method: "POST",
-                path: "/v3/kv/put".into(),
-                headers: Vec::new(),
-                body: j(json!({"key": b64(&format!("bench.{n}.{k}.{i}")), "value": b64(&i.to_string())})),
-            });
-            let r = drive(writes, n, make).await;
-            print_row("etcd 3.4", n, &r);
-            for ((mode, m), rate) in &rates {
-                if *m == n {
-                    println!("{:10} {n:>7} {:>9.2}x etcd", mode, rate / r.rate);
+            let mut etcd_rates = Vec::new();
+            let mut rates = Vec::new();
+            for round in 0..2 {
+                if let Some(member) = &member {
+                    let (url, tag) = (member.clone(), round);
+                    let make: MakeReq = Arc::new(move |k, i| Req {
+                        url: url.clone(),
+                        method: "POST",
+                        path: "/v3/kv/put".into(),
+                        headers: Vec::new(),
+                        body: j(json!({"key": b64(&format!("bench.{n}.{tag}.{k}.{i}")), "value": b64(&i.to_string())})),
+                    });
+                    let r = drive(writes, n, make).await;
+                    print_row("etcd 3.4", n, &r);
+                    etcd_rates.push(r.rate);
+                }
+                if round == 1 {
+                    break;
+                }
+                for mode in modes.split_whitespace() {
+                    set_mode(&c, &urls, &tokens, mode, at).await;
+                    let (url, auth, mode_name) = (urls[at].clone(), format!("Bearer {}", tokens[at]), mode.to_string());
+                    let make: MakeReq = Arc::new(move |k, i| Req {
+                        url: url.clone(),
+                        method: "PUT",
+                        path: format!("/v1/settings/bench.{mode_name}.{n}.{k}.{i}"),
+                        headers: vec![("authorization", auth.clone())],
+                        body: j(json!({ "value": i })),
+                    });
+                    let r = drive(writes, n, make).await;
+                    print_row(mode, n, &r);
+                    rates.push((mode.to_string(), r.rate));
                 }
             }
+            if !etcd_rates.is_empty() {
+                let etcd = etcd_rates.iter().sum::<f64>() / etcd_rates.len() as f64;
+                for (mode, rate) in rates {
+                    summary.push(format!("{mode:10} {n:>7} {:>9.2}x etcd (mean {etcd:.0}/s)", rate / etcd));
+                }
+            }
+        }
+        for line in summary {
+            println!("{line}");
         }
     });
 }
