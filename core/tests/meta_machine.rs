@@ -526,6 +526,55 @@ fn a_lingering_record_travels_with_the_next_change_or_alone_after_linger_ms() {
     }
 }
 
+/// Issue 18: the leader's answer to a submit carries the entries that took the submitted
+/// records when they are all the submitter's own and no append to it is in flight: no append
+/// goes to the submitter for them (one signed request per write saved), the other follower
+/// gets its append, and every log ends equal. An entry of another origin in the range (or an
+/// append in flight) means the ordinary append. A submitter that loses that answer catches up.
+#[test]
+fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    let rec = net.setting("b", "k1", json!(1));
+    net.submit("b", rec);
+    let submit = net.take(|m| m.target == SUBMIT);
+    let reply = net.answer(&submit);
+    assert!(reply.body["append"]["entries"].as_array().is_some_and(|e| e.len() == 1), "{}", reply.body);
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("b")), 0, "no append to the submitter");
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("c")), 1, "the other follower's append");
+    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    net.run();
+    for n in ["b", "c"] {
+        assert_eq!(net.meta(n).status(net.now).last_seq, net.meta("a").status(net.now).last_seq, "{n}");
+        assert_eq!(net.meta(n).state().digest(), net.meta("a").state().digest(), "{n}");
+    }
+
+    // An append in flight to the submitter (carrying the leader's own write): nothing carried,
+    // the ordinary append follows when that one is answered.
+    let own = net.setting("a", "mine", json!(0));
+    net.submit("a", own);
+    net.queue.retain(|m| m.target != APPEND); // not delivered yet, and never answered
+    let rec = net.setting("b", "k2", json!(2));
+    net.submit("b", rec);
+    let submit = net.take(|m| m.target == SUBMIT);
+    let reply = net.answer(&submit);
+    assert!(reply.body.get("append").is_none(), "{}", reply.body);
+
+    // A submitter that never reads a carried answer finds the gap and catches up.
+    let mut lost = cluster(&["a", "b", "c"], MetaConfig::default());
+    let rec = lost.setting("b", "k", json!(1));
+    lost.submit("b", rec);
+    let submit = lost.take(|m| m.target == SUBMIT);
+    let reply = lost.answer(&submit);
+    assert!(reply.body.get("append").is_some());
+    lost.respond(&submit, Err("the answer was lost".into()));
+    lost.rounds(40, 1_000);
+    for n in ["b", "c"] {
+        assert_eq!(lost.meta(n).status(lost.now).last_seq, lost.meta("a").status(lost.now).last_seq, "{n}");
+        assert_eq!(lost.meta(n).state().digest(), lost.meta("a").state().digest(), "{n}");
+        assert_eq!(lost.meta(n).pending_len(), 0, "{n}");
+    }
+}
+
 // ---- 2: no leader, then a leader; a 409 from a node that is not the leader ----
 
 /// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Followers submit through

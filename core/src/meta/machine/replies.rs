@@ -43,6 +43,10 @@ impl Meta {
             last_seq: Option<LogIndex>,
             #[serde(default)]
             refused: Vec<Value>,
+            /// A submit's answer may carry the entries that took the submitted records
+            /// ([`Meta::answer_submit`]): read as an append from the leader.
+            #[serde(default)]
+            append: Option<Box<RawValue>>,
         }
         let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
         match purpose {
@@ -70,13 +74,19 @@ impl Meta {
                     self.submit_settled(*first);
                 }
                 if carried_out {
-                    for r in answer(&body).map(|a| a.refused).unwrap_or_default() {
+                    let a = answer(&body);
+                    for r in a.as_ref().map(|a| a.refused.clone()).unwrap_or_default() {
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
                     for id in ids {
                         if self.pending.remove(&id).is_some() {
                             self.persist(MetaPersist::DeletePending(id));
                         }
+                    }
+                    if let Some(append) = a.and_then(|a| a.append) {
+                        // Checked as any append is (the lease holder's, the right numbering,
+                        // no gap); its own answer has no one to go to.
+                        let _ = self.answer_append(now, peer, append.get().as_bytes(), hlc);
                     }
                     self.submit_due = now;
                 } else {

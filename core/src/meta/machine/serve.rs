@@ -126,8 +126,39 @@ impl Meta {
                 self.append_as_leader(r, from.clone());
             }
         }
+        let append = self.entries_for_submitter(from);
         self.pump_appends();
-        reply(None, json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused}))
+        let mut answer = json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused});
+        if let Some(append) = append {
+            answer["append"] = append;
+        }
+        reply(None, answer)
+    }
+
+    /// The submitter's own new entries, carried back in the answer to its submit (issue 18):
+    /// when every entry it has not been sent is one it submitted and no append to it is in
+    /// flight, the answer is its append, and one signed request per write is saved. Counted as
+    /// sent (the next append starts after them), not as held: a submitter that never reads the
+    /// answer finds the gap at its next append and catches up; no write of another node waits
+    /// for the submitter to hold these.
+    fn entries_for_submitter(&mut self, peer: &NodeId) -> Option<Value> {
+        let lease = self.lease.known().cloned()?;
+        let p = self.peers.get(peer)?;
+        if p.in_flight.is_some() || p.sent_through >= self.last_seq {
+            return None;
+        }
+        let from = LogIndex(p.sent_through.0.max(self.compacted_through.0).saturating_add(1));
+        let unsent = self.log.range(from..).count();
+        let entries: Vec<Entry> =
+            take_bounded(self.log.range(from..).map(|(_, e)| e), self.config.batch_max, |e| &e.record)
+                .into_iter()
+                .cloned()
+                .collect();
+        if entries.len() != unsent || entries.iter().any(|e| &e.origin != peer) {
+            return None;
+        }
+        self.peers.get_mut(peer).expect("looked up").sent_through = self.last_seq;
+        serde_json::to_value(AppendBody { lease, entries, last_seq: self.last_seq }).ok()
     }
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
