@@ -5,7 +5,11 @@
 //!   sequence number) and pushed to the peers (`meta/append`, one request in flight per peer,
 //!   so appends batch themselves under load). On a follower it is queued as pending (persisted)
 //!   and sent to the leader (`meta/submit`), retried every 15 s or as soon as a leader is known;
-//!   it leaves the queue when the leader has appended it.
+//!   it leaves the queue when the leader has appended it. The leader's answer carries the
+//!   entries that took the submitter's records when they are all its own and no append to it
+//!   is in flight (read as an append: the writer needs no separate one). A record submitted
+//!   with [`Meta::submit_lingering`] (an audit entry) waits up to `linger_ms` for another
+//!   change to travel with.
 //! - Records merge per register, so applying entries in any order, twice, or from a snapshot is
 //!   safe; the log's numbering only serves catch-up. A follower that sees a gap reads the
 //!   missing range with `meta/log?after=N` (pages of 500, only that range is read); a compacted
