@@ -16,12 +16,11 @@ use serde_json::{json, Value};
 use shoal_shell::env::TokioEnv;
 use shoal_shell::net::client::HttpClient;
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{call, j, port, wait_until, Kill};
+use common::{call, etcd_members, j, wait_until, Kill};
 
 /// What one row measured.
 struct Row {
@@ -130,31 +129,6 @@ fn print_row(name: &str, clients: usize, r: &Row) {
         r.errors,
         answers.join(", ")
     );
-}
-
-/// Three etcd members on loopback: the client URL of one that is not the leader.
-fn etcd_members(root: &std::path::Path, kids: &mut Kill) -> Option<Vec<String>> {
-    let bin = ["etcd", "/usr/bin/etcd"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())?;
-    let peers: Vec<u16> = (0..3).map(|_| port()).collect();
-    let clients: Vec<u16> = (0..3).map(|_| port()).collect();
-    let initial: Vec<String> = (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i])).collect();
-    for i in 0..3 {
-        kids.0.push(
-            Command::new(bin)
-                .args(["--name", &format!("m{i}"), "--data-dir", root.join(format!("etcd-{i}")).to_str()?])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
-                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
-                .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
-                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
-                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "shoal-acks", "--log-level", "error"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()?,
-        );
-    }
-    Some(clients.iter().map(|p| format!("http://127.0.0.1:{p}")).collect())
 }
 
 /// The etcd member to write through: healthy, and not the leader.

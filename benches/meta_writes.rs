@@ -12,11 +12,10 @@ use serde_json::{json, Value};
 use shoal_shell::env::TokioEnv;
 use shoal_shell::net::client::HttpClient;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{port, Kill};
+use common::{etcd_members, Kill};
 
 async fn call(c: &HttpClient<TokioEnv>, url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
     let auth = format!("Bearer {token}");
@@ -39,48 +38,9 @@ async fn wait_until(limit: Duration, mut f: impl AsyncFnMut() -> bool) -> Option
 }
 
 async fn shoal(root: &Path, writes: usize) -> (f64, Duration) {
-    let bin = env!("CARGO_BIN_EXE_shoal");
     let mut kids = Kill(Vec::new());
-    let mut urls = Vec::new();
-    let mut tokens = Vec::new();
-    for i in 0..3 {
-        let dir = root.join(format!("shoal-{i}"));
-        let p = port();
-        kids.0.push(
-            Command::new(bin)
-                .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
-                .env("SHOAL_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start shoal"),
-        );
-        urls.push(format!("http://127.0.0.1:{p}"));
-        let tf = dir.join("admin.token");
-        wait_until(Duration::from_secs(10), async || tf.exists()).await.expect("node starts");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        tokens.push(std::fs::read_to_string(&tf).unwrap().trim().to_string());
-    }
+    let (urls, tokens) = common::three_nodes(env!("CARGO_BIN_EXE_shoal"), root, &mut kids).await;
     let c = HttpClient::new(TokioEnv::default());
-    assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", json!({"name": "bench"})).await.0, 200);
-    for i in 1..3 {
-        let t = call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", Value::Null).await.1["token"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let (s, v) = call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", json!({ "token": t })).await;
-        assert_eq!(s, 200, "{v}");
-    }
-    let led = wait_until(Duration::from_secs(120), async || {
-        let mut ok = true;
-        for i in 0..3 {
-            let v = call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", Value::Null).await.1;
-            ok &= v["leader"].is_string();
-        }
-        ok
-    })
-    .await;
-    assert!(led.is_some(), "no leader");
     let start = Instant::now();
     for k in 0..writes {
         let (s, v) =
@@ -102,29 +62,9 @@ async fn shoal(root: &Path, writes: usize) -> (f64, Duration) {
 }
 
 async fn etcd(root: &Path, writes: usize) -> Option<(f64, Duration)> {
-    let bin = ["etcd", "/usr/bin/etcd"].into_iter().find(|b| Command::new(b).arg("--version").output().is_ok())?;
     let mut kids = Kill(Vec::new());
-    let peers: Vec<u16> = (0..3).map(|_| port()).collect();
-    let clients: Vec<u16> = (0..3).map(|_| port()).collect();
-    let initial: Vec<String> = (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i])).collect();
-    for i in 0..3 {
-        kids.0.push(
-            Command::new(bin)
-                .args(["--name", &format!("m{i}"), "--data-dir", root.join(format!("etcd-{i}")).to_str().unwrap()])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
-                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
-                .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
-                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
-                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", "shoal-bench", "--log-level", "error"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()?,
-        );
-    }
+    let urls = etcd_members(root, &mut kids)?;
     let c = HttpClient::new(TokioEnv::default());
-    let urls: Vec<String> = clients.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let healthy = wait_until(Duration::from_secs(60), async || {
         let mut ok = true;

@@ -101,3 +101,32 @@ pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> 
     assert!(led, "a leader");
     (urls, tokens)
 }
+
+/// Three etcd members under `root` on loopback (their processes in `kids`): their client URLs;
+/// `None` when no `etcd` binary is installed.
+#[allow(dead_code)]
+pub fn etcd_members(root: &std::path::Path, kids: &mut Kill) -> Option<Vec<String>> {
+    let bin = ["etcd", "/usr/bin/etcd"]
+        .into_iter()
+        .find(|b| std::process::Command::new(b).arg("--version").output().is_ok())?;
+    let peers: Vec<u16> = (0..3).map(|_| port()).collect();
+    let clients: Vec<u16> = (0..3).map(|_| port()).collect();
+    let initial: Vec<String> = (0..3).map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i])).collect();
+    for i in 0..3 {
+        kids.0.push(
+            std::process::Command::new(bin)
+                .args(["--name", &format!("m{i}"), "--data-dir", root.join(format!("etcd-{i}")).to_str()?])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{}", peers[i])])
+                .args(["--listen-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
+                .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "shoal-bench", "--log-level", "error"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()?,
+        );
+    }
+    Some(clients.iter().map(|p| format!("http://127.0.0.1:{p}")).collect())
+}

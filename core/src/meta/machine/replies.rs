@@ -74,8 +74,8 @@ impl Meta {
                     self.submit_settled(*first);
                 }
                 if carried_out {
-                    let a = answer(&body);
-                    for r in a.as_ref().map(|a| a.refused.clone()).unwrap_or_default() {
+                    let (refused_records, append) = answer(&body).map(|a| (a.refused, a.append)).unwrap_or_default();
+                    for r in refused_records {
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
                     for id in ids {
@@ -83,7 +83,7 @@ impl Meta {
                             self.persist(MetaPersist::DeletePending(id));
                         }
                     }
-                    if let Some(append) = a.and_then(|a| a.append) {
+                    if let Some(append) = append {
                         // Checked as any append is (the lease holder's, the right numbering,
                         // no gap); its own answer has no one to go to.
                         let _ = self.answer_append(now, peer, append.get().as_bytes(), hlc);
