@@ -9,7 +9,10 @@
 //! follower: etcd fsyncs and waits for a majority) just before and just after the shoal rows of
 //! that client count; each mode is compared with the mean of those two etcd rows. etcd is
 //! skipped with a message when its binary is not installed (`apt-get install etcd-server`).
-//! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16").
+//! After each shoal row, the CPU time the three nodes used during it (`/proc`), per write.
+//! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16",
+//! SHOAL_BIN=path of another shoal build to measure instead of this one, e.g. a baseline;
+//! ETCD=0 to leave etcd out).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -20,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{call, etcd_members, j, wait_until, Kill};
+use common::{call, cpu_ticks, etcd_members, j, wait_until, Kill};
 
 /// What one row measured.
 struct Row {
@@ -170,7 +173,10 @@ fn main() {
     rt.block_on(async move {
         let root = tempfile::tempdir().unwrap();
         let mut kids = Kill(Vec::new());
-        let (urls, tokens) = common::three_nodes(env!("CARGO_BIN_EXE_shoal"), root.path(), &mut kids).await;
+        // SHOAL_BIN: another build of shoal to measure (e.g. a baseline), instead of this one.
+        let bin = std::env::var("SHOAL_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_shoal").to_string());
+        let (urls, tokens) = common::three_nodes(&bin, root.path(), &mut kids).await;
+        let pids: Vec<u32> = kids.0.iter().map(|c| c.id()).collect();
         let c = HttpClient::new(TokioEnv::default());
         let at = follower(&c, &urls, &tokens).await;
         println!("{writes} writes per row through a follower (node {at}) of 3, one Rust client per connection");
@@ -220,8 +226,11 @@ fn main() {
                         headers: vec![("authorization", auth.clone())],
                         body: j(json!({ "value": i })),
                     });
+                    let ticks = cpu_ticks(&pids);
                     let r = drive(writes, n, make).await;
+                    let cpu_us = (cpu_ticks(&pids) - ticks) as f64 * 10_000.0 / writes as f64;
                     print_row(mode, n, &r);
+                    println!("{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write", "");
                     rates.push((mode.to_string(), r.rate));
                 }
             }

@@ -52,14 +52,16 @@
 //!
 //! Tables, in the same file as the membership tables of [`crate::persist::store`]:
 //! - `meta_records`: `"kind/key"` → JSON of the [`Record`];
-//! - `meta_log`: sequence number → JSON of the [`Entry`];
+//! - `meta_log.START`: sequence number → JSON of the [`Entry`], one table per segment of 1,024
+//!   numbers starting at START, so the entries the log drops go a whole table at a time
+//!   ([`segments`]; older builds kept one table, `meta_log`, moved into segments at open);
 //! - `meta_pending`: submit id → JSON of the [`Pending`] submit;
 //! - `meta_log_meta`: `"log"` → JSON of the [`LogMeta`];
 //! - `meta_purged`: `"kind/key"` of a purged tombstone → JSON of its [`Version`] (so an older copy
 //!   of the record is still refused after a restart);
 //! - `meta_journal`: journal row number (increasing) → one flushed batch, see [`encode_row`].
 //!
-//! [`MetaPersist::Clear`] wipes these six tables and nothing else.
+//! [`MetaPersist::Clear`] wipes these tables and nothing else.
 
 use crate::persist::db::{Db, IntoDb};
 use crate::sync::lock;
@@ -78,7 +80,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_records");
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_log");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("meta_pending");
 const LOG_META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_log_meta");
 const LOG_META_KEY: &str = "log";
@@ -147,6 +148,7 @@ fn parse_row_key(row_key: &str) -> Option<RecordKey> {
 mod buffer;
 mod flusher;
 mod journal;
+mod segments;
 
 use buffer::*;
 pub use flusher::spawn_flusher;
@@ -177,6 +179,8 @@ pub struct MetaStore {
     fold_at: usize,
     /// ...or more bytes than this.
     fold_at_bytes: u64,
+    /// Sequence numbers per table of the log (see [`segments`]).
+    log_segment: u64,
     /// Told when flushes start failing (with the error) and when they work again.
     on_health: std::sync::OnceLock<HealthHook>,
     /// Ops queued since open (counted under the buffer's lock), and how many of them a
@@ -204,7 +208,7 @@ impl MetaStore {
         }
         let (next_row, journal_ops, journal_bytes) = {
             txn.open_table(RECORDS)?;
-            txn.open_table(LOG)?;
+            segments::migrate_legacy(&txn, segments::LOG_SEGMENT)?;
             txn.open_table(PENDING)?;
             txn.open_table(LOG_META)?;
             txn.open_table(PURGED)?;
@@ -232,6 +236,7 @@ impl MetaStore {
             journal_bytes: AtomicU64::new(journal_bytes),
             fold_at: FOLD_AT,
             fold_at_bytes: FOLD_AT_BYTES,
+            log_segment: segments::LOG_SEGMENT,
             on_health: std::sync::OnceLock::new(),
             queued: AtomicU64::new(0),
             flushed: tokio::sync::watch::Sender::new(0),
@@ -276,6 +281,13 @@ impl MetaStore {
     /// Whether commits fsync (set at [`MetaStore::open`]).
     pub fn durable(&self) -> bool {
         self.durable
+    }
+
+    /// Sequence numbers per log segment (tests: small, to cross segments).
+    #[cfg(test)]
+    fn with_log_segment(mut self, len: u64) -> MetaStore {
+        self.log_segment = len;
+        self
     }
 
     /// Whether the flusher runs flushes and folds on tokio's blocking pool (the default for a
@@ -397,14 +409,13 @@ impl MetaStore {
         }
         if b.clear {
             txn.delete_table(RECORDS)?;
-            txn.delete_table(LOG)?;
+            segments::delete_all(&txn)?;
             txn.delete_table(PENDING)?;
             txn.delete_table(LOG_META)?;
             txn.delete_table(PURGED)?;
             txn.delete_table(JOURNAL)?;
-            // They must exist for the readers.
+            // They must exist for the readers (the log's segments are found by name).
             txn.open_table(RECORDS)?;
-            txn.open_table(LOG)?;
             txn.open_table(PENDING)?;
             txn.open_table(LOG_META)?;
             txn.open_table(PURGED)?;
@@ -440,7 +451,7 @@ impl MetaStore {
                 return Ok(0);
             }
             let (overlay, ops) = replay(&rows)?;
-            apply(&txn, &overlay)?;
+            apply(&txn, &overlay, self.log_segment)?;
             ops
         };
         txn.delete_table(JOURNAL)?;
@@ -479,12 +490,8 @@ impl MetaStore {
             }
         }
 
-        let log = txn.open_table(LOG)?;
         let first = o.delete_entries_through.map_or(Bound::Unbounded, Bound::Excluded);
-        let table = log.range::<u64>((first, Bound::Unbounded))?.take(keep).map(|row| {
-            let (k, v) = row?;
-            Ok::<_, MetaStoreError>((k.value(), v))
-        });
+        let table = segments::read_from(&txn, first)?.take(keep);
         for row in merged(table, o.entries.iter().map(|(k, raw)| (*k, Some(*raw)))) {
             let (seq, src) = row?;
             if let Some(e) = skip_too_deep(decode_entry(seq, &src), &mut out.skipped)? {
@@ -538,12 +545,8 @@ impl MetaStore {
         let rows = journal_rows(&journal)?;
         let (o, _) = replay(&rows)?;
         let keep = if o.clear { 0 } else { usize::MAX };
-        let log = txn.open_table(LOG)?;
         let first = Bound::Excluded(o.delete_entries_through.map_or(after, |n| n.max(after)));
-        let table = log.range::<u64>((first, Bound::Unbounded))?.take(keep).map(|row| {
-            let (k, v) = row?;
-            Ok::<_, MetaStoreError>((k.value(), v))
-        });
+        let table = segments::read_from(&txn, first)?.take(keep);
         let journal = o.entries.range((Bound::Excluded(after), Bound::Unbounded)).map(|(k, raw)| (*k, Some(*raw)));
         for row in merged(table, journal).take(limit) {
             let (seq, src) = row?;
@@ -557,10 +560,10 @@ impl MetaStore {
 }
 
 /// Apply the replayed journal to the tables (inside the fold's transaction).
-fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreError> {
+fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>, log_segment: u64) -> Result<(), MetaStoreError> {
     if o.clear {
         txn.delete_table(RECORDS)?;
-        txn.delete_table(LOG)?;
+        segments::delete_all(txn)?;
         txn.delete_table(PENDING)?;
         txn.delete_table(LOG_META)?;
         txn.delete_table(PURGED)?;
@@ -577,14 +580,10 @@ fn apply(txn: &redb::WriteTransaction, o: &Overlay<'_>) -> Result<(), MetaStoreE
         }
     }
     drop(records);
-    let mut log = txn.open_table(LOG)?;
     if let Some(n) = o.delete_entries_through {
-        log.retain_in(..=n, |_, _| false)?;
+        segments::delete_through(txn, n)?;
     }
-    for (seq, raw) in &o.entries {
-        log.insert(*seq, raw.bytes)?;
-    }
-    drop(log);
+    segments::insert(txn, o.entries.iter().map(|(seq, raw)| (*seq, raw.bytes)), log_segment)?;
     let mut pending = txn.open_table(PENDING)?;
     for (id, op) in &o.pending {
         match op {
@@ -750,10 +749,28 @@ mod tests {
         b
     }
 
+    /// Sequence numbers per log segment in these tests: small, so the tests cross segments.
+    const TEST_SEGMENT: u64 = 8;
+
     fn open(path: &Path) -> (Store, MetaStore) {
         let store = Store::open(path, true).unwrap();
-        let meta = MetaStore::open(store.database(), true).unwrap();
+        let meta = MetaStore::open(store.database(), true).unwrap().with_log_segment(TEST_SEGMENT);
         (store, meta)
+    }
+
+    /// The segment table that holds `seq` (in these tests' segment length).
+    fn log_table(seq: u64) -> String {
+        segments::segment_name(segments::segment_start(seq, TEST_SEGMENT))
+    }
+
+    /// Rows in all the log's segments.
+    fn log_len(meta: &MetaStore) -> u64 {
+        let txn = meta.db.begin_read().unwrap();
+        let starts = segments::segment_starts(&txn);
+        starts
+            .iter()
+            .map(|s| txn.open_table(segments::segment(&segments::segment_name(*s))).unwrap().len().unwrap())
+            .sum()
     }
 
     fn seqs(entries: &[Entry]) -> Vec<u64> {
@@ -1082,7 +1099,7 @@ mod tests {
         {
             let txn = meta.db.begin_read().unwrap();
             assert!(txn.open_table(RECORDS).unwrap().is_empty().unwrap());
-            assert!(txn.open_table(LOG).unwrap().is_empty().unwrap());
+            assert!(segments::segment_starts(&txn).is_empty());
         }
         // The failed batch is back under the newer ops.
         assert_eq!(meta.buffered(), 2 + 2 + 1);
@@ -1166,7 +1183,7 @@ mod tests {
         assert_ne!(e, deep_entry, "the value was replaced");
         let txn = meta.db.begin_write().unwrap();
         {
-            let mut log = txn.open_table(LOG).unwrap();
+            let mut log = txn.open_table(segments::segment(&log_table(3))).unwrap();
             log.insert(3, deep_entry.as_bytes()).unwrap();
             log.insert(4, serde_json::to_vec(&entry(4)).unwrap().as_slice()).unwrap();
             let mut records = txn.open_table(RECORDS).unwrap();
@@ -1212,14 +1229,14 @@ mod tests {
         write(&|t| {
             t.open_table(RECORDS).unwrap().remove("setting/x").unwrap();
             let json = serde_json::to_vec(&entry(4)).unwrap();
-            t.open_table(LOG).unwrap().insert(3, json.as_slice()).unwrap();
+            t.open_table(segments::segment(&log_table(3))).unwrap().insert(3, json.as_slice()).unwrap();
         });
         let err = meta.load().unwrap_err();
         assert!(err.to_string().contains("log entry 3"), "{err}");
         assert!(meta.entries_after(0, 10).unwrap_err().to_string().contains("log entry 3"));
 
         write(&|t| {
-            t.open_table(LOG).unwrap().remove(3).unwrap();
+            t.open_table(segments::segment(&log_table(3))).unwrap().remove(3).unwrap();
             t.open_table(PENDING).unwrap().insert(9, b"[]".as_slice()).unwrap();
         });
         assert!(meta.load().unwrap_err().to_string().contains("pending submit 9"));
@@ -1495,7 +1512,7 @@ mod tests {
             }
         }
         assert_eq!(journal_rows_on_disk(&meta), 6, "flushes after the fold are still journal rows");
-        assert!(table_len(&meta, RECORDS) > 0 && table_len(&meta, LOG) > 0);
+        assert!(table_len(&meta, RECORDS) > 0 && log_len(&meta) > 0);
         assert_eq!(meta.journal_ops(), {
             let txn = meta.db.begin_read().unwrap();
             let journal = txn.open_table(JOURNAL).unwrap();
@@ -1541,7 +1558,7 @@ mod tests {
         }
         // The tables alone hold it all.
         assert_eq!(table_len(&meta, RECORDS), model.records.len() as u64);
-        assert_eq!(table_len(&meta, LOG), model.entries.len() as u64);
+        assert_eq!(log_len(&meta), model.entries.len() as u64);
         assert_eq!(table_len(&meta, PENDING), model.pending.len() as u64);
         assert_eq!(table_len(&meta, PURGED), model.purged.len() as u64);
         assert!(!model.purged.is_empty(), "the mix remembers purged keys");
@@ -1620,10 +1637,7 @@ mod tests {
             assert_eq!(journal_rows_on_disk(&meta), 1, "the rows before the Clear are gone");
             assert_eq!(meta.journal_ops(), 3);
             assert_eq!(
-                table_len(&meta, RECORDS)
-                    + table_len(&meta, LOG)
-                    + table_len(&meta, PENDING)
-                    + table_len(&meta, PURGED),
+                table_len(&meta, RECORDS) + log_len(&meta) + table_len(&meta, PENDING) + table_len(&meta, PURGED),
                 0
             );
             let loaded = meta.load().unwrap();
@@ -1818,5 +1832,68 @@ mod tests {
         stop_tx.send(true).unwrap();
         flusher.await.unwrap();
         assert_eq!(meta.load().unwrap().records.len(), 21);
+    }
+
+    #[test]
+    fn dropping_old_entries_deletes_whole_segments_and_trims_the_one_it_falls_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        meta.queue((1..=40).map(|i| MetaPersist::PutEntry(entry(i))).collect());
+        meta.flush().unwrap();
+        meta.fold().unwrap();
+        let starts = || segments::segment_starts(&meta.db.begin_read().unwrap());
+        assert_eq!(starts(), vec![0, 8, 16, 24, 32, 40]);
+        meta.queue(vec![MetaPersist::DeleteEntriesThrough(LogIndex(20))]);
+        meta.flush().unwrap();
+        meta.fold().unwrap();
+        assert_eq!(starts(), vec![16, 24, 32, 40], "the segments wholly at or below 20 are gone");
+        let txn = meta.db.begin_read().unwrap();
+        let kept: Vec<u64> = txn
+            .open_table(segments::segment(&log_table(16)))
+            .unwrap()
+            .iter()
+            .unwrap()
+            .map(|r| r.unwrap().0.value())
+            .collect();
+        assert_eq!(kept, vec![21, 22, 23], "the segment 20 falls inside loses its rows through 20");
+        assert_eq!(seqs(&meta.entries_after(0, 100).unwrap()), (21..=40).collect::<Vec<_>>());
+        assert_eq!(seqs(&meta.entries_after(30, 3).unwrap()), vec![31, 32, 33]);
+        assert_eq!(seqs(&meta.load().unwrap().entries), (21..=40).collect::<Vec<_>>());
+        // Through the last row of a segment: that segment goes whole too.
+        meta.queue(vec![MetaPersist::DeleteEntriesThrough(LogIndex(31))]);
+        meta.flush().unwrap();
+        meta.fold().unwrap();
+        assert_eq!(starts(), vec![32, 40]);
+        assert_eq!(seqs(&meta.load().unwrap().entries), (32..=40).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_single_log_table_of_an_older_build_is_moved_into_segments_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.redb");
+        {
+            let (store, _meta) = open(&path);
+            let txn = store.database().begin_write().unwrap();
+            {
+                let mut legacy = txn.open_table(segments::LEGACY).unwrap();
+                for i in 1..=30u64 {
+                    legacy.insert(i, serde_json::to_vec(&entry(i)).unwrap().as_slice()).unwrap();
+                }
+                txn.open_table(LOG_META)
+                    .unwrap()
+                    .insert(LOG_META_KEY, serde_json::to_vec(&log_meta(30)).unwrap().as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let (_store, meta) = open(&path);
+        let loaded = meta.load().unwrap();
+        assert_eq!(seqs(&loaded.entries), (1..=30).collect::<Vec<_>>());
+        assert_eq!(loaded.log_meta, Some(log_meta(30)));
+        let txn = meta.db.begin_read().unwrap();
+        assert!(!txn.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "meta_log"), "legacy table dropped");
+        // Moved at open with the running node's segment length.
+        assert_eq!(segments::segment_starts(&txn), vec![0]);
+        assert_eq!(log_len(&meta), 30);
     }
 }
