@@ -122,6 +122,28 @@ async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], 
     assert!(applied, "mode {mode} applied");
 }
 
+/// Node-to-node metadata requests answered so far, summed over the nodes, by route (from each
+/// node's `/metrics`).
+async fn meta_requests(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (url, token) in urls.iter().zip(tokens) {
+        let auth = format!("Bearer {token}");
+        let Ok(r) = c.request(url, "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 10_000).await else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&r.body).lines() {
+            let Some(rest) = line.strip_prefix("shoal_http_requests_total{") else { continue };
+            let Some(route) = rest.split("route=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
+            if !route.contains("/meta/") {
+                continue;
+            }
+            let n: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            *out.entry(route.rsplit('/').next().unwrap_or(route).to_string()).or_default() += n;
+        }
+    }
+    out
+}
+
 fn print_row(name: &str, clients: usize, r: &Row) {
     let answers: Vec<String> = r.answers.iter().map(|(a, n)| format!("{a}: {n}")).collect();
     println!(
@@ -226,11 +248,19 @@ fn main() {
                         headers: vec![("authorization", auth.clone())],
                         body: j(json!({ "value": i })),
                     });
-                    let ticks = cpu_ticks(&pids);
+                    let (ticks, before) = (cpu_ticks(&pids), meta_requests(&c, &urls, &tokens).await);
                     let r = drive(writes, n, make).await;
                     let cpu_us = (cpu_ticks(&pids) - ticks) as f64 * 10_000.0 / writes as f64;
+                    let after = meta_requests(&c, &urls, &tokens).await;
+                    let sent: Vec<String> = after
+                        .iter()
+                        .map(|(route, n)| (route, n - before.get(route).copied().unwrap_or(0.0)))
+                        .filter(|(_, n)| *n > 0.0)
+                        .map(|(route, n)| format!("{route} {n:.0}"))
+                        .collect();
                     print_row(mode, n, &r);
                     println!("{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write", "");
+                    println!("{:10} {n:>7} node-to-node meta requests: {}", "", sent.join(", "));
                     rates.push((mode.to_string(), r.rate));
                 }
             }

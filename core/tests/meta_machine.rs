@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use shoal_core::answer::PeerAnswer;
 use shoal_core::hlc::Hlc;
 use shoal_core::meta::lease::{Candidate, Lease};
-use shoal_core::meta::log::MetaPersist;
+use shoal_core::meta::log::{Entry, LogMeta, MetaPersist};
 use shoal_core::meta::machine::{Meta, MetaConfig, MetaOutput, MetaPurpose, MetaReply, MetaRestored};
 use shoal_core::meta::records::{Record, RecordKind, Setting};
 use shoal_core::{LogIndex, Millis, NodeId, Term};
@@ -978,6 +978,73 @@ fn a_caught_up_follower_whose_digest_differs_requests_a_snapshot_on_a_lease_push
     assert_eq!(snaps[0].at, due, "the first push once anti_entropy_every_ms has passed");
     assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
     assert_eq!(net.meta("b").snapshots_adopted(), adopted + 2);
+}
+
+/// machine.rs ("Every lease push carries the leader's last sequence number"): a follower ahead
+/// of the number in a push was, under one lease, overtaken by appends sent after the push (a
+/// restarted leader claims a new term): no snapshot for that. A leader still short, at the next
+/// push, of what the follower held at the previous one lacks the follower's entries: snapshot,
+/// and the follower's extras go back to it.
+#[test]
+fn a_lease_push_overtaken_by_later_appends_starts_no_snapshot_but_a_leader_still_short_at_the_next_push_does() {
+    // Every push may reconcile: the interval does not hide what the push alone decides.
+    let mut net = cluster(&["a", "b"], MetaConfig { anti_entropy_every_ms: 0, ..MetaConfig::default() });
+    let r = net.setting("a", "k0", json!(0));
+    net.submit("a", r);
+    net.run();
+    // a renews its lease; the push is held back while more writes reach b.
+    net.advance(10_000);
+    net.tick("a");
+    let push = net.take(|m| m.target == LEASE);
+    let pushed_last = net.meta("a").last_seq();
+    for i in 1..=3 {
+        let r = net.setting("a", &format!("k{i}"), json!(i));
+        net.submit("a", r);
+        net.run();
+    }
+    assert!(net.meta("b").last_seq() > pushed_last, "b is past the number in the held push");
+    let adopted = net.meta("b").snapshots_adopted();
+    let mark = net.trace.len();
+    net.deliver(push);
+    net.run();
+    assert!(net.trace_from(mark, "b", SNAPSHOT).is_empty(), "an overtaken push starts no snapshot");
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted);
+    assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
+
+    // b holds two entries of this lease that a does not (made up: no real leader loses its
+    // tail without a new term).
+    let last = net.meta("b").last_seq().0;
+    let extras: Vec<Entry> = (1..=2u64)
+        .map(|i| {
+            let record = net.setting("b", &format!("extra{i}"), json!(i));
+            let version = record.versions()[0].clone();
+            Entry { seq: LogIndex(last + i), term: Term(1), record, version, origin: id("b") }
+        })
+        .collect();
+    let log_meta = LogMeta { term: Term(1), holder: Some(id("a")), last_seq: LogIndex(last + 2), ..LogMeta::default() };
+    let node = net.node_mut("b");
+    let restored = MetaRestored {
+        records: extras.iter().map(|e| e.record.clone()).collect(),
+        entries: extras,
+        log_meta: Some(log_meta),
+        ..MetaRestored::default()
+    };
+    node.meta.restore(restored, &mut node.hlc);
+    // The first push after: ahead once is not enough.
+    let mark = net.trace.len();
+    while net.trace_from(mark, "a", LEASE).is_empty() {
+        net.rounds(1, 5_000);
+    }
+    assert!(net.trace_from(mark, "b", SNAPSHOT).is_empty(), "ahead at one push only");
+    // The next: a is still short of what b held at the first → snapshot, extras sent back.
+    let mark = net.trace.len();
+    while net.trace_from(mark, "a", LEASE).is_empty() {
+        net.rounds(1, 5_000);
+    }
+    net.rounds(2, 1_000);
+    assert!(!net.trace_from(mark, "b", SNAPSHOT).is_empty(), "the leader stayed short: snapshot");
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted + 1);
+    assert!(setting_of(net.meta("a"), "extra2").is_some(), "b's extras reach the leader");
 }
 
 // ---- 10: malformed bodies ----

@@ -373,6 +373,9 @@ pub struct Meta {
     members: Vec<Candidate>,
     tick_due: Millis,
     last_anti_entropy: Millis,
+    /// This node's last sequence number at the previous lease push, when it was ahead of the
+    /// leader's (see [`Meta::follow`]).
+    ahead_at_push: Option<LogIndex>,
     purge_due: Millis,
     snapshots_adopted: u64,
     snapshot_progress: Option<SnapshotProgress>,
@@ -416,6 +419,7 @@ impl Meta {
             members: Vec::new(),
             tick_due: now,
             last_anti_entropy: Millis::ZERO,
+            ahead_at_push: None,
             purge_due: now,
             snapshots_adopted: 0,
             lease_seen: None,

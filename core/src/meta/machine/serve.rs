@@ -26,16 +26,25 @@ impl Meta {
     /// After accepting `lease` with the leader at `leader_last`: catch up, or reconcile.
     pub(super) fn follow(&mut self, lease: &Lease, leader_last: LogIndex, digest: &str, now: Millis) {
         if self.log_lease.as_ref() != Some(lease) {
+            self.ahead_at_push = None;
             self.request_snapshot(&lease.holder);
             return;
         }
         let reconcile_due = now.since(self.last_anti_entropy) >= self.config.anti_entropy_every_ms;
+        // Ahead of the leader's number at a push is, under one lease, nearly always a push
+        // overtaken by appends sent after it (a leader that restarts claims a new term, caught
+        // above). Only a leader still short, at this push, of what this node held at the
+        // previous one lacks entries this node holds: the numbering diverged. (Before, being
+        // ahead at one push was enough: under a steady stream of writes every renewal could
+        // start a full snapshot.)
+        let leader_lacks_ours = self.ahead_at_push.is_some_and(|ours| leader_last < ours);
+        self.ahead_at_push = (self.last_seq > leader_last).then_some(self.last_seq);
         if self.last_seq < leader_last {
             self.request_catch_up(&lease.holder);
-        } else if self.last_seq > leader_last && reconcile_due {
-            // We hold entries the leader does not (it restarted and lost its tail): the
-            // numbering diverged. Reconcile by snapshot, which also sends our extras back.
+        } else if leader_lacks_ours && reconcile_due {
+            // Reconcile by snapshot, which also sends our extras back.
             self.last_anti_entropy = now;
+            self.ahead_at_push = None;
             self.request_snapshot(&lease.holder);
         } else if self.last_seq == leader_last
             && self.pending.is_empty()
