@@ -575,6 +575,73 @@ fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
     }
 }
 
+/// Issue 18: the answers to two submits in flight, each carrying the writer's entries, can
+/// arrive in either order. Entries beyond the hole are held back until the earlier answer fills
+/// it: no read of the log for a reorder. A hole nothing fills (that answer was lost) is read
+/// from the leader once `reorder_wait_ms` has passed.
+#[test]
+fn answers_to_submits_arriving_out_of_order_fill_the_hole_without_a_log_read() {
+    let wait = 300;
+    let config = MetaConfig { submit_window: 2, reorder_wait_ms: wait, ..MetaConfig::default() };
+    for lose_the_first in [false, true] {
+        let mut net = cluster(&["a", "b", "c"], config.clone());
+        let r0 = net.setting("b", "k0", json!(0));
+        net.submit("b", r0);
+        let first = net.take(|m| m.target == SUBMIT);
+        let r1 = net.setting("b", "k1", json!(1));
+        net.submit("b", r1);
+        let second = net.take(|m| m.target == SUBMIT);
+        // The leader answers them in order; each answer carries that submit's entry.
+        let answer_first = net.answer(&first);
+        let answer_second = net.answer(&second);
+        assert!(answer_second.body["append"]["entries"].as_array().is_some_and(|e| e.len() == 1));
+        let before = net.meta("b").last_seq();
+        let mark = net.trace.len();
+        // b reads the second answer first: its entry waits beyond the hole.
+        net.respond(&second, Ok(common::answer(200, serde_json::to_vec(&answer_second.body).unwrap())));
+        assert_eq!(net.meta("b").last_seq(), before, "the hole is not skipped");
+        assert_eq!(net.queued(|m| m.from == id("b") && m.target.starts_with(LOG)), 0, "no log read yet");
+        if lose_the_first {
+            net.respond(&first, Err("the answer was lost".into()));
+            // Nothing in flight could fill the hole any more: the log is read.
+            net.run();
+            assert_eq!(net.trace_from(mark, "b", LOG).len(), 1, "the hole is read from the leader");
+            // The lost answer's record is sent again at the retry (and merges as the same).
+            net.rounds(20, 1_000);
+        } else {
+            net.respond(&first, Ok(common::answer(200, serde_json::to_vec(&answer_first.body).unwrap())));
+            assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq(), "both entries in b's log");
+            net.run();
+            net.rounds(2, wait);
+            assert!(net.trace_from(mark, "b", LOG).is_empty(), "a reorder costs no log read");
+        }
+        assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
+        assert_eq!(net.meta("b").log_len(), net.meta("a").log_len());
+        assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
+        assert_eq!(net.meta("b").pending_len(), 0);
+    }
+
+    // Held back while a submit is still in flight; read once `reorder_wait_ms` has passed.
+    let mut net = cluster(&["a", "b", "c"], config);
+    let r0 = net.setting("b", "k0", json!(0));
+    net.submit("b", r0);
+    let first = net.take(|m| m.target == SUBMIT);
+    let r1 = net.setting("b", "k1", json!(1));
+    net.submit("b", r1);
+    let second = net.take(|m| m.target == SUBMIT);
+    let _never_answered = net.answer(&first);
+    let answer_second = net.answer(&second);
+    net.queue.clear();
+    net.respond(&second, Ok(common::answer(200, serde_json::to_vec(&answer_second.body).unwrap())));
+    assert_eq!(net.meta("b").poll_timeout().map(|t| t.since(net.now)), Some(wait), "wakes for the hole");
+    net.advance(wait - 1);
+    net.tick("b");
+    assert_eq!(net.queued(|m| m.from == id("b") && m.target.starts_with(LOG)), 0, "not before the wait");
+    net.advance(1);
+    net.tick("b");
+    assert_eq!(net.queued(|m| m.from == id("b") && m.target.starts_with(LOG)), 1, "read at the wait's end");
+}
+
 // ---- 2: no leader, then a leader; a 409 from a node that is not the leader ----
 
 /// Spec: cluster-runtime.md "Metadata store (ACMS)" → Replicated log: "Followers submit through

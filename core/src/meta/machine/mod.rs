@@ -68,6 +68,10 @@ pub struct MetaConfig {
     /// another change to travel with (issue 18): one request then carries both, instead of a
     /// submit and two appends each.
     pub linger_ms: u64,
+    /// How long a follower holding entries beyond a hole in its log waits for the hole to fill
+    /// by itself before it reads the range from the leader (issue 18): the answers to several
+    /// submits in flight, each carrying entries, can arrive in any order.
+    pub reorder_wait_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -85,6 +89,7 @@ impl Default for MetaConfig {
             batch_max: 500,
             submit_window: 4,
             linger_ms: 20,
+            reorder_wait_ms: 100,
         }
     }
 }
@@ -369,6 +374,11 @@ pub struct Meta {
     linger_due: Option<Millis>,
     /// When the catch-up or snapshot request in flight was sent.
     catch_up_in_flight: Option<Millis>,
+    /// Follower: entries of the leader's numbering beyond a hole in this node's log (their
+    /// records are applied already), kept until the hole fills (see [`Meta::take_entries`]).
+    ahead: BTreeMap<LogIndex, Entry>,
+    /// Follower: when to read the hole before `ahead` from the leader, if it is still there.
+    catch_up_due: Option<(Millis, NodeId)>,
     peers: BTreeMap<NodeId, PeerAppend>,
     members: Vec<Candidate>,
     tick_due: Millis,
@@ -415,6 +425,8 @@ impl Meta {
             submit_due: Millis::ZERO,
             linger_due: None,
             catch_up_in_flight: None,
+            ahead: BTreeMap::new(),
+            catch_up_due: None,
             peers: BTreeMap::new(),
             members: Vec::new(),
             tick_due: now,
@@ -612,6 +624,9 @@ impl Meta {
         } else if self.submit_room() {
             t = t.min(self.submit_due);
         }
+        if let Some((due, _)) = &self.catch_up_due {
+            t = t.min(*due);
+        }
         Some(t)
     }
 
@@ -655,6 +670,11 @@ impl Meta {
             }
         }
         self.peers.retain(|id, _| self.members.iter().any(|c| &c.id == id));
+        if let Some((_, leader)) = self.catch_up_due.take_if(|(due, _)| now >= *due) {
+            if !self.ahead.is_empty() {
+                self.request_catch_up(&leader);
+            }
+        }
         if self.linger_due.is_some_and(|due| now >= due) {
             self.linger_due = None;
             if self.is_leader(now) {
@@ -734,6 +754,7 @@ impl Meta {
 
     /// We now hold lease `l` (a claim): our log follows our own numbering from here.
     pub(super) fn on_lease_taken(&mut self, l: &Lease) {
+        self.drop_held_back();
         if self.log_lease.as_ref() != Some(l) {
             self.log_lease = Some(l.clone());
             self.persist_log_meta();
@@ -994,7 +1015,9 @@ impl Meta {
     }
 
     /// Entries from the leader whose numbering we follow: apply, and extend the log if they
-    /// continue it. Returns false when there is a gap before them.
+    /// continue it. Entries beyond a hole are held back (bounded) until it fills, as the
+    /// answers to several submits may arrive out of order. Returns false when a hole is left
+    /// that nothing held back covers (an entry refused or not kept beyond it).
     pub(super) fn take_entries(&mut self, from: &NodeId, entries: Vec<PeerEntry>, hlc: &mut Hlc) -> bool {
         let mut contiguous = true;
         for e in entries {
@@ -1008,6 +1031,7 @@ impl Meta {
                     if let Some(seq) = seq.filter(|s| Some(s.0) == self.last_seq.0.checked_add(1) && contiguous) {
                         self.last_seq = seq;
                         self.after_append();
+                        self.take_held_back();
                     } else if seq.is_none_or(|s| s > self.last_seq) {
                         contiguous = false;
                     }
@@ -1022,17 +1046,61 @@ impl Meta {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
             }
-            if Some(e.seq.0) == self.last_seq.0.checked_add(1) && contiguous {
-                self.last_seq = e.seq;
-                self.persist(MetaPersist::PutEntry(e.clone()));
-                self.log.insert(e.seq, e);
-                self.after_append();
+            if Some(e.seq.0) == self.last_seq.0.checked_add(1) {
+                self.extend_log(e);
+                self.take_held_back();
             } else if e.seq > self.last_seq {
-                contiguous = false;
+                if self.ahead.len() < self.ahead_max() {
+                    self.ahead.insert(e.seq, e);
+                } else {
+                    contiguous = false;
+                }
             }
+        }
+        let last = self.last_seq;
+        self.ahead.retain(|seq, _| *seq > last);
+        if self.ahead.is_empty() {
+            self.catch_up_due = None;
         }
         self.persist_log_meta();
         contiguous
+    }
+
+    /// Append `e` (the next number) to this node's log.
+    fn extend_log(&mut self, e: Entry) {
+        self.last_seq = e.seq;
+        self.persist(MetaPersist::PutEntry(e.clone()));
+        self.log.insert(e.seq, e);
+        self.after_append();
+    }
+
+    /// The hole before entries held back may be filled now: take those that follow.
+    fn take_held_back(&mut self) {
+        while let Some(next) = self.last_seq.0.checked_add(1).and_then(|n| self.ahead.remove(&LogIndex(n))) {
+            self.extend_log(next);
+        }
+    }
+
+    /// Most entries held back beyond a hole: what the submits in flight can carry.
+    fn ahead_max(&self) -> usize {
+        self.config.batch_max.saturating_mul(self.config.submit_window.max(1))
+    }
+
+    /// Entries of `leader` arrived beyond a hole in this node's log: while a submit of ours is
+    /// in flight, its answer (carrying the missing entries) may still come, so the hole is read
+    /// from the leader only if it is still there `reorder_wait_ms` later; otherwise at once.
+    pub(super) fn on_hole(&mut self, now: Millis, leader: &NodeId) {
+        if self.submits.is_empty() {
+            self.request_catch_up(leader);
+        } else if self.catch_up_due.is_none() {
+            self.catch_up_due = Some((now.plus(self.config.reorder_wait_ms), leader.clone()));
+        }
+    }
+
+    /// Entries held back belong to a numbering this node no longer follows.
+    pub(super) fn drop_held_back(&mut self) {
+        self.ahead.clear();
+        self.catch_up_due = None;
     }
 }
 

@@ -92,6 +92,12 @@ impl Meta {
                 } else {
                     self.submit_due = now.plus(self.config.submit_retry_ms);
                 }
+                // No answer left in flight can fill a hole before entries held back: read it.
+                if self.submits.is_empty() && !self.ahead.is_empty() {
+                    if let Some((_, leader)) = self.catch_up_due.take() {
+                        self.request_catch_up(&leader);
+                    }
+                }
                 self.try_submit(now);
             }
             MetaPurpose::CatchUp => {
@@ -110,7 +116,7 @@ impl Meta {
                         let contiguous = self.take_entries(peer, read_entries(page.entries), hlc);
                         if !contiguous {
                             self.request_snapshot(peer);
-                        } else if got && self.last_seq < page.last_seq {
+                        } else if got && (self.last_seq < page.last_seq || !self.ahead.is_empty()) {
                             self.request_catch_up(peer);
                         }
                     }
@@ -189,6 +195,7 @@ impl Meta {
     /// The last page is in: follow the leader's numbering from the snapshot's position.
     pub(super) fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress) {
         self.snapshots_adopted += 1;
+        self.drop_held_back();
         self.log.clear();
         self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
         self.last_seq = p.last_seq;

@@ -85,7 +85,11 @@ impl Meta {
                 .collect();
             self.apply_remote(records, hlc);
             self.request_snapshot(&b.lease.holder);
-        } else if !self.take_entries(from, read_entries(b.entries), hlc) || self.last_seq < b.last_seq {
+        } else if !self.take_entries(from, read_entries(b.entries), hlc) {
+            self.request_catch_up(&b.lease.holder);
+        } else if !self.ahead.is_empty() {
+            self.on_hole(now, &b.lease.holder);
+        } else if self.last_seq < b.last_seq {
             self.request_catch_up(&b.lease.holder);
         }
         reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
