@@ -188,6 +188,42 @@ pub(super) fn take_bounded<'a, T: 'a>(
     out
 }
 
+/// A JSON body `{HEAD"KEY":[item,item,...]}` holding as many of `items` as `count` and
+/// [`BATCH_MAX_BYTES`] of their JSON allow (always at least one), each serialised once, straight
+/// into the body (no size pass, no clone). `head` is the JSON of the fields before the list,
+/// each followed by a comma (`"lease":{..},` say), or empty. Returns the body and how many
+/// items it holds.
+pub(super) fn json_batch<T: Serialize>(
+    head: &str,
+    key: &str,
+    items: impl Iterator<Item = T>,
+    count: usize,
+) -> (Vec<u8>, usize) {
+    let mut out = Vec::with_capacity(1024);
+    out.push(b'{');
+    out.extend_from_slice(head.as_bytes());
+    out.push(b'"');
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":[");
+    let (mut n, mut bytes) = (0usize, 0usize);
+    for item in items.take(count) {
+        let start = out.len();
+        if n > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, &item).expect("serialise");
+        let len = out.len() - start;
+        if n > 0 && bytes + len > BATCH_MAX_BYTES {
+            out.truncate(start);
+            break;
+        }
+        bytes += len;
+        n += 1;
+    }
+    out.extend_from_slice(b"]}");
+    (out, n)
+}
+
 /// A record whose every version is within reach of this node's clock (see [`Hlc::acceptable`]).
 pub(super) fn believable(r: &Record, hlc: &Hlc) -> bool {
     r.shape_ok() && r.versions().into_iter().all(|v| hlc.acceptable(v))
@@ -873,6 +909,13 @@ impl Meta {
     /// Leader: send each peer the entries it has not been sent, one request in flight per peer.
     pub(super) fn pump_appends(&mut self) {
         let Some(lease) = self.lease.known().cloned() else { return };
+        let head = format!(
+            "\"lease\":{},\"lastSeq\":{},",
+            serde_json::to_string(&lease).expect("serialise"),
+            serde_json::to_string(&self.last_seq).expect("serialise")
+        );
+        // Peers sent the same range share one body (built once, copied).
+        let mut made: Option<(LogIndex, Vec<u8>, LogIndex)> = None;
         for p in self.other_members() {
             let last = self.last_seq;
             let entry = self.peers.entry(p.clone()).or_insert_with(|| PeerAppend {
@@ -885,17 +928,22 @@ impl Meta {
                 continue;
             }
             let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0).saturating_add(1));
-            let entries: Vec<Entry> =
-                take_bounded(self.log.range(from..).map(|(_, e)| e), self.config.batch_max, |e| &e.record)
-                    .into_iter()
-                    .cloned()
-                    .collect();
-            let Some(through) = entries.last().map(|e| e.seq) else { continue };
+            let (body, through) = match &made {
+                Some((f, body, through)) if *f == from => (body.clone(), *through),
+                _ => {
+                    let entries = self.log.range(from..).map(|(_, e)| e);
+                    let (body, n) = json_batch(&head, "entries", entries, self.config.batch_max);
+                    let Some(through) = n.checked_sub(1).and_then(|i| self.log.range(from..).nth(i)).map(|(s, _)| *s)
+                    else {
+                        continue;
+                    };
+                    made = Some((from, body.clone(), through));
+                    (body, through)
+                }
+            };
             let entry = self.peers.get_mut(&p).expect("inserted");
             entry.in_flight = Some(self.now);
             entry.sent_through = through;
-            let body = serde_json::to_vec(&AppendBody { lease: lease.clone(), entries, last_seq: self.last_seq })
-                .expect("serialise");
             self.send(&p, "POST", "/cluster/acn/meta/append".into(), body, MetaPurpose::Append { through });
         }
     }
@@ -944,20 +992,12 @@ impl Meta {
         }
         while self.submit_room() {
             let submitting = &self.submitting;
-            let batch: Vec<(u64, Record)> = take_bounded(
-                self.pending.iter().filter(|(id, _)| !submitting.contains(id)),
-                self.config.batch_max,
-                |(_, r)| *r,
-            )
-            .into_iter()
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-            let ids: Vec<u64> = batch.iter().map(|(k, _)| *k).collect();
+            let unsent = || self.pending.iter().filter(|(id, _)| !submitting.contains(id));
+            let (body, n) = json_batch("", "records", unsent().map(|(_, r)| r), self.config.batch_max);
+            let ids: Vec<u64> = unsent().take(n).map(|(id, _)| *id).collect();
             let Some(first) = ids.first().copied() else { break };
             self.submitting.extend(ids.iter().copied());
             self.submits.insert(first, (now, ids.clone()));
-            let body = serde_json::to_vec(&SubmitBody { records: batch.into_iter().map(|(_, r)| r).collect() })
-                .expect("serialise");
             self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
         }
     }
@@ -1190,6 +1230,45 @@ mod tests {
             version: Version::default(),
         })];
         assert_eq!(take_bounded(huge.iter(), 500, |r| *r).len(), 1);
+
+        // The bodies built in one pass keep the same bounds, and read back as the struct.
+        let (body, n) = json_batch("", "records", records.iter(), 500);
+        assert!(n < 200 && n > 100, "{n}");
+        assert!(body.len() <= BATCH_MAX_BYTES + 64, "{}", body.len());
+        let read: SubmitBody<Record> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(read.records, records[..n].to_vec());
+        let (_, n) = json_batch("", "records", huge.iter(), 500);
+        assert_eq!(n, 1, "one item over the bound still goes");
+        assert_eq!(json_batch("", "records", records.iter(), 3).1, 3, "count bounds too");
+        let (empty, n) = json_batch("", "records", std::iter::empty::<Record>(), 500);
+        assert_eq!((serde_json::from_slice::<Value>(&empty).unwrap(), n), (json!({"records": []}), 0));
+    }
+
+    #[test]
+    fn an_append_body_built_in_one_pass_reads_back_as_the_append() {
+        let lease = Lease { holder: NodeId::new("a"), term: Term(3) };
+        let entries: Vec<Entry> = (1..=3u64)
+            .map(|i| {
+                let version = Version { wall_ms: i, counter: 0, node: NodeId::new("a") };
+                let record = Record::Setting(Setting {
+                    key: format!("k\"{i}"),
+                    value: json!({"n": i}),
+                    removed: false,
+                    version: version.clone(),
+                });
+                Entry { seq: LogIndex(i), term: Term(3), record, version, origin: NodeId::new("b") }
+            })
+            .collect();
+        let head = format!(
+            "\"lease\":{},\"lastSeq\":{},",
+            serde_json::to_string(&lease).unwrap(),
+            serde_json::to_string(&LogIndex(9)).unwrap()
+        );
+        let (body, n) = json_batch(&head, "entries", entries.iter(), 500);
+        assert_eq!(n, 3);
+        let read: AppendBody<Entry> = serde_json::from_slice(&body).unwrap();
+        let expected = AppendBody { lease, entries, last_seq: LogIndex(9) };
+        assert_eq!(serde_json::to_value(&read).unwrap(), serde_json::to_value(&expected).unwrap());
     }
 
     #[test]
