@@ -35,10 +35,13 @@
 //! run. Node logs (stderr, `SHOAL_LOG=info`) are in the temporary folder's `logs/`, printed
 //! on a failure; set `SHOAL_CHAOS_KEEP=1` to keep the folder.
 
+mod started;
+
 use serde_json::{json, Value};
+use started::free_port;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,23 +117,30 @@ impl Proc {
     }
 
     fn start(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open the node log");
-        let child = Command::new(BIN)
-            .args(["serve", "--data"])
-            .arg(&self.dir)
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--name", &format!("chaos-{}", self.port)])
-            .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
-            .env("SHOAL_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start shoal serve");
-        self.child = Some(child);
-        wait_for("the node to listen", Duration::from_secs(30), || {
-            TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-        });
+        let restart = started::forget_url(&self.dir);
+        for _ in 0..5 {
+            let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open the node log");
+            let mut child = Command::new(BIN)
+                .args(["serve", "--data"])
+                .arg(&self.dir)
+                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--name", &format!("chaos-{}", self.port)])
+                .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
+                .env("SHOAL_LOG", "info")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("start shoal serve");
+            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(30));
+            self.child = Some(child);
+            if ours {
+                return;
+            }
+            assert!(!restart, "the node could not listen on its port {} again", self.port);
+            self.port = free_port();
+        }
+        panic!("shoal serve did not start on any of 5 ports");
     }
 
     fn kill(&mut self) {
@@ -181,10 +191,6 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
         assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 // ---- a tiny blocking HTTP/1.1 client ----

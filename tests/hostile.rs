@@ -2,9 +2,12 @@
 //! held half-open under a low file limit, requests hyper refuses before the router sees them,
 //! and the odd spellings of a valid request.
 
+mod started;
+
 use serde_json::Value;
+use started::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,30 +26,26 @@ impl Drop for Serve {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// `shoal serve` on a free port, under a file limit of `fds` (soft and hard) when given.
 fn serve(dir: &Path, fds: Option<u32>) -> Serve {
-    let port = free_port();
-    let mut cmd = Command::new("sh");
-    let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
-    cmd.arg("-c")
-        .arg(format!("{limit}exec \"$0\" serve --data \"$1\" --listen 127.0.0.1:{port}"))
-        .arg(BIN)
-        .arg(dir)
-        .env("SHOAL_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let child = cmd.spawn().expect("start shoal serve");
-    let s = Serve { child, port };
-    let until = Instant::now() + Duration::from_secs(20);
-    while raw(port, b"GET /cluster/acn/hello HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").is_none() {
-        assert!(Instant::now() < until, "the node did not start");
-        std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..5 {
+        let port = free_port();
+        let mut cmd = Command::new("sh");
+        let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
+        cmd.arg("-c")
+            .arg(format!("{limit}exec \"$0\" serve --data \"$1\" --listen 127.0.0.1:{port}"))
+            .arg(BIN)
+            .arg(dir)
+            .env("SHOAL_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        started::forget_url(dir);
+        let mut child = cmd.spawn().expect("start shoal serve");
+        if started::holds_port(&mut child, dir, port, Duration::from_secs(20)) {
+            return Serve { child, port };
+        }
     }
-    s
+    panic!("shoal serve did not start on any of 5 ports");
 }
 
 /// Send `request` on a new connection and read the whole answer: (status, head, body).

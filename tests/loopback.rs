@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod started;
+
+use started::free_port;
 const BIN: &str = env!("CARGO_BIN_EXE_shoal");
 
 struct Node {
@@ -21,20 +24,30 @@ impl Node {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Start (or restart) the node; a first start whose port was taken meanwhile moves to another.
     fn start(&mut self) {
-        let child = Command::new(BIN)
-            .args(["serve", "--data"])
-            .arg(&self.dir)
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--name", &format!("node-{}", self.port)])
-            .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
-            .env("SHOAL_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start shoal serve");
-        self.child = Some(child);
-        wait_for(Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok());
+        let restart = started::forget_url(&self.dir);
+        for _ in 0..5 {
+            let mut child = Command::new(BIN)
+                .args(["serve", "--data"])
+                .arg(&self.dir)
+                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--name", &format!("node-{}", self.port)])
+                .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
+                .env("SHOAL_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start shoal serve");
+            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(20));
+            self.child = Some(child);
+            if ours {
+                return;
+            }
+            assert!(!restart, "the node could not listen on its port {} again", self.port);
+            self.port = free_port();
+        }
+        panic!("shoal serve did not start on any of 5 ports");
     }
 
     fn kill(&mut self) {
@@ -99,10 +112,6 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) {
         assert!(start.elapsed() < limit, "condition not met within {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[test]
@@ -777,4 +786,18 @@ fn a_configured_name_and_url_survive_a_restart_and_0_0_0_0_is_never_advertised()
     let mut err = String::new();
     std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.success() && err.contains("--advertise"), "{err}");
+}
+
+/// The test harness itself: a port taken between `free_port` and the node's start (by another
+/// test's node, say) is noticed, and the node moves to another port instead of the test talking
+/// to whatever holds the first one.
+#[test]
+fn a_node_whose_port_was_taken_meanwhile_starts_on_another() {
+    let root = tempfile::tempdir().unwrap();
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = squatter.local_addr().unwrap().port();
+    let mut node = Node { dir: root.path().join("n0"), port: taken, child: None };
+    node.start();
+    assert_ne!(node.port, taken);
+    assert!(node.cli_json(&["cluster", "status"])["node"].is_string());
 }

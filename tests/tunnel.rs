@@ -4,9 +4,12 @@
 //! through the relay, runs a job and gets an event; once it dies the relay answers 502, and once back it tunnels again; an
 //! unsigned tunnel upgrade gets 401.
 
+mod started;
+
 use serde_json::Value;
+use started::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,19 +24,28 @@ struct Node {
 
 impl Node {
     fn start(&mut self, extra: &[&str]) {
-        let child = Command::new(BIN)
-            .args(["serve", "--data"])
-            .arg(&self.dir)
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
-            .args(extra)
-            .env("SHOAL_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start shoal serve");
-        self.child = Some(child);
-        wait_for("the node to listen", || TcpStream::connect(("127.0.0.1", self.port)).is_ok());
+        let restart = started::forget_url(&self.dir);
+        for _ in 0..5 {
+            let mut child = Command::new(BIN)
+                .args(["serve", "--data"])
+                .arg(&self.dir)
+                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
+                .args(extra)
+                .env("SHOAL_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start shoal serve");
+            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(30));
+            self.child = Some(child);
+            if ours {
+                return;
+            }
+            assert!(!restart, "the node could not listen on its port {} again", self.port);
+            self.port = free_port();
+        }
+        panic!("shoal serve did not start on any of 5 ports");
     }
 
     fn cli(&self, args: &[&str]) -> (bool, String, String) {
@@ -83,10 +95,6 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         assert!(start.elapsed() < Duration::from_secs(60), "{what}: not within 60 s");
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The raw head of the answer to `req` sent to `port`.

@@ -3,9 +3,13 @@
 //! any token. Each test file uses what it needs.
 #![allow(dead_code)]
 
+#[path = "../started/mod.rs"]
+mod started;
+
 use serde_json::Value;
+pub use started::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,24 +50,33 @@ impl Node {
 
     /// Start `shoal serve`; its log goes to `DIR.log` (level `SHOAL_TEST_LOG`, default warn).
     pub fn start(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.with_extension("log"))
-            .expect("the node's log file");
-        let child = Command::new(BIN)
-            .args(["serve", "--data"])
-            .arg(&self.dir)
-            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
-            .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
-            .args(&self.args)
-            .env("SHOAL_LOG", std::env::var("SHOAL_TEST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start shoal serve");
-        self.child = Some(child);
-        wait_for("the node to listen", || TcpStream::connect(("127.0.0.1", self.port)).is_ok());
+        let restart = started::forget_url(&self.dir);
+        for _ in 0..5 {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.with_extension("log"))
+                .expect("the node's log file");
+            let mut child = Command::new(BIN)
+                .args(["serve", "--data"])
+                .arg(&self.dir)
+                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
+                .args(&self.args)
+                .env("SHOAL_LOG", std::env::var("SHOAL_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("start shoal serve");
+            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(30));
+            self.child = Some(child);
+            if ours {
+                return;
+            }
+            assert!(!restart, "the node could not listen on its port {} again", self.port);
+            self.port = free_port();
+        }
+        panic!("shoal serve did not start on any of 5 ports");
     }
 
     pub fn kill(&mut self) {
@@ -170,8 +183,4 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
         assert!(start.elapsed() < Duration::from_secs(60), "{what}: not within 60 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
