@@ -33,23 +33,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-/// glibc's allocator keeps freed memory of many threads in per-thread arenas, and the 4 MiB
-/// chunk buffers of transfers in them fragment the heap: a soak grew RSS by hundreds of MiB
-/// (BENCHMARKS.md, issue 17). Buffers of 256 KiB and more are mapped and unmapped on their own,
-/// and the arenas are capped.
-fn limit_heap_growth() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; called once at start, before the
-    // runtime's threads allocate much.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 4);
-    }
-}
-
 async fn serve(g: Global, a: ServeArgs) -> Result<(), CliError> {
     init_tracing();
-    limit_heap_growth();
     let mut opts = ServeOptions::new(g.data.clone(), a.listen);
     opts.advertise = a.advertise;
     opts.tunnel_via = a.tunnel_via;
