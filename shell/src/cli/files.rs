@@ -241,23 +241,22 @@ async fn get_once(
     let part2 = part.clone();
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         let mut from_net = from_net;
-        let mut piece: Vec<u8> = Vec::with_capacity(PIECE);
+        // Filled straight into an aligned piece: a direct write then needs no copy of its own.
+        let mut piece = crate::disk::Piece::new(PIECE);
         let mut at = 0u64;
         while let Some(data) = from_net.blocking_recv() {
             let mut data = &data[..];
             while !data.is_empty() {
-                let take = (PIECE - piece.len()).min(data.len());
-                piece.extend_from_slice(&data[..take]);
-                data = &data[take..];
-                if piece.len() == PIECE {
-                    crate::disk::write_at(&part2, at, &piece)?;
-                    at += PIECE as u64;
+                data = &data[piece.fill(data)..];
+                if piece.room() == 0 {
+                    crate::disk::write_at(&part2, at, piece.as_ref())?;
+                    at += piece.len() as u64;
                     piece.clear();
                 }
             }
         }
         if !piece.is_empty() {
-            crate::disk::write_at(&part2, at, &piece)?;
+            crate::disk::write_at(&part2, at, piece.as_ref())?;
         }
         Ok(())
     });

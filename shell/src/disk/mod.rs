@@ -83,7 +83,7 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
 }
 
 /// Write `data` at `offset` of the existing file `path`. Large aligned pieces go straight to
-/// the disk (`O_DIRECT`, through a reused aligned buffer): no copy into the page cache, and
+/// the disk (`O_DIRECT`; from `data` itself when it is a [`Piece`], else through one): no copy into the page cache, and
 /// nothing left for the fsync at commit but the device's cache. Where the filesystem refuses
 /// direct I/O, and for a file's last, short chunk, the write is buffered and its writeback
 /// started at once.
@@ -135,9 +135,37 @@ mod direct {
     const ALIGN: usize = 4096;
     /// Smaller pieces go through the page cache (small files stay cached, and cheap to sync).
     pub const MIN_BYTES: usize = 1 << 20;
-    /// Aligned buffers kept for reuse (fresh memory costs page faults on every chunk).
-    static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-    const POOL_MAX: usize = 4;
+    /// Aligned buffers kept for reuse (fresh memory costs page faults on every chunk): enough
+    /// for the pieces in flight of a few transfers (4 MiB each).
+    static POOL: Pool = Pool::new(8);
+
+    /// Buffers kept for reuse, at most `max`.
+    pub struct Pool {
+        kept: Mutex<Vec<Vec<u8>>>,
+        max: usize,
+    }
+
+    impl Pool {
+        pub const fn new(max: usize) -> Pool {
+            Pool { kept: Mutex::new(Vec::new()), max }
+        }
+
+        /// A kept buffer of at least `len` bytes, or a new one of `len`.
+        fn take(&self, len: usize) -> Vec<u8> {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            match kept.iter().position(|b| b.len() >= len) {
+                Some(i) => kept.swap_remove(i),
+                None => vec![0u8; len],
+            }
+        }
+
+        fn give(&self, buf: Vec<u8>) {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            if kept.len() < self.max {
+                kept.push(buf);
+            }
+        }
+    }
 
     /// Whether an error says the filesystem will not do this direct I/O (not that it failed).
     pub fn refused(e: &std::io::Error) -> bool {
@@ -187,36 +215,109 @@ mod direct {
         let size = f.metadata()?.len();
         let want = len.min(size.saturating_sub(offset)) as usize;
         let rounded = want.div_ceil(ALIGN) * ALIGN;
-        let mut buf = vec![0u8; rounded + ALIGN];
-        let start = buf.as_ptr().align_offset(ALIGN);
+        let mut piece = Piece::new(rounded);
+        let room = piece.room_mut();
         let mut got = 0;
         while got < want {
-            let n = f.read_at(&mut buf[start + got..start + rounded], offset + got as u64)?;
+            let n = f.read_at(&mut room[got..rounded], offset + got as u64)?;
             if n == 0 {
                 break;
             }
             got += n;
         }
-        Ok(Some((size, bytes::Bytes::from(buf).slice(start..start + got.min(want)))))
+        piece.len = got.min(want);
+        Ok(Some((size, piece.into_bytes())))
     }
 
+    /// Write `data` with direct I/O: from `data` itself when it is aligned (a [`Piece`]),
+    /// else through a piece it is copied into.
     pub fn write_all_at(f: &std::fs::File, offset: u64, data: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        let mut buf = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_default();
-        if buf.len() < data.len() + ALIGN {
-            buf = vec![0u8; data.len() + ALIGN];
+        if (data.as_ptr() as usize).is_multiple_of(ALIGN) {
+            return f.write_all_at(data, offset);
         }
-        let start = buf.as_ptr().align_offset(ALIGN);
-        let aligned = &mut buf[start..start + data.len()];
-        aligned.copy_from_slice(data);
-        let written = f.write_all_at(aligned, offset);
-        let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() < POOL_MAX {
-            pool.push(buf);
+        let mut piece = Piece::new(data.len());
+        piece.fill(data);
+        f.write_all_at(piece.as_ref(), offset)
+    }
+
+    /// A buffer aligned for direct I/O, for one piece of a transfer (a chunk, a read). Its
+    /// memory comes from a small pool and goes back to it when the piece is dropped, also
+    /// when a `Bytes` made by [`Piece::into_bytes`] held it: fresh memory for every piece
+    /// would cost a page fault per 4 KiB, and `O_DIRECT` needs the alignment anyway.
+    pub struct Piece {
+        pool: &'static Pool,
+        buf: Vec<u8>,
+        start: usize,
+        cap: usize,
+        len: usize,
+    }
+
+    impl Piece {
+        /// An empty piece with room for `cap` bytes rounded up to whole 4 KiB blocks.
+        pub fn new(cap: usize) -> Piece {
+            Piece::from_pool(&POOL, cap)
         }
-        written
+
+        pub fn from_pool(pool: &'static Pool, cap: usize) -> Piece {
+            let cap = cap.div_ceil(ALIGN).max(1) * ALIGN;
+            let buf = pool.take(cap + ALIGN);
+            let start = buf.as_ptr().align_offset(ALIGN);
+            Piece { pool, buf, start, cap, len: 0 }
+        }
+
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// Bytes that still fit.
+        pub fn room(&self) -> usize {
+            self.cap - self.len
+        }
+
+        /// Append as much of `data` as fits; how many bytes were taken.
+        pub fn fill(&mut self, data: &[u8]) -> usize {
+            let take = self.room().min(data.len());
+            let at = self.start + self.len;
+            self.buf[at..at + take].copy_from_slice(&data[..take]);
+            self.len += take;
+            take
+        }
+
+        pub fn clear(&mut self) {
+            self.len = 0;
+        }
+
+        /// The whole room (from the start), for a read to fill.
+        fn room_mut(&mut self) -> &mut [u8] {
+            &mut self.buf[self.start..self.start + self.cap]
+        }
+
+        /// The piece as `Bytes`, without a copy; its memory returns to the pool when the last
+        /// `Bytes` sharing it is dropped.
+        pub fn into_bytes(self) -> bytes::Bytes {
+            bytes::Bytes::from_owner(self)
+        }
+    }
+
+    impl AsRef<[u8]> for Piece {
+        fn as_ref(&self) -> &[u8] {
+            &self.buf[self.start..self.start + self.len]
+        }
+    }
+
+    impl Drop for Piece {
+        fn drop(&mut self) {
+            self.pool.give(std::mem::take(&mut self.buf));
+        }
     }
 }
+
+pub use direct::{Piece, Pool, MIN_BYTES as DIRECT_MIN_BYTES};
 
 /// Ask the kernel to read `len` bytes from `offset` into the page cache in the background.
 #[cfg(target_os = "linux")]
@@ -264,4 +365,40 @@ pub fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piece_is_aligned_fills_up_to_its_room_and_its_memory_goes_back_to_the_pool_after_its_last_bytes() {
+        let pool: &'static Pool = Box::leak(Box::new(Pool::new(2)));
+        let mut piece = Piece::from_pool(pool, 10_000);
+        assert_eq!(piece.as_ref().as_ptr() as usize % 4096, 0, "aligned for O_DIRECT");
+        assert_eq!(piece.room(), 12_288, "rounded up to whole 4 KiB blocks");
+        let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        assert_eq!(piece.fill(&data[..5_000]), 5_000);
+        assert_eq!(piece.fill(&data[5_000..]), 7_288, "takes what fits, says how much");
+        assert_eq!((piece.len(), piece.room()), (12_288, 0));
+        assert!(piece.as_ref() == &data[..12_288]);
+        let at = piece.as_ref().as_ptr();
+
+        let bytes = piece.into_bytes();
+        let half = bytes.slice(100..200);
+        drop(bytes);
+        assert!(half[..] == data[100..200]);
+        let other = Piece::from_pool(pool, 4096);
+        assert_ne!(other.as_ref().as_ptr(), at, "still held by the slice: not reused");
+        drop(other);
+        drop(half);
+        let again = Piece::from_pool(pool, 12_288);
+        assert_eq!(again.as_ref().as_ptr(), at, "the same memory, reused");
+        assert!(again.is_empty());
+
+        let mut small = Piece::from_pool(pool, 1);
+        small.fill(b"abc");
+        small.clear();
+        assert!(small.is_empty() && small.room() == 4096, "room as asked for, in a bigger kept buffer");
+    }
 }

@@ -673,6 +673,15 @@ mod tests {
         }
         assert!(std::fs::read(&part).unwrap() == content);
         assert!(write_at(&root.path().join("missing"), 0, &content[..4096]).is_err(), "no such file is an error");
+        // The same pieces from aligned buffers (written as they are, with no copy of their own).
+        let again = root.path().join("g.part-0000000000000001");
+        std::fs::File::create(&again).unwrap().set_len(len as u64).unwrap();
+        for (at, n) in [(1 << 20, 1 << 20), (0, 1 << 20), (2 << 20, 4096), ((2 << 20) + 4096, 17)] {
+            let mut piece = crate::disk::Piece::new(n);
+            piece.fill(&content[at..at + n]);
+            write_at(&again, at as u64, piece.as_ref()).unwrap();
+        }
+        assert!(std::fs::read(&again).unwrap() == content);
 
         // Reads: large aligned ones (direct), one running past the end, small ones (buffered).
         let size = len as u64;

@@ -385,6 +385,29 @@ fn cluster_enabled<E: Env>(s: &Shared<E>) -> Result<(), ApiError> {
 
 // ---- ACN ----
 
+/// A request body read in full, up to `limit` bytes; `None` when it is longer or breaks off.
+/// A large one (a chunk of a copy) is read into an aligned [`crate::disk::Piece`], so that
+/// writing it to the disk directly needs no copy of its own.
+async fn read_body(body: axum::body::Body, content_length: Option<usize>, limit: usize) -> Option<Bytes> {
+    use http_body_util::BodyExt;
+    match content_length {
+        Some(n) if n >= crate::disk::DIRECT_MIN_BYTES && n <= limit => {
+            let mut piece = crate::disk::Piece::new(n);
+            let mut body = body;
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.ok()?.into_data() {
+                    if piece.len() + data.len() > n {
+                        return None;
+                    }
+                    piece.fill(&data);
+                }
+            }
+            Some(piece.into_bytes())
+        }
+        _ => axum::body::to_bytes(body, limit).await.ok(),
+    }
+}
+
 async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
     if s.disable_cluster {
         return error_response(404, "not_found", "clustering is disabled on this node");
@@ -405,9 +428,10 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
         }
         BODY_MAX_BYTES
     };
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => {
+    let content_length = parts.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+    let bytes = match read_body(body, content_length, limit).await {
+        Some(b) => b,
+        None => {
             return error_response(413, "body_too_large", format!("this request's body is limited to {limit} bytes"))
         }
     };
