@@ -272,6 +272,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<S> {
         }
     }
 
+    // Vectored writes pass through: without them hyper copies every body byte into its own
+    // write buffer before sending (its "flatten" strategy), a memcpy per byte a put or a copy
+    // sends (issue 18 "CPU per byte").
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MaybeTls::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MaybeTls::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTls::Plain(s) => s.is_write_vectored(),
+            MaybeTls::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_flush(cx),
@@ -290,6 +311,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTls<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_plain_stream_keeps_its_vectored_writes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tcp, accepted) = tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        let mut plain = MaybeTls::Plain(tcp.unwrap());
+        assert!(plain.is_write_vectored(), "hyper would copy every body byte into its own buffer");
+        let parts = [io::IoSlice::new(b"two "), io::IoSlice::new(b"slices")];
+        let n = plain.write_vectored(&parts).await.unwrap();
+        plain.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        accepted.unwrap().0.read_to_end(&mut got).await.unwrap();
+        assert_eq!(&got[..], &b"two slices"[..n]);
+    }
 
     #[test]
     fn pins_are_normalised_and_bad_ones_refused() {
