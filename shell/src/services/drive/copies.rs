@@ -481,24 +481,28 @@ pub(super) async fn stream_chunks<E: Env>(
 ) -> Result<String, ApiError> {
     let mut hash = Sha256::new();
     let mut size = 0u64;
-    let mut chunk = bytes::BytesMut::with_capacity(CHUNK_BYTES as usize);
+    // Chunks are gathered in aligned pieces (a local copy writes one straight to the disk),
+    // each as big as its chunk (the last is short).
+    let piece_for =
+        |index: u64| crate::disk::Piece::new(CHUNK_BYTES.min(len - (index * CHUNK_BYTES).min(len)) as usize);
+    let mut chunk = piece_for(0);
     let mut index = 0u64;
     let mut body = body;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| ApiError::invalid("bad_body", format!("request body: {e}")))?;
-        let Ok(mut data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else { continue };
         size += data.len() as u64;
         if size > len {
             return Err(ApiError::invalid("bad_body", "the body is longer than its content-length"));
         }
         hash.update(&data);
-        while !data.is_empty() {
-            let take = (CHUNK_BYTES as usize - chunk.len()).min(data.len());
-            chunk.extend_from_slice(&data.split_to(take));
-            if chunk.len() == CHUNK_BYTES as usize {
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            rest = &rest[chunk.fill(rest)..];
+            if chunk.room() == 0 {
                 out.settle(CHUNKS_IN_FLIGHT - 1).await?;
-                let full = std::mem::replace(&mut chunk, bytes::BytesMut::with_capacity(CHUNK_BYTES as usize));
-                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, full.freeze()));
+                let full = std::mem::replace(&mut chunk, piece_for(index + 1));
+                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, full.into_bytes()));
                 index += 1;
             }
         }
@@ -508,7 +512,7 @@ pub(super) async fn stream_chunks<E: Env>(
     }
     if !chunk.is_empty() || index == 0 {
         out.settle(CHUNKS_IN_FLIGHT - 1).await?;
-        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, chunk.freeze()));
+        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, chunk.into_bytes()));
     }
     out.settle(0).await?;
     let sum = hex::encode(hash.finalize());
