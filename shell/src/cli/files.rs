@@ -235,28 +235,17 @@ async fn get_once(
     let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let part = local.with_file_name(shoal_core::storage::transfer::part_file_name(&name, "get"));
     std::fs::File::create(&part).map_err(|e| (CliError(format!("{}: {e}", part.display())), false))?;
-    // The file is written on its own thread while this one hashes what comes in, in 4 MiB
-    // pieces (straight to the disk where it can: see `disk::write_at`).
-    let (to_disk, from_net) = tokio::sync::mpsc::channel::<Bytes>(8);
+    // The file is written on its own thread while this one hashes what comes in and gathers it
+    // in aligned 4 MiB pieces: the writer is woken once a piece, and writes it straight to the
+    // disk where it can (see `disk::write_at`) with no copy of its own.
+    let (to_disk, from_net) = tokio::sync::mpsc::channel::<crate::disk::Piece>(2);
     let part2 = part.clone();
     let writer = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         let mut from_net = from_net;
-        // Filled straight into an aligned piece: a direct write then needs no copy of its own.
-        let mut piece = crate::disk::Piece::new(PIECE);
         let mut at = 0u64;
-        while let Some(data) = from_net.blocking_recv() {
-            let mut data = &data[..];
-            while !data.is_empty() {
-                data = &data[piece.fill(data)..];
-                if piece.room() == 0 {
-                    crate::disk::write_at(&part2, at, piece.as_ref())?;
-                    at += piece.len() as u64;
-                    piece.clear();
-                }
-            }
-        }
-        if !piece.is_empty() {
+        while let Some(piece) = from_net.blocking_recv() {
             crate::disk::write_at(&part2, at, piece.as_ref())?;
+            at += piece.len() as u64;
         }
         Ok(())
     });
@@ -269,7 +258,8 @@ async fn get_once(
         (CliError(e), true)
     };
     let mut broke = None;
-    while let Some(frame) = body.frame().await {
+    let mut piece = crate::disk::Piece::new(PIECE);
+    'frames: while let Some(frame) = body.frame().await {
         let data = match frame {
             Ok(f) => match f.into_data() {
                 Ok(d) => d,
@@ -283,9 +273,19 @@ async fn get_once(
         hash.update(&data);
         got += data.len() as u64;
         pb.inc(data.len() as u64);
-        if to_disk.send(data).await.is_err() {
-            break; // the writer failed; its error is below
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            rest = &rest[piece.fill(rest)..];
+            if piece.room() == 0 {
+                let full = std::mem::replace(&mut piece, crate::disk::Piece::new(PIECE));
+                if to_disk.send(full).await.is_err() {
+                    break 'frames; // the writer failed; its error is below
+                }
+            }
         }
+    }
+    if !piece.is_empty() {
+        let _ = to_disk.send(piece).await;
     }
     drop(to_disk);
     pb.finish_and_clear();
