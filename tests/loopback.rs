@@ -405,29 +405,42 @@ fn free_ports(n: u16) -> u16 {
 fn the_demo_is_ready_for_a_put_when_it_says_so() {
     use std::io::BufRead;
     let tmp = tempfile::tempdir().unwrap();
-    let base = free_ports(3);
-    let mut demo = Command::new(BIN)
-        .args(["demo", "--nodes", "3", "--base-port", &base.to_string()])
-        .env("TMPDIR", tmp.path())
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start shoal demo");
-    let stdout = std::io::BufReader::new(demo.stdout.take().unwrap());
-    let (mut api, mut token_file) = (None, None);
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(v) = line.trim().strip_prefix("export SHOAL_API=") {
-            api = Some(v.to_string());
+    // Ports taken meanwhile (by a test running beside this one) stop the demo before its
+    // banner: then it is started again on others.
+    let mut started = None;
+    for _ in 0..3 {
+        let base = free_ports(3);
+        let mut demo = Command::new(BIN)
+            .args(["demo", "--nodes", "3", "--base-port", &base.to_string()])
+            .env("TMPDIR", tmp.path())
+            .env("SHOAL_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start shoal demo");
+        let mut stdout = std::io::BufReader::new(demo.stdout.take().unwrap());
+        let (mut api, mut token_file, mut ready) = (None, None, false);
+        for line in (&mut stdout).lines() {
+            let line = line.unwrap();
+            if let Some(v) = line.trim().strip_prefix("export SHOAL_API=") {
+                api = Some(v.to_string());
+            }
+            if let Some(v) = line.trim().strip_prefix("export SHOAL_TOKEN=$(cat ") {
+                token_file = Some(v.trim_end_matches(')').to_string());
+            }
+            if line.contains("Ctrl-C stops the demo") {
+                ready = true;
+                break;
+            }
         }
-        if let Some(v) = line.trim().strip_prefix("export SHOAL_TOKEN=$(cat ") {
-            token_file = Some(v.trim_end_matches(')').to_string());
-        }
-        if line.contains("Ctrl-C stops the demo") {
+        if ready {
+            started = Some((demo, stdout, base, api, token_file)); // the pipe stays open
             break;
         }
+        let _ = demo.kill();
+        let _ = demo.wait();
     }
+    let (mut demo, _stdout, base, api, token_file) = started.expect("the demo started on one of 3 port ranges");
     let (api, token_file) = (api.expect("the banner names an API URL"), token_file.expect("and a token file"));
     let token_of = |node: usize| {
         let file = token_file.replace("node-0", &format!("node-{node}"));
