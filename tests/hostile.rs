@@ -28,24 +28,21 @@ impl Drop for Serve {
 
 /// `shoal serve` on a free port, under a file limit of `fds` (soft and hard) when given.
 fn serve(dir: &Path, fds: Option<u32>) -> Serve {
-    for _ in 0..5 {
-        let port = free_port();
-        let mut cmd = Command::new("sh");
-        let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
-        cmd.arg("-c")
+    let mut port = free_port();
+    let limit = fds.map(|n| format!("ulimit -n {n} && ")).unwrap_or_default();
+    let child = started::serve(dir, &mut port, Duration::from_secs(20), |port| {
+        Command::new("sh")
+            .arg("-c")
             .arg(format!("{limit}exec \"$0\" serve --data \"$1\" --listen 127.0.0.1:{port}"))
             .arg(BIN)
             .arg(dir)
             .env("SHOAL_LOG", "error")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        started::forget_url(dir);
-        let mut child = cmd.spawn().expect("start shoal serve");
-        if started::holds_port(&mut child, dir, port, Duration::from_secs(20)) {
-            return Serve { child, port };
-        }
-    }
-    panic!("shoal serve did not start on any of 5 ports");
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start shoal serve")
+    });
+    Serve { child, port }
 }
 
 /// Send `request` on a new connection and read the whole answer: (status, head, body).

@@ -24,28 +24,19 @@ struct Node {
 
 impl Node {
     fn start(&mut self, extra: &[&str]) {
-        let restart = started::forget_url(&self.dir);
-        for _ in 0..5 {
-            let mut child = Command::new(BIN)
+        self.child = Some(started::serve(&self.dir, &mut self.port, Duration::from_secs(30), |port| {
+            Command::new(BIN)
                 .args(["serve", "--data"])
                 .arg(&self.dir)
-                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
                 .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
                 .args(extra)
                 .env("SHOAL_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("start shoal serve");
-            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(30));
-            self.child = Some(child);
-            if ours {
-                return;
-            }
-            assert!(!restart, "the node could not listen on its port {} again", self.port);
-            self.port = free_port();
-        }
-        panic!("shoal serve did not start on any of 5 ports");
+                .expect("start shoal serve")
+        }));
     }
 
     fn cli(&self, args: &[&str]) -> (bool, String, String) {

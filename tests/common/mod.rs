@@ -50,33 +50,24 @@ impl Node {
 
     /// Start `shoal serve`; its log goes to `DIR.log` (level `SHOAL_TEST_LOG`, default warn).
     pub fn start(&mut self) {
-        let restart = started::forget_url(&self.dir);
-        for _ in 0..5 {
+        self.child = Some(started::serve(&self.dir, &mut self.port, Duration::from_secs(30), |port| {
             let log = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(self.dir.with_extension("log"))
                 .expect("the node's log file");
-            let mut child = Command::new(BIN)
+            Command::new(BIN)
                 .args(["serve", "--data"])
                 .arg(&self.dir)
-                .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
                 .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
                 .args(&self.args)
                 .env("SHOAL_LOG", std::env::var("SHOAL_TEST_LOG").unwrap_or_else(|_| "warn".into()))
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
-                .expect("start shoal serve");
-            let ours = started::holds_port(&mut child, &self.dir, self.port, Duration::from_secs(30));
-            self.child = Some(child);
-            if ours {
-                return;
-            }
-            assert!(!restart, "the node could not listen on its port {} again", self.port);
-            self.port = free_port();
-        }
-        panic!("shoal serve did not start on any of 5 ports");
+                .expect("start shoal serve")
+        }));
     }
 
     pub fn kill(&mut self) {

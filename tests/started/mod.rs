@@ -42,3 +42,19 @@ pub fn holds_port(child: &mut Child, dir: &Path, port: u16, limit: Duration) -> 
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Start the node whose data is in `dir` with `spawn(port)`, until it holds its port. A first
+/// start whose port was taken meanwhile moves `port` to another (5 tries); a restart keeps its
+/// port (the node's address is part of what the cluster knows of it) and fails if it cannot.
+pub fn serve(dir: &Path, port: &mut u16, limit: Duration, mut spawn: impl FnMut(u16) -> Child) -> Child {
+    let restart = forget_url(dir);
+    for _ in 0..5 {
+        let mut child = spawn(*port);
+        if holds_port(&mut child, dir, *port, limit) {
+            return child;
+        }
+        assert!(!restart, "the node could not listen on its port {port} again");
+        *port = free_port();
+    }
+    panic!("shoal serve did not start on any of 5 ports");
+}
