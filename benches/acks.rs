@@ -9,10 +9,11 @@
 //! follower: etcd fsyncs and waits for a majority) just before and just after the shoal rows of
 //! that client count; each mode is compared with the mean of those two etcd rows. etcd is
 //! skipped with a message when its binary is not installed (`apt-get install etcd-server`).
-//! After each shoal row, the CPU time the three nodes used during it (`/proc`), per write.
+//! After each row, the CPU time the three nodes (or etcd's three members) used during it
+//! (`/proc`), per write: the same machine's cost of a write in each store.
 //! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16",
 //! SHOAL_BIN=path of another shoal build to measure instead of this one, e.g. a baseline;
-//! ETCD=0 to leave etcd out).
+//! ETCD=0 to leave etcd out; SUBMIT_WINDOW=n to declare `meta.submit_window`).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -101,6 +102,14 @@ async fn follower(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) 
 
 /// Declares `meta.ack = mode` and waits until node `at` answers writes with it.
 async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], mode: &str, at: usize) {
+    // SUBMIT_WINDOW: declare `meta.submit_window` too (an experiment's knob).
+    if let Ok(w) = std::env::var("SUBMIT_WINDOW") {
+        let body = j(
+            json!({"action": "set", "key": "meta.submit_window", "value": w.parse::<u64>().unwrap(), "why": "bench"}),
+        );
+        let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
+        assert_eq!(s, 200, "{v}");
+    }
     let body = j(json!({"action": "set", "key": "meta.ack", "value": mode, "why": "bench"}));
     let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
     assert_eq!(s, 200, "{v}");
@@ -211,6 +220,7 @@ fn main() {
             Some(members) => etcd_follower(&c, &members).await,
             None => None,
         };
+        let etcd_pids: Vec<u32> = etcd_kids.0.iter().map(|c| c.id()).collect();
         if member.is_none() {
             println!("etcd: skipped (no etcd binary on PATH, or it did not start; `apt-get install etcd-server`)");
         }
@@ -231,8 +241,11 @@ fn main() {
                         headers: Vec::new(),
                         body: j(json!({"key": b64(&format!("bench.{n}.{tag}.{k}.{i}")), "value": b64(&i.to_string())})),
                     });
+                    let ticks = cpu_ticks(&etcd_pids);
                     let r = drive(writes, n, make).await;
+                    let cpu_us = (cpu_ticks(&etcd_pids) - ticks) as f64 * 10_000.0 / writes as f64;
                     print_row("etcd 3.4", n, &r);
+                    println!("{:10} {n:>7} CPU of the three members: {cpu_us:.0} µs per write", "");
                     etcd_rates.push(r.rate);
                 }
                 if round == 1 {

@@ -592,6 +592,33 @@ fn a_change_is_acknowledged_only_once_another_node_holds_it() {
     assert_eq!(net.nodes[lone].ack_ready(at, &plan), Some(AckReached::Alone));
 }
 
+/// Issue 18: a request waiting for its change to be held elsewhere is woken only when
+/// `held_progress` moves (not by every input the node takes), so that fingerprint must move
+/// whenever a change becomes held (through a follower and through the leader), and stay put
+/// when the node only makes another change that no one holds yet.
+#[test]
+fn held_progress_moves_when_a_change_becomes_held_and_not_when_another_is_only_made() {
+    let mut net = three_nodes();
+    let leader = net.nodes[0].meta_status(net.clock(0)).meta.leader.expect("a leader");
+    let l = (0..3).find(|&i| net.id(i) == leader).unwrap();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    for (who, key) in [(f, "moves.follower"), (l, "moves.leader")] {
+        let from = net.nodes[who].ack_position();
+        let at = net.clock(who);
+        net.nodes[who].setting_set(at, key, Some(json!(1))).expect("set");
+        let plan = net.nodes[who].ack_plan(from);
+        let before = net.nodes[who].held_progress();
+        let at = net.clock(who);
+        net.nodes[who].setting_set(at, &format!("{key}.another"), Some(json!(2))).expect("set");
+        assert_eq!(net.nodes[who].held_progress(), before, "{key}: another change made, none held");
+        assert_eq!(net.nodes[who].ack_ready(at, &plan), None);
+        net.pump();
+        let at = net.clock(who);
+        assert!(net.nodes[who].ack_ready(at, &plan).is_some(), "{key}: held now");
+        assert_ne!(net.nodes[who].held_progress(), before, "{key}: held, so the waiters must look again");
+    }
+}
+
 /// Issue 16 "Wake-on-LAN": a node reports its MAC addresses in its capabilities; waking it asks
 /// every other reachable member to broadcast the packet (and this node broadcasts it too); a
 /// member broadcasts only for MAC addresses some member reported.

@@ -337,6 +337,7 @@ pub async fn start<E: Env>(env: E, opts: ServeOptions) -> Result<Daemon<E>, Star
         tunnel_handler: crate::http::server::tunnelled::<E>,
         armed: AtomicU64::new(u64::MAX),
         changed: Notify::new(),
+        held_moved: Notify::new(),
         shutdown,
         metrics: Default::default(),
         released: Default::default(),
@@ -415,6 +416,9 @@ async fn drive<E: Env>(shared: Arc<Shared<E>>) {
         };
         shared.pump();
         shared.changed.notify_waiters();
+        // Liveness moves with time alone: a wait for a change to be held elsewhere looks again
+        // at every turn (a node left alone answers `alone`).
+        shared.held_moved.notify_waiters();
         let sleep_ms = wake_at.since(now).max(1);
         woken = tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => false,

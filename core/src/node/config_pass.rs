@@ -130,6 +130,7 @@ impl Node {
             ("page_max", &mut meta.page_max),
             ("snapshot_page_max", &mut meta.snapshot_page_max),
             ("batch_max", &mut meta.batch_max),
+            ("submit_window", &mut meta.submit_window),
         ] {
             if let Some(v) = set("meta", key) {
                 *slot = v as usize;

@@ -399,6 +399,13 @@ impl Node {
         AckPlan { mode, wait_ms, from, to }
     }
 
+    /// What [`Node::ack_ready`] and [`Node::file_record_held_elsewhere`] read, but time: while
+    /// it is unchanged after a call, a wait for one of them need not look again (the shell
+    /// looks at every driver turn too, where liveness moves with time).
+    pub fn held_progress(&self) -> (bool, crate::meta::machine::HeldProgress) {
+        (self.cluster.is_some(), self.meta.held_progress())
+    }
+
     /// Whether the changes of `plan` may be acknowledged: another node holds them, or no other
     /// member is alive by its heartbeats (a node alone keeps working). `None`: not yet.
     pub fn ack_ready(&self, wall: Millis, plan: &AckPlan) -> Option<AckReached> {

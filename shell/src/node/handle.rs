@@ -67,8 +67,11 @@ pub struct Shared<E: Env> {
     pub(crate) tunnel_handler: TunnelHandlerFn<E>,
     /// The deadline (wall ms) the driver sleeps until; `u64::MAX` while it is awake.
     pub(crate) armed: AtomicU64,
-    /// Told whenever a peer's answer to one of this node's requests was handled.
+    /// Told whenever the node took an input (a request, a peer's answer, a timer turn).
     pub(crate) changed: Notify,
+    /// Told when what decides whether this node's changes are held elsewhere moved
+    /// (`Node::held_progress`), and at every driver turn: [`Shared::wait_for_held`].
+    pub(crate) held_moved: Notify,
     pub(crate) shutdown: watch::Sender<bool>,
     /// The shell's counters for `/metrics` (requests, bytes).
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -93,30 +96,48 @@ impl<E: Env> Shared<E> {
     pub fn with_node<R>(self: &Arc<Self>, f: impl FnOnce(&mut Node, Millis) -> R) -> R {
         let mono = self.env.monotonic();
         let now = self.env.now();
-        let r = {
+        let (r, held_moved) = {
             let mut node = lock(&self.node);
             node.observe_monotonic(mono);
+            let held_before = node.held_progress();
             let r = f(&mut node, now);
+            let held_moved = node.held_progress() != held_before;
             // The call may have brought a deadline forward (a kicked chore): the driver, asleep
             // until the one it armed, looks again.
             if node.poll_timeout().is_some_and(|d| d.0 < self.armed.load(Ordering::Acquire)) {
                 self.wake.notify_one();
             }
-            r
+            (r, held_moved)
         };
         self.pump();
         // Whoever waits for a condition on the node ([`Shared::wait_for`]) looks again.
         self.changed.notify_waiters();
+        if held_moved {
+            self.held_moved.notify_waiters();
+        }
         r
     }
 
     /// Wait until `cond` holds on the node, for at most `within_ms`: woken each time the node
     /// took an input (a request, a peer's answer, a timer turn), never by polling. Whether it
     /// holds at the end.
-    pub async fn wait_for(&self, within_ms: u64, mut cond: impl FnMut(&mut Node, Millis) -> bool) -> bool {
+    pub async fn wait_for(&self, within_ms: u64, cond: impl FnMut(&mut Node, Millis) -> bool) -> bool {
+        self.wait_on(&self.changed, within_ms, cond).await
+    }
+
+    /// [`Shared::wait_for`] for a condition on whether this node's changes are held by another
+    /// node (`Node::ack_ready`, `Node::file_record_held_elsewhere`, ...): woken only when
+    /// `Node::held_progress` moved or the driver turned, not by every input. With 16 clients
+    /// writing through one node, each input woke all 16 waiting requests, and each wake-up
+    /// polled its connection (issue 18).
+    pub async fn wait_for_held(&self, within_ms: u64, cond: impl FnMut(&mut Node, Millis) -> bool) -> bool {
+        self.wait_on(&self.held_moved, within_ms, cond).await
+    }
+
+    async fn wait_on(&self, told: &Notify, within_ms: u64, mut cond: impl FnMut(&mut Node, Millis) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(within_ms);
         loop {
-            let changed = self.changed.notified();
+            let changed = told.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             if self.look(&mut cond) {

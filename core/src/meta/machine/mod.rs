@@ -87,7 +87,7 @@ impl Default for MetaConfig {
             snapshot_page_max: 2_000,
             purge_every_ms: 60_000,
             batch_max: 500,
-            submit_window: 4,
+            submit_window: 2,
             linger_ms: 20,
             reorder_wait_ms: 100,
         }
@@ -360,6 +360,20 @@ pub(super) fn decode_cursor(c: &str) -> Option<RecordKey> {
     Some((kind, key.to_string()))
 }
 
+/// A fingerprint of what decides whether this node's changes are held by another node
+/// ([`Meta::held_progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldProgress {
+    born: Millis,
+    pending_taken: u64,
+    self_appended: Option<u64>,
+    term: Option<Term>,
+    leads: bool,
+    members: usize,
+    held: u64,
+    compacted_through: LogIndex,
+}
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct PeerAppend {
     /// When the append in flight was sent.
@@ -397,6 +411,12 @@ pub struct Meta {
     appends_since_compaction: u64,
     pending: BTreeMap<u64, Record>,
     next_pending_id: u64,
+    /// How many pending records the leader took so far (answered submits, or this node's own
+    /// taken when it became leader): part of [`HeldProgress`].
+    pending_taken: u64,
+    /// When this store was made (a node that leaves or joins starts a new one): part of
+    /// [`HeldProgress`].
+    born: Millis,
     /// Pending ids of ours that went into our own log when we became leader: first id of each
     /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
     self_appended: BTreeMap<u64, (u64, LogIndex)>,
@@ -456,6 +476,8 @@ impl Meta {
             appends_since_compaction: 0,
             pending: BTreeMap::new(),
             next_pending_id: 1,
+            pending_taken: 0,
+            born: now,
             submits: BTreeMap::new(),
             submitting: BTreeSet::new(),
             submit_due: Millis::ZERO,
@@ -605,6 +627,25 @@ impl Meta {
         let alone = self.members.iter().all(|c| c.id == self.me);
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
         alone || (leads && self.peers.values().any(|p| p.held_through >= need))
+    }
+
+    /// What [`Meta::mark_held`] and [`Meta::held_elsewhere`] read, in a form cheap to take and
+    /// compare: while it stays the same, no change that was not held elsewhere before is now
+    /// (the pending records the leader took, the lease this log follows, the members, what the
+    /// peers confirmed). A caller that waits for one of them looks again only when it moves,
+    /// not at every input the node takes (issue 18: with 16 writers waiting, each input woke
+    /// all 16).
+    pub fn held_progress(&self) -> HeldProgress {
+        HeldProgress {
+            born: self.born,
+            pending_taken: self.pending_taken,
+            self_appended: self.self_appended.last_key_value().map(|(first, _)| *first),
+            term: self.log_lease.as_ref().map(|l| l.term),
+            leads: self.log_lease.as_ref().is_some_and(|l| l.holder == self.me),
+            members: self.members.len(),
+            held: self.peers.values().map(|p| p.held_through.0).fold(0u64, u64::wrapping_add),
+            compacted_through: self.compacted_through,
+        }
     }
 
     pub fn status(&self, now: Millis) -> MetaStatus {
@@ -977,6 +1018,7 @@ impl Meta {
             let pending = std::mem::take(&mut self.pending);
             let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
             for (id, rec) in pending {
+                self.pending_taken += 1;
                 let me = self.me.clone();
                 self.append_as_leader(rec, me);
                 self.persist(MetaPersist::DeletePending(id));

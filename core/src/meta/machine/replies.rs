@@ -80,6 +80,7 @@ impl Meta {
                     }
                     for id in ids {
                         if self.pending.remove(&id).is_some() {
+                            self.pending_taken += 1;
                             self.persist(MetaPersist::DeletePending(id));
                         }
                     }

@@ -31,7 +31,7 @@ const RECORD_WAIT_MS: u64 = 3_000;
 
 async fn held_elsewhere<E: Env>(s: &Arc<Shared<E>>, id: &shoal_core::ids::JobId) -> bool {
     let id = id.clone();
-    s.wait_for(RECORD_WAIT_MS, move |n, _| n.job_held_elsewhere(&id)).await
+    s.wait_for_held(RECORD_WAIT_MS, move |n, _| n.job_held_elsewhere(&id)).await
 }
 
 /// `POST /v1/jobs`: the job runs as whoever submits it (issue 15: its `fs` calls obey their

@@ -226,7 +226,7 @@ async fn acknowledge_when_safe<E: Env>(State(s): S<E>, req: Request, next: Next)
             let through = s.meta_store.queued_through();
             let mut got = None;
             let p = plan.clone();
-            let replicated = s.wait_for(plan.wait_ms, |n, now| {
+            let replicated = s.wait_for_held(plan.wait_ms, |n, now| {
                 got = n.ack_ready(now, &p);
                 got.is_some()
             });

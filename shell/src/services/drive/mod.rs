@@ -377,7 +377,7 @@ async fn publish<E: Env>(
         s.repl_kick();
     }
     let mut v = crate::wire::error::json_of(v);
-    let held = s.wait_for(RECORD_WAIT_MS, |n, _| n.file_record_held_elsewhere(&target.path)).await;
+    let held = s.wait_for_held(RECORD_WAIT_MS, |n, _| n.file_record_held_elsewhere(&target.path)).await;
     v["recordReplicated"] = json!(held);
     tracing::debug!(path = %target.path, size, copies = copies.len(), held, put_ms = s.env.monotonic().since(t0), "put");
     Ok((v, span))
