@@ -13,7 +13,7 @@
 //! (`/proc`), per write: the same machine's cost of a write in each store.
 //! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16",
 //! SHOAL_BIN=path of another shoal build to measure instead of this one, e.g. a baseline;
-//! ETCD=0 to leave etcd out; SUBMIT_WINDOW=n to declare `meta.submit_window`).
+//! ETCD=0 to leave etcd out; SET="meta.submit_window=2 ..." to declare config keys first).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -102,11 +102,11 @@ async fn follower(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) 
 
 /// Declares `meta.ack = mode` and waits until node `at` answers writes with it.
 async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], mode: &str, at: usize) {
-    // SUBMIT_WINDOW: declare `meta.submit_window` too (an experiment's knob).
-    if let Ok(w) = std::env::var("SUBMIT_WINDOW") {
-        let body = j(
-            json!({"action": "set", "key": "meta.submit_window", "value": w.parse::<u64>().unwrap(), "why": "bench"}),
-        );
+    // SET="meta.submit_window=2 meta.submit_gather=1": declare these keys too (an experiment's knobs).
+    for kv in std::env::var("SET").unwrap_or_default().split_whitespace() {
+        let (key, value) = kv.split_once('=').expect("SET takes key=value pairs");
+        let value: Value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
+        let body = j(json!({"action": "set", "key": key, "value": value, "why": "bench"}));
         let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
         assert_eq!(s, 200, "{v}");
     }
