@@ -555,6 +555,13 @@ fn the_audit_log_keeps_its_newest_entries_only() {
     assert_eq!(oldest, json!(format!("act {extra}")));
 }
 
+/// The metadata leader's index and a follower's, as node 0 sees them.
+fn leader_and_follower(net: &Net) -> (usize, usize) {
+    let leader = net.nodes[0].meta_status(net.clock(0)).meta.leader.expect("a leader");
+    let l = (0..3).find(|&i| net.id(i) == leader).unwrap();
+    (l, (0..3).find(|&i| i != l).unwrap())
+}
+
 /// Issue 18 "Acknowledged means safe": a change is ready to acknowledge only once another node
 /// holds it — through a follower, once the leader took its submit; through the leader, once a
 /// follower answered the append carrying it — and at once when no other member is alive.
@@ -562,9 +569,7 @@ fn the_audit_log_keeps_its_newest_entries_only() {
 fn a_change_is_acknowledged_only_once_another_node_holds_it() {
     use shoal_core::node::AckReached;
     let mut net = three_nodes();
-    let leader = net.nodes[0].meta_status(net.clock(0)).meta.leader.expect("a leader");
-    let l = (0..3).find(|&i| net.id(i) == leader).unwrap();
-    let f = (0..3).find(|&i| i != l).unwrap();
+    let (l, f) = leader_and_follower(&net);
     for (who, key) in [(f, "through.follower"), (l, "through.leader")] {
         let from = net.nodes[who].ack_position();
         let at = net.clock(who);
@@ -599,9 +604,7 @@ fn a_change_is_acknowledged_only_once_another_node_holds_it() {
 #[test]
 fn held_progress_moves_when_a_change_becomes_held_and_not_when_another_is_only_made() {
     let mut net = three_nodes();
-    let leader = net.nodes[0].meta_status(net.clock(0)).meta.leader.expect("a leader");
-    let l = (0..3).find(|&i| net.id(i) == leader).unwrap();
-    let f = (0..3).find(|&i| i != l).unwrap();
+    let (l, f) = leader_and_follower(&net);
     for (who, key) in [(f, "moves.follower"), (l, "moves.leader")] {
         let from = net.nodes[who].ack_position();
         let at = net.clock(who);
