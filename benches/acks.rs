@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{call, cpu_ticks, etcd_members, j, wait_until, Kill};
+use common::{acn_requests, call, cpu_ticks, etcd_members, j, requests_between, wait_until, Kill};
 
 /// What one row measured.
 struct Row {
@@ -129,28 +129,6 @@ async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], 
     })
     .await;
     assert!(applied, "mode {mode} applied");
-}
-
-/// Node-to-node metadata requests answered so far, summed over the nodes, by route (from each
-/// node's `/metrics`).
-async fn meta_requests(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for (url, token) in urls.iter().zip(tokens) {
-        let auth = format!("Bearer {token}");
-        let Ok(r) = c.request(url, "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 10_000).await else {
-            continue;
-        };
-        for line in String::from_utf8_lossy(&r.body).lines() {
-            let Some(rest) = line.strip_prefix("shoal_http_requests_total{") else { continue };
-            let Some(route) = rest.split("route=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
-            if !route.contains("/meta/") {
-                continue;
-            }
-            let n: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            *out.entry(route.rsplit('/').next().unwrap_or(route).to_string()).or_default() += n;
-        }
-    }
-    out
 }
 
 fn print_row(name: &str, clients: usize, r: &Row) {
@@ -261,19 +239,13 @@ fn main() {
                         headers: vec![("authorization", auth.clone())],
                         body: j(json!({ "value": i })),
                     });
-                    let (ticks, before) = (cpu_ticks(&pids), meta_requests(&c, &urls, &tokens).await);
+                    let (ticks, before) = (cpu_ticks(&pids), acn_requests(&c, &urls, &tokens, "/meta/").await);
                     let r = drive(writes, n, make).await;
                     let cpu_us = (cpu_ticks(&pids) - ticks) as f64 * 10_000.0 / writes as f64;
-                    let after = meta_requests(&c, &urls, &tokens).await;
-                    let sent: Vec<String> = after
-                        .iter()
-                        .map(|(route, n)| (route, n - before.get(route).copied().unwrap_or(0.0)))
-                        .filter(|(_, n)| *n > 0.0)
-                        .map(|(route, n)| format!("{route} {n:.0}"))
-                        .collect();
+                    let sent = requests_between(&before, &acn_requests(&c, &urls, &tokens, "/meta/").await, 1.0);
                     print_row(mode, n, &r);
                     println!("{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write", "");
-                    println!("{:10} {n:>7} node-to-node meta requests: {}", "", sent.join(", "));
+                    println!("{:10} {n:>7} node-to-node meta requests: {sent}", "");
                     rates.push((mode.to_string(), r.rate));
                 }
             }

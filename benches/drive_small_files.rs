@@ -7,6 +7,10 @@
 //! three nodes; each put is acknowledged only after its copy is fsynced and its record
 //! published. Run with policy 1 (default) and policy 2 (`/two` folder). `cargo bench --bench
 //! drive_small_files` (env FILES, CLIENTS; BASELINE_BIN for an older binary side by side).
+//!
+//! Beside each rate: the CPU time per file of the three nodes (from `/proc`) and of the floor's
+//! threads (this process, which runs nothing else meanwhile), and the node-to-node requests per
+//! put by route (from the nodes' `/metrics`): where a put's cost goes, next to the floor's.
 
 use serde_json::json;
 use shoal_shell::env::TokioEnv;
@@ -18,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{call, j, wait_until, Kill};
+use common::{acn_requests, call, cpu_ticks, j, requests_between, wait_until, Kill};
 
 /// Put `files` files of 4 KiB under `folder` with `clients` concurrent clients; files/s.
 async fn put_all(urls: &[String], tokens: &[String], folder: &str, files: usize, clients: usize) -> f64 {
@@ -48,10 +52,12 @@ async fn put_all(urls: &[String], tokens: &[String], folder: &str, files: usize,
     files as f64 / start.elapsed().as_secs_f64()
 }
 
-/// The same files written durably into one folder by `threads` threads; files/s.
-fn floor(dir: &Path, files: usize, threads: usize) -> f64 {
+/// The same files written durably into one folder by `threads` threads: files/s, and the CPU
+/// time per file (µs) those threads used.
+fn floor(dir: &Path, files: usize, threads: usize) -> (f64, f64) {
     std::fs::create_dir_all(dir).unwrap();
     let next = Arc::new(AtomicUsize::new(0));
+    let ticks = cpu_ticks(&[std::process::id()]);
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -73,7 +79,27 @@ fn floor(dir: &Path, files: usize, threads: usize) -> f64 {
             });
         }
     });
-    files as f64 / start.elapsed().as_secs_f64()
+    let rate = files as f64 / start.elapsed().as_secs_f64();
+    (rate, (cpu_ticks(&[std::process::id()]) - ticks) as f64 * 10_000.0 / files as f64)
+}
+
+/// What one phase of puts measured.
+struct Phase {
+    rate: f64,
+    /// CPU time of the cluster's three nodes per file, µs.
+    cpu_us: f64,
+    /// Node-to-node requests per put, by route.
+    requests: String,
+}
+
+/// [`put_all`] into the cluster of `urls` (its node processes `pids`), with its cost.
+async fn phase(urls: &[String], tokens: &[String], pids: &[u32], folder: &str, files: usize, clients: usize) -> Phase {
+    let c = HttpClient::new(TokioEnv::default());
+    let (ticks, before) = (cpu_ticks(pids), acn_requests(&c, urls, tokens, "").await);
+    let rate = put_all(urls, tokens, folder, files, clients).await;
+    let cpu_us = (cpu_ticks(pids) - ticks) as f64 * 10_000.0 / files as f64;
+    let requests = requests_between(&before, &acn_requests(&c, urls, tokens, "").await, files as f64);
+    Phase { rate, cpu_us, requests }
 }
 
 /// Three `shoal serve` processes of `bin` in one cluster, each with a volume, a `/two` folder
@@ -114,34 +140,52 @@ async fn main() {
     let root = tempfile::tempdir().unwrap();
     let mut kids = Kill(Vec::new());
     let (urls, tokens) = cluster(env!("CARGO_BIN_EXE_shoal"), &root.path().join("this"), &mut kids).await;
+    let pids: Vec<u32> = kids.0.iter().map(|c| c.id()).collect();
     let base_cluster = match &baseline {
-        Some(bin) => Some(cluster(bin, &root.path().join("base"), &mut kids).await),
+        Some(bin) => {
+            let (u, t) = cluster(bin, &root.path().join("base"), &mut kids).await;
+            let base_pids: Vec<u32> = kids.0[pids.len()..].iter().map(|c| c.id()).collect();
+            Some((u, t, base_pids))
+        }
         None => None,
     };
 
     // The floor before and after the puts: this disk's rate drifts, the mean is reported.
     let floor_before = floor(&root.path().join("floor-1"), files, clients);
-    let one = put_all(&urls, &tokens, "/one", files, clients).await;
+    let one = phase(&urls, &tokens, &pids, "/one", files, clients).await;
     let base_one = match &base_cluster {
-        Some((u, t)) => Some(put_all(u, t, "/one", files, clients).await),
+        Some((u, t, p)) => Some(phase(u, t, p, "/one", files, clients).await),
         None => None,
     };
-    let two = put_all(&urls, &tokens, "/two", files, clients).await;
+    let two = phase(&urls, &tokens, &pids, "/two", files, clients).await;
     let base_two = match &base_cluster {
-        Some((u, t)) => Some(put_all(u, t, "/two", files, clients).await),
+        Some((u, t, p)) => Some(phase(u, t, p, "/two", files, clients).await),
         None => None,
     };
     let floor_after = floor(&root.path().join("floor-2"), files, clients);
-    let base = (floor_before + floor_after) / 2.0;
+    let base = (floor_before.0 + floor_after.0) / 2.0;
+    let floor_cpu = (floor_before.1 + floor_after.1) / 2.0;
     println!("{files} files of 4 KiB, {clients} concurrent clients, 3 nodes on loopback ({} cores)", num_cpus());
-    println!("  durable local writes (floor): {base:>7.0} files/s  (before {floor_before:.0}, after {floor_after:.0})");
-    println!("  shoal put, 1 copy:            {one:>7.0} files/s  ({:.0}% of the floor)", 100.0 * one / base);
-    if let Some(b) = base_one {
-        println!("    baseline binary, 1 copy:    {b:>7.0} files/s  ({:.0}% of the floor)", 100.0 * b / base);
+    println!(
+        "  durable local writes (floor): {base:>7.0} files/s  (before {:.0}, after {:.0}); CPU {floor_cpu:.0} µs per file",
+        floor_before.0, floor_after.0
+    );
+    let show = |name: &str, p: &Phase| {
+        println!(
+            "  {name:<28} {:>7.0} files/s  ({:.0}% of the floor); nodes' CPU {:.0} µs per file",
+            p.rate,
+            100.0 * p.rate / base,
+            p.cpu_us
+        );
+        println!("  {:<28} node-to-node requests per put: {}", "", p.requests);
+    };
+    show("shoal put, 1 copy:", &one);
+    if let Some(b) = &base_one {
+        show("  baseline binary, 1 copy:", b);
     }
-    println!("  shoal put, 2 copies:          {two:>7.0} files/s  ({:.0}% of the floor)", 100.0 * two / base);
-    if let Some(b) = base_two {
-        println!("    baseline binary, 2 copies:  {b:>7.0} files/s  ({:.0}% of the floor)", 100.0 * b / base);
+    show("shoal put, 2 copies:", &two);
+    if let Some(b) = &base_two {
+        show("  baseline binary, 2 copies:", b);
     }
 }
 

@@ -15,7 +15,6 @@ impl Drop for Kill {
     }
 }
 
-/// A free port on 127.0.0.1.
 /// CPU time (user + system, in clock ticks of 10 ms) the processes `pids` have used so far,
 /// read from `/proc` (0 for one that cannot be read).
 #[allow(dead_code)] // used by some of the benches that share this module
@@ -32,6 +31,53 @@ pub fn cpu_ticks(pids: &[u32]) -> u64 {
         .sum()
 }
 
+/// Node-to-node requests (`/cluster/acn/...`) answered so far, summed over the nodes, by the
+/// last segment of their route (from each node's `/metrics`), for routes containing `within`.
+#[allow(dead_code)] // used by some of the benches that share this module
+pub async fn acn_requests(
+    c: &shoal_shell::net::client::HttpClient<shoal_shell::env::TokioEnv>,
+    urls: &[String],
+    tokens: &[String],
+    within: &str,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (url, token) in urls.iter().zip(tokens) {
+        let auth = format!("Bearer {token}");
+        let Ok(r) = c.request(url, "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 10_000).await else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&r.body).lines() {
+            let Some(rest) = line.strip_prefix("shoal_http_requests_total{") else { continue };
+            let Some(route) = rest.split("route=\"").nth(1).and_then(|r| r.split('"').next()) else { continue };
+            if !route.starts_with("/cluster/acn/") || !route.contains(within) {
+                continue;
+            }
+            let n: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+            *out.entry(route.rsplit('/').next().unwrap_or(route).to_string()).or_default() += n;
+        }
+    }
+    out
+}
+
+/// What `after` counts beyond `before` (two [`acn_requests`] readings), as "route n" per
+/// `per` units of work, largest first.
+#[allow(dead_code)] // used by some of the benches that share this module
+pub fn requests_between(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    per: f64,
+) -> String {
+    let mut moved: Vec<(String, f64)> = after
+        .iter()
+        .map(|(route, n)| (route.clone(), (n - before.get(route).copied().unwrap_or(0.0)) / per))
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    moved.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let digits = if per > 1.0 { 2 } else { 0 };
+    moved.iter().map(|(route, n)| format!("{route} {n:.digits$}")).collect::<Vec<_>>().join(", ")
+}
+
+/// A free port on 127.0.0.1.
 pub fn port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
