@@ -869,3 +869,48 @@ fn one_placement_call_places_every_copy_on_distinct_nodes() {
     let body = json!({"size": 4096, "count": 2}).to_string();
     assert_eq!(code(&net.nodes[1].place_for_self(at, body.as_bytes())), "not_leader");
 }
+
+/// A follower places a single copy on its own volume without asking the leader when the
+/// placement the leader runs, run with the follower's view, puts it there, and the same volume
+/// the leader would name; otherwise (another node ranks first, its volume is read-only or too
+/// small, it holds a copy already, it leads) it does not decide and the writer asks the leader.
+#[test]
+fn a_follower_places_its_own_copy_only_when_placement_puts_it_there() {
+    let mut net = Net::new(&[0, 0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "place-here").expect("create");
+    net.pump();
+    for j in [1, 2] {
+        net.join(j, 0).1.expect("joins");
+    }
+    let mut volumes = Vec::new();
+    for i in 0..3 {
+        let at = net.clock(i);
+        let facts = shoal_core::node::volumes::FolderFacts::default();
+        // B's volume is small (1 of 2 GiB free), the others large.
+        let (capacity, free) = if i == 1 { (2 << 30, 1 << 30) } else { (1 << 40, 1 << 39) };
+        volumes.push(net.nodes[i].volume_add(at, &format!("/srv/n{i}"), &facts, "", capacity, free).expect("a volume"));
+    }
+    net.run_for(MINUTE_MS, SECOND_MS);
+    let at = net.clock(0);
+    assert!(net.nodes[0].leader_term(at).is_some(), "A leads");
+    let b = net.id(1);
+
+    let at = net.clock(1);
+    let here = net.nodes[1].place_here(at, 4096, None, &[]);
+    assert_eq!(here.as_ref(), Some(&volumes[1].id), "B's own volume");
+    let at0 = net.clock(0);
+    let body = json!({"size": 4096, "writer": b}).to_string();
+    let leader = net.nodes[0].place_for_self(at0, body.as_bytes());
+    assert_eq!(leader.body["volumeId"].as_str(), here.as_ref().map(|v| v.as_str()), "what the leader would name");
+
+    assert_eq!(net.nodes[1].place_here(at, 4096, None, std::slice::from_ref(&b)), None, "B holds a copy already");
+    assert_eq!(net.nodes[1].place_here(at, 2 << 30, None, &[]), None, "too large for B's volume");
+    assert_eq!(net.nodes[0].place_here(at0, 4096, None, &[]), None, "the leader places through store/place");
+
+    // B's volume read-only: another node ranks first, so B asks the leader.
+    net.nodes[1].volume_set_read_only(at, volumes[1].id.as_str(), true).expect("read-only");
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let at = net.clock(1);
+    assert_eq!(net.nodes[1].place_here(at, 4096, None, &[]), None, "B's only volume is read-only");
+}

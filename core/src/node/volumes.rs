@@ -520,42 +520,19 @@ impl Node {
             }
         };
         let writer = b.writer.unwrap_or_else(|| sender.clone());
-        let states: Vec<(Volume, crate::membership::NodeState)> =
-            self.volumes().map(|v| (v.clone(), self.members.state(&v.node_id, now))).collect();
-        let mut known = self.sched_inputs(wall);
-        if writer != self.id {
-            // This node's round trips are not the writer's: left out unless the matrix has them.
-            known.values_mut().for_each(|i| i.latency_ms = 0.0);
-        }
-        let weights = self.sched_weights();
+        let (placed, refused) = self.placements(wall, &writer, b.size, b.primary.as_ref(), b.exclude, count);
         let term = self.meta.known_lease().map(|l| l.term);
-        let mut exclude = b.exclude;
-        let mut copies = Vec::new();
-        let mut refused = None;
-        for _ in 0..count {
-            let ask = crate::storage::placement::PlaceAsk {
-                size: b.size,
-                writer: &writer,
-                primary: b.primary.as_ref(),
-                exclude: &exclude,
-                latency: Some(&self.latency.matrix),
-            };
-            match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &weights, ask) {
-                Ok(v) => {
-                    copies.push(json!({
-                        "volumeId": v.id,
-                        "nodeId": v.node_id,
-                        "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
-                        "term": term,
-                    }));
-                    exclude.push(v.node_id.clone());
-                }
-                Err(e) => {
-                    refused = Some(e);
-                    break;
-                }
-            }
-        }
+        let copies: Vec<serde_json::Value> = placed
+            .iter()
+            .map(|v| {
+                json!({
+                    "volumeId": v.id,
+                    "nodeId": v.node_id,
+                    "url": self.members.get(&v.node_id).map(|r| r.advertise_url.clone()).unwrap_or_default(),
+                    "term": term,
+                })
+            })
+            .collect();
         match (copies.first().cloned(), refused) {
             (Some(mut first), _) => {
                 first["copies"] = json!(copies);
@@ -570,6 +547,69 @@ impl Node {
 }
 
 impl Node {
+    /// Where `count` new copies of `size` bytes written by `writer` go, chosen one after the
+    /// other (each placed node excluded from the next), with this node's view of the volumes,
+    /// the members and the scorer's inputs; fewer when no more fit, and why.
+    fn placements(
+        &self,
+        wall: Millis,
+        writer: &crate::NodeId,
+        size: u64,
+        primary: Option<&VolumeId>,
+        mut exclude: Vec<crate::NodeId>,
+        count: u32,
+    ) -> (Vec<Volume>, Option<crate::storage::placement::PlaceError>) {
+        let now = self.clock.peek(wall);
+        let states: Vec<(Volume, crate::membership::NodeState)> =
+            self.volumes().map(|v| (v.clone(), self.members.state(&v.node_id, now))).collect();
+        let mut known = self.sched_inputs(wall);
+        if *writer != self.id {
+            // This node's round trips are not the writer's: left out unless the matrix has them.
+            known.values_mut().for_each(|i| i.latency_ms = 0.0);
+        }
+        let weights = self.sched_weights();
+        let mut placed = Vec::new();
+        for _ in 0..count {
+            let ask = crate::storage::placement::PlaceAsk {
+                size,
+                writer,
+                primary,
+                exclude: &exclude,
+                latency: Some(&self.latency.matrix),
+            };
+            match crate::storage::placement::place(states.iter().map(|(v, s)| (v, *s)), &known, &weights, ask) {
+                Ok(v) => {
+                    exclude.push(v.node_id.clone());
+                    placed.push(v.clone());
+                }
+                Err(e) => return (placed, Some(e)),
+            }
+        }
+        (placed, None)
+    }
+
+    /// A follower's one new copy placed without asking the leader (spec "local volume first"):
+    /// the volume, when the placement the leader would run, run with this node's view, puts it
+    /// on this node itself. `None` otherwise (another node ranks first, nothing here fits, this
+    /// node holds a copy already), when this node leads (it places for itself anyway), or when
+    /// no leader is known: then the writer asks the leader as before. The leader's inputs that
+    /// a follower lacks (the replication queue of each node, the cluster's latency matrix)
+    /// weigh other nodes against each other, which a copy kept on its writer does not need.
+    pub fn place_here(
+        &self,
+        wall: Millis,
+        size: u64,
+        primary: Option<&VolumeId>,
+        exclude: &[crate::NodeId],
+    ) -> Option<VolumeId> {
+        let now = self.clock.peek(wall);
+        if self.meta.is_leader(now) || self.meta.leader(now).is_none() || exclude.contains(&self.id) {
+            return None;
+        }
+        let (placed, _) = self.placements(wall, &self.id, size, primary, exclude.to_vec(), 1);
+        placed.into_iter().next().filter(|v| v.node_id == self.id).map(|v| v.id)
+    }
+
     /// [`Node::answer_place`] for a copy this node writes itself, when it is the leader.
     pub fn place_for_self(&mut self, wall: Millis, body: &[u8]) -> super::Reply {
         let me = self.id.clone();

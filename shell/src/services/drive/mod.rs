@@ -3,7 +3,8 @@
 //! a file is never held in memory whole.
 //!
 //! A put asks the metadata leader where its copies go in one call (`store/place` with `count`,
-//! excluding nodes that already took one), writes the copies, and only then publishes the
+//! excluding nodes that already took one; a follower's single copy that the core places on
+//! the follower itself, `Node::place_here`, asks no one), writes the copies, and only then publishes the
 //! record, so the namespace never shows a half-written file. A large body of known length
 //! streams to every copy at once as it arrives: each chunk is hashed once and written to a local
 //! part file or a peer's upload session (signed chunked protocol). A small body (1 MiB or less)
@@ -71,7 +72,8 @@ pub struct Placed {
 
 /// Ask the metadata leader where `count` copies of `size` bytes go, each on another node and
 /// none on a node in `exclude`, in one call. Fewer come back when no more nodes fit; none is
-/// an error. A leader that takes no `count` (an older version) is asked for one.
+/// an error. A leader that takes no `count` (an older version) is asked for one. One copy that
+/// the core places on this node itself ([`shoal_core::node::Node::place_here`]) needs no call.
 pub async fn place<E: Env>(
     s: &Arc<Shared<E>>,
     size: u64,
@@ -83,6 +85,12 @@ pub async fn place<E: Env>(
     let Some(leader) = leader else {
         return Err(ApiError::unavailable("no_leader", "no metadata leader right now; retry shortly"));
     };
+    if count <= 1 {
+        // A copy the core places on this node itself needs no round trip to the leader.
+        if let Some(volume) = s.read_node(|n, now| n.place_here(now, size, primary, exclude)) {
+            return Ok(vec![Placed { volume, node: me }]);
+        }
+    }
     let mut count = count.max(1);
     loop {
         let mut body = json!({"size": size, "writer": me, "primary": primary, "exclude": exclude});
