@@ -55,7 +55,7 @@ pub struct TokioEnv {
 
 impl Net for TokioEnv {
     type Stream = tokio::net::TcpStream;
-    type Listener = tokio::net::TcpListener;
+    type Listener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
     type Addr = std::net::SocketAddr;
 
     async fn connect(&self, host_port: String) -> io::Result<Self::Stream> {
@@ -75,7 +75,13 @@ impl Net for TokioEnv {
     }
 
     async fn bind(&self, host_port: String) -> io::Result<Self::Listener> {
-        tokio::net::TcpListener::bind(host_port).await
+        use axum::serve::ListenerExt;
+        // Answers go out as soon as they are written, as requests do (`connect`): a response
+        // written in two parts must not wait for the client's delayed acknowledgement.
+        let nodelay: fn(&mut tokio::net::TcpStream) = |s| {
+            let _ = s.set_nodelay(true);
+        };
+        Ok(tokio::net::TcpListener::bind(host_port).await?.tap_io(nodelay))
     }
 
     fn broadcast(&self, datagram: &[u8], port: u16) -> io::Result<()> {
