@@ -26,6 +26,7 @@ use base64::Engine;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier as _, VerifyingKey};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub const HEADER_NODE: &str = "x-aroz-node";
 pub const HEADER_CLUSTER: &str = "x-aroz-cluster";
@@ -141,17 +142,73 @@ pub fn sign_request_hashed(
     now: Millis,
     rng: &mut SeededRng,
 ) -> SignedHeaders {
-    let timestamp = now.as_secs().to_string();
-    let nonce = rng.hex(16);
-    let canon =
-        canonical_string_with_hash(method, target, cluster.as_str(), node.as_str(), &timestamp, &nonce, body_hash);
+    let (timestamp, nonce) = (now.as_secs().to_string(), rng.hex(16));
+    signed_headers(key, node.as_str(), cluster.as_str(), timestamp, nonce, method, target, body_hash)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn signed_headers(
+    key: &SigningKey,
+    node: &str,
+    cluster: &str,
+    timestamp: String,
+    nonce: String,
+    method: &str,
+    target: &str,
+    body_hash: &str,
+) -> SignedHeaders {
+    let canon = canonical_string_with_hash(method, target, cluster, node, &timestamp, &nonce, body_hash);
     let sig = key.sign(canon.as_bytes());
     SignedHeaders {
-        node: node.0.clone(),
-        cluster: cluster.0.clone(),
+        node: node.to_string(),
+        cluster: cluster.to_string(),
         timestamp,
         nonce,
         signature: STANDARD.encode(sig.to_bytes()),
+    }
+}
+
+/// A request's signature decided but not computed yet: who signs, for which cluster, its
+/// timestamp and its nonce (drawn from the node's seeded RNG where the request is made, so a
+/// simulated run replays). The Ed25519 signature itself, tens of µs, is computed by
+/// [`PendingSignature::headers`] wherever the request is carried (the shell, off the node's
+/// lock), over the body it sends; it is the same signature [`sign_request`] makes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PendingSignature {
+    key: Arc<SigningKey>,
+    node: NodeId,
+    cluster: ClusterId,
+    timestamp: String,
+    nonce: String,
+}
+
+impl std::fmt::Debug for PendingSignature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // No key material in logs.
+        f.debug_struct("PendingSignature")
+            .field("node", &self.node)
+            .field("cluster", &self.cluster)
+            .field("timestamp", &self.timestamp)
+            .field("nonce", &self.nonce)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingSignature {
+    /// Sign as `node` of `cluster` at `now`, with a nonce drawn from `rng` now.
+    pub fn new(key: Arc<SigningKey>, node: NodeId, cluster: ClusterId, now: Millis, rng: &mut SeededRng) -> Self {
+        PendingSignature { key, node, cluster, timestamp: now.as_secs().to_string(), nonce: rng.hex(16) }
+    }
+
+    /// The signed headers of `method target` with `body`.
+    pub fn headers(&self, method: &str, target: &str, body: &[u8]) -> SignedHeaders {
+        self.headers_hashed(method, target, &hex::encode(Sha256::digest(body)))
+    }
+
+    /// [`PendingSignature::headers`] for a body whose SHA-256 (hex) the caller computed.
+    pub fn headers_hashed(&self, method: &str, target: &str, body_hash: &str) -> SignedHeaders {
+        let (ts, nonce) = (self.timestamp.clone(), self.nonce.clone());
+        signed_headers(&self.key, self.node.as_str(), self.cluster.as_str(), ts, nonce, method, target, body_hash)
     }
 }
 
@@ -449,6 +506,24 @@ mod tests {
         let h = f.sign("POST", "/cluster/acn/ping", b"{}", NOW);
         assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping", b"{}"), Ok(f.node.clone()));
         assert_eq!(f.check(Some(&h), "POST", "/cluster/acn/ping", b"{}"), Err(AcnError::Replay));
+    }
+
+    /// A signature decided at one point and computed later is the one `sign_request` makes
+    /// with the same RNG state (same nonce, same timestamp), verifies, and names no key when
+    /// printed.
+    #[test]
+    fn a_pending_signature_computes_what_sign_request_would() {
+        let mut f = fixture();
+        let mut twin = SeededRng::new(42);
+        f.rng = SeededRng::new(42);
+        let pending = PendingSignature::new(Arc::new(f.key.clone()), f.node.clone(), f.cluster.clone(), NOW, &mut twin);
+        let now_signed = f.sign("POST", "/cluster/acn/meta/submit", b"{\"a\":1}", NOW);
+        let later = pending.headers("POST", "/cluster/acn/meta/submit", b"{\"a\":1}");
+        assert_eq!(later, now_signed);
+        assert_eq!(f.check(Some(&later), "POST", "/cluster/acn/meta/submit", b"{\"a\":1}"), Ok(f.node.clone()));
+        let other_body = pending.headers("POST", "/cluster/acn/meta/submit", b"{}");
+        assert_ne!(other_body.signature, later.signature, "the body is signed");
+        assert!(!format!("{pending:?}").contains("key"), "no key material printed: {pending:?}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ async fn signed(
     let mut p =
         from.shared().with_node(|n, now| Transport::<TokioEnv>::prepare(n, now, to, method, target, body)).unwrap();
     if let Some(sha) = chunk_sha {
-        p.headers.push((CHUNK_SHA_HEADER, sha));
+        p.extra.push((CHUNK_SHA_HEADER, sha));
     }
     let r = from.shared().transport.send(p, 10_000).await.unwrap();
     let (sha, size) = (r.header(CHUNK_SHA_HEADER).map(str::to_string), r.header(FILE_SIZE_HEADER).map(str::to_string));

@@ -268,7 +268,7 @@ impl Node {
             let body =
                 serde_json::to_vec(&MembersBody { nodes: vec![rec], cluster: self.cluster.clone(), time_ms: wall.0 })
                     .expect("serialise");
-            if let Some(headers) = self.sign(wall, "POST", "/cluster/acn/evict", &body) {
+            if let Some(signature) = self.pending_signature(wall) {
                 let token = self.next_token;
                 self.next_token += 1;
                 self.push_output(Output::Send(OutRequest {
@@ -278,7 +278,7 @@ impl Node {
                     method: "POST",
                     target: "/cluster/acn/evict".into(),
                     body,
-                    headers,
+                    signature,
                     timeout_ms: self.config.membership.heartbeat_timeout_ms,
                 }));
             }

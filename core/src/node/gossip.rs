@@ -16,7 +16,7 @@ impl Node {
         purpose: Purpose,
     ) {
         let Some(url) = self.route(to) else { return };
-        let Some(headers) = self.sign(wall, method, target, &body) else {
+        let Some(signature) = self.pending_signature(wall) else {
             return;
         };
         let token = self.next_token;
@@ -30,7 +30,7 @@ impl Node {
             method,
             target: target.to_string(),
             body,
-            headers,
+            signature,
             timeout_ms,
         }));
     }

@@ -160,8 +160,17 @@ pub struct OutRequest {
     /// Path and query, e.g. `/cluster/acn/heartbeat`.
     pub target: String,
     pub body: Vec<u8>,
-    pub headers: SignedHeaders,
+    /// Decided here (signer, time, nonce), computed by the carrier: [`OutRequest::headers`].
+    pub signature: acn::PendingSignature,
     pub timeout_ms: u64,
+}
+
+impl OutRequest {
+    /// The signed headers of this request (Ed25519 over its method, target and body): computed
+    /// on each call, by whoever sends it, so the node's lock is not held for it.
+    pub fn headers(&self) -> SignedHeaders {
+        self.signature.headers(self.method, &self.target, &self.body)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -340,7 +349,7 @@ type ConfigMemo = std::cell::RefCell<
 
 pub struct Node {
     id: NodeId,
-    key: SigningKey,
+    key: std::sync::Arc<SigningKey>,
     rng: SeededRng,
     hlc: Hlc,
     config: NodeConfig,
@@ -463,7 +472,7 @@ impl Node {
             hlc: Hlc::new(id.clone()),
             members: Membership::new(id.clone(), config.membership.clone()),
             id,
-            key,
+            key: std::sync::Arc::new(key),
             rng: SeededRng::new(seed),
             base_config: config.clone(),
             config,
@@ -610,10 +619,11 @@ impl Node {
         Some(acn::sign_request(&self.key, &self.id, &cluster, method, target, body, now, &mut self.rng))
     }
 
-    /// [`Node::sign`] for a body whose SHA-256 (hex) the caller computed from the bytes it sends.
-    pub fn sign_hashed(&mut self, now: Millis, method: &str, target: &str, body_hash: &str) -> Option<SignedHeaders> {
+    /// A signature of a request this node sends, decided now and computed by whoever carries
+    /// the request ([`acn::PendingSignature`]); `None` outside a cluster.
+    pub fn pending_signature(&mut self, now: Millis) -> Option<acn::PendingSignature> {
         let cluster = self.cluster.as_ref()?.id.clone();
-        Some(acn::sign_request_hashed(&self.key, &self.id, &cluster, method, target, body_hash, now, &mut self.rng))
+        Some(acn::PendingSignature::new(self.key.clone(), self.id.clone(), cluster, now, &mut self.rng))
     }
 
     /// The computed state of a member as of wall time `wall`.

@@ -122,7 +122,7 @@ impl Net {
                                         at,
                                         req.method,
                                         &req.target,
-                                        Some(&req.headers),
+                                        Some(&req.headers()),
                                         &req.body,
                                     );
                                     let c = code(&r).to_string();

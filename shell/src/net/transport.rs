@@ -8,6 +8,7 @@
 use crate::env::Net;
 use crate::net::client::{ClientError, HttpClient, Response};
 use crate::net::tunnel::{TunnelError, Tunnels};
+use shoal_core::acn::PendingSignature;
 use shoal_core::node::Node;
 pub use shoal_core::tunnel::Route;
 use shoal_core::tunnel::RouteError;
@@ -51,7 +52,8 @@ pub struct Transport<N: Net> {
     pub tunnels: Tunnels,
 }
 
-/// A request signed and routed, ready to go out without holding the node.
+/// A request routed and its signature decided, ready to go out without holding the node: the
+/// Ed25519 signature is computed as it is sent ([`Transport::send`]), off the node's lock.
 pub struct Prepared {
     /// The node it is for.
     pub to: NodeId,
@@ -60,8 +62,24 @@ pub struct Prepared {
     pub pin: String,
     pub method: String,
     pub target: String,
-    pub headers: Vec<(&'static str, String)>,
+    pub signature: PendingSignature,
+    /// The body's SHA-256 (hex), when the caller computed it already.
+    pub body_hash: Option<String>,
+    /// Headers sent beside the signed ones.
+    pub extra: Vec<(&'static str, String)>,
     pub body: bytes::Bytes,
+}
+
+impl Prepared {
+    /// The signed headers (computed on each call).
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let h = match &self.body_hash {
+            Some(hash) => self.signature.headers_hashed(&self.method, &self.target, hash),
+            None => self.signature.headers(&self.method, &self.target, &self.body),
+        };
+        let signed = h.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect::<Vec<_>>();
+        signed.into_iter().chain(self.extra.iter().cloned()).collect()
+    }
 }
 
 impl<N: Net> Transport<N> {
@@ -80,11 +98,11 @@ impl<N: Net> Transport<N> {
         body_hash: &str,
     ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
-        let headers = node.sign_hashed(now, method, target, body_hash).ok_or(TransportError::NotInCluster)?;
-        Ok(Self::prepared(node, to, route, headers, method, target, body))
+        let signature = node.pending_signature(now).ok_or(TransportError::NotInCluster)?;
+        Ok(Self::prepared(node, to, route, signature, Some(body_hash.to_string()), method, target, body))
     }
 
-    /// Sign a request to `to` with the node's key and pick its route.
+    /// Decide a request's signature (the node's key, time and nonce) and pick its route.
     pub fn prepare(
         node: &mut Node,
         now: Millis,
@@ -94,16 +112,18 @@ impl<N: Net> Transport<N> {
         body: Vec<u8>,
     ) -> Result<Prepared, TransportError> {
         let route = route(node, to)?;
-        let headers = node.sign(now, method, target, &body).ok_or(TransportError::NotInCluster)?;
-        Ok(Self::prepared(node, to, route, headers, method, target, body.into()))
+        let signature = node.pending_signature(now).ok_or(TransportError::NotInCluster)?;
+        Ok(Self::prepared(node, to, route, signature, None, method, target, body.into()))
     }
 
-    /// A signed request along `route`, held to the pin the core names for it.
+    /// A request along `route`, held to the pin the core names for it.
+    #[allow(clippy::too_many_arguments)]
     fn prepared(
         node: &Node,
         to: &NodeId,
         route: Route,
-        headers: shoal_core::acn::SignedHeaders,
+        signature: PendingSignature,
+        body_hash: Option<String>,
         method: &str,
         target: &str,
         body: bytes::Bytes,
@@ -115,13 +135,16 @@ impl<N: Net> Transport<N> {
             pin,
             method: method.to_string(),
             target: target.to_string(),
-            headers: headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
+            signature,
+            body_hash,
+            extra: Vec::new(),
             body,
         }
     }
 
     pub async fn send(&self, p: Prepared, timeout_ms: u64) -> Result<Response, TransportError> {
-        let headers: Vec<(&str, &str)> = p.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let signed = p.headers();
+        let headers: Vec<(&str, &str)> = signed.iter().map(|(k, v)| (*k, v.as_str())).collect();
         match &p.route {
             Route::Direct(url) => {
                 Ok(self.client.request_pinned(url, &p.pin, &p.method, &p.target, &headers, p.body, timeout_ms).await?)

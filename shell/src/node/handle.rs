@@ -204,16 +204,19 @@ impl<E: Env> Shared<E> {
                 Output::Send(req) => {
                     let shared = self.clone();
                     let (route, pin) = route.unwrap_or_else(|| (Route::Direct(req.url.clone()), String::new()));
-                    let prepared = Prepared {
-                        to: req.to.clone(),
-                        route,
-                        pin,
-                        method: req.method.to_string(),
-                        target: req.target.clone(),
-                        headers: req.headers.pairs().iter().map(|(k, v)| (*k, v.to_string())).collect(),
-                        body: req.body.into(),
-                    };
                     tokio::spawn(async move {
+                        // Signed as it is sent, off the node's lock and this pump's.
+                        let prepared = Prepared {
+                            to: req.to.clone(),
+                            route,
+                            pin,
+                            method: req.method.to_string(),
+                            target: req.target.clone(),
+                            signature: req.signature,
+                            body_hash: None,
+                            extra: Vec::new(),
+                            body: req.body.into(),
+                        };
                         let res = shared.transport.send(prepared, req.timeout_ms).await;
                         let result = res
                             .map(|r| crate::wire::error::peer_answer(r.status, r.body.to_vec()))

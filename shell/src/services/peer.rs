@@ -56,7 +56,7 @@ pub async fn signed_within<E: Env>(
 ) -> Result<crate::net::client::Response, ApiError> {
     let mut prepared =
         s.with_node(|n, now| Transport::<E>::prepare(n, now, to, method, target, body)).map_err(peer_error)?;
-    prepared.headers.extend(extra);
+    prepared.extra.extend(extra);
     s.transport.send(prepared, timeout_ms).await.map_err(peer_error)
 }
 

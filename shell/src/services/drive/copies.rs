@@ -181,7 +181,7 @@ pub(super) async fn send_chunk_hashed<E: Env>(
         .with_node(|n, now| Transport::<E>::prepare_hashed(n, now, node, "POST", &target, data, &sha))
         .map_err(peer_error);
     let mut prepared = prepared?;
-    prepared.headers.push((CHUNK_SHA_HEADER, sha));
+    prepared.extra.push((CHUNK_SHA_HEADER, sha));
     let r = s.transport.send(prepared, PEER_TIMEOUT_MS).await.map_err(peer_error)?;
     if r.status != 200 {
         return Err(answered_error(&r, "store/chunk"));
