@@ -13,6 +13,15 @@ pub const READ_MAX_BYTES: u64 = 8 * 1024 * 1024;
 pub const SESSION_IDLE_MS: u64 = 30 * MINUTE_MS;
 /// Part files are `<path>.part-<session>`; no copy may be named like one.
 pub const PART_MARK: &str = ".part-";
+/// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
+pub const PART_FILE_MAX_AGE_MS: u64 = 60 * MINUTE_MS;
+
+/// Whether a part file a rescan finds, last written at `mtime_ms` (wall), is a leftover to
+/// remove: written before this node's process started at `started` (no session of this run
+/// owns it), or untouched for [`PART_FILE_MAX_AGE_MS`] at `now`.
+pub fn leftover_part_file(mtime_ms: u64, started: Millis, now: Millis) -> bool {
+    mtime_ms < started.0 || mtime_ms.saturating_add(PART_FILE_MAX_AGE_MS) < now.0
+}
 
 /// The name of the part file a copy of `final_name` is written to before it is renamed into
 /// place: `<final_name>.part-<tag>`, with `final_name` shortened (at a character boundary) so
@@ -336,6 +345,20 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
     const C: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    /// A part file written before the process started, or idle past the limit, is a
+    /// leftover; one written since the start and touched within the limit belongs to an upload.
+    #[test]
+    fn a_part_file_is_a_leftover_only_from_before_the_start_or_idle_too_long() {
+        let started = Millis(10 * PART_FILE_MAX_AGE_MS);
+        let now = Millis(started.0 + 2 * PART_FILE_MAX_AGE_MS);
+        assert!(leftover_part_file(started.0 - 1, started, started), "written before the start");
+        assert!(!leftover_part_file(started.0, started, started), "written at the start");
+        let recent = now.0 - PART_FILE_MAX_AGE_MS;
+        assert!(!leftover_part_file(recent, started, now), "idle exactly the limit");
+        assert!(leftover_part_file(recent - 1, started, now), "idle longer than the limit");
+        assert!(!leftover_part_file(now.0 + 5_000, started, now), "a clock a little behind the file's");
+    }
 
     #[test]
     fn query_values_are_percent_decoded() {

@@ -142,8 +142,9 @@ impl WriteConflict {
 pub struct ReplState {
     /// Figures for `repl status`.
     pub(crate) stats: Mutex<DiskStats>,
-    /// When this process started: part files older than that belong to no upload.
-    pub(crate) started: Mutex<Option<std::time::SystemTime>>,
+    /// When this process started, on the file clock: part files older than that belong to
+    /// no upload.
+    pub(crate) started: Mutex<Option<shoal_core::Millis>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

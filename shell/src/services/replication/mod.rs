@@ -56,15 +56,15 @@ use shoal_core::NodeId;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// How long a worker waits for its records to show the file of a task the leader sent.
 const RECORDS_CATCH_UP_MS: u64 = 10_000;
 const HASH_BLOCK: usize = 1 << 20;
 
-/// Note when this process started (part files older than that are leftovers).
+/// Note when this process started, on the file clock (part files written before it belong to
+/// no upload of this run).
 pub fn started<E: Env>(s: &Arc<Shared<E>>) {
-    *lock(&s.repl.started) = Some(std::time::SystemTime::now());
+    *lock(&s.repl.started) = Some(rescan::file_clock());
 }
 
 /// Carry out a chore the core started ([`Output::Chore`]) and report its end.

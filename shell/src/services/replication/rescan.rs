@@ -5,9 +5,6 @@
 use super::*;
 use shoal_core::node::rescan::{Found, RescanCheck, RescanDid};
 
-/// A part file untouched this long belongs to no upload (sessions end after 30 minutes idle).
-pub(super) const PART_FILE_MAX_AGE_MS: u64 = 60 * 60_000;
-
 /// Walk this node's volume folders and carry out the core's rescan plan for each: adopt files
 /// with no record, add right copies the records do not list, restore stale copies whose bytes
 /// are right again, mark copies that vanished or changed stale.
@@ -19,16 +16,18 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         // are then neither found nor listed, rather than listed and not found (vanished).
         let facts = s.read_node(|n, _| n.volume_facts(&volume));
         let root = PathBuf::from(&folder);
-        // Part files of uploads and pulls cut short: left by an earlier run of this node, or
-        // untouched for longer than any session lives.
-        let started = lock(&s.repl.started).unwrap_or(std::time::UNIX_EPOCH);
-        let cutoff = std::time::SystemTime::now()
-            .checked_sub(Duration::from_millis(PART_FILE_MAX_AGE_MS))
-            .map_or(started, |old| old.max(started));
+        // Part files of uploads and pulls cut short: which are leftovers is the core's rule
+        // (`transfer::leftover_part_file`), read on the clock that stamped their mtimes, the
+        // file system's (in the simulator the node's clock is simulated and the files' are not).
+        let (started, now) = (lock(&s.repl.started).unwrap_or(shoal_core::Millis(0)), file_clock());
         let (found, parts_removed) = s
             .blocking(move || {
                 let (found, parts) = walk(&root);
-                let old: Vec<PathBuf> = parts.into_iter().filter(|(_, m)| *m < cutoff).map(|(p, _)| p).collect();
+                let old: Vec<PathBuf> = parts
+                    .into_iter()
+                    .filter(|(_, mtime)| transfer::leftover_part_file(*mtime, started, now))
+                    .map(|(p, _)| p)
+                    .collect();
                 let removed = old.iter().filter(|p| std::fs::remove_file(p).is_ok()).count();
                 (found, removed)
             })
@@ -85,9 +84,20 @@ pub(super) async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) ->
 }
 
 /// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
-/// shoal writes (with their mtime); symlinks are skipped, and names that are not valid cluster
-/// paths too.
-pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, std::time::SystemTime)>);
+/// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
+/// cluster paths too.
+pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, u64)>);
+
+/// Now on the clock file modification times are stamped with (the host's), unix ms.
+pub(super) fn file_clock() -> shoal_core::Millis {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    shoal_core::Millis(since.as_millis() as u64)
+}
+
+/// A file's modification time, unix ms (0 when the file system does not say).
+fn mtime_ms(md: &std::fs::Metadata) -> u64 {
+    md.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
+}
 
 pub(super) fn walk(root: &Path) -> Walked {
     let mut out = Vec::new();
@@ -104,7 +114,7 @@ pub(super) fn walk(root: &Path) -> Walked {
             }
             if name.contains(transfer::PART_MARK) {
                 if md.is_file() && is_part_file(&name) {
-                    parts.push((e.path(), md.modified().unwrap_or(std::time::UNIX_EPOCH)));
+                    parts.push((e.path(), mtime_ms(&md)));
                 }
                 continue;
             }
@@ -114,11 +124,7 @@ pub(super) fn walk(root: &Path) -> Walked {
                 if shoal_core::meta::namespace::normalize(&path).ok().as_deref() != Some(path.as_str()) {
                     continue;
                 }
-                let mtime = md
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_millis() as u64);
+                let mtime = mtime_ms(&md);
                 out.push((path, md.len(), mtime));
             }
         }
