@@ -121,6 +121,9 @@ async fn run_in(
         let _ = tokio::signal::ctrl_c().await;
         say("stopping");
     }
+    // A node's shutdown waits until nothing holds it any more: this handle too (it held the
+    // first node for `SHUTDOWN_RELEASE_MS`, 15 s, on every exit).
+    drop(first);
     for d in daemons {
         d.shutdown().await;
     }
