@@ -824,24 +824,36 @@ fn the_origin_takes_account_acts_only_with_a_user_assertion_that_allows_them() {
     assert!(!net.nodes[1].keeps_for_writeback("loc"));
 }
 
+/// Three nodes in one cluster, A (node 0) leading, each with one volume of `size(i)` =
+/// (capacity, free) bytes, after a minute for the volumes and the lease to settle.
+fn three_nodes_with_volumes(
+    name: &str,
+    size: impl Fn(usize) -> (u64, u64),
+) -> (Net, Vec<shoal_core::meta::records::Volume>) {
+    let mut net = Net::new(&[0, 0, 0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, name).expect("create");
+    net.pump();
+    for j in [1, 2] {
+        net.join(j, 0).1.expect("joins");
+    }
+    let mut volumes = Vec::new();
+    for i in 0..3 {
+        let at = net.clock(i);
+        let facts = shoal_core::node::volumes::FolderFacts::default();
+        let (capacity, free) = size(i);
+        volumes.push(net.nodes[i].volume_add(at, &format!("/srv/n{i}"), &facts, "", capacity, free).expect("a volume"));
+    }
+    net.run_for(MINUTE_MS, SECOND_MS);
+    (net, volumes)
+}
+
 /// One `store/place` places several copies, each on another node, as that many single calls
 /// would (the writer's own node first), fewer when no more nodes fit; a count out of bounds is
 /// refused, and only the leader places.
 #[test]
 fn one_placement_call_places_every_copy_on_distinct_nodes() {
-    let mut net = Net::new(&[0, 0, 0]);
-    let at = net.clock(0);
-    net.nodes[0].create_cluster(at, "place").expect("create");
-    net.pump();
-    for j in [1, 2] {
-        net.join(j, 0).1.expect("joins");
-    }
-    for i in 0..3 {
-        let at = net.clock(i);
-        let facts = shoal_core::node::volumes::FolderFacts::default();
-        net.nodes[i].volume_add(at, &format!("/srv/n{i}"), &facts, "", 1 << 40, 1 << 39).expect("a volume");
-    }
-    net.run_for(MINUTE_MS, SECOND_MS);
+    let (mut net, _) = three_nodes_with_volumes("place", |_| (1 << 40, 1 << 39));
     let at = net.clock(0);
     assert!(net.nodes[0].leader_term(at).is_some(), "A leads");
     let a = net.id(0);
@@ -876,22 +888,9 @@ fn one_placement_call_places_every_copy_on_distinct_nodes() {
 /// small, it holds a copy already, it leads) it does not decide and the writer asks the leader.
 #[test]
 fn a_follower_places_its_own_copy_only_when_placement_puts_it_there() {
-    let mut net = Net::new(&[0, 0, 0]);
-    let at = net.clock(0);
-    net.nodes[0].create_cluster(at, "place-here").expect("create");
-    net.pump();
-    for j in [1, 2] {
-        net.join(j, 0).1.expect("joins");
-    }
-    let mut volumes = Vec::new();
-    for i in 0..3 {
-        let at = net.clock(i);
-        let facts = shoal_core::node::volumes::FolderFacts::default();
-        // B's volume is small (1 of 2 GiB free), the others large.
-        let (capacity, free) = if i == 1 { (2 << 30, 1 << 30) } else { (1 << 40, 1 << 39) };
-        volumes.push(net.nodes[i].volume_add(at, &format!("/srv/n{i}"), &facts, "", capacity, free).expect("a volume"));
-    }
-    net.run_for(MINUTE_MS, SECOND_MS);
+    // B's volume is small (1 of 2 GiB free), the others large.
+    let (mut net, volumes) =
+        three_nodes_with_volumes("place-here", |i| if i == 1 { (2 << 30, 1 << 30) } else { (1 << 40, 1 << 39) });
     let at = net.clock(0);
     assert!(net.nodes[0].leader_term(at).is_some(), "A leads");
     let b = net.id(1);
