@@ -1,5 +1,5 @@
-//! Benchmarks of the pure core: the membership merge a heartbeat costs, HLC versions and ACN
-//! request signing and verification.
+//! Benchmarks of the pure core: the membership merge a heartbeat costs, HLC versions, ACN
+//! request signing and verification, and a spend into a full replay cache.
 //!
 //! Run: `cargo bench --bench core` (add `-- --warm-up-time 1 --measurement-time 3` for a quick
 //! pass). Everything expensive to build (1000 signed records) is built once, outside the timed
@@ -181,6 +181,33 @@ fn acn_benches(c: &mut Criterion) {
     });
 }
 
+/// One nonce spent into a replay cache already holding a million from two senders at 2,000
+/// requests a second (what a busy leader holds within a nonce's lifetime).
+fn nonce_benches(c: &mut Criterion) {
+    let senders = [node_id(1).to_string(), node_id(2).to_string()];
+    let mut rng = SeededRng::new(3);
+    let mut cache = acn::NonceCache::new(acn::NONCE_CACHE_MAX);
+    let at = |i: u64| Millis(NOW.0 + i / 2);
+    let mut i = 0u64;
+    while i < 1_000_000 {
+        let now = at(i);
+        cache
+            .spend(now, &senders[i as usize % 2], now.as_secs() as i64, &rng.hex(16), Millis(now.0 + 900_000))
+            .unwrap();
+        i += 1;
+    }
+    c.bench_function("acn_nonce_spend_into_1m", |b| {
+        b.iter(|| {
+            let now = at(i);
+            i += 1;
+            let r =
+                cache.spend(now, &senders[i as usize % 2], now.as_secs() as i64, &rng.hex(16), Millis(now.0 + 900_000));
+            debug_assert!(r.is_ok());
+            r
+        })
+    });
+}
+
 fn fixture_record(id: &NodeId) -> NodeRecord {
     let key = signing_key(NodeRecord::new_signed, 7);
     let fields = OwnerFields {
@@ -198,5 +225,5 @@ fn fixture_record(id: &NodeId) -> NodeRecord {
     NodeRecord::new_signed(fields, Version { wall_ms: NOW.0, counter: 0, node: id.clone() }, &key)
 }
 
-criterion_group!(benches, merge_benches, hlc_benches, acn_benches);
+criterion_group!(benches, merge_benches, hlc_benches, acn_benches, nonce_benches);
 criterion_main!(benches);

@@ -6,10 +6,11 @@
 //! Ed25519 signature over the [canonical string](canonical_string)).
 //!
 //! [`Verifier::verify`] checks in the reference's order: not signed -> wrong cluster -> clock skew
-//! (more than 300 s) -> unknown node -> bad signature, and only then spends the nonce (key
-//! `node:nonce`, at least 600 s) -> replay. A request that fails any earlier check never touches
-//! the nonce cache, so junk cannot poison it. The cache is bounded: when it is full of live
-//! nonces the request is refused rather than an unexpired nonce forgotten.
+//! (more than 300 s) -> unknown node -> bad signature, and only then spends the nonce (the
+//! sender's, at least 600 s: [`NonceCache`]) -> replay. A request that fails any earlier check
+//! never touches the nonce cache, so junk cannot poison it. The cache is bounded
+//! ([`NONCE_CACHE_MAX`]): when it is full of live nonces the request is refused rather than an
+//! unexpired nonce forgotten.
 //!
 //! Clock skew, unlike the reference: the 300 s window is centred on the receiver's estimate of
 //! the *sender's* clock (learnt from the `timeMs` peers put in their answers, clamped to
@@ -40,8 +41,12 @@ pub const CLOCK_SKEW_MAX_MS: u64 = 300_000;
 pub const NONCE_TTL_MS: u64 = 600_000;
 /// The largest clock offset of a peer this node will allow for.
 pub const PEER_OFFSET_MAX_MS: i64 = 600_000;
-/// Hard bound on remembered nonces; past it (after a purge) requests are refused.
-pub const NONCE_CACHE_MAX: usize = 1_000_000;
+/// Hard bound on remembered nonces; past it (after a purge) requests are refused. A nonce is
+/// kept up to 15 minutes (the clock window and the largest peer offset), so the bound is what a
+/// node receiving 4,400 signed requests a second holds; at about 30 bytes a nonce, 120 MB.
+/// (It was 1,000,000 at over 200 bytes a nonce: a leader taking one client's writes, 1,500 signed
+/// submits a second, filled it in 11 minutes and then refused every signed request.)
+pub const NONCE_CACHE_MAX: usize = 4_000_000;
 
 /// The five signed headers of an ACN request, as strings exactly as sent.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -285,57 +290,110 @@ pub fn sign_b64(key: &SigningKey, msg: &[u8]) -> String {
     STANDARD.encode(key.sign(msg).to_bytes())
 }
 
-/// Remembers spent nonces, keyed `node:nonce`, each until its expiry. Expired entries are
-/// dropped from an expiry-ordered index, so upkeep costs O(log n) per request however full the
-/// cache is.
+/// Remembers spent nonces until their request could no longer pass the clock check.
+///
+/// A nonce is 16 bytes, kept as bytes (not as a `node:nonce` string): grouped by sender and by
+/// the second the request was signed in (its `X-Aroz-Timestamp`, which a replay repeats), and
+/// each group is forgotten whole once its last nonce expires. So a spend costs a lookup among a
+/// sender's few hundred live seconds and one among that second's nonces, both on fixed-size
+/// keys, and a remembered nonce about 30 bytes (it was over 200: two copies of a 50-byte string
+/// and their index entries). Expired groups are dropped from an expiry-ordered index, so upkeep
+/// costs O(log n) per request however full the cache is.
 #[derive(Debug, Default)]
 pub struct NonceCache {
-    seen: BTreeMap<String, Millis>,
-    by_expiry: BTreeSet<(Millis, String)>,
+    /// Spent nonces by sender, then by the second their request was signed in.
+    by_sender: BTreeMap<String, BTreeMap<i64, NonceGroup>>,
+    /// Every group by the moment it may be forgotten.
+    by_expiry: BTreeSet<(Millis, String, i64)>,
+    len: usize,
     max_entries: usize,
+}
+
+/// The nonces one sender spent in requests signed in one second.
+#[derive(Debug)]
+struct NonceGroup {
+    /// The latest expiry of its nonces (whole seconds, rounded up).
+    expires: Millis,
+    nonces: BTreeSet<[u8; 16]>,
+}
+
+/// A nonce as its 16 bytes; `None` for anything but 32 hex digits.
+fn nonce_bytes(nonce: &str) -> Option<[u8; 16]> {
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(nonce, &mut out).ok()?;
+    Some(out)
 }
 
 impl NonceCache {
     pub fn new(max_entries: usize) -> NonceCache {
-        NonceCache { seen: BTreeMap::new(), by_expiry: BTreeSet::new(), max_entries }
+        NonceCache { max_entries, ..NonceCache::default() }
     }
 
+    /// Nonces remembered.
     pub fn len(&self) -> usize {
-        self.seen.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
+        self.len == 0
     }
 
     fn purge(&mut self, now: Millis) {
-        while let Some((expires, _)) = self.by_expiry.first() {
+        while let Some((expires, _, _)) = self.by_expiry.first() {
             if *expires > now {
                 break;
             }
-            let (_, key) = self.by_expiry.pop_first().expect("checked");
-            self.seen.remove(&key);
+            let (_, node, second) = self.by_expiry.pop_first().expect("checked");
+            if let Some(groups) = self.by_sender.get_mut(&node) {
+                if let Some(g) = groups.remove(&second) {
+                    self.len -= g.nonces.len();
+                }
+                if groups.is_empty() {
+                    self.by_sender.remove(&node);
+                }
+            }
         }
     }
 
-    /// Spend `node:nonce`; an error if it was spent within its lifetime or the cache is full.
-    pub fn spend(&mut self, now: Millis, node: &str, nonce: &str) -> Result<(), AcnError> {
-        self.spend_until(now, node, nonce, now.plus(NONCE_TTL_MS))
-    }
-
-    /// Spend `node:nonce`, keeping it until `expires` (at least the standard lifetime).
-    pub fn spend_until(&mut self, now: Millis, node: &str, nonce: &str, expires: Millis) -> Result<(), AcnError> {
-        let expires = expires.max(now.plus(NONCE_TTL_MS));
+    /// Spend `nonce` (32 hex digits) of `node`'s request signed at `signed_at` (unix seconds, as
+    /// in its timestamp header), keeping it until `expires` (at least [`NONCE_TTL_MS`] from now).
+    /// An error if it was spent and is still remembered, if the cache is full of live nonces,
+    /// or if `nonce` is not 16 bytes of hex.
+    pub fn spend(
+        &mut self,
+        now: Millis,
+        node: &str,
+        signed_at: i64,
+        nonce: &str,
+        expires: Millis,
+    ) -> Result<(), AcnError> {
+        let bytes = nonce_bytes(nonce).ok_or(AcnError::NotSigned)?;
+        // Whole seconds, so a group's expiry moves at most once a second.
+        let expires = expires.max(now.plus(NONCE_TTL_MS)).0.div_ceil(1000).saturating_mul(1000);
+        let expires = Millis(expires);
         self.purge(now);
-        let key = format!("{node}:{nonce}");
-        if self.seen.contains_key(&key) {
+        let group = self.by_sender.get(node).and_then(|groups| groups.get(&signed_at));
+        if group.is_some_and(|g| g.nonces.contains(&bytes)) {
             return Err(AcnError::Replay);
         }
-        if self.seen.len() >= self.max_entries {
+        if self.len >= self.max_entries {
             return Err(AcnError::ReplayCacheFull);
         }
-        self.by_expiry.insert((expires, key.clone()));
-        self.seen.insert(key, expires);
+        if !self.by_sender.contains_key(node) {
+            self.by_sender.insert(node.to_string(), BTreeMap::new());
+        }
+        let groups = self.by_sender.get_mut(node).expect("inserted above");
+        let group =
+            groups.entry(signed_at).or_insert_with(|| NonceGroup { expires: Millis(0), nonces: BTreeSet::new() });
+        if expires > group.expires {
+            if group.expires != Millis(0) {
+                self.by_expiry.remove(&(group.expires, node.to_string(), signed_at));
+            }
+            group.expires = expires;
+            self.by_expiry.insert((expires, node.to_string(), signed_at));
+        }
+        group.nonces.insert(bytes);
+        self.len += 1;
         Ok(())
     }
 }
@@ -442,7 +500,7 @@ impl Verifier {
         }
         let last_acceptable = ts_ms + i128::from(CLOCK_SKEW_MAX_MS) + i128::from(PEER_OFFSET_MAX_MS);
         let last_acceptable = last_acceptable.clamp(0, i128::from(u64::MAX)) as u64;
-        self.nonces.spend_until(now, &h.node, &h.nonce, Millis(last_acceptable))?;
+        self.nonces.spend(now, &h.node, ts, &h.nonce, Millis(last_acceptable))?;
         Ok(node)
     }
 }
@@ -588,16 +646,42 @@ mod tests {
 
     #[test]
     fn nonces_expire_after_600_s_and_the_cache_is_bounded() {
+        let (a, b, c_, d) = ("0a".repeat(16), "0b".repeat(16), "0c".repeat(16), "0d".repeat(16));
         let mut c = NonceCache::new(3);
-        c.spend(Millis(0), "n", "a").unwrap();
-        assert_eq!(c.spend(Millis(599_000), "n", "a"), Err(AcnError::Replay));
-        assert!(c.spend(Millis(600_001), "n", "a").is_ok());
-        c.spend(Millis(600_002), "n", "b").unwrap();
-        c.spend(Millis(600_003), "n", "c").unwrap();
-        assert_eq!(c.spend(Millis(600_004), "n", "d"), Err(AcnError::ReplayCacheFull));
+        let spend = |c: &mut NonceCache, at: u64, n: &str| c.spend(Millis(at), "n", 0, n, Millis(at));
+        spend(&mut c, 0, &a).unwrap();
+        assert_eq!(spend(&mut c, 599_000, &a), Err(AcnError::Replay));
+        assert!(spend(&mut c, 600_001, &a).is_ok());
+        spend(&mut c, 600_002, &b).unwrap();
+        spend(&mut c, 600_003, &c_).unwrap();
+        assert_eq!(spend(&mut c, 600_004, &d), Err(AcnError::ReplayCacheFull));
         assert_eq!(c.len(), 3);
-        assert!(c.spend(Millis(1_300_000), "n", "d").is_ok());
+        // A group is kept until its latest nonce expires (1,201 s, rounded up to the second).
+        assert_eq!(spend(&mut c, 1_200_999, &d), Err(AcnError::ReplayCacheFull));
+        assert!(spend(&mut c, 1_201_000, &d).is_ok());
         assert_eq!(c.len(), 1);
+        assert_eq!(spend(&mut c, 0, "not hex"), Err(AcnError::NotSigned));
+    }
+
+    #[test]
+    fn a_nonce_is_one_senders_in_one_signed_second() {
+        let n = "5e".repeat(16);
+        let mut c = NonceCache::new(100);
+        c.spend(Millis(0), "a", 10, &n, Millis(0)).unwrap();
+        // The same nonce from another sender, or signed in another second, is another request.
+        c.spend(Millis(0), "b", 10, &n, Millis(0)).unwrap();
+        c.spend(Millis(0), "a", 11, &n, Millis(0)).unwrap();
+        assert_eq!(c.spend(Millis(5), "a", 10, &n, Millis(0)), Err(AcnError::Replay));
+        assert_eq!(c.spend(Millis(5), "b", 10, &n.to_uppercase(), Millis(0)), Err(AcnError::Replay));
+        assert_eq!(c.len(), 3);
+        // Kept until the later of its expiries: a late spend in the group keeps it longer.
+        let m = "6f".repeat(16);
+        c.spend(Millis(400_000), "a", 10, &m, Millis(0)).unwrap();
+        assert_eq!(c.spend(Millis(900_000), "a", 10, &n, Millis(0)), Err(AcnError::Replay));
+        assert_eq!(c.spend(Millis(900_000), "b", 10, &n, Millis(0)), Ok(()));
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.spend(Millis(1_000_000), "a", 10, &m, Millis(0)), Ok(()));
+        assert_eq!(c.len(), 2);
     }
 
     #[test]

@@ -509,18 +509,26 @@ proptest! {
     }
 
     /// The nonce cache refuses a second spend within the lifetime, whatever the strings and
-    /// however far apart the times, and stays within its bound.
+    /// however far apart the times, stays within its bound, and takes nothing but 16 bytes of
+    /// hex as a nonce.
     #[test]
     fn nonce_cache_is_bounded_and_refuses_replays(
-        spends in proptest::collection::vec(("\\PC{0,8}", "[0-9a-f]{0,4}", 0u64..2_000_000), 1..40),
+        spends in proptest::collection::vec(
+            ("\\PC{0,8}", 0u8..6, -2i64..2, 0u64..2_000_000, proptest::option::of("\\PC{0,40}")),
+            1..40,
+        ),
     ) {
         let mut c = NonceCache::new(8);
         let mut now = Millis(0);
-        for (node, nonce, dt) in spends {
+        for (node, n, second, dt, junk) in spends {
             now = now.plus(dt);
-            let first = c.spend(now, &node, &nonce);
-            if first.is_ok() {
-                prop_assert_eq!(c.spend(now, &node, &nonce), Err(AcnError::Replay));
+            // A few nonces, so the same one comes back; sometimes a string that is none.
+            let nonce = junk.clone().unwrap_or_else(|| format!("{n:032x}"));
+            let first = c.spend(now, &node, second, &nonce, now);
+            if junk.is_some_and(|j| j.len() != 32 || !j.bytes().all(|b| b.is_ascii_hexdigit())) {
+                prop_assert_eq!(first, Err(AcnError::NotSigned));
+            } else if first.is_ok() {
+                prop_assert_eq!(c.spend(now, &node, second, &nonce, now), Err(AcnError::Replay));
             } else {
                 prop_assert!(matches!(first, Err(AcnError::Replay) | Err(AcnError::ReplayCacheFull)));
             }

@@ -531,13 +531,14 @@ fn a_dead_leader_is_replaced_when_its_lease_runs_out_not_when_it_stops_being_onl
 /// a record for ever, so a node's memory and database grew with the number of acts.
 #[test]
 fn the_audit_log_keeps_its_newest_entries_only() {
-    use shoal_core::node::audit::APPEND_LOG_KEEP;
+    use shoal_core::node::audit::{APPEND_LOG_KEEP, AUDIT_BATCH_MAX};
     let mut net = Net::new(&[0]);
     let at = net.clock(0);
     net.nodes[0].create_cluster(at, "home").expect("create");
     net.run_for(10 * SECOND_MS, SECOND_MS);
     let extra = 600;
-    for i in 0..APPEND_LOG_KEEP + extra {
+    let total = APPEND_LOG_KEEP + extra;
+    for i in 0..total {
         let at = net.clock(0);
         net.nodes[0].audit(at, &format!("act {i}"), "admin", 200);
         if i % 1000 == 0 {
@@ -546,13 +547,64 @@ fn the_audit_log_keeps_its_newest_entries_only() {
     }
     net.pump();
     let count = |net: &Net| net.nodes[0].audit_list(usize::MAX).audit.len();
-    assert!(count(&net) > APPEND_LOG_KEEP);
+    // Every act is listed: full batches as records, the rest waiting its 20 ms.
+    assert_eq!(count(&net), total);
+    let recorded = |net: &Net| {
+        let m = net.nodes[0].meta();
+        m.state().of_kind_under(shoal_core::meta::records::RecordKind::Setting, "config/audit/").count()
+    };
+    assert_eq!(recorded(&net), total / AUDIT_BATCH_MAX);
     net.run_for(30 * SECOND_MS, SECOND_MS);
-    assert_eq!(count(&net), APPEND_LOG_KEEP);
+    // Whole records go: the newest 10,000 acts stay, with at most one record's worth more.
+    let kept = count(&net);
+    assert!((APPEND_LOG_KEEP..APPEND_LOG_KEEP + AUDIT_BATCH_MAX).contains(&kept), "kept {kept}");
     let newest = net.nodes[0].audit_list(1).audit[0]["act"].clone();
-    assert_eq!(newest, json!(format!("act {}", APPEND_LOG_KEEP + extra - 1)));
+    assert_eq!(newest, json!(format!("act {}", total - 1)));
     let oldest = net.nodes[0].audit_list(usize::MAX).audit.last().unwrap()["act"].clone();
-    assert_eq!(oldest, json!(format!("act {extra}")));
+    assert_eq!(oldest, json!(format!("act {}", total - kept)));
+}
+
+/// Issue 18: the acts a node sees within `linger_ms` go as one audit record (at most
+/// `AUDIT_BATCH_MAX` acts each), not one record per act, so an admin write is one replicated
+/// record and not two; every act still reaches the other nodes, in order.
+#[test]
+fn audit_acts_travel_in_batches() {
+    use shoal_core::meta::records::{Record, RecordKind};
+    use shoal_core::node::audit::{AUDIT_BATCH_MAX, AUDIT_PREFIX};
+    let mut net = three_nodes();
+    let records = |net: &Net, i: usize| {
+        net.nodes[i]
+            .meta()
+            .state()
+            .of_kind_under(RecordKind::Setting, AUDIT_PREFIX)
+            .filter(|r| matches!(r, Record::Setting(s) if !s.removed))
+            .count()
+    };
+    let before = records(&net, 0);
+    // 150 acts at once: two full records and one of the rest, once linger_ms has passed.
+    for i in 0..150 {
+        let at = net.clock(1);
+        net.nodes[1].audit(at, &format!("burst {i}"), "admin", 200);
+    }
+    net.pump();
+    assert_eq!(records(&net, 1), before + 2, "full batches go at once");
+    assert_eq!(net.nodes[1].audit_list(1).audit[0]["act"], json!("burst 149"), "the node shows its own acts at once");
+    net.run_for(SECOND_MS, 10);
+    for i in 0..3 {
+        assert_eq!(records(&net, i), before + 3, "node {i}: 150 acts are three records");
+        let acts = net.nodes[i].audit_list(150).audit;
+        let names: Vec<String> = acts.iter().rev().map(|a| a["act"].as_str().unwrap().to_string()).collect();
+        assert_eq!(names, (0..150).map(|n| format!("burst {n}")).collect::<Vec<_>>(), "node {i}: every act, in order");
+    }
+    assert_eq!(150 / AUDIT_BATCH_MAX, 2);
+    // Acts further apart than linger_ms are records of their own.
+    for i in 0..2 {
+        let at = net.clock(1);
+        net.nodes[1].audit(at, &format!("apart {i}"), "admin", 200);
+        net.run_for(SECOND_MS, 10);
+    }
+    assert_eq!(records(&net, 0), before + 5);
+    assert_eq!(net.nodes[0].audit_list(1).audit[0]["act"], json!("apart 1"));
 }
 
 /// The metadata leader's index and a follower's, as node 0 sees them.

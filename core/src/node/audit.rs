@@ -1,4 +1,11 @@
-//! The cluster's audit log of admin acts (a replicated record per act).
+//! The cluster's audit log of admin acts: replicated records under [`AUDIT_PREFIX`], each
+//! holding the acts one node saw within [`crate::meta::machine::MetaConfig::linger_ms`] (at most
+//! [`AUDIT_BATCH_MAX`] of them), and trimmed to the newest [`APPEND_LOG_KEEP`] acts.
+//!
+//! One record per act made every admin act two replicated records (its change and its entry),
+//! and the leader's trimming (500 records a pass) fell behind any client acting more than 100
+//! times a second, so under sustained writes the log grew without bound (issue 18). Older
+//! builds' records hold one act each (the act itself as the value); both shapes are read.
 
 use super::Node;
 use crate::time::Millis;
@@ -20,36 +27,78 @@ pub const AUDIT_PREFIX: &str = "config/audit/";
 pub const APPEND_LOG_KEEP: usize = 10_000;
 /// Entries one leader pass removes at most, so one pass stays one modest batch.
 const TRIM_BATCH: usize = 500;
+/// Most acts one audit record holds: past it the acts waiting go at once.
+pub const AUDIT_BATCH_MAX: usize = 64;
+
+/// The acts an audit record holds: `{"acts": [..]}`, or (older builds) the act itself.
+fn acts_of(value: &Value) -> Vec<&Value> {
+    match value.get("acts").and_then(Value::as_array) {
+        Some(acts) => acts.iter().collect(),
+        None => vec![value],
+    }
+}
 
 impl Node {
-    /// Record an admin act in the cluster's audit log (a replicated record). The entry lingers
-    /// ([`crate::meta::machine::Meta::submit_lingering`]): it travels with the next change
-    /// this node sends, at most `linger_ms` later, so an act and the audit entry of the act
-    /// before it share one request.
+    /// Record an admin act in the cluster's audit log. Acts wait on this node up to `linger_ms`
+    /// from the first (or until [`AUDIT_BATCH_MAX`] wait) and go as one record, which then
+    /// lingers in turn ([`crate::meta::machine::Meta::submit_lingering`]): it travels with the
+    /// next change this node sends, at most `linger_ms` later. A client acting in sequence or
+    /// many at once therefore adds one audit record per batch of acts, not one per act. The
+    /// acts waiting are lost if the node stops within that time, as the write-behind store
+    /// loses its last 50 ms (an act is recorded after its answer in any case).
     pub fn audit(&mut self, wall: Millis, act: &str, account: &str, status: u16) {
         if self.cluster.is_none() {
             return;
         }
-        let value = json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status});
-        let record = self.log_record(wall, AUDIT_PREFIX, value);
         let now = self.advance_clocks(wall);
+        self.audit_acts.push(json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status}));
+        if self.audit_due.is_none() {
+            self.audit_due = Some(now.plus(self.config.meta.linger_ms));
+        }
+        if self.audit_acts.len() >= AUDIT_BATCH_MAX {
+            self.flush_audit(wall, now);
+        }
+    }
+
+    /// The acts waiting, as one audit record.
+    pub(super) fn flush_audit(&mut self, wall: Millis, now: Millis) {
+        self.audit_due = None;
+        if self.audit_acts.is_empty() || self.cluster.is_none() {
+            self.audit_acts.clear();
+            return;
+        }
+        let acts = std::mem::take(&mut self.audit_acts);
+        let record = self.log_record(wall, AUDIT_PREFIX, json!({ "acts": acts }));
         self.meta.submit_lingering(now, record);
         self.drain_meta(wall, now);
     }
 
     /// Leader, on its config pass: remove the oldest entries of each append-only log beyond
-    /// [`APPEND_LOG_KEEP`] (tombstones, purged like any other after their age). Returns how many.
+    /// [`APPEND_LOG_KEEP`] (tombstones, purged like any other after their age): records of the
+    /// config history and events, acts of the audit log (a record goes once every act it holds
+    /// is beyond the newest 10,000). Returns how many records.
     pub(super) fn trim_append_logs(&mut self, wall: Millis) -> usize {
         let mut out = Vec::new();
         for prefix in [AUDIT_PREFIX, crate::config::HISTORY_PREFIX, crate::config::EVENT_PREFIX] {
-            let mut keys: Vec<String> = self.config_settings(prefix).map(|s| s.key.clone()).collect();
-            if keys.len() <= APPEND_LOG_KEEP {
+            // Keys are `PREFIX` + zero-padded wall ms + node + counter: sorted is oldest first.
+            let mut entries: Vec<(String, usize)> = self
+                .config_settings(prefix)
+                .map(|s| (s.key.clone(), if prefix == AUDIT_PREFIX { acts_of(&s.value).len() } else { 1 }))
+                .collect();
+            let mut total: usize = entries.iter().map(|(_, n)| n).sum();
+            if total <= APPEND_LOG_KEEP {
                 continue;
             }
-            // Keys are `PREFIX` + zero-padded wall ms + node + counter: sorted is oldest first.
-            keys.sort();
-            let excess = (keys.len() - APPEND_LOG_KEEP).min(TRIM_BATCH);
-            for key in keys.into_iter().take(excess) {
+            entries.sort();
+            let mut excess = Vec::new();
+            for (key, n) in entries {
+                if total - n < APPEND_LOG_KEEP || excess.len() >= TRIM_BATCH {
+                    break;
+                }
+                total -= n;
+                excess.push(key);
+            }
+            for key in excess {
                 let version = self.hlc.next(wall);
                 out.push(crate::meta::records::Record::Setting(crate::meta::records::Setting {
                     key,
@@ -66,12 +115,15 @@ impl Node {
         n
     }
 
-    /// The audit log, newest first (at most `limit`).
+    /// The audit log's acts, newest first (at most `limit`): this node's acts still waiting
+    /// for their record first, so a node shows an act at once.
     pub fn audit_list(&self, limit: usize) -> AuditList {
-        let mut all: Vec<(crate::hlc::Version, Value)> =
-            self.config_settings(AUDIT_PREFIX).map(|s| (s.version.clone(), s.value.clone())).collect();
-        all.sort_by(|a, b| b.0.cmp(&a.0));
-        all.truncate(limit);
-        AuditList { audit: all.into_iter().map(|(_, v)| v).collect() }
+        let mut records: Vec<(&crate::hlc::Version, &Value)> =
+            self.config_settings(AUDIT_PREFIX).map(|s| (&s.version, &s.value)).collect();
+        records.sort_by(|a, b| b.0.cmp(a.0));
+        // A record's acts are in the order they happened: the newest is its last.
+        let recorded = records.into_iter().flat_map(|(_, v)| acts_of(v).into_iter().rev());
+        let audit = self.audit_acts.iter().rev().chain(recorded).take(limit).cloned().collect();
+        AuditList { audit }
     }
 }

@@ -429,6 +429,9 @@ pub struct Node {
     identity_origin_seen: Option<NodeId>,
     /// The user assertions this node took (their nonces, until they expire).
     assertions: crate::identity::assertion::AssertionVerifier,
+    /// Admin acts not in the audit log yet, and when they go (`audit.rs`).
+    audit_acts: Vec<serde_json::Value>,
+    audit_due: Option<Millis>,
 }
 
 /// What the shell read back from disk.
@@ -521,6 +524,8 @@ impl Node {
             identity_synced_at: Millis::ZERO,
             identity_origin_seen: None,
             assertions: Default::default(),
+            audit_acts: Vec::new(),
+            audit_due: None,
         }
     }
 
@@ -687,6 +692,7 @@ impl Node {
         let tunnel = self.tunnel_deadline();
         let identity = self.identity_next_due();
         [
+            self.audit_due,
             self.heartbeat_due,
             self.tick_due,
             meta,
@@ -717,8 +723,12 @@ impl Node {
         if now >= self.config_due && (self.cluster.is_some() || self.config_applied.is_none()) {
             self.config_timeout(wall, now);
         }
-        // Before the early return: leaving the cluster stops wanting a tunnel.
+        // Before the early return: leaving the cluster stops wanting a tunnel, and drops the
+        // audit acts waiting.
         self.tunnel_timeout(now);
+        if self.audit_due.is_some_and(|d| now >= d) {
+            self.flush_audit(wall, now);
+        }
         if self.cluster.is_none() {
             return;
         }
