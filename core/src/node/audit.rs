@@ -2,10 +2,15 @@
 //! holding the acts one node saw within [`crate::meta::machine::MetaConfig::linger_ms`] (at most
 //! [`AUDIT_BATCH_MAX`] of them), and trimmed to the newest [`APPEND_LOG_KEEP`] acts.
 //!
+//! A record's value is `{"node": ID, "acts": [[at, account, act, status], ...]}`: one row per
+//! act, not one object, because every copy, clone and encoding of the record walks its JSON
+//! tree and an object per act cost several times the allocations of a row. `GET /v1/audit`
+//! shows each act as an object (`at`, `node`, `account`, `act`, `status`).
+//!
 //! One record per act made every admin act two replicated records (its change and its entry),
 //! and the leader's trimming (500 records a pass) fell behind any client acting more than 100
 //! times a second, so under sustained writes the log grew without bound (issue 18). Older
-//! builds' records hold one act each (the act itself as the value); both shapes are read.
+//! builds' records hold one act each (the act's object itself as the value); both are read.
 
 use super::Node;
 use crate::time::Millis;
@@ -30,12 +35,39 @@ const TRIM_BATCH: usize = 500;
 /// Most acts one audit record holds: past it the acts waiting go at once.
 pub const AUDIT_BATCH_MAX: usize = 64;
 
-/// The acts an audit record holds: `{"acts": [..]}`, or (older builds) the act itself.
-fn acts_of(value: &Value) -> Vec<&Value> {
-    match value.get("acts").and_then(Value::as_array) {
-        Some(acts) => acts.iter().collect(),
-        None => vec![value],
+/// One admin act waiting on its node for its record.
+#[derive(Clone, Debug)]
+pub(super) struct AuditAct {
+    at: Millis,
+    account: String,
+    act: String,
+    status: u16,
+}
+
+impl AuditAct {
+    fn row(&self) -> Value {
+        json!([self.at.0, self.account, self.act, self.status])
     }
+}
+
+/// How many acts an audit record holds.
+fn act_count(value: &Value) -> usize {
+    value.get("acts").and_then(Value::as_array).map_or(1, Vec::len)
+}
+
+/// The acts of an audit record as `GET /v1/audit` shows them, oldest first: the rows of a
+/// record, or (older builds) the act itself. A row that is not one is shown as it is.
+fn acts_of(value: &Value) -> Vec<Value> {
+    let Some(rows) = value.get("acts").and_then(Value::as_array) else { return vec![value.clone()] };
+    let node = value.get("node").cloned().unwrap_or(Value::Null);
+    rows.iter()
+        .map(|row| match row.as_array().map(Vec::as_slice) {
+            Some([at, account, act, status]) => {
+                json!({"at": at, "node": node, "account": account, "act": act, "status": status})
+            }
+            _ => row.clone(),
+        })
+        .collect()
 }
 
 impl Node {
@@ -51,7 +83,7 @@ impl Node {
             return;
         }
         let now = self.advance_clocks(wall);
-        self.audit_acts.push(json!({"at": wall.0, "node": self.id, "account": account, "act": act, "status": status}));
+        self.audit_acts.push(AuditAct { at: wall, account: account.to_string(), act: act.to_string(), status });
         if self.audit_due.is_none() {
             self.audit_due = Some(now.plus(self.config.meta.linger_ms));
         }
@@ -67,8 +99,8 @@ impl Node {
             self.audit_acts.clear();
             return;
         }
-        let acts = std::mem::take(&mut self.audit_acts);
-        let record = self.log_record(wall, AUDIT_PREFIX, json!({ "acts": acts }));
+        let rows: Vec<Value> = std::mem::take(&mut self.audit_acts).iter().map(AuditAct::row).collect();
+        let record = self.log_record(wall, AUDIT_PREFIX, json!({ "node": self.id, "acts": rows }));
         self.meta.submit_lingering(now, record);
         self.drain_meta(wall, now);
     }
@@ -83,7 +115,7 @@ impl Node {
             // Keys are `PREFIX` + zero-padded wall ms + node + counter: sorted is oldest first.
             let mut entries: Vec<(String, usize)> = self
                 .config_settings(prefix)
-                .map(|s| (s.key.clone(), if prefix == AUDIT_PREFIX { acts_of(&s.value).len() } else { 1 }))
+                .map(|s| (s.key.clone(), if prefix == AUDIT_PREFIX { act_count(&s.value) } else { 1 }))
                 .collect();
             let mut total: usize = entries.iter().map(|(_, n)| n).sum();
             if total <= APPEND_LOG_KEEP {
@@ -122,8 +154,31 @@ impl Node {
             self.config_settings(AUDIT_PREFIX).map(|s| (&s.version, &s.value)).collect();
         records.sort_by(|a, b| b.0.cmp(a.0));
         // A record's acts are in the order they happened: the newest is its last.
-        let recorded = records.into_iter().flat_map(|(_, v)| acts_of(v).into_iter().rev());
-        let audit = self.audit_acts.iter().rev().chain(recorded).take(limit).cloned().collect();
+        let waiting = self.audit_acts.iter().rev().map(|a| acts_of(&json!({"node": self.id, "acts": [a.row()]})));
+        let recorded = records.into_iter().map(|(_, v)| acts_of(v));
+        let audit = waiting.chain(recorded).flat_map(|acts| acts.into_iter().rev()).take(limit).collect();
         AuditList { audit }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acts_are_read_from_rows_and_from_older_builds_one_act_records() {
+        let old = json!({"at": 5, "node": "n1", "account": "admin", "act": "PUT /v1/settings/a", "status": 200});
+        assert_eq!(acts_of(&old), vec![old.clone()]);
+        assert_eq!(act_count(&old), 1);
+        let batch = json!({"node": "n2", "acts": [[7, "anna", "POST /v1/login anna", 401], [8, "anna", "POST /v1/login anna", 200], "odd"]});
+        assert_eq!(act_count(&batch), 3);
+        assert_eq!(
+            acts_of(&batch),
+            vec![
+                json!({"at": 7, "node": "n2", "account": "anna", "act": "POST /v1/login anna", "status": 401}),
+                json!({"at": 8, "node": "n2", "account": "anna", "act": "POST /v1/login anna", "status": 200}),
+                json!("odd"),
+            ]
+        );
     }
 }

@@ -430,7 +430,7 @@ pub struct Node {
     /// The user assertions this node took (their nonces, until they expire).
     assertions: crate::identity::assertion::AssertionVerifier,
     /// Admin acts not in the audit log yet, and when they go (`audit.rs`).
-    audit_acts: Vec<serde_json::Value>,
+    audit_acts: Vec<audit::AuditAct>,
     audit_due: Option<Millis>,
 }
 
