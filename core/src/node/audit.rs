@@ -154,9 +154,11 @@ impl Node {
             self.config_settings(AUDIT_PREFIX).map(|s| (&s.version, &s.value)).collect();
         records.sort_by(|a, b| b.0.cmp(a.0));
         // A record's acts are in the order they happened: the newest is its last.
-        let waiting = self.audit_acts.iter().rev().map(|a| acts_of(&json!({"node": self.id, "acts": [a.row()]})));
-        let recorded = records.into_iter().map(|(_, v)| acts_of(v));
-        let audit = waiting.chain(recorded).flat_map(|acts| acts.into_iter().rev()).take(limit).collect();
+        // The acts waiting, shown as the record they will be.
+        let waiting = (!self.audit_acts.is_empty())
+            .then(|| json!({"node": self.id, "acts": self.audit_acts.iter().map(AuditAct::row).collect::<Vec<_>>()}));
+        let values = waiting.iter().chain(records.into_iter().map(|(_, v)| v));
+        let audit = values.flat_map(|v| acts_of(v).into_iter().rev()).take(limit).collect();
         AuditList { audit }
     }
 }
