@@ -30,6 +30,8 @@
 //!     SHOAL_CHAOS_SECS=600 cargo test --release --test chaos -- --nocapture
 //!     SHOAL_CHAOS_SEED=12345 cargo test --test chaos -- --nocapture
 //!
+//! `SHOAL_CHAOS_BIN=/path/to/shoal` runs another build of the node than cargo's.
+//!
 //! A seed fixes the schedule of faults and each client's operations; the interleaving of real
 //! processes is not deterministic, so a replay reproduces the same kind of run, not the same
 //! run. Node logs (stderr, `SHOAL_LOG=info`) are in the temporary folder's `logs/`, printed
@@ -48,7 +50,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_shoal");
+/// The binary under test: cargo's build, or `SHOAL_CHAOS_BIN` (a copy set aside, so a loop of
+/// runs keeps testing one build while the tree is rebuilt).
+fn bin() -> String {
+    std::env::var("SHOAL_CHAOS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_shoal").to_string())
+}
 const NODES: usize = 3;
 const CLIENTS: usize = 3;
 const POLICY: usize = 2;
@@ -119,7 +125,7 @@ impl Proc {
     fn start(&mut self) {
         self.child = Some(started::serve(&self.dir, &mut self.port, Duration::from_secs(30), |port| {
             let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("open the node log");
-            Command::new(BIN)
+            Command::new(bin())
                 .args(["serve", "--data"])
                 .arg(&self.dir)
                 .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -149,7 +155,7 @@ impl Proc {
     }
 
     fn cli_json(&self, args: &[&str]) -> Value {
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .arg("--data")
             .arg(&self.dir)
             .args(["--api", &self.url(), "--json"])

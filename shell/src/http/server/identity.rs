@@ -68,7 +68,7 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .filter(|v| !v.is_empty())
 }
 
-fn path_of(req: &Request) -> String {
+pub(super) fn path_of(req: &Request) -> String {
     req.extensions()
         .get::<axum::extract::OriginalUri>()
         .map(|u| u.0.path().to_string())
@@ -81,8 +81,17 @@ fn path_of(req: &Request) -> String {
 /// route is refused with 403. `POST /v1/login` alone needs nobody.
 pub(super) async fn authenticate<E: Env>(State(s): S<E>, mut req: Request, next: Next) -> Response {
     let path = path_of(&req);
+    if let Some(refused) = authenticate_request(&s, &mut req, &path) {
+        return refused;
+    }
+    next.run(req).await
+}
+
+/// [`authenticate`]'s work on one request at `path`: the caller's [`Authed`] is put in its
+/// extensions, or the answer refusing it returned.
+pub(super) fn authenticate_request<E: Env>(s: &Arc<Shared<E>>, req: &mut Request, path: &str) -> Option<Response> {
     if path == "/v1/login" {
-        return next.run(req).await;
+        return None;
     }
     let headers = req.headers();
     let presented = headers
@@ -93,11 +102,11 @@ pub(super) async fn authenticate<E: Env>(State(s): S<E>, mut req: Request, next:
         .or_else(|| session_cookie(headers))
         .map(str::trim);
     let Some(presented) = presented.filter(|p| !p.is_empty()) else {
-        return error_response(
+        return Some(error_response(
             401,
             "no_token",
             "this API needs a token: the admin token, a session (`shoal login`) or an API key (Authorization: Bearer <token>)",
-        );
+        ));
     };
     let root: bool = presented.as_bytes().ct_eq(s.admin_token.as_bytes()).into();
     let authed = if root {
@@ -111,19 +120,19 @@ pub(super) async fn authenticate<E: Env>(State(s): S<E>, mut req: Request, next:
                 }
                 Authed { principal, digest: Some(digest) }
             }
-            Err(e) => return api_error_response(e),
+            Err(e) => return Some(api_error_response(e)),
         }
     };
-    let need = need_of(req.method().as_str(), &path);
+    let need = need_of(req.method().as_str(), path);
     if need == Need::Admin && !authed.principal.is_admin() {
-        return error_response(
+        return Some(error_response(
             403,
             "admin_only",
             format!("{} {path} needs an admin; {} is a user", req.method(), authed.principal.name()),
-        );
+        ));
     }
     req.extensions_mut().insert(authed);
-    next.run(req).await
+    None
 }
 
 // ---- login, logout, me ----
