@@ -3,8 +3,9 @@
 //! and multi-chunk (> 4 MiB, streamed) files, get them, move and remove them and write settings,
 //! through random live nodes over the HTTP API, while a driver thread SIGKILLs and restarts
 //! nodes (same data dir and port) and SIGSTOPs and SIGCONTs them, one node at a time so a
-//! majority always stays. Each client keeps a model of what was acknowledged (a 2xx); an
-//! operation that failed or timed out is "unknown" and may have happened or not.
+//! majority always stays. Each client keeps a model of what was acknowledged (a 2xx whose
+//! `x-shoal-ack` is not `unconfirmed`); an operation that failed, timed out or was answered
+//! `unconfirmed` is "unknown" and may have happened or not.
 //!
 //! At the end every node is resumed or restarted, the metadata must converge (one leader, the
 //! same digest on every node) and then: every acknowledged put not later removed or moved reads
@@ -203,14 +204,24 @@ enum HttpError {
 struct Resp {
     status: u16,
     body: Vec<u8>,
+    /// `x-shoal-ack`: how safe the change was when answered.
+    ack: Option<String>,
 }
 
 impl Resp {
     fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
+    /// An acknowledgement: a 2xx the node did not call `unconfirmed` (the bound on its wait
+    /// for another node ran out: the change is made there and travels on, but is not safe
+    /// from losing that node; the API says so, and so it is an unknown outcome here).
     fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
+        (200..300).contains(&self.status) && self.ack.as_deref() != Some("unconfirmed")
+    }
+
+    /// How an acknowledged change was answered, for a file's history.
+    fn acked(&self) -> String {
+        format!("acked ({})", self.ack.as_deref().unwrap_or("-"))
     }
 }
 
@@ -286,7 +297,7 @@ fn parse_response(raw: &[u8]) -> Result<Resp, String> {
     } else {
         rest.to_vec()
     };
-    Ok(Resp { status, body })
+    Ok(Resp { status, body, ack: header("x-shoal-ack") })
 }
 
 // ---- the model ----
@@ -411,7 +422,7 @@ fn client(sh: &Shared, c: usize, seed: u64, deadline: Instant) -> ClientLog {
                     if v["size"].as_u64() != Some(len as u64) {
                         log.failures.push(format!("put {path} via n{node} answered {v} for {len} bytes"));
                     }
-                    file.history.push(format!("{} put {len} B via n{node}: acked {v}", now_s(sh.t0)));
+                    file.history.push(format!("{} put {len} B via n{node}: {} {v}", now_s(sh.t0), resp.acked()));
                     count(&mut log, format!("{kind} acked"));
                 }
                 other => {
@@ -452,7 +463,7 @@ fn client(sh: &Shared, c: usize, seed: u64, deadline: Instant) -> ClientLog {
             let f = &mut log.files[i];
             match r {
                 Ok(resp) if resp.ok() => {
-                    f.history.push(format!("{} mv {from} -> {to} via n{node}: acked", now_s(sh.t0)));
+                    f.history.push(format!("{} mv {from} -> {to} via n{node}: {}", now_s(sh.t0), resp.acked()));
                     f.left.push(from);
                     f.fate = Fate::Live { path: to };
                     count(&mut log, "mv acked".into());
@@ -472,7 +483,7 @@ fn client(sh: &Shared, c: usize, seed: u64, deadline: Instant) -> ClientLog {
             let f = &mut log.files[i];
             match r {
                 Ok(resp) if resp.ok() => {
-                    f.history.push(format!("{} rm {path} via n{node}: acked", now_s(sh.t0)));
+                    f.history.push(format!("{} rm {path} via n{node}: {}", now_s(sh.t0), resp.acked()));
                     f.fate = Fate::Removed { path };
                     count(&mut log, "rm acked".into());
                 }
@@ -505,9 +516,11 @@ fn client(sh: &Shared, c: usize, seed: u64, deadline: Instant) -> ClientLog {
     log
 }
 
-/// The kind of answer, for the counts: a status, "lost" or "down".
+/// The kind of answer, for the counts: a status (with "unconfirmed" for a 2xx no other node
+/// confirmed), "lost" or "down".
 fn kind_of(r: &Result<Resp, HttpError>) -> String {
     match r {
+        Ok(resp) if resp.ack.as_deref() == Some("unconfirmed") => format!("{} unconfirmed", resp.status),
         Ok(resp) => resp.status.to_string(),
         Err(HttpError::Connect) => "down".into(),
         Err(HttpError::Lost(_)) => "lost".into(),
@@ -517,7 +530,12 @@ fn kind_of(r: &Result<Resp, HttpError>) -> String {
 fn describe(r: &Result<Resp, HttpError>) -> String {
     match r {
         Ok(resp) => {
-            format!("{} {}", resp.status, String::from_utf8_lossy(&resp.body).chars().take(200).collect::<String>())
+            let ack = resp.ack.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
+            format!(
+                "{}{ack} {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body).chars().take(200).collect::<String>()
+            )
         }
         Err(HttpError::Connect) => "no node reachable".into(),
         Err(HttpError::Lost(e)) => format!("lost: {e}"),
@@ -583,7 +601,7 @@ fn read_settled(api: &Api, path: &str) -> Resp {
         if settled || Instant::now() > until {
             return match r {
                 Ok(resp) => resp,
-                Err(_) => Resp { status: 0, body: describe(&r).into_bytes() },
+                Err(_) => Resp { status: 0, body: describe(&r).into_bytes(), ack: None },
             };
         }
         std::thread::sleep(Duration::from_millis(300));

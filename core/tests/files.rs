@@ -662,6 +662,45 @@ fn the_leader_says_whether_a_path_holds_a_live_file() {
     assert_eq!(n.answer_file_exists("/cluster/acn/meta/file?path=/a/%00").status(), 400);
 }
 
+/// With the found bytes' mtime, the leader also says whether they may be adopted: not when a
+/// file is live there, nor when the path was removed (or moved away) after they were written.
+/// A node whose own records never held the file (it died before its record was written
+/// behind) asked only "live?", and a tombstone answered "no": its rescan brought an
+/// acknowledged move back (the chaos test).
+#[test]
+fn the_leader_says_whether_bytes_found_at_a_path_may_be_adopted() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let adoptable = |n: &shoal_core::node::Node, q: &str| {
+        let r = n.answer_file_exists(&format!("/cluster/acn/meta/file?{q}"));
+        assert_eq!(r.status(), 200, "{:?}", r.body);
+        r.body["adoptable"].clone()
+    };
+    assert_eq!(adoptable(&n, "path=/f&mtime=500"), serde_json::json!(true), "nothing there");
+    publish(&mut n, at(1_000), "/f", 'a', &[(va.clone(), me.clone())]);
+    assert_eq!(adoptable(&n, "path=/f&mtime=500"), serde_json::json!(false), "a live file");
+    n.file_move(at(2_000), "/f", "/g").unwrap();
+    assert_eq!(adoptable(&n, &format!("path=/f&mtime={}", at(1_000).0)), serde_json::json!(false), "moved away since");
+    assert_eq!(adoptable(&n, &format!("path=/f&mtime={}", at(3_000).0)), serde_json::json!(true), "written after");
+    assert_eq!(adoptable(&n, "path=/f"), serde_json::Value::Null, "asked without mtime: live only");
+    assert_eq!(n.answer_file_exists("/cluster/acn/meta/file?path=/f&mtime=soon").status(), 400);
+}
+
+/// Bytes a write landed on a volume moments ago are that write's copy, its record on the way:
+/// a rescan that finds them before the record does not adopt them as a new file (the chaos
+/// test saw a put's copy adopted 0.14 s after it landed, a record with another id over the
+/// acknowledged put's). Once their record is overdue, they are adopted like any found file.
+#[test]
+fn a_rescan_does_not_adopt_bytes_that_landed_moments_ago() {
+    let (mut n, va) = member(1);
+    n.landed_note(at(1_000), &va, "/p", &sum('a'));
+    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), at(1_000).0), 409, "landed");
+    assert!(n.meta().state().file("/p").is_none(), "no record made");
+    let later = at(1_000 + shoal_core::storage::landed::LANDED_MAX_MS + 1);
+    n.copy_adopt(later, "/p", &va, 10, &sum('a'), at(1_000).0).expect("adopted once the record is overdue");
+    assert_eq!(file(&n, "/p").checksum, sum('a'));
+}
+
 // ---- 8. replication backoff ----
 
 #[test]

@@ -5,10 +5,15 @@
 //! files through random nodes while faults come every few seconds: partitions, held links,
 //! latency, crashes and restarts (data kept), a byte flipped in a stored copy (only while the
 //! file has another right copy somewhere, so the fault itself cannot be what loses it), volumes
-//! going low on space and back, one volume evacuated (emptied, then retired). Every simulated second each acknowledged file must still have
-//! a right copy on some node's disk. Then everything heals and every acknowledged file must
-//! converge to exactly N current copies on N different nodes with the right bytes on disk, and
-//! read back right. `SEED=n` (with `--drive`) replays one run: the same faults, writes and
+//! going low on space and back, one volume evacuated (emptied, then retired). Acknowledged files
+//! are also moved to new paths through random nodes, and the node a move went through is
+//! sometimes crashed right after its answer (the chaos test's kill after an acknowledgement).
+//! Every simulated second each acknowledged file must still have a right copy on some node's
+//! disk (at its path or one it was moved from: the holders rename their copies after the
+//! records). Then everything heals and every acknowledged file must converge to exactly N
+//! current copies on N different nodes with the right bytes on disk, and read back right; every
+//! path an acknowledged move left is removed in every node's records, and a file whose move has
+//! an unknown outcome is live at exactly one of its two paths. `SEED=n` (with `--drive`) replays one run: the same faults, writes and
 //! answers in the same order (see [`event_digest`]).
 
 use crate::harness::{Harness, SimConfig};
@@ -105,12 +110,87 @@ pub fn right_copies(h: &Harness, path: &str, content: &str) -> Vec<usize> {
 
 /// Every acknowledged file has a right copy on some node not in `lost`.
 pub fn check_no_file_lost(h: &Harness, acked: &Acked, lost: &BTreeSet<usize>) -> Result<(), String> {
-    for (path, content) in acked {
-        if right_copies(h, path, content).iter().all(|i| lost.contains(i)) {
+    check_no_moved_file_lost(h, acked, &Moves::default(), lost)
+}
+
+/// [`check_no_file_lost`] for files that may have moved: a right copy at the file's path or at
+/// a path it was moved from (or, for a move of unknown outcome, to) counts.
+pub fn check_no_moved_file_lost(
+    h: &Harness,
+    acked: &Acked,
+    moves: &Moves,
+    lost: &BTreeSet<usize>,
+) -> Result<(), String> {
+    let unknown = moves.unknown.iter().map(|u| (&u.from, &u.content));
+    for (path, content) in acked.iter().chain(unknown) {
+        let right = moves.paths_of(path).iter().any(|p| right_copies(h, p, content).iter().any(|i| !lost.contains(i)));
+        if !right {
             return Err(format!("no right copy of {path} left on any node"));
         }
     }
     Ok(())
+}
+
+/// The moves of a drive run.
+#[derive(Clone, Debug, Default)]
+pub struct Moves {
+    /// Path now -> the paths it was moved from (a file's copies on disk follow its records).
+    pub former: BTreeMap<String, Vec<String>>,
+    /// Paths an acknowledged move left.
+    pub left: BTreeSet<String>,
+    /// Moves with no answer (or an error a retry could follow): the file is at one of the two.
+    pub unknown: Vec<UnknownMove>,
+}
+
+/// A move whose outcome the client does not know.
+#[derive(Clone, Debug)]
+pub struct UnknownMove {
+    pub from: String,
+    pub to: String,
+    pub content: String,
+}
+
+impl Moves {
+    /// `path` and every path the file now there was moved from (and to, for a move of unknown
+    /// outcome from `path`).
+    fn paths_of(&self, path: &str) -> Vec<String> {
+        let mut out = vec![path.to_string()];
+        out.extend(self.former.get(path).into_iter().flatten().cloned());
+        for u in self.unknown.iter().filter(|u| u.from == path) {
+            out.push(u.to.clone());
+        }
+        out
+    }
+
+    /// Whether `path` is live in node `i`'s records.
+    fn live(h: &Harness, i: usize, path: &str) -> bool {
+        record(h, i, path).is_some_and(|f| !f.removed)
+    }
+
+    /// After the heal: no node's records hold a path an acknowledged move left, and every file
+    /// moved with an unknown outcome is live at the same one of its two paths on every node,
+    /// which is then an acknowledged file of its own (returned, to converge and read back).
+    fn settled(&self, h: &Harness, live: &[usize]) -> Result<Acked, String> {
+        for path in &self.left {
+            if let Some(i) = live.iter().copied().find(|&i| Self::live(h, i, path)) {
+                return Err(format!("n{i} still holds {path}, which an acknowledged move left"));
+            }
+        }
+        let mut out = Acked::new();
+        for u in &self.unknown {
+            let at: Vec<(usize, bool, bool)> =
+                live.iter().map(|&i| (i, Self::live(h, i, &u.from), Self::live(h, i, &u.to))).collect();
+            let Some(&(_, from, to)) = at.first() else { continue };
+            if at.iter().any(|&(_, f, t)| (f, t) != (from, to)) || from == to {
+                return Err(format!(
+                    "after a move of unknown outcome {} -> {}, the nodes hold (node, from, to) {at:?}",
+                    u.from, u.to
+                ));
+            }
+            out.insert(if from { u.from.clone() } else { u.to.clone() }, u.content.clone());
+        }
+        Ok(out)
+    }
 }
 
 /// The file record as node `i` sees it.
@@ -197,9 +277,11 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut h =
         drive_cluster_nat(seed, n, policy as u32, opts.nat).map_err(|e| format!("drive seed {seed}: setup: {e}"))?;
     let mut acked = Acked::new();
+    let mut moves = Moves::default();
     let none = BTreeSet::new();
     let mut faults = 0usize;
     let mut writes = 0u64;
+    let mut moved = 0u64;
     let mut evacuated: Option<usize> = None;
     let mut watched = String::new();
     let end = h.elapsed_ms() + opts.chaos_ms;
@@ -220,11 +302,51 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 acked.insert(path, content);
             }
         }
+        // A move of an acknowledged file, now and then, through a random node; sometimes that
+        // node is crashed right after it answered.
+        for _ in 0..rng.below(3) {
+            if acked.is_empty() {
+                break;
+            }
+            let via = rng.below(n as u64) as usize;
+            let from = acked.keys().nth(rng.below(acked.len() as u64) as usize).cloned().expect("not empty");
+            if h.is_running(via) {
+                moved += 1;
+                let to = format!("/data/m{moved}");
+                let content = acked.remove(&from).expect("acknowledged");
+                match h.api(via, "POST /v1/mv", Some(json!({"from": from, "to": to}))) {
+                    Ok((200, _)) => {
+                        let mut former = moves.former.remove(&from).unwrap_or_default();
+                        former.push(from.clone());
+                        moves.former.insert(to.clone(), former);
+                        moves.left.insert(from);
+                        acked.insert(to, content);
+                        if rng.below(3) == 0 {
+                            h.crash(via);
+                        }
+                    }
+                    // A refusal the client can read (not found, a rename pending, no leader
+                    // known): nothing was moved.
+                    Ok((s, _)) if (400..500).contains(&s) => {
+                        acked.insert(from, content);
+                    }
+                    _ => {
+                        // Each holder's copy may be renamed or not yet: the file's copies are
+                        // at either path, from here on.
+                        let mut former = moves.former.remove(&from).unwrap_or_default();
+                        former.push(from.clone());
+                        moves.former.insert(to.clone(), former.clone());
+                        moves.former.insert(from.clone(), former);
+                        moves.unknown.push(UnknownMove { from, to, content });
+                    }
+                }
+            }
+        }
         let until = h.elapsed_ms() + 1_000 + rng.below(14_000);
         while h.elapsed_ms() < until {
             h.run_checked(1_000).map_err(|e| fail(&h, seed, e))?;
             debug_watch(&h, &acked, &mut watched);
-            check_no_file_lost(&h, &acked, &none).map_err(|e| fail(&h, seed, e))?;
+            check_no_moved_file_lost(&h, &acked, &moves, &none).map_err(|e| fail(&h, seed, e))?;
         }
         let a = rng.below(n as u64) as usize;
         let b = (a + 1 + rng.below(n as u64 - 1) as usize) % n;
@@ -298,8 +420,12 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut last = String::new();
     let converged = wait_until(&mut h, 600_000, "every file has exactly N right copies on N nodes", |h| {
         debug_watch(h, &acked, &mut watched);
-        check_no_file_lost(h, &acked, &none)?;
-        match converged_copies(h, &acked, policy, &live) {
+        check_no_moved_file_lost(h, &acked, &moves, &none)?;
+        let settled = moves.settled(h, &live).and_then(|unknown| {
+            converged_copies(h, &acked, policy, &live)?;
+            converged_copies(h, &unknown, policy, &live)
+        });
+        match settled {
             Ok(()) => Ok(true),
             Err(e) => {
                 last = e;
@@ -308,6 +434,8 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
         }
     });
     converged.map_err(|e| fail(&h, seed, format!("{e}: {last}")))?;
+    let unknown = moves.settled(&h, &live).map_err(|e| fail(&h, seed, e))?;
+    acked.extend(unknown);
     for (path, content) in &acked {
         let via = rng.below(n as u64) as usize;
         let got = h.get_file(via, path).map_err(|e| fail(&h, seed, e))?;
@@ -320,8 +448,10 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     }
     if std::env::var("SHOAL_SIM_VERBOSE").is_ok() {
         eprintln!(
-            "drive seed {seed}: {n} nodes, policy {policy}, {} of {writes} writes acknowledged, {faults} faults",
-            acked.len()
+            "drive seed {seed}: {n} nodes, policy {policy}, {} of {writes} writes acknowledged, {} of {moved} moves, {} unknown, {faults} faults",
+            acked.len(),
+            moves.left.len(),
+            moves.unknown.len()
         );
     }
     Ok(RunReport { seed, digest: event_digest(&h), faults, sim_ms: h.elapsed_ms() })

@@ -624,13 +624,21 @@ impl Node {
         // Bytes older than the removal of their path are what that removal (or a move away)
         // left behind on a node that missed it, not a new file: adopting them would bring an
         // acknowledged remove or move back.
-        if let Some(gone) = self.meta.state().file(&p).filter(|f| f.removed) {
-            if mod_time <= gone.version.wall_ms {
-                return Err(ApiError::conflict(
-                    "removed_since",
-                    format!("cluster:{p} was removed or moved away after these bytes were written"),
-                ));
-            }
+        if self.removed_since(&p, mod_time) {
+            return Err(ApiError::conflict(
+                "removed_since",
+                format!("cluster:{p} was removed or moved away after these bytes were written"),
+            ));
+        }
+        // Bytes a write landed here moments ago are that write's copy, its record on the way
+        // (a put's copy lands before the put publishes its record): adopted, they would make
+        // a record newer than the put's own, with another id, over it (the chaos test saw an
+        // acknowledged put replaced so, and then a remove of it undone).
+        if self.landed_unsettled(wall, volume, &p) {
+            return Err(ApiError::conflict(
+                "landed",
+                format!("bytes landed at cluster:{p} moments ago and their record is on its way"),
+            ));
         }
         self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())]).map(|_| ())
     }
@@ -818,14 +826,40 @@ impl Node {
     /// node's rescan asks the leader before it adopts a file it found with no record: its own
     /// records may lag (just restarted, cut off), and an adoption is a newer record that would
     /// override the file's real one.
+    ///
+    /// With `mtime=` (the found bytes' modification time, unix ms) it also says whether they
+    /// may be adopted (`adoptable`): no live file there, and no removal (or move away) of the
+    /// path after the bytes were written ([`Node::adoptable`]). The asking node's own records
+    /// may not hold the removal yet, and "not live" alone would let it bring the path back.
     pub fn answer_file_exists(&self, target: &str) -> super::Reply {
         let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
         let raw = query.split('&').find_map(|kv| kv.strip_prefix("path=")).unwrap_or("");
+        let mtime = query.split('&').find_map(|kv| kv.strip_prefix("mtime=")).map(str::parse::<u64>);
         let decoded = transfer::decode_query_value(raw);
-        match normalize(&decoded) {
-            Ok(p) => super::Reply::ok(json!({ "path": p, "live": self.live_file(&p).is_some() })),
-            Err(e) => super::Reply::error(super::ErrorKind::Invalid, "bad_path", e.to_string()),
+        match (normalize(&decoded), mtime) {
+            (Err(e), _) => super::Reply::error(super::ErrorKind::Invalid, "bad_path", e.to_string()),
+            (_, Some(Err(_))) => super::Reply::error(super::ErrorKind::Invalid, "bad_mtime", "mtime is unix ms"),
+            (Ok(p), mtime) => {
+                let mut body = json!({ "path": p, "live": self.live_file(&p).is_some() });
+                if let Some(Ok(mtime)) = mtime {
+                    body["adoptable"] = json!(self.adoptable(&p, mtime));
+                }
+                super::Reply::ok(body)
+            }
         }
+    }
+
+    /// Whether bytes found at `path`, last modified at `mtime_ms` (unix ms), with no record of
+    /// their own, may be adopted as a new file by these records: no live file is there, and
+    /// the path was not removed or moved away after they were written.
+    pub fn adoptable(&self, path: &str, mtime_ms: u64) -> bool {
+        self.live_file(path).is_none() && !self.removed_since(path, mtime_ms)
+    }
+
+    /// Whether the records hold a removal of `path` (a remove, or a move away) no older than
+    /// bytes written there at `mtime_ms`: those bytes are what it left behind.
+    fn removed_since(&self, path: &str, mtime_ms: u64) -> bool {
+        self.meta.state().file(path).is_some_and(|f| f.removed && mtime_ms <= f.version.wall_ms)
     }
 
     /// This node's current copies not checked (written, pulled, scrubbed or verified) for

@@ -41,14 +41,25 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         for (path, check) in &plan.checks {
             // This node's records may lag (it just came back, or is cut off): a file the
             // cluster already has is not adopted over it.
-            if matches!(check, RescanCheck::Adopt { .. }) && !unknown_to_leader(s, path).await {
-                continue;
+            if let RescanCheck::Adopt { mtime_ms } = check {
+                if !adoptable_by_leader(s, path, *mtime_ms).await {
+                    continue;
+                }
             }
             let hashed = match confined_path(Path::new(&folder), path, false) {
                 Ok(file) => hash_file(s, file).await.ok(),
                 Err(_) => continue,
             };
-            match s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed)) {
+            // Under the landing lock: bytes landing at this path meanwhile are noted before
+            // the core decides (it adopts none that landed moments ago).
+            let outcome = s
+                .store_service
+                .landed
+                .unless_unsettled(s, &volume, &[path], || {
+                    s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed))
+                })
+                .unwrap_or(RescanDid::Nothing);
+            match outcome {
                 RescanDid::MarkedStale => stale += 1,
                 RescanDid::Restored => restored += 1,
                 RescanDid::Added => added += 1,
@@ -66,19 +77,23 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
     json!({ "volumes": report })
 }
 
-/// Whether the metadata leader holds no live file at `path` (this node's own records, when it
-/// is the leader). No leader known, or no clear answer: not unknown, so nothing is adopted.
-pub(super) async fn unknown_to_leader<E: Env>(s: &Arc<Shared<E>>, path: &str) -> bool {
+/// Whether the metadata leader's records let bytes found at `path`, modified at `mtime_ms`,
+/// be adopted ([`shoal_core::node::Node::adoptable`]: no live file there, no removal of it
+/// since; this node's own records, when it is the leader). No leader known, or no clear
+/// answer: nothing is adopted. A leader of an older version that does not answer `adoptable`
+/// is read by its `live` alone.
+pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, mtime_ms: u64) -> bool {
     let (me, leader) = s.read_node(|n, now| (n.id().clone(), n.meta_leader(now).map(|l| l.holder.clone())));
     let Some(leader) = leader else { return false };
     if leader == me {
-        return s.read_node(|n, _| n.meta().state().file(path).is_none_or(|f| f.removed));
+        return s.read_node(|n, _| n.adoptable(path, mtime_ms));
     }
-    let target = format!("/cluster/acn/meta/file?path={}", crate::wire::escape_query(path));
+    let target = format!("/cluster/acn/meta/file?path={}&mtime={mtime_ms}", crate::wire::escape_query(path));
     match signed(s, &leader, "GET", &target, vec![], vec![]).await {
-        Ok(r) if r.status == 200 => {
-            serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| v["live"] == Value::Bool(false))
-        }
+        Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body).is_ok_and(|v| match &v["adoptable"] {
+            Value::Bool(b) => *b,
+            _ => v["live"] == Value::Bool(false),
+        }),
         _ => false,
     }
 }
