@@ -636,13 +636,19 @@ fn a_rescan_does_not_adopt_bytes_older_than_the_removal_of_their_path() {
     n.file_move(at(2_000), "/f", "/g").unwrap();
     publish(&mut n, at(2_100), "/h", 'c', &[(va.clone(), me.clone())]);
     n.file_remove(at(2_200), "/h", false).unwrap();
-    refused(n.copy_adopt(at(3_000), "/f", &va, 10, &sum('a'), at(1_000).0), 409, "removed_since");
-    refused(n.copy_adopt(at(3_000), "/h", &va, 10, &sum('c'), at(2_100).0), 409, "removed_since");
+    refused(n.copy_adopt(at(3_000), "/f", &va, 10, &sum('a'), at(1_000).0, at(1_000).0), 409, "removed_since");
+    refused(n.copy_adopt(at(3_000), "/h", &va, 10, &sum('c'), at(2_100).0, at(2_100).0), 409, "removed_since");
     assert!(file(&n, "/f").removed && file(&n, "/h").removed, "both stay removed");
     // Written after the removal: a new file.
-    n.copy_adopt(at(4_000), "/h", &va, 10, &sum('b'), at(3_500).0).expect("adopted");
+    n.copy_adopt(at(4_000), "/h", &va, 10, &sum('b'), at(3_500).0, at(3_500).0).expect("adopted");
     assert!(!file(&n, "/h").removed);
     assert_eq!(file(&n, "/h").checksum, sum('b'));
+    // Copied in after the removal with an older mtime kept (`cp -p`): its ctime says when it
+    // came, and the record keeps the mtime.
+    publish(&mut n, at(4_100), "/k", 'e', &[(va.clone(), me.clone())]);
+    n.file_remove(at(4_200), "/k", false).unwrap();
+    n.copy_adopt(at(5_000), "/k", &va, 10, &sum('d'), at(500).0, at(4_500).0).expect("adopted by its ctime");
+    assert_eq!(file(&n, "/k").mod_time, at(500).0);
 }
 
 /// `meta/file?path=` says whether this node's records hold a live file there (a rescan asks
@@ -694,10 +700,11 @@ fn the_leader_says_whether_bytes_found_at_a_path_may_be_adopted() {
 fn a_rescan_does_not_adopt_bytes_that_landed_moments_ago() {
     let (mut n, va) = member(1);
     n.landed_note(at(1_000), &va, "/p", &sum('a'));
-    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), at(1_000).0), 409, "landed");
+    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), at(1_000).0, at(1_000).0), 409, "landed");
     assert!(n.meta().state().file("/p").is_none(), "no record made");
     let later = at(1_000 + shoal_core::storage::landed::LANDED_MAX_MS + 1);
-    n.copy_adopt(later, "/p", &va, 10, &sum('a'), at(1_000).0).expect("adopted once the record is overdue");
+    n.copy_adopt(later, "/p", &va, 10, &sum('a'), at(1_000).0, at(1_000).0)
+        .expect("adopted once the record is overdue");
     assert_eq!(file(&n, "/p").checksum, sum('a'));
 }
 

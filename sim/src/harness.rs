@@ -52,6 +52,8 @@ impl SimConfig {
 
 type ApiCall = (String, String, String, Option<Value>);
 type ApiResult = Result<(u16, Value), String>;
+/// An answer as the control client got it: status, body, and its `x-shoal-ack` header.
+type Answered = Result<(u16, Value, Option<String>), String>;
 
 struct SimNode {
     name: String,
@@ -97,7 +99,10 @@ pub struct Harness {
     sim: turmoil::Sim<'static>,
     nodes: Vec<SimNode>,
     sim_ms: Arc<AtomicU64>,
-    ctl_tx: tokio::sync::mpsc::UnboundedSender<(ApiCall, mpsc::Sender<ApiResult>)>,
+    ctl_tx: tokio::sync::mpsc::UnboundedSender<(ApiCall, mpsc::Sender<Answered>)>,
+    /// The `x-shoal-ack` header of the last answer [`Harness::api`] returned (`unconfirmed`: a
+    /// change made on that node that no other node confirmed within the bound).
+    pub last_ack: Option<String>,
     _root: tempfile::TempDir,
     digest: Sha256,
     /// What happened, in order, for a failure report.
@@ -169,7 +174,7 @@ impl Harness {
             });
             nodes.push(SimNode { name, dir, slot, clock, running: true, crashed_at_ms: None, disk, build });
         }
-        let (ctl_tx, mut ctl_rx) = tokio::sync::mpsc::unbounded_channel::<(ApiCall, mpsc::Sender<ApiResult>)>();
+        let (ctl_tx, mut ctl_rx) = tokio::sync::mpsc::unbounded_channel::<(ApiCall, mpsc::Sender<Answered>)>();
         let ctl_env = SimEnv::new(Arc::new(Mutex::new(ClockFault::default())), sim_ms.clone(), rng.next_u64());
         sim.client(CTL, async move {
             let client = HttpClient::new(ctl_env);
@@ -179,7 +184,10 @@ impl Harness {
                 let body = body.map(|b| serde_json::to_vec(&b).expect("json")).unwrap_or_default();
                 let r = client.request(&base, method, path, &[("authorization", &auth)], body, 30_000).await;
                 let r = r
-                    .map(|resp| (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null)))
+                    .map(|resp| {
+                        let ack = resp.header("x-shoal-ack").map(str::to_string);
+                        (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null), ack)
+                    })
                     .map_err(|e| e.to_string());
                 let _ = reply.send(r);
             }
@@ -192,6 +200,7 @@ impl Harness {
             nodes,
             sim_ms,
             ctl_tx,
+            last_ack: None,
             _root: root,
             digest: Sha256::new(),
             log: Vec::new(),
@@ -291,11 +300,13 @@ impl Harness {
             if let Ok(r) = rx.try_recv() {
                 self.note(format!(
                     "api n{i} {call} -> {}",
-                    r.as_ref().map(|(s, _)| s.to_string()).unwrap_or_else(|e| e.clone())
+                    r.as_ref().map(|(s, _, _)| s.to_string()).unwrap_or_else(|e| e.clone())
                 ));
-                return r;
+                self.last_ack = r.as_ref().ok().and_then(|(_, _, ack)| ack.clone());
+                return r.map(|(s, v, _)| (s, v));
             }
         }
+        self.last_ack = None;
         Err(format!("no answer to {call} on n{i} within 60 s"))
     }
 

@@ -23,6 +23,9 @@ pub struct Found {
     pub path: String,
     pub size: u64,
     pub mtime_ms: u64,
+    /// When the bytes came to this path (unix ms): the later of their mtime and ctime. A
+    /// copying tool can set an mtime back, not a ctime; what an adoption is judged by.
+    pub came_ms: u64,
 }
 
 /// A file the rescan must hash, and what the hash decides.
@@ -38,8 +41,10 @@ pub enum RescanCheck {
     /// bytes are added as a copy.
     Add { id: FileId, checksum: String },
     /// No live file at this path in this node's records: adopted as a new file, once the
-    /// metadata leader confirms it has none either (this node's records may lag).
-    Adopt { mtime_ms: u64 },
+    /// metadata leader confirms it has none either (this node's records may lag). The record
+    /// keeps `mtime_ms`; whether a removal came after the bytes is judged by `came_ms`
+    /// ([`Found::came_ms`]).
+    Adopt { mtime_ms: u64, came_ms: u64 },
 }
 
 /// What a rescan of one volume asks for: files to hash, and current copies that vanished
@@ -58,6 +63,9 @@ pub enum RescanDid {
     Restored,
     Added,
     Adopted,
+    /// A file with no record that is not adopted (yet): the path is taken, was removed after
+    /// the bytes came there, or bytes landed there moments ago.
+    NotAdopted,
 }
 
 impl VolumeFacts {
@@ -86,7 +94,7 @@ impl VolumeFacts {
                     }
                     None => None,
                 },
-                None => Some(RescanCheck::Adopt { mtime_ms: f.mtime_ms }),
+                None => Some(RescanCheck::Adopt { mtime_ms: f.mtime_ms, came_ms: f.came_ms }),
             };
             if let Some(check) = check {
                 plan.checks.push((f.path.clone(), check));
@@ -135,11 +143,11 @@ impl Node {
                     RescanDid::Added
                 }
             }
-            RescanCheck::Adopt { mtime_ms } => {
+            RescanCheck::Adopt { mtime_ms, came_ms } => {
                 let Some((size, sum)) = hashed else { return RescanDid::Nothing };
-                match self.copy_adopt(wall, path, volume, size, &sum, *mtime_ms) {
+                match self.copy_adopt(wall, path, volume, size, &sum, *mtime_ms, *came_ms) {
                     Ok(_) => RescanDid::Adopted,
-                    Err(_) => RescanDid::Nothing,
+                    Err(_) => RescanDid::NotAdopted,
                 }
             }
         }
@@ -168,7 +176,7 @@ mod tests {
     }
 
     fn found(path: &str, size: u64, mtime_ms: u64) -> Found {
-        Found { path: path.into(), size, mtime_ms }
+        Found { path: path.into(), size, mtime_ms, came_ms: mtime_ms }
     }
 
     #[test]
@@ -204,7 +212,7 @@ mod tests {
                 ("/touched".into(), RescanCheck::Changed { checksum: sum.clone(), size: 5 }),
                 ("/stale".into(), RescanCheck::Restore { id: id.clone(), checksum: sum.clone() }),
                 ("/unlisted".into(), RescanCheck::Add { id, checksum: sum.clone() }),
-                ("/new".into(), RescanCheck::Adopt { mtime_ms: 77 }),
+                ("/new".into(), RescanCheck::Adopt { mtime_ms: 77, came_ms: 77 }),
             ]
         );
         assert_eq!(plan.vanished, vec![("/gone".into(), sum)], "only a current copy that vanished turns stale");

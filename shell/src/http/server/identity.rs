@@ -1,5 +1,5 @@
 //! Accounts, groups, logins, sessions and API keys over HTTP (issue 15 "Accounts and
-//! sessions"): who is asking ([`authenticate`], the outermost `/v1` layer), and the routes
+//! sessions"): who is asking ([`authenticate_request`], the first step of `/v1`'s one middleware, `api_gate`), and the routes
 //! `/v1/login`, `/v1/logout`, `/v1/me`, `/v1/sessions`, `/v1/apikeys`, `/v1/users`,
 //! `/v1/groups`. The core's `Identity` decides; this module hashes, draws secrets and speaks
 //! HTTP.

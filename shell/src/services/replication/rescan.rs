@@ -4,6 +4,7 @@
 
 use super::*;
 use shoal_core::node::rescan::{Found, RescanCheck, RescanDid};
+use std::os::unix::fs::MetadataExt;
 
 /// Walk this node's volume folders and carry out the core's rescan plan for each: adopt files
 /// with no record, add right copies the records do not list, restore stale copies whose bytes
@@ -35,14 +36,15 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         // What each file found means is the core's (`shoal_core::node::rescan`); this walks,
         // asks the leader before an adoption, and hashes.
         let found: Vec<Found> =
-            found.into_iter().map(|(path, size, mtime_ms)| Found { path, size, mtime_ms }).collect();
+            found.into_iter().map(|(path, size, mtime_ms, came_ms)| Found { path, size, mtime_ms, came_ms }).collect();
         let plan = facts.rescan_plan(&found);
-        let (mut adopted, mut stale, mut added, mut restored) = (0u64, 0u64, 0u64, 0u64);
+        let (mut adopted, mut stale, mut added, mut restored, mut not_adopted) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for (path, check) in &plan.checks {
             // This node's records may lag (it just came back, or is cut off): a file the
             // cluster already has is not adopted over it.
-            if let RescanCheck::Adopt { mtime_ms } = check {
-                if !adoptable_by_leader(s, path, *mtime_ms).await {
+            if let RescanCheck::Adopt { came_ms, .. } = check {
+                if !adoptable_by_leader(s, path, *came_ms).await {
+                    not_adopted += 1;
                     continue;
                 }
             }
@@ -50,20 +52,25 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                 Ok(file) => hash_file(s, file).await.ok(),
                 Err(_) => continue,
             };
-            // Under the landing lock: bytes landing at this path meanwhile are noted before
-            // the core decides (it adopts none that landed moments ago).
+            // Under the landing lock, and not while bytes a write landed at this path are
+            // unsettled (their record is on its way; the next rescan looks again): the core
+            // adopts none that landed moments ago either.
             let outcome = s
                 .store_service
                 .landed
                 .unless_unsettled(s, &volume, &[path], || {
                     s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed))
                 })
-                .unwrap_or(RescanDid::Nothing);
+                .unwrap_or(match check {
+                    RescanCheck::Adopt { .. } => RescanDid::NotAdopted,
+                    _ => RescanDid::Nothing,
+                });
             match outcome {
                 RescanDid::MarkedStale => stale += 1,
                 RescanDid::Restored => restored += 1,
                 RescanDid::Added => added += 1,
                 RescanDid::Adopted => adopted += 1,
+                RescanDid::NotAdopted => not_adopted += 1,
                 RescanDid::Nothing => {}
             }
         }
@@ -72,7 +79,7 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         if stale > 0 || restored > 0 {
             s.repl_kick();
         }
-        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
+        report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "notAdopted": not_adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
     json!({ "volumes": report })
 }
@@ -98,10 +105,11 @@ pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, 
     }
 }
 
-/// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
+/// Regular files under `root` as (cluster path, size, mtime ms, the later of mtime and ctime
+/// in ms), and apart the part files
 /// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
 /// cluster paths too.
-pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, u64)>);
+pub(super) type Walked = (Vec<(String, u64, u64, u64)>, Vec<(PathBuf, u64)>);
 
 /// Now on the clock file modification times are stamped with (the host's), unix ms.
 pub(super) fn file_clock() -> shoal_core::Millis {
@@ -140,7 +148,11 @@ pub(super) fn walk(root: &Path) -> Walked {
                     continue;
                 }
                 let mtime = mtime_ms(&md);
-                out.push((path, md.len(), mtime));
+                // When the bytes came to this path: a copying tool can set the mtime back
+                // (`cp -p`, `rsync -a`, `tar x`), not the ctime, which a rename also moves.
+                let ctime =
+                    (md.ctime().max(0) as u64).saturating_mul(1_000) + md.ctime_nsec().max(0) as u64 / 1_000_000;
+                out.push((path, md.len(), mtime, mtime.max(ctime)));
             }
         }
     }
