@@ -142,6 +142,13 @@ pub struct Moves {
     pub unknown: Vec<UnknownMove>,
 }
 
+/// What a move's answer says happened.
+enum MoveOutcome {
+    Moved,
+    NotMoved,
+    Unknown,
+}
+
 /// A move whose outcome the client does not know.
 #[derive(Clone, Debug)]
 pub struct UnknownMove {
@@ -315,34 +322,45 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 let to = format!("/data/m{moved}");
                 let content = acked.remove(&from).expect("acknowledged");
                 let answer = h.api(via, "POST /v1/mv", Some(json!({"from": from, "to": to})));
-                // A 200 no other node confirmed (`x-shoal-ack: unconfirmed`) is an unknown
-                // outcome, as the API says. (Puts are held to more: every 200 counts.)
-                let unconfirmed = h.last_ack.as_deref() == Some("unconfirmed");
-                match answer {
-                    Ok((200, _)) if !unconfirmed => {
-                        let mut former = moves.former.remove(&from).unwrap_or_default();
+                let crash = rng.below(3) == 0;
+                let outcome = match (&answer, h.last_ack.as_deref()) {
+                    // No other node confirmed it within the bound: an unknown outcome, as the
+                    // API says.
+                    (Ok((200, _)), Some("unconfirmed")) => MoveOutcome::Unknown,
+                    // No other member was alive to take it (`alone`): safe from anything but
+                    // the crash of this node, which comes next. (Puts are held to more: every
+                    // 200 counts, and no crash follows one at once.)
+                    (Ok((200, _)), Some("alone")) if crash => MoveOutcome::Unknown,
+                    (Ok((200, _)), _) => MoveOutcome::Moved,
+                    // A refusal the client can read (not found, a rename pending, no leader
+                    // known): nothing was moved.
+                    (Ok((s, _)), _) if (400..500).contains(s) => MoveOutcome::NotMoved,
+                    _ => MoveOutcome::Unknown,
+                };
+                let mut former = moves.former.remove(&from).unwrap_or_default();
+                match outcome {
+                    MoveOutcome::Moved => {
                         former.push(from.clone());
                         moves.former.insert(to.clone(), former);
                         moves.left.insert(from);
                         acked.insert(to, content);
-                        if rng.below(3) == 0 {
-                            h.crash(via);
-                        }
                     }
-                    // A refusal the client can read (not found, a rename pending, no leader
-                    // known): nothing was moved.
-                    Ok((s, _)) if (400..500).contains(&s) => {
+                    MoveOutcome::NotMoved => {
+                        if !former.is_empty() {
+                            moves.former.insert(from.clone(), former);
+                        }
                         acked.insert(from, content);
                     }
-                    _ => {
+                    MoveOutcome::Unknown => {
                         // Each holder's copy may be renamed or not yet: the file's copies are
                         // at either path, from here on.
-                        let mut former = moves.former.remove(&from).unwrap_or_default();
-                        former.push(from.clone());
-                        moves.former.insert(to.clone(), former.clone());
+                        moves.former.insert(to.clone(), [former.clone(), vec![from.clone()]].concat());
                         moves.former.insert(from.clone(), former);
                         moves.unknown.push(UnknownMove { from, to, content });
                     }
+                }
+                if crash && matches!(answer, Ok((200, _))) {
+                    h.crash(via);
                 }
             }
         }

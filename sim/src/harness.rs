@@ -300,7 +300,12 @@ impl Harness {
             if let Ok(r) = rx.try_recv() {
                 self.note(format!(
                     "api n{i} {call} -> {}",
-                    r.as_ref().map(|(s, _, _)| s.to_string()).unwrap_or_else(|e| e.clone())
+                    r.as_ref()
+                        .map(|(s, _, ack)| match ack {
+                            Some(ack) => format!("{s} ({ack})"),
+                            None => s.to_string(),
+                        })
+                        .unwrap_or_else(|e| e.clone())
                 ));
                 self.last_ack = r.as_ref().ok().and_then(|(_, _, ack)| ack.clone());
                 return r.map(|(s, v, _)| (s, v));

@@ -619,3 +619,49 @@ fn with_three_sites_the_second_copy_lands_in_another_site() {
         assert_eq!(sites.len(), 2, "{path} written on n{k}: copies on {:?}", f.locations);
     }
 }
+
+/// A node left alone (the others crashed) moves a file and is crashed right after it answered.
+/// Its store writes behind, and `alone` promises nothing against its own crash, but its disk
+/// must never run ahead of its records: it renamed its copy at once and, when the move's
+/// records had not been written yet, came back with the file's record at the old path and its
+/// only copy at the new one, so no right copy was where any record pointed (drive seeds 40
+/// and 90 of the sweep with moves). Now a copy is renamed only once the records asking for it
+/// are on disk: the file comes back at one of its paths, with its copy there.
+#[test]
+fn a_node_alone_crashed_right_after_a_move_keeps_its_disk_in_step_with_its_records() {
+    use shoal_core::membership::NodeState;
+    let mut h = drive_cluster(5, 3, 1);
+    let content = "moved while alone".to_string();
+    let (s, v) = h.put_file(0, "/data/f", &content).unwrap();
+    assert_eq!(s, 200, "{v}");
+    wait(&mut h, 30_000, "the only copy is on n0", |h| {
+        record(h, 0, "/data/f").is_some_and(|f| f.locations.iter().any(|l| index_of(h, &l.node_id) == 0))
+    });
+    h.crash(1);
+    h.crash(2);
+    let others = [h.ids[1].clone(), h.ids[2].clone()];
+    wait(&mut h, 60_000, "n0 sees no other member alive", |h| {
+        h.read(0, |n, now| {
+            others.iter().all(|id| !matches!(n.node_state(id, now), NodeState::Online | NodeState::Degraded))
+        })
+        .unwrap_or(false)
+    });
+    let (s, v) = h.api(0, "POST /v1/mv", Some(json!({"from": "/data/f", "to": "/data/g"}))).unwrap();
+    assert_eq!((s, h.last_ack.as_deref()), (200, Some("alone")), "{v}");
+    h.crash(0);
+    for i in 0..3 {
+        h.bounce(i);
+    }
+    let mut at = String::new();
+    wait(&mut h, 300_000, "the file is live at one of its paths with its copy there, on every node", |h| {
+        let live: Vec<&str> = ["/data/f", "/data/g"]
+            .into_iter()
+            .filter(|p| (0..3).all(|i| record(h, i, p).is_some_and(|f| !f.removed)))
+            .collect();
+        let [path] = live.as_slice() else { return false };
+        at = path.to_string();
+        let acked: Acked = [(path.to_string(), content.clone())].into_iter().collect();
+        converged_copies(h, &acked, 1, &[0, 1, 2]).is_ok()
+    });
+    assert_eq!(at, "/data/g", "the move's records were written before its copy was renamed, so it outlived the crash");
+}

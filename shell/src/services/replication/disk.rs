@@ -32,6 +32,21 @@ async fn when_authorized<E: Env, T>(
     }
 }
 
+/// Wait (up to [`RECORDS_CATCH_UP_MS`]) until this node's store holds, on disk, every change of
+/// its records made so far: a copy is renamed or deleted only once the records that ask for it
+/// would survive a crash of this node. The store writes behind; a node that renamed a copy for
+/// a move and died before the move's records were written came back with the file's record at
+/// the old path and its bytes at the new one, neither a copy of the other (the drive sweep: a
+/// move through a node alone, crashed right after). Whether they are.
+async fn records_on_disk<E: Env>(s: &Arc<Shared<E>>) -> bool {
+    let through = s.meta_store.queued_through();
+    s.meta_store.wait_flushed(through, std::time::Duration::from_millis(RECORDS_CATCH_UP_MS)).await
+}
+
+fn records_not_on_disk() -> ApiError {
+    ApiError::unavailable("records_not_written", "this node's records of the change are not written yet; try again")
+}
+
 /// Carry out `act` (on the blocking pool) unless bytes landed at one of `paths` that the records
 /// do not account for yet; then wait for them to settle (woken as the records change, up to
 /// [`RECORDS_CATCH_UP_MS`]) and try once more; still unsettled, 409 `busy`.
@@ -57,6 +72,9 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
     let req: shoal_core::node::files::DeleteRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("delete body: {e}")))?;
     let folder = when_authorized(s, |n, now| n.authorize_delete(now, sender, &req)).await?;
+    if !records_on_disk(s).await {
+        return Err(records_not_on_disk());
+    }
     let (path, volume) = (req.path.clone(), req.volume_id.clone());
     when_settled(s, &req.volume_id, &[&req.path], move |s2| {
         let (path, volume, folder) = (path.clone(), volume.clone(), folder.clone());
@@ -81,6 +99,9 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("rename body: {e}")))?;
     let folder = when_authorized(s, |n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to)).await?;
+    if !records_on_disk(s).await {
+        return Err(records_not_on_disk());
+    }
     let (from, to, volume) = (b.from.clone(), b.to.clone(), b.volume_id.clone());
     when_settled(s, &b.volume_id, &[&b.from, &b.to], move |s2| {
         let (from, to, volume, folder) = (from.clone(), to.clone(), volume.clone(), folder.clone());
@@ -139,6 +160,10 @@ pub(super) fn prune_empty_dirs(root: &Path, file: &Path) {
 pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     retire_evacuated(s);
     let actions = s.read_node(|n, _| n.disk_actions());
+    // The records behind these actions are queued for the store by now; written first.
+    if actions.is_empty() || !records_on_disk(s).await {
+        return;
+    }
     for a in actions {
         // Bytes newer than these records lie there: leave them until the records catch up.
         let s2 = s.clone();
