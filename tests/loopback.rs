@@ -57,7 +57,7 @@ impl Node {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let (ok, out, err) = self.cli(&all);
-        assert!(ok, "shoal {args:?} failed: {err}");
+        assert!(ok, "shoal {args:?} failed: {err} (it printed: {out})");
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("shoal {args:?} printed no JSON ({e}): {out}"))
     }
 

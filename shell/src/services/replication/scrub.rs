@@ -3,8 +3,10 @@
 
 use super::*;
 
-/// How long `verify` waits for a just-moved copy's rename on its holder before it asks again.
-const MOVE_SETTLE_MS: u64 = 10_000;
+/// How long `verify` waits for a just-moved copy's rename on its holder before it asks again
+/// (woken as the records change: a rename done sooner ends the wait). A holder renames a copy
+/// only once the records asking for it are written, which a loaded disk can hold back.
+const MOVE_SETTLE_MS: u64 = 30_000;
 
 /// SHA-256 of a file and its length, on the blocking pool (never on the runtime's threads).
 pub(super) async fn hash_file<E: Env>(s: &Arc<Shared<E>>, file: PathBuf) -> std::io::Result<(u64, String)> {
@@ -65,7 +67,9 @@ pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, Api
                 let (path, volume) = (f.path.clone(), l.volume_id.clone());
                 if file.as_ref().is_some_and(|p| !p.exists()) && s.read_node(|n, _| n.copy_move_pending(&path, &volume))
                 {
-                    // Just moved: wait (bounded) for this node's own rename.
+                    // Just moved: rename this node's own copy now (the reconciler's pass, once
+                    // the records asking for it are written), or wait (bounded) for it.
+                    reconcile_once(s).await;
                     s.wait_for(MOVE_SETTLE_MS, |n, _| !n.copy_move_pending(&path, &volume)).await;
                 }
                 match file {
