@@ -10,8 +10,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Wall-clock time of the simulation's start, unix ms (2027-01-15).
-pub const SIM_EPOCH_MS: u64 = 1_800_000_000_000;
+/// Wall-clock time of the simulation's start, unix ms (2096-10-02). Files on disk keep the
+/// host's real times (mtime, ctime), which a rescan compares with times the simulated nodes
+/// stamped (when a copy was last checked, when a path was removed). The epoch is set far ahead
+/// of any real file time so that every file reads as older than anything a node stamped, the
+/// same way in every run: a seed replays whatever the date. (It was 2027-01-15, after which
+/// real file times would have turned newer than the simulated stamps and changed what rescans
+/// decide in the middle of runs.)
+pub const SIM_EPOCH_MS: u64 = 4_000_000_000_000;
 
 /// How one node's clock is off: a fixed offset and a drift rate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
