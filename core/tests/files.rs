@@ -643,12 +643,6 @@ fn a_rescan_does_not_adopt_bytes_older_than_the_removal_of_their_path() {
     n.copy_adopt(at(4_000), "/h", &va, 10, &sum('b'), at(3_500).0, at(3_500).0).expect("adopted");
     assert!(!file(&n, "/h").removed);
     assert_eq!(file(&n, "/h").checksum, sum('b'));
-    // Copied in after the removal with an older mtime kept (`cp -p`): its ctime says when it
-    // came, and the record keeps the mtime.
-    publish(&mut n, at(4_100), "/k", 'e', &[(va.clone(), me.clone())]);
-    n.file_remove(at(4_200), "/k", false).unwrap();
-    n.copy_adopt(at(5_000), "/k", &va, 10, &sum('d'), at(500).0, at(4_500).0).expect("adopted by its ctime");
-    assert_eq!(file(&n, "/k").mod_time, at(500).0);
 }
 
 /// `meta/file?path=` says whether this node's records hold a live file there (a rescan asks

@@ -23,8 +23,9 @@ pub struct Found {
     pub path: String,
     pub size: u64,
     pub mtime_ms: u64,
-    /// When the bytes came to this path (unix ms): the later of their mtime and ctime. A
-    /// copying tool can set an mtime back, not a ctime; what an adoption is judged by.
+    /// When the bytes came to this path (unix ms), what an adoption is judged by. The shell
+    /// gives their mtime: a ctime also moves when shoal renames a leftover copy, which would
+    /// make it look newer than the removal of its path.
     pub came_ms: u64,
 }
 

@@ -4,7 +4,6 @@
 
 use super::*;
 use shoal_core::node::rescan::{Found, RescanCheck, RescanDid};
-use std::os::unix::fs::MetadataExt;
 
 /// Walk this node's volume folders and carry out the core's rescan plan for each: adopt files
 /// with no record, add right copies the records do not list, restore stale copies whose bytes
@@ -105,8 +104,8 @@ pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, 
     }
 }
 
-/// Regular files under `root` as (cluster path, size, mtime ms, the later of mtime and ctime
-/// in ms), and apart the part files
+/// Regular files under `root` as (cluster path, size, mtime ms, when they came there: the mtime
+/// too), and apart the part files
 /// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
 /// cluster paths too.
 pub(super) type Walked = (Vec<(String, u64, u64, u64)>, Vec<(PathBuf, u64)>);
@@ -148,11 +147,11 @@ pub(super) fn walk(root: &Path) -> Walked {
                     continue;
                 }
                 let mtime = mtime_ms(&md);
-                // When the bytes came to this path: a copying tool can set the mtime back
-                // (`cp -p`, `rsync -a`, `tar x`), not the ctime, which a rename also moves.
-                let ctime =
-                    (md.ctime().max(0) as u64).saturating_mul(1_000) + md.ctime_nsec().max(0) as u64 / 1_000_000;
-                out.push((path, md.len(), mtime, mtime.max(ctime)));
+                // When the bytes came to this path is judged by their mtime, not their ctime:
+                // shoal's own renames of copies move a ctime, and a leftover renamed late
+                // would then look newer than the removal of its path (the chaos test saw moved
+                // and removed paths come back so).
+                out.push((path, md.len(), mtime, mtime));
             }
         }
     }
