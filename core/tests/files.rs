@@ -636,11 +636,11 @@ fn a_rescan_does_not_adopt_bytes_older_than_the_removal_of_their_path() {
     n.file_move(at(2_000), "/f", "/g").unwrap();
     publish(&mut n, at(2_100), "/h", 'c', &[(va.clone(), me.clone())]);
     n.file_remove(at(2_200), "/h", false).unwrap();
-    refused(n.copy_adopt(at(3_000), "/f", &va, 10, &sum('a'), at(1_000).0, at(1_000).0), 409, "removed_since");
-    refused(n.copy_adopt(at(3_000), "/h", &va, 10, &sum('c'), at(2_100).0, at(2_100).0), 409, "removed_since");
+    refused(n.copy_adopt(at(3_000), "/f", &va, 10, &sum('a'), at(1_000).0), 409, "removed_since");
+    refused(n.copy_adopt(at(3_000), "/h", &va, 10, &sum('c'), at(2_100).0), 409, "removed_since");
     assert!(file(&n, "/f").removed && file(&n, "/h").removed, "both stay removed");
     // Written after the removal: a new file.
-    n.copy_adopt(at(4_000), "/h", &va, 10, &sum('b'), at(3_500).0, at(3_500).0).expect("adopted");
+    n.copy_adopt(at(4_000), "/h", &va, 10, &sum('b'), at(3_500).0).expect("adopted");
     assert!(!file(&n, "/h").removed);
     assert_eq!(file(&n, "/h").checksum, sum('b'));
 }
@@ -694,11 +694,10 @@ fn the_leader_says_whether_bytes_found_at_a_path_may_be_adopted() {
 fn a_rescan_does_not_adopt_bytes_that_landed_moments_ago() {
     let (mut n, va) = member(1);
     n.landed_note(at(1_000), &va, "/p", &sum('a'));
-    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), at(1_000).0, at(1_000).0), 409, "landed");
+    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), at(1_000).0), 409, "landed");
     assert!(n.meta().state().file("/p").is_none(), "no record made");
     let later = at(1_000 + shoal_core::storage::landed::LANDED_MAX_MS + 1);
-    n.copy_adopt(later, "/p", &va, 10, &sum('a'), at(1_000).0, at(1_000).0)
-        .expect("adopted once the record is overdue");
+    n.copy_adopt(later, "/p", &va, 10, &sum('a'), at(1_000).0).expect("adopted once the record is overdue");
     assert_eq!(file(&n, "/p").checksum, sum('a'));
 }
 

@@ -598,9 +598,7 @@ impl Node {
 
     /// Adopt a file found in one of this node's volume folders with no record behind it (a
     /// rescan): a new record holding this one copy, modified at `mod_time`. Refused when the
-    /// path is taken, was removed after the bytes came there (at `came`, unix ms: the later of
-    /// their mtime and ctime), or bytes landed there moments ago.
-    #[allow(clippy::too_many_arguments)]
+    /// path is taken, was removed after that time, or bytes landed there moments ago.
     pub fn copy_adopt(
         &mut self,
         wall: Millis,
@@ -609,7 +607,6 @@ impl Node {
         size: u64,
         checksum: &str,
         mod_time: u64,
-        came: u64,
     ) -> Result<(), ApiError> {
         let p = normalize(path).map_err(bad_path)?;
         let name = p.rsplit('/').next().unwrap_or_default();
@@ -628,7 +625,7 @@ impl Node {
         // Bytes older than the removal of their path are what that removal (or a move away)
         // left behind on a node that missed it, not a new file: adopting them would bring an
         // acknowledged remove or move back.
-        if self.removed_since(&p, came) {
+        if self.removed_since(&p, mod_time) {
             return Err(ApiError::conflict(
                 "removed_since",
                 format!("cluster:{p} was removed or moved away after these bytes were written"),

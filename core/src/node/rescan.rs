@@ -22,11 +22,9 @@ pub const MTIME_SLACK_MS: u64 = 2_000;
 pub struct Found {
     pub path: String,
     pub size: u64,
+    /// Their mtime, what an adoption is judged by (not their ctime, which also moves when
+    /// shoal renames a leftover copy and would make it look newer than the removal of its path).
     pub mtime_ms: u64,
-    /// When the bytes came to this path (unix ms), what an adoption is judged by. The shell
-    /// gives their mtime: a ctime also moves when shoal renames a leftover copy, which would
-    /// make it look newer than the removal of its path.
-    pub came_ms: u64,
 }
 
 /// A file the rescan must hash, and what the hash decides.
@@ -42,10 +40,8 @@ pub enum RescanCheck {
     /// bytes are added as a copy.
     Add { id: FileId, checksum: String },
     /// No live file at this path in this node's records: adopted as a new file, once the
-    /// metadata leader confirms it has none either (this node's records may lag). The record
-    /// keeps `mtime_ms`; whether a removal came after the bytes is judged by `came_ms`
-    /// ([`Found::came_ms`]).
-    Adopt { mtime_ms: u64, came_ms: u64 },
+    /// metadata leader confirms it has none either (this node's records may lag).
+    Adopt { mtime_ms: u64 },
 }
 
 /// What a rescan of one volume asks for: files to hash, and current copies that vanished
@@ -95,7 +91,7 @@ impl VolumeFacts {
                     }
                     None => None,
                 },
-                None => Some(RescanCheck::Adopt { mtime_ms: f.mtime_ms, came_ms: f.came_ms }),
+                None => Some(RescanCheck::Adopt { mtime_ms: f.mtime_ms }),
             };
             if let Some(check) = check {
                 plan.checks.push((f.path.clone(), check));
@@ -144,9 +140,9 @@ impl Node {
                     RescanDid::Added
                 }
             }
-            RescanCheck::Adopt { mtime_ms, came_ms } => {
+            RescanCheck::Adopt { mtime_ms } => {
                 let Some((size, sum)) = hashed else { return RescanDid::Nothing };
-                match self.copy_adopt(wall, path, volume, size, &sum, *mtime_ms, *came_ms) {
+                match self.copy_adopt(wall, path, volume, size, &sum, *mtime_ms) {
                     Ok(_) => RescanDid::Adopted,
                     Err(_) => RescanDid::NotAdopted,
                 }
@@ -177,7 +173,7 @@ mod tests {
     }
 
     fn found(path: &str, size: u64, mtime_ms: u64) -> Found {
-        Found { path: path.into(), size, mtime_ms, came_ms: mtime_ms }
+        Found { path: path.into(), size, mtime_ms }
     }
 
     #[test]
@@ -213,7 +209,7 @@ mod tests {
                 ("/touched".into(), RescanCheck::Changed { checksum: sum.clone(), size: 5 }),
                 ("/stale".into(), RescanCheck::Restore { id: id.clone(), checksum: sum.clone() }),
                 ("/unlisted".into(), RescanCheck::Add { id, checksum: sum.clone() }),
-                ("/new".into(), RescanCheck::Adopt { mtime_ms: 77, came_ms: 77 }),
+                ("/new".into(), RescanCheck::Adopt { mtime_ms: 77 }),
             ]
         );
         assert_eq!(plan.vanished, vec![("/gone".into(), sum)], "only a current copy that vanished turns stale");

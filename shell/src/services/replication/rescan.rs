@@ -35,14 +35,14 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         // What each file found means is the core's (`shoal_core::node::rescan`); this walks,
         // asks the leader before an adoption, and hashes.
         let found: Vec<Found> =
-            found.into_iter().map(|(path, size, mtime_ms, came_ms)| Found { path, size, mtime_ms, came_ms }).collect();
+            found.into_iter().map(|(path, size, mtime_ms)| Found { path, size, mtime_ms }).collect();
         let plan = facts.rescan_plan(&found);
         let (mut adopted, mut stale, mut added, mut restored, mut not_adopted) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for (path, check) in &plan.checks {
             // This node's records may lag (it just came back, or is cut off): a file the
             // cluster already has is not adopted over it.
-            if let RescanCheck::Adopt { came_ms, .. } = check {
-                if !adoptable_by_leader(s, path, *came_ms).await {
+            if let RescanCheck::Adopt { mtime_ms } = check {
+                if !adoptable_by_leader(s, path, *mtime_ms).await {
                     not_adopted += 1;
                     continue;
                 }
@@ -104,11 +104,10 @@ pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, 
     }
 }
 
-/// Regular files under `root` as (cluster path, size, mtime ms, when they came there: the mtime
-/// too), and apart the part files
+/// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
 /// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
 /// cluster paths too.
-pub(super) type Walked = (Vec<(String, u64, u64, u64)>, Vec<(PathBuf, u64)>);
+pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, u64)>);
 
 /// Now on the clock file modification times are stamped with (the host's), unix ms.
 pub(super) fn file_clock() -> shoal_core::Millis {
@@ -147,11 +146,10 @@ pub(super) fn walk(root: &Path) -> Walked {
                     continue;
                 }
                 let mtime = mtime_ms(&md);
-                // When the bytes came to this path is judged by their mtime, not their ctime:
-                // shoal's own renames of copies move a ctime, and a leftover renamed late
-                // would then look newer than the removal of its path (the chaos test saw moved
-                // and removed paths come back so).
-                out.push((path, md.len(), mtime, mtime));
+                // The mtime, not the ctime: shoal's own renames of copies move a ctime, and a
+                // leftover renamed late would then look newer than the removal of its path
+                // (the chaos test saw moved and removed paths come back so).
+                out.push((path, md.len(), mtime));
             }
         }
     }
