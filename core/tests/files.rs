@@ -468,6 +468,26 @@ fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
     assert!(file(&n, "/new.txt").is_current(loc(&file(&n, "/new.txt"), &va)));
 }
 
+#[test]
+fn a_rescan_before_a_moves_rename_takes_the_bytes_at_the_old_path_for_the_copy() {
+    use shoal_core::node::rescan::Found;
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    publish(&mut n, at(1_000), "/old.txt", 'b', &[(va.clone(), me.clone())]);
+    n.file_move(at(3_000), "/old.txt", "/new.txt").unwrap();
+    let at_old = [Found { path: "/old.txt".into(), size: 10, mtime_ms: 900 }];
+    let facts = n.volume_facts(&va);
+    assert_eq!(facts.arriving.get("/new.txt").map(String::as_str), Some("/old.txt"));
+    let plan = facts.rescan_plan(&at_old);
+    assert!(plan.vanished.is_empty(), "the rename has not run yet: {plan:?}");
+    assert!(plan.checks.is_empty(), "the old path is left to the rename: {plan:?}");
+    // Found at neither path, the copy did vanish.
+    assert_eq!(facts.rescan_plan(&[]).vanished, vec![("/new.txt".into(), sum('b'))]);
+    // Once renamed (the old copy dropped), nothing is on its way any more.
+    assert!(n.copy_mark(at(3_100), "/old.txt", &va, LocationState::Dropped, ""));
+    assert!(n.volume_facts(&va).arriving.is_empty());
+}
+
 // ---- 7. authorize_delete ----
 
 fn del(volume: &VolumeId, path: &str, term: Option<u64>) -> DeleteRequest {

@@ -916,11 +916,25 @@ impl Node {
     /// there is still to be deleted or renamed. For a rescan.
     pub fn volume_facts(&self, volume: &VolumeId) -> VolumeFacts {
         let mut facts = VolumeFacts::default();
+        let on_this_volume =
+            |f: &&FileRecord| f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
+        // Live files by id with a copy listed here: where a moved file's copy is on its way to.
+        let live_here: BTreeMap<&FileId, &str> = self
+            .meta
+            .state()
+            .files()
+            .filter(|f| !f.removed && !f.is_dir)
+            .filter(on_this_volume)
+            .map(|f| (&f.id, f.path.as_str()))
+            .collect();
         for f in self.meta.state().files().filter(|f| !f.is_dir) {
             let here = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
             if f.removed {
                 if here.is_some() {
                     facts.pending.insert(f.path.clone());
+                    if let Some(to) = live_here.get(&f.id).filter(|to| **to != f.path) {
+                        facts.arriving.insert(to.to_string(), f.path.clone());
+                    }
                 }
                 continue;
             }
@@ -972,6 +986,9 @@ pub struct VolumeFacts {
     pub live: BTreeMap<String, LiveFile>,
     /// Removed files whose copy on the volume is still to be deleted or renamed.
     pub pending: std::collections::BTreeSet<String>,
+    /// Copies a move's rename is still to bring to their new path: new path → the path the
+    /// bytes lie at until then.
+    pub arriving: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

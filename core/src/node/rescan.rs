@@ -5,7 +5,8 @@
 //! ([`Node::rescan_outcome`]): a changed current copy turns stale, a stale copy of the file's
 //! present content with the right bytes is a copy again, right bytes the records do not list
 //! are added as a copy, a file with no record is adopted (only once the leader confirmed it
-//! has none, which the shell asks), and a current copy that vanished turns stale.
+//! has none, which the shell asks), and a current copy that vanished turns stale (not one whose
+//! bytes still lie at the old path of a move its rename has not reached yet).
 
 use super::files::VolumeFacts;
 use super::Node;
@@ -99,7 +100,10 @@ impl VolumeFacts {
         }
         let present: std::collections::BTreeSet<&str> = found.iter().map(|f| f.path.as_str()).collect();
         for (path, live) in &self.live {
-            if live.copy.is_some_and(|c| c.current) && !present.contains(path.as_str()) {
+            // Bytes still at the old path of a move whose rename has not run yet are this
+            // copy, not a vanished one.
+            let waiting = self.arriving.get(path).is_some_and(|from| present.contains(from.as_str()));
+            if live.copy.is_some_and(|c| c.current) && !present.contains(path.as_str()) && !waiting {
                 plan.vanished.push((path.clone(), live.checksum.clone()));
             }
         }

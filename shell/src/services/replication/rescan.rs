@@ -73,7 +73,20 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
                 RescanDid::Nothing => {}
             }
         }
-        stale += s.with_node(|n, now| n.rescan_vanished(now, &volume, &plan.vanished));
+        // A rename or a write that ran during the walk may have hidden a file from it: what
+        // is on disk now, at its path or at the path a move's rename takes it from, is no
+        // vanished copy (the next rescan looks again).
+        let (dir, arriving) = (PathBuf::from(&folder), facts.arriving.clone());
+        let vanished: Vec<(String, String)> = s
+            .blocking(move || {
+                let here = |p: &str| confined_path(&dir, p, false).is_ok_and(|f| f.is_file());
+                plan.vanished
+                    .into_iter()
+                    .filter(|(p, _)| !here(p) && !arriving.get(p).is_some_and(|from| here(from)))
+                    .collect()
+            })
+            .await;
+        stale += s.with_node(|n, now| n.rescan_vanished(now, &volume, &vanished));
         lock(&s.repl.stats).adopted += adopted;
         if stale > 0 || restored > 0 {
             s.repl_kick();
