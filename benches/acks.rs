@@ -103,12 +103,18 @@ async fn follower(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) 
 /// Declares `meta.ack = mode` and waits until node `at` answers writes with it.
 async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], mode: &str, at: usize) {
     // SET="meta.submit_window=2 meta.submit_gather=1": declare these keys too (an experiment's knobs).
-    for kv in std::env::var("SET").unwrap_or_default().split_whitespace() {
+    // Written through the node the writes go to, which applies it at once; the others apply
+    // it with their next config pass (every 5 s), waited for here.
+    let set = std::env::var("SET").unwrap_or_default();
+    for kv in set.split_whitespace() {
         let (key, value) = kv.split_once('=').expect("SET takes key=value pairs");
         let value: Value = serde_json::from_str(value).unwrap_or_else(|_| json!(value));
         let body = j(json!({"action": "set", "key": key, "value": value, "why": "bench"}));
-        let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
+        let (s, v) = call(c, &urls[at], &tokens[at], "POST", "/v1/config", body).await;
         assert_eq!(s, 200, "{v}");
+    }
+    if !set.trim().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5_500)).await;
     }
     let body = j(json!({"action": "set", "key": "meta.ack", "value": mode, "why": "bench"}));
     let (s, v) = call(c, &urls[0], &tokens[0], "POST", "/v1/config", body).await;
@@ -239,12 +245,24 @@ fn main() {
                         headers: vec![("authorization", auth.clone())],
                         body: j(json!({ "value": i })),
                     });
+                    let per_node = |pids: &[u32]| pids.iter().map(|p| cpu_ticks(&[*p])).collect::<Vec<u64>>();
                     let (ticks, before) = (cpu_ticks(&pids), acn_requests(&c, &urls, &tokens, "/meta/").await);
+                    let node_ticks = per_node(&pids);
                     let r = drive(writes, n, make).await;
                     let cpu_us = (cpu_ticks(&pids) - ticks) as f64 * 10_000.0 / writes as f64;
                     let sent = requests_between(&before, &acn_requests(&c, &urls, &tokens, "/meta/").await, 1.0);
                     print_row(mode, n, &r);
-                    println!("{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write", "");
+                    let split: Vec<String> = per_node(&pids)
+                        .iter()
+                        .zip(&node_ticks)
+                        .enumerate()
+                        .map(|(i, (a, b))| format!("n{i} {:.0}", (a - b) as f64 * 10_000.0 / writes as f64))
+                        .collect();
+                    println!(
+                        "{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write ({})",
+                        "",
+                        split.join(", ")
+                    );
                     println!("{:10} {n:>7} node-to-node meta requests: {sent}", "");
                     rates.push((mode.to_string(), r.rate));
                 }

@@ -130,7 +130,7 @@ pub fn manifests() -> Vec<Manifest> {
                 key("page_max", Int, json!(500), "log entries per catch-up page").range(1.0, 100_000.0),
                 key("snapshot_page_max", Int, json!(2_000), "records per snapshot page").range(1.0, 1e6),
                 key("batch_max", Int, json!(500), "records per submit or append").range(1.0, 100_000.0),
-                key("submit_window", Int, json!(2), "submits a follower keeps in flight to the leader").range(1.0, 64.0),
+                key("submit_window", Int, json!(1), "submits a follower keeps in flight to the leader").range(1.0, 64.0),
                 key(
                     "ack",
                     Enum,

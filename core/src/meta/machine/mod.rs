@@ -60,9 +60,12 @@ pub struct MetaConfig {
     pub purge_every_ms: u64,
     /// Most records sent in one submit or append.
     pub batch_max: usize,
-    /// Most submits in flight to the leader at once (issue 18): a write need not wait behind
-    /// the submit of another (a request's audit entry, most often). Records are last-writer-wins
-    /// by version, so the order the leader takes them in does not matter.
+    /// Most submits in flight to the leader at once (issue 18). With more than one, a write
+    /// need not wait behind the submit of another; records are last-writer-wins by version, so
+    /// the order the leader takes them in does not matter. The default is 1: from 16 clients a
+    /// window of 2 sent 65 % more submits for the same writes and cost more CPU per write
+    /// (BENCHMARKS.md, issue 18, twelfth session), and audit entries, which a wider window was
+    /// first meant to let pass, linger and travel with the next change instead.
     pub submit_window: usize,
     /// How long a record queued with [`Meta::submit_lingering`] (an audit entry) may wait for
     /// another change to travel with (issue 18): one request then carries both, instead of a
@@ -87,7 +90,7 @@ impl Default for MetaConfig {
             snapshot_page_max: 2_000,
             purge_every_ms: 60_000,
             batch_max: 500,
-            submit_window: 2,
+            submit_window: 1,
             linger_ms: 20,
             reorder_wait_ms: 100,
         }
