@@ -86,7 +86,8 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
     // Config-plane values sent at the mesh level (key -> minutes), answered or not: whatever
     // wins must be one of them, and every node must resolve the same.
     let mut config_sent: std::collections::BTreeMap<&str, std::collections::BTreeSet<u64>> = Default::default();
-    let mut config_acked: std::collections::BTreeSet<&str> = Default::default();
+    // Config writes answered 200: key -> (the node written through, how it was acknowledged).
+    let mut config_acked: std::collections::BTreeMap<&str, Vec<(usize, Option<String>)>> = Default::default();
     let mut removed_one = false;
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
@@ -122,10 +123,8 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
                     if status >= 500 {
                         return Err(fail(&h, seed, format!("a config write answered {status}: {v}")));
                     }
-                    // A node removed while cut off still answers; its writes go with it (as for
-                    // settings).
-                    if status == 200 && !h.removed_nodes.contains(&w) {
-                        config_acked.insert(key);
+                    if status == 200 {
+                        config_acked.entry(key).or_default().push((w, h.last_ack.clone()));
                     }
                 }
             }
@@ -263,7 +262,15 @@ pub fn run_seed_with(seed: u64, opts: &RunOptions) -> Result<RunReport, String> 
             }
         }
         let Some((_, v, source)) = seen else { continue };
-        if config_acked.contains(key) && source != "mesh" {
+        // Held by another node (`replicated`, `durable`) is never lost. Otherwise the write
+        // waits in its node's pending queue: a node removed while cut off, before or after the
+        // write, still answers and its waiting writes go with it (as for settings).
+        let kept = config_acked.get(key).is_some_and(|w| {
+            w.iter().any(|(origin, ack)| {
+                matches!(ack.as_deref(), Some("replicated" | "durable")) || !h.removed_nodes.contains(origin)
+            })
+        });
+        if kept && source != "mesh" {
             return Err(fail(&h, seed, format!("{key} was acknowledged at the mesh level but resolves from {source}")));
         }
         if source == "mesh" {
