@@ -136,15 +136,13 @@ pub fn router<E: Env>(shared: Arc<Shared<E>>) -> Router {
         .route("/readyz", get(readyz::<E>))
         .nest("/v1", api)
         .fallback(api_not_found)
-        .layer(middleware::from_fn(json_errors))
-        .layer(middleware::from_fn_with_state(shared.clone(), count_requests::<E>))
+        .layer(middleware::from_fn_with_state(shared.clone(), outer::<E>))
         .with_state(shared)
 }
 
 /// Whatever answered a client error in plain text (an extractor's rejection, say), the client
 /// gets the JSON error shape every other error has.
-async fn json_errors(req: Request, next: Next) -> Response {
-    let resp = next.run(req).await;
+async fn json_errors(resp: Response) -> Response {
     let status = resp.status();
     let is_json = resp
         .headers()
@@ -297,17 +295,19 @@ fn route_label(pattern: &str, path: &str) -> String {
     pattern.to_string()
 }
 
-/// Every answer counted for `/metrics` by the route's pattern (never the path itself; a
-/// node-to-node endpoint by its name, [`route_label`]), method and status, with the time to
-/// its head.
-async fn count_requests<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
+/// Around every request, one middleware (a layer costs each request a boxed future and a clone
+/// of the service below it, issue 18): a plain-text client error becomes JSON
+/// ([`json_errors`]), and the answer is counted for `/metrics` by the route's pattern (never the
+/// path itself; a node-to-node endpoint by its name, [`route_label`]), method and status, with
+/// the time to its head.
+async fn outer<E: Env>(State(s): S<E>, req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let method = req.method().as_str().to_string();
     let route = req
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| route_label(p.as_str(), req.uri().path()));
-    let resp = next.run(req).await;
+    let resp = json_errors(next.run(req).await).await;
     s.metrics.request(&route, &method, resp.status().as_u16(), started.elapsed().as_secs_f64());
     resp
 }
