@@ -477,7 +477,7 @@ fn a_rescan_before_a_moves_rename_takes_the_bytes_at_the_old_path_for_the_copy()
     n.file_move(at(3_000), "/old.txt", "/new.txt").unwrap();
     let at_old = [Found { path: "/old.txt".into(), size: 10, mtime_ms: 900 }];
     let facts = n.volume_facts(&va);
-    assert_eq!(facts.arriving.get("/new.txt").map(String::as_str), Some("/old.txt"));
+    assert_eq!(facts.arriving.get("/new.txt"), Some(&vec!["/old.txt".to_string()]));
     let plan = facts.rescan_plan(&at_old);
     assert!(plan.vanished.is_empty(), "the rename has not run yet: {plan:?}");
     assert!(plan.checks.is_empty(), "the old path is left to the rename: {plan:?}");
@@ -486,6 +486,29 @@ fn a_rescan_before_a_moves_rename_takes_the_bytes_at_the_old_path_for_the_copy()
     // Once renamed (the old copy dropped), nothing is on its way any more.
     assert!(n.copy_mark(at(3_100), "/old.txt", &va, LocationState::Dropped, ""));
     assert!(n.volume_facts(&va).arriving.is_empty());
+}
+
+/// A chain of moves (a → b → c) before this node's rename ran leaves two old paths with the
+/// same file's copy to go; the bytes still lie at the first. The rescan finds them there and
+/// leaves the copy at `/c` current (a map keeping one old path per new one kept `/b`, found
+/// nowhere, and marked the copy stale: the file unreadable until the next repair).
+#[test]
+fn a_rescan_after_a_chain_of_moves_finds_the_copy_at_the_first_old_path() {
+    use shoal_core::node::rescan::Found;
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    publish(&mut n, at(1_000), "/a", 'b', &[(va.clone(), me.clone())]);
+    n.file_move(at(2_000), "/a", "/b").unwrap();
+    n.file_move(at(3_000), "/b", "/c").unwrap();
+    let facts = n.volume_facts(&va);
+    let from = facts.arriving.get("/c").cloned().unwrap_or_default();
+    assert!(from.contains(&"/a".to_string()) && from.contains(&"/b".to_string()), "{from:?}");
+    let at_a = [Found { path: "/a".into(), size: 10, mtime_ms: 900 }];
+    let plan = facts.rescan_plan(&at_a);
+    assert!(plan.vanished.is_empty(), "the bytes are at the first old path: {plan:?}");
+    let at_b = [Found { path: "/b".into(), size: 10, mtime_ms: 900 }];
+    assert!(facts.rescan_plan(&at_b).vanished.is_empty());
+    assert_eq!(facts.rescan_plan(&[]).vanished, vec![("/c".into(), sum('b'))]);
 }
 
 // ---- 7. authorize_delete ----

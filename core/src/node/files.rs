@@ -912,28 +912,44 @@ impl Node {
     }
 
     /// What this node's records say about one of its volumes: every live file with its copy
-    /// there (if any, and whether it is current), and the paths of removed files whose copy
-    /// there is still to be deleted or renamed. For a rescan.
+    /// there (if any, and whether it is current), the paths of removed files whose copy there
+    /// is still to be deleted or renamed, and, of those, the ones a move's rename is to bring
+    /// to a live path (`arriving`, by the rule [`Node::disk_actions`] renames by). For a
+    /// rescan.
     pub fn volume_facts(&self, volume: &VolumeId) -> VolumeFacts {
         let mut facts = VolumeFacts::default();
-        let on_this_volume =
-            |f: &&FileRecord| f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
-        // Live files by id with a copy listed here: where a moved file's copy is on its way to.
-        let live_here: BTreeMap<&FileId, &str> = self
-            .meta
-            .state()
-            .files()
-            .filter(|f| !f.removed && !f.is_dir)
-            .filter(on_this_volume)
-            .map(|f| (&f.id, f.path.as_str()))
-            .collect();
+        fn copy_on<'a>(f: &'a FileRecord, volume: &VolumeId) -> Option<&'a Location> {
+            f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+        }
+        let listed_here = |f: &FileRecord| copy_on(f, volume).is_some();
+        // Removed files by id whose copy here is still to go: only those ids are looked up
+        // among the live files (most often there are none).
+        let moved_ids: std::collections::BTreeSet<&FileId> =
+            self.meta.state().files().filter(|f| f.removed && !f.is_dir && listed_here(f)).map(|f| &f.id).collect();
+        // Live files by id with a copy listed here: where a moved file's copy is on its way to,
+        // and the checksum of that copy.
+        let live_here: BTreeMap<&FileId, (&str, &str)> = if moved_ids.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.meta
+                .state()
+                .files()
+                .filter(|f| !f.removed && !f.is_dir && moved_ids.contains(&f.id))
+                .filter_map(|f| copy_on(f, volume).map(|l| (&f.id, (f.path.as_str(), l.checksum.as_str()))))
+                .collect()
+        };
         for f in self.meta.state().files().filter(|f| !f.is_dir) {
-            let here = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
+            let here = copy_on(f, volume);
             if f.removed {
-                if here.is_some() {
+                if let Some(l) = here {
                     facts.pending.insert(f.path.clone());
-                    if let Some(to) = live_here.get(&f.id).filter(|to| **to != f.path) {
-                        facts.arriving.insert(to.to_string(), f.path.clone());
+                    // Renamed (rather than deleted) only while the copy at the new path is
+                    // still this content; a chain of moves (a → b → c before the rename ran)
+                    // leaves several old paths, any of which may hold the bytes.
+                    if let Some((to, _)) =
+                        live_here.get(&f.id).filter(|(to, sum)| *to != f.path && sum.eq_ignore_ascii_case(&l.checksum))
+                    {
+                        facts.arriving.entry(to.to_string()).or_default().push(f.path.clone());
                     }
                 }
                 continue;
@@ -986,9 +1002,9 @@ pub struct VolumeFacts {
     pub live: BTreeMap<String, LiveFile>,
     /// Removed files whose copy on the volume is still to be deleted or renamed.
     pub pending: std::collections::BTreeSet<String>,
-    /// Copies a move's rename is still to bring to their new path: new path → the path the
-    /// bytes lie at until then.
-    pub arriving: BTreeMap<String, String>,
+    /// Copies a move's rename is still to bring to their new path: new path → the paths the
+    /// bytes may lie at until then (more than one after a chain of moves).
+    pub arriving: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,8 @@
 //! present content with the right bytes is a copy again, right bytes the records do not list
 //! are added as a copy, a file with no record is adopted (only once the leader confirmed it
 //! has none, which the shell asks), and a current copy that vanished turns stale (not one whose
-//! bytes still lie at the old path of a move its rename has not reached yet).
+//! bytes still lie at an old path of a move its rename has not reached yet, any of them after
+//! a chain of moves).
 
 use super::files::VolumeFacts;
 use super::Node;
@@ -102,7 +103,7 @@ impl VolumeFacts {
         for (path, live) in &self.live {
             // Bytes still at the old path of a move whose rename has not run yet are this
             // copy, not a vanished one.
-            let waiting = self.arriving.get(path).is_some_and(|from| present.contains(from.as_str()));
+            let waiting = self.arriving.get(path).is_some_and(|from| from.iter().any(|f| present.contains(f.as_str())));
             if live.copy.is_some_and(|c| c.current) && !present.contains(path.as_str()) && !waiting {
                 plan.vanished.push((path.clone(), live.checksum.clone()));
             }

@@ -74,15 +74,16 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             }
         }
         // A rename or a write that ran during the walk may have hidden a file from it: what
-        // is on disk now, at its path or at the path a move's rename takes it from, is no
-        // vanished copy (the next rescan looks again).
+        // is on disk now, at its path or at a path a move's rename takes it from, is no
+        // vanished copy (the next rescan looks again). The old paths are looked at first: a
+        // rename is atomic, so bytes gone from there are already at the new path.
         let (dir, arriving) = (PathBuf::from(&folder), facts.arriving.clone());
         let vanished: Vec<(String, String)> = s
             .blocking(move || {
                 let here = |p: &str| confined_path(&dir, p, false).is_ok_and(|f| f.is_file());
                 plan.vanished
                     .into_iter()
-                    .filter(|(p, _)| !here(p) && !arriving.get(p).is_some_and(|from| here(from)))
+                    .filter(|(p, _)| !arriving.get(p).is_some_and(|from| from.iter().any(|f| here(f))) && !here(p))
                     .collect()
             })
             .await;
