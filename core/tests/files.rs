@@ -511,6 +511,19 @@ fn a_rescan_after_a_chain_of_moves_finds_the_copy_at_the_first_old_path() {
     assert_eq!(facts.rescan_plan(&[]).vanished, vec![("/c".into(), sum('b'))]);
 }
 
+/// The rescan's `markedStale` counts the copies it did mark: a vanished path whose file was
+/// overwritten since the walk (another checksum) is left alone and not counted.
+#[test]
+fn a_rescan_counts_only_the_copies_it_did_mark_stale() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    publish(&mut n, at(1_000), "/x", 'b', &[(va.clone(), me.clone())]);
+    assert_eq!(n.rescan_vanished(at(2_000), &va, &[("/x".into(), sum('z'))]), 0);
+    assert_ne!(file(&n, "/x").locations[0].state, LocationState::Stale);
+    assert_eq!(n.rescan_vanished(at(2_100), &va, &[("/x".into(), sum('b'))]), 1);
+    assert_eq!(file(&n, "/x").locations[0].state, LocationState::Stale);
+}
+
 // ---- 7. authorize_delete ----
 
 fn del(volume: &VolumeId, path: &str, term: Option<u64>) -> DeleteRequest {

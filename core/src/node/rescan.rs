@@ -157,10 +157,15 @@ impl Node {
 
     /// Current copies on `volume` that a rescan did not find (path, checksum) turn stale.
     pub fn rescan_vanished(&mut self, wall: Millis, volume: &VolumeId, vanished: &[(String, String)]) -> u64 {
+        // Counted as marked only where the mark took (a path moved away or overwritten since
+        // the walk is refused by `copy_mark`'s guards).
+        let mut marked = 0;
         for (path, checksum) in vanished {
-            self.copy_mark(wall, path, volume, LocationState::Stale, checksum);
+            if self.copy_mark(wall, path, volume, LocationState::Stale, checksum) {
+                marked += 1;
+            }
         }
-        vanished.len() as u64
+        marked
     }
 }
 
