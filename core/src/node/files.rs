@@ -918,39 +918,20 @@ impl Node {
     /// rescan.
     pub fn volume_facts(&self, volume: &VolumeId) -> VolumeFacts {
         let mut facts = VolumeFacts::default();
-        fn copy_on<'a>(f: &'a FileRecord, volume: &VolumeId) -> Option<&'a Location> {
-            f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+        // The reconciler's own renames: a chain of moves (a → b → c before the rename ran)
+        // leaves several old paths, any of which may hold the bytes.
+        for a in self.disk_actions() {
+            if let DiskAction::Rename { volume: v, from, to, .. } = a {
+                if &v == volume {
+                    facts.arriving.entry(to).or_default().push(from);
+                }
+            }
         }
-        let listed_here = |f: &FileRecord| copy_on(f, volume).is_some();
-        // Removed files by id whose copy here is still to go: only those ids are looked up
-        // among the live files (most often there are none).
-        let moved_ids: std::collections::BTreeSet<&FileId> =
-            self.meta.state().files().filter(|f| f.removed && !f.is_dir && listed_here(f)).map(|f| &f.id).collect();
-        // Live files by id with a copy listed here: where a moved file's copy is on its way to,
-        // and the checksum of that copy.
-        let live_here: BTreeMap<&FileId, (&str, &str)> = if moved_ids.is_empty() {
-            BTreeMap::new()
-        } else {
-            self.meta
-                .state()
-                .files()
-                .filter(|f| !f.removed && !f.is_dir && moved_ids.contains(&f.id))
-                .filter_map(|f| copy_on(f, volume).map(|l| (&f.id, (f.path.as_str(), l.checksum.as_str()))))
-                .collect()
-        };
         for f in self.meta.state().files().filter(|f| !f.is_dir) {
-            let here = copy_on(f, volume);
+            let here = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
             if f.removed {
-                if let Some(l) = here {
+                if here.is_some() {
                     facts.pending.insert(f.path.clone());
-                    // Renamed (rather than deleted) only while the copy at the new path is
-                    // still this content; a chain of moves (a → b → c before the rename ran)
-                    // leaves several old paths, any of which may hold the bytes.
-                    if let Some((to, _)) =
-                        live_here.get(&f.id).filter(|(to, sum)| *to != f.path && sum.eq_ignore_ascii_case(&l.checksum))
-                    {
-                        facts.arriving.entry(to.to_string()).or_default().push(f.path.clone());
-                    }
                 }
                 continue;
             }
