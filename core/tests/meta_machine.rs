@@ -390,7 +390,18 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
     assert_eq!(net.meta("b").pending_len(), 0);
     assert!(net.node("b").persisted.iter().any(|p| matches!(p, MetaPersist::DeletePending(_))));
 
-    // The leader pushes the entry to the other follower (and to b).
+    // The leader pushes the entry to the other follower, but not at once: its last append
+    // to c (the warm-up) went out just now, and nothing waits on c for an entry b and the
+    // leader already hold (the append gap, issue 18). The timeout names when it goes.
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("c")), 0, "{:?}", net.queue);
+    let gap = MetaConfig::default().append_gap_ms;
+    assert!(gap > 0);
+    assert_eq!(net.meta("a").poll_timeout(), Some(net.now.plus(gap)));
+    net.advance(gap - 1);
+    net.tick("a");
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("c")), 0, "not before the gap");
+    net.advance(1);
+    net.tick("a");
     let to_c = net.take(|m| m.target == APPEND && m.to == id("c"));
     let body: Value = serde_json::from_slice(&to_c.body).unwrap();
     assert_eq!(seqs(&body), vec![before.0 + 1]);
@@ -404,6 +415,51 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
     }
     assert_eq!(net.meta("b").state().digest(), net.meta("a").state().digest());
     assert_eq!(net.meta("c").state().digest(), net.meta("a").state().digest());
+}
+
+/// Issue 18, the append gap: an append to a follower that carries only entries other
+/// followers submitted (held already by their submitter and the leader, so no acknowledgement
+/// waits on a third node) waits until `append_gap_ms` after the previous append to that
+/// follower; entries the leader made itself go at once (its own acknowledgements wait on a
+/// follower's confirmation), and so does a range holding one of them. A gap of 0 is the old
+/// rule.
+#[test]
+fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    let r = net.setting("a", "first", json!(1));
+    net.submit("a", r);
+    net.run();
+    // Within the gap of the appends just sent: the leader's own change goes at once, to both.
+    let r = net.setting("a", "second", json!(2));
+    net.submit("a", r);
+    assert_eq!(net.queued(|m| m.target == APPEND), 2, "{:?}", net.queue);
+    net.run();
+    assert_eq!(setting_of(net.meta("c"), "second").map(|s| s.value), Some(json!(2)));
+    // b's change: the leader's answer carries it back to b; c's append waits for the gap.
+    let r = net.setting("b", "third", json!(3));
+    net.submit("b", r);
+    net.run();
+    assert_eq!(setting_of(net.meta("b"), "third").map(|s| s.value), Some(json!(3)));
+    assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq(), "b has its entry from the answer");
+    assert_eq!(setting_of(net.meta("c"), "third"), None, "held by the gap");
+    // The leader's own change now: the range to c holds b's entry and a's, and goes at once.
+    let r = net.setting("a", "fourth", json!(4));
+    net.submit("a", r);
+    net.run();
+    for key in ["third", "fourth"] {
+        assert!(setting_of(net.meta("c"), key).is_some(), "{key}");
+    }
+    assert_eq!(net.meta("c").last_seq(), net.meta("a").last_seq());
+
+    // A gap of 0: a follower's change reaches the third node in the same round.
+    let mut none = cluster(&["a", "b", "c"], MetaConfig { append_gap_ms: 0, ..MetaConfig::default() });
+    let r = none.setting("a", "first", json!(1));
+    none.submit("a", r);
+    none.run();
+    let r = none.setting("b", "third", json!(3));
+    none.submit("b", r);
+    none.run();
+    assert_eq!(setting_of(none.meta("c"), "third").map(|s| s.value), Some(json!(3)));
 }
 
 /// Issue 18: a follower keeps up to `submit_window` submits in flight, so a change need not
@@ -442,6 +498,8 @@ fn several_submits_fly_at_once_within_the_window_and_each_answer_settles_its_own
         net.respond(&m, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
     }
     net.run();
+    // c hears of them once the append gap has passed.
+    net.rounds(1, MetaConfig::default().append_gap_ms);
     for n in ["a", "b", "c"] {
         assert_eq!(net.meta(n).pending_len(), 0, "{n}");
         for r in &recs {

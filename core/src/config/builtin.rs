@@ -132,6 +132,13 @@ pub fn manifests() -> Vec<Manifest> {
                 key("batch_max", Int, json!(500), "records per submit or append").range(1.0, 100_000.0),
                 key("submit_window", Int, json!(1), "submits a follower keeps in flight to the leader").range(1.0, 64.0),
                 key(
+                    "append_gap",
+                    Duration,
+                    json!(crate::meta::machine::APPEND_GAP_MS),
+                    "least time between appends to a follower when no acknowledgement waits on it",
+                )
+                .range(0.0, 1_000.0),
+                key(
                     "ack",
                     Enum,
                     json!("replicated"),

@@ -126,6 +126,9 @@ impl Node {
         if let Some(v) = set("meta", "purge_every") {
             meta.purge_every_ms = v;
         }
+        if let Some(v) = set("meta", "append_gap") {
+            meta.append_gap_ms = v;
+        }
         for (key, slot) in [
             ("page_max", &mut meta.page_max),
             ("snapshot_page_max", &mut meta.snapshot_page_max),

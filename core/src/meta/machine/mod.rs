@@ -46,6 +46,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+/// Default of [`MetaConfig::append_gap_ms`].
+pub const APPEND_GAP_MS: u64 = 5;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetaConfig {
     pub lease: LeaseConfig,
@@ -75,6 +78,13 @@ pub struct MetaConfig {
     /// by itself before it reads the range from the leader (issue 18): the answers to several
     /// submits in flight, each carrying entries, can arrive in any order.
     pub reorder_wait_ms: u64,
+    /// Least time between two appends to one peer when nothing in the range waits on that
+    /// peer (issue 18): entries that came in followers' submits are already held by two nodes
+    /// (the submitter and this leader), so no acknowledgement waits for a third; sending them
+    /// a moment later in one bigger append costs the peer and this leader one request instead
+    /// of several. Entries this leader made itself go at once (its own acknowledgements wait
+    /// on a follower). 0 sends every append as soon as the previous one is answered.
+    pub append_gap_ms: u64,
 }
 
 impl Default for MetaConfig {
@@ -93,6 +103,7 @@ impl Default for MetaConfig {
             submit_window: 1,
             linger_ms: 20,
             reorder_wait_ms: 100,
+            append_gap_ms: APPEND_GAP_MS,
         }
     }
 }
@@ -388,6 +399,10 @@ pub(super) struct PeerAppend {
     /// Entries up to here are confirmed held by the peer under this lease: set only from its
     /// answers to our appends, never assumed (what an acknowledgement may rely on).
     held_through: LogIndex,
+    /// When the last append to this peer was sent (the append gap counts from it).
+    last_sent: Option<Millis>,
+    /// An append held back by the gap is due then.
+    gap_due: Option<Millis>,
 }
 
 /// What the shell read back from disk for the metadata store.
@@ -707,6 +722,9 @@ impl Meta {
         if let Some((due, _)) = &self.catch_up_due {
             t = t.min(*due);
         }
+        if let Some(due) = self.peers.values().filter_map(|p| p.gap_due).min() {
+            t = t.min(due);
+        }
         Some(t)
     }
 
@@ -761,6 +779,14 @@ impl Meta {
                 self.pump_appends();
             }
             // A follower's lingering records go with the submit below.
+        }
+        if self.peers.values().any(|p| p.gap_due.is_some_and(|due| now >= due)) {
+            for p in self.peers.values_mut() {
+                p.gap_due = None;
+            }
+            if self.is_leader(now) {
+                self.pump_appends();
+            }
         }
         if now >= self.tick_due {
             self.tick_due = now.plus(self.config.lease.tick_ms);
@@ -967,11 +993,23 @@ impl Meta {
                 sent_through: LogIndex(last.0.saturating_sub(1)),
                 acked_through: LogIndex(last.0.saturating_sub(1)),
                 held_through: LogIndex(0),
+                last_sent: None,
+                gap_due: None,
             });
             if entry.in_flight.is_some() || entry.sent_through >= self.last_seq {
                 continue;
             }
             let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0).saturating_add(1));
+            // The append gap: only when no entry in the range is this leader's own (those
+            // wait for a follower's confirmation).
+            let due = entry.last_sent.map(|t| t.plus(self.config.append_gap_ms));
+            if let Some(due) = due.filter(|due| self.now < *due) {
+                if !self.log.range(from..).any(|(_, e)| e.origin == self.me) {
+                    entry.gap_due = Some(due);
+                    continue;
+                }
+            }
+            entry.gap_due = None;
             let (body, through) = match &made {
                 Some((f, body, through)) if *f == from => (body.clone(), *through),
                 _ => {
@@ -987,6 +1025,7 @@ impl Meta {
             };
             let entry = self.peers.get_mut(&p).expect("inserted");
             entry.in_flight = Some(self.now);
+            entry.last_sent = Some(self.now);
             entry.sent_through = through;
             self.send(&p, "POST", "/cluster/acn/meta/append".into(), body, MetaPurpose::Append { through });
         }
