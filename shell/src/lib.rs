@@ -20,7 +20,6 @@
 //! - [`env`], [`probe`], [`sync`]: the environment the shell is generic over (`Net` + `Clock` +
 //!   `Probe`), host capabilities and health, the one locking helper.
 
-pub mod alloc;
 pub mod cli;
 pub mod daemon;
 pub mod disk;
