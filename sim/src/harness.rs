@@ -112,6 +112,10 @@ pub struct Harness {
     pub ids: Vec<NodeId>,
     /// Settings writes the API acknowledged: key -> (newest version, node that took it).
     pub acked: BTreeMap<String, (Version, usize)>,
+    /// Settings writes answered as held by another node (`x-shoal-ack: replicated` or
+    /// `durable`): key -> newest such version. These survive even the removal of the node that
+    /// took them; other acknowledged writes may go with a node removed while they waited.
+    pub acked_held: BTreeMap<String, Version>,
     /// Nodes removed from the cluster (their unreplicated writes go with them).
     pub removed_nodes: BTreeSet<usize>,
 }
@@ -207,6 +211,7 @@ impl Harness {
             seen_removed: vec![BTreeSet::new(); n],
             ids: Vec::new(),
             acked: BTreeMap::new(),
+            acked_held: BTreeMap::new(),
             removed_nodes: BTreeSet::new(),
         };
         // Let every host start and write its identity.
@@ -346,6 +351,12 @@ impl Harness {
             return Ok(status);
         }
         let v: Version = serde_json::from_value(body["version"].clone()).map_err(|e| format!("setting reply: {e}"))?;
+        if matches!(self.last_ack.as_deref(), Some("replicated" | "durable")) {
+            let held = self.acked_held.entry(key.to_string()).or_insert(v.clone());
+            if v > *held {
+                *held = v.clone();
+            }
+        }
         let entry = self.acked.entry(key.to_string()).or_insert((v.clone(), i));
         if v > entry.0 {
             *entry = (v, i);
@@ -432,10 +443,11 @@ impl Harness {
             if resolved != first_resolved {
                 return Err(format!("n{first_i} and n{i} resolve the config differently"));
             }
-            for (key, (v, origin)) in &self.acked {
-                if self.removed_nodes.contains(origin) {
-                    continue;
-                }
+            // A write held by another node must survive whatever happens to the node that
+            // took it; any other acknowledged write, unless that node was removed.
+            let held = self.acked_held.iter().map(|(key, v)| (key, v));
+            let kept = self.acked.iter().filter(|(_, (_, origin))| !self.removed_nodes.contains(origin));
+            for (key, v) in held.chain(kept.map(|(key, (v, _))| (key, v))) {
                 match s.settings.get(key) {
                     Some(have) if have >= v => {}
                     other => return Err(format!("n{i} lost acknowledged write {key}@{v} (has {other:?})")),
