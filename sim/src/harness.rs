@@ -445,7 +445,7 @@ impl Harness {
             }
             // A write held by another node must survive whatever happens to the node that
             // took it; any other acknowledged write, unless that node was removed.
-            let held = self.acked_held.iter().map(|(key, v)| (key, v));
+            let held = self.acked_held.iter();
             let kept = self.acked.iter().filter(|(_, (_, origin))| !self.removed_nodes.contains(origin));
             for (key, v) in held.chain(kept.map(|(key, (v, _))| (key, v))) {
                 match s.settings.get(key) {
