@@ -462,6 +462,44 @@ fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
     assert_eq!(setting_of(none.meta("c"), "third").map(|s| s.value), Some(json!(3)));
 }
 
+/// Issue 18, with the append gap: a request on the leader waits only for its own entries to
+/// reach a follower. Entries followers submitted while it ran (held by their submitter and by
+/// the leader already, and perhaps held back from the others by the gap) do not hold up its
+/// answer; an entry of the leader's own in the range still waits for a follower's confirmation.
+#[test]
+fn a_leaders_mark_waits_only_for_its_own_entries() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    let r = net.setting("a", "warm", json!(0));
+    net.submit("a", r);
+    net.run();
+    // A request on the leader that wrote nothing itself, while b's change came in.
+    let from = net.meta("a").write_mark();
+    let r = net.setting("b", "theirs", json!(1));
+    net.submit("b", r);
+    net.run();
+    let to = net.meta("a").write_mark();
+    assert!(net.meta("a").last_seq() > LogIndex(1));
+    assert_eq!(setting_of(net.meta("c"), "theirs"), None, "c's append is held by the gap");
+    assert!(net.meta("a").mark_held(&from, &to), "b's entry does not wait for c");
+    assert!(net.meta("a").held_elsewhere(RecordKind::Setting, "theirs"));
+
+    // The leader's own change in the range waits until a follower confirms it.
+    let from = net.meta("a").write_mark();
+    let r = net.setting("a", "ours", json!(2));
+    net.submit("a", r);
+    let r = net.setting("b", "theirs2", json!(3));
+    net.submit("b", r);
+    let submit = net.take(|m| m.target == SUBMIT);
+    let reply = net.answer(&submit);
+    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    let to = net.meta("a").write_mark();
+    assert!(!net.meta("a").mark_held(&from, &to), "a's own entry is not confirmed yet");
+    assert!(!net.meta("a").held_elsewhere(RecordKind::Setting, "ours"));
+    net.run();
+    assert!(net.meta("a").mark_held(&from, &to), "confirmed by an append's answer");
+    assert!(net.meta("a").held_elsewhere(RecordKind::Setting, "ours"));
+}
+
 /// Issue 18: a follower keeps up to `submit_window` submits in flight, so a change need not
 /// wait behind the submit of another (a request's audit entry, most often). Each submit
 /// carries records no other one in flight carries, answers may come in any order, and a

@@ -611,6 +611,9 @@ impl Meta {
         let Some(entry) = self.log.values().rev().find(|e| e.record.kind() == kind && e.record.key() == key) else {
             return true; // compacted long ago
         };
+        if entry.origin != self.me {
+            return true; // a follower's, submitted: that follower and this leader hold it
+        }
         let alone = self.members.iter().all(|c| c.id == self.me);
         alone || self.peers.values().any(|p| p.held_through >= entry.seq)
     }
@@ -635,7 +638,10 @@ impl Meta {
         if self.pending.range(from.pending_before..to.pending_before).next().is_some() {
             return false;
         }
-        let mut need = (to.led && to.seq > from.seq).then_some(to.seq);
+        // Of the entries appended meanwhile, only this leader's own wait for a peer: one a
+        // follower submitted is held by that follower and by this leader already (and the
+        // append gap may hold it back from the others for a moment).
+        let mut need = (to.led && to.seq > from.seq).then(|| self.newest_own_entry(from.seq, to.seq)).flatten();
         for (first, (last, end)) in &self.self_appended {
             if *first < to.pending_before && *last >= from.pending_before {
                 need = Some(need.map_or(*end, |n: LogIndex| n.max(*end)));
@@ -645,6 +651,16 @@ impl Meta {
         let alone = self.members.iter().all(|c| c.id == self.me);
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
         alone || (leads && self.peers.values().any(|p| p.held_through >= need))
+    }
+
+    /// The newest entry in `(after, through]` this node made itself (origin: this node); the
+    /// end of the range if part of it was compacted (it cannot tell then).
+    fn newest_own_entry(&self, after: LogIndex, through: LogIndex) -> Option<LogIndex> {
+        let first = LogIndex(after.0.saturating_add(1));
+        if self.compacted_through >= first {
+            return Some(through);
+        }
+        self.log.range(first..=through).rev().find(|(_, e)| e.origin == self.me).map(|(seq, _)| *seq)
     }
 
     /// What [`Meta::mark_held`] and [`Meta::held_elsewhere`] read, in a form cheap to take and
