@@ -204,6 +204,13 @@ impl Net {
         Record::Setting(Setting { key: key.into(), value, removed: false, version })
     }
 
+    /// A setting written through `n`, and the network settled.
+    fn write(&mut self, n: &str, key: &str, value: Value) {
+        let r = self.setting(n, key, value);
+        self.submit(n, r);
+        self.run();
+    }
+
     fn tombstone(&mut self, n: &str, key: &str) -> Record {
         let wall = self.wall();
         let version = self.node_mut(n).hlc.next(wall);
@@ -426,9 +433,7 @@ fn a_followers_submit_is_applied_at_once_queued_sent_to_the_leader_appended_push
 #[test]
 fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
     let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
-    let r = net.setting("a", "first", json!(1));
-    net.submit("a", r);
-    net.run();
+    net.write("a", "first", json!(1));
     // Within the gap of the appends just sent: the leader's own change goes at once, to both.
     let r = net.setting("a", "second", json!(2));
     net.submit("a", r);
@@ -436,16 +441,12 @@ fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
     net.run();
     assert_eq!(setting_of(net.meta("c"), "second").map(|s| s.value), Some(json!(2)));
     // b's change: the leader's answer carries it back to b; c's append waits for the gap.
-    let r = net.setting("b", "third", json!(3));
-    net.submit("b", r);
-    net.run();
+    net.write("b", "third", json!(3));
     assert_eq!(setting_of(net.meta("b"), "third").map(|s| s.value), Some(json!(3)));
     assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq(), "b has its entry from the answer");
     assert_eq!(setting_of(net.meta("c"), "third"), None, "held by the gap");
     // The leader's own change now: the range to c holds b's entry and a's, and goes at once.
-    let r = net.setting("a", "fourth", json!(4));
-    net.submit("a", r);
-    net.run();
+    net.write("a", "fourth", json!(4));
     for key in ["third", "fourth"] {
         assert!(setting_of(net.meta("c"), key).is_some(), "{key}");
     }
@@ -453,12 +454,8 @@ fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
 
     // A gap of 0: a follower's change reaches the third node in the same round.
     let mut none = cluster(&["a", "b", "c"], MetaConfig { append_gap_ms: 0, ..MetaConfig::default() });
-    let r = none.setting("a", "first", json!(1));
-    none.submit("a", r);
-    none.run();
-    let r = none.setting("b", "third", json!(3));
-    none.submit("b", r);
-    none.run();
+    none.write("a", "first", json!(1));
+    none.write("b", "third", json!(3));
     assert_eq!(setting_of(none.meta("c"), "third").map(|s| s.value), Some(json!(3)));
 }
 
@@ -469,14 +466,10 @@ fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
 #[test]
 fn a_leaders_mark_waits_only_for_its_own_entries() {
     let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
-    let r = net.setting("a", "warm", json!(0));
-    net.submit("a", r);
-    net.run();
+    net.write("a", "warm", json!(0));
     // A request on the leader that wrote nothing itself, while b's change came in.
     let from = net.meta("a").write_mark();
-    let r = net.setting("b", "theirs", json!(1));
-    net.submit("b", r);
-    net.run();
+    net.write("b", "theirs", json!(1));
     let to = net.meta("a").write_mark();
     assert!(net.meta("a").last_seq() > LogIndex(1));
     assert_eq!(setting_of(net.meta("c"), "theirs"), None, "c's append is held by the gap");
