@@ -459,6 +459,23 @@ fn the_append_gap_holds_back_only_ranges_without_the_leaders_own_entries() {
     assert_eq!(setting_of(none.meta("c"), "third").map(|s| s.value), Some(json!(3)));
 }
 
+/// The append gap holds back only a range short of a full batch: a peer the followers' writes
+/// have put `batch_max` entries behind is sent them at once, gap or not (it gains nothing from
+/// waiting, and the leader looks at one batch's entries at most to decide).
+#[test]
+fn the_append_gap_does_not_hold_back_a_full_batch() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig { batch_max: 3, ..MetaConfig::default() });
+    net.write("a", "first", json!(1));
+    net.write("b", "k0", json!(0));
+    net.write("b", "k1", json!(1));
+    assert_eq!(setting_of(net.meta("c"), "k1"), None, "two entries: held by the gap");
+    net.write("b", "k2", json!(2));
+    for key in ["k0", "k1", "k2"] {
+        assert!(setting_of(net.meta("c"), key).is_some(), "{key}: a full batch goes at once");
+    }
+    assert_eq!(net.meta("c").last_seq(), net.meta("a").last_seq());
+}
+
 /// Issue 18, with the append gap: a request on the leader waits only for its own entries to
 /// reach a follower. Entries followers submitted while it ran (held by their submitter and by
 /// the leader already, and perhaps held back from the others by the gap) do not hold up its

@@ -46,22 +46,6 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// The newest entry of `log` in `(after, through]` whose origin is `me`; `through` if part of
-/// the range was compacted (it cannot tell then).
-fn newest_entry_of(
-    log: &BTreeMap<LogIndex, Entry>,
-    compacted_through: LogIndex,
-    me: &NodeId,
-    after: LogIndex,
-    through: LogIndex,
-) -> Option<LogIndex> {
-    let first = LogIndex(after.0.saturating_add(1));
-    if compacted_through >= first {
-        return Some(through);
-    }
-    log.range(first..=through).rev().find(|(_, e)| &e.origin == me).map(|(seq, _)| *seq)
-}
-
 /// Default of [`MetaConfig::append_gap_ms`].
 pub const APPEND_GAP_MS: u64 = 5;
 
@@ -672,7 +656,11 @@ impl Meta {
     /// The newest entry in `(after, through]` this node made itself (origin: this node); the
     /// end of the range if part of it was compacted (it cannot tell then).
     fn newest_own_entry(&self, after: LogIndex, through: LogIndex) -> Option<LogIndex> {
-        newest_entry_of(&self.log, self.compacted_through, &self.me, after, through)
+        let first = LogIndex(after.0.saturating_add(1));
+        if self.compacted_through >= first {
+            return Some(through);
+        }
+        self.log.range(first..=through).rev().find(|(_, e)| e.origin == self.me).map(|(seq, _)| *seq)
     }
 
     /// What [`Meta::mark_held`] and [`Meta::held_elsewhere`] read, in a form cheap to take and
@@ -1029,11 +1017,18 @@ impl Meta {
             }
             let from = LogIndex(entry.sent_through.0.max(self.compacted_through.0).saturating_add(1));
             // The append gap: only when no entry in the range is this leader's own (those
-            // wait for a follower's confirmation).
+            // wait for a follower's confirmation) and the range is short of a full batch (a
+            // peer that lags gains nothing from waiting). Either way it looks at one batch's
+            // entries at most, however far behind the peer is.
             let due = entry.last_sent.map(|t| t.plus(self.config.append_gap_ms));
             if let Some(due) = due.filter(|due| self.now < *due) {
-                let after = LogIndex(from.0 - 1);
-                if newest_entry_of(&self.log, self.compacted_through, &self.me, after, self.last_seq).is_none() {
+                let batch = self.log.range(from..).take(self.config.batch_max.max(1));
+                let (mut len, mut own) = (0, false);
+                for (_, e) in batch {
+                    len += 1;
+                    own |= e.origin == self.me;
+                }
+                if !own && len < self.config.batch_max.max(1) {
                     entry.gap_due = Some(due);
                     continue;
                 }
