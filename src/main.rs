@@ -15,7 +15,14 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
     let cli = shoal_shell::cli::Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // `serve --threads N`: the node's worker threads (tokio's default is one per core).
+    if let shoal_shell::cli::Cmd::Serve(args) = &cli.cmd {
+        if let Some(n) = args.threads {
+            builder.worker_threads(usize::from(n));
+        }
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -33,6 +33,8 @@ impl Node {
                 .args(["--listen", &format!("127.0.0.1:{port}")])
                 .args(["--name", &format!("node-{port}")])
                 .args(["--heartbeat-ms", "300", "--online-within-ms", "1500", "--unknown-within-ms", "4000"])
+                // Several nodes on one machine: one thread each (README, `--threads`).
+                .env("SHOAL_THREADS", "1")
                 .env("SHOAL_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -804,4 +806,40 @@ fn a_node_whose_port_was_taken_meanwhile_starts_on_another() {
     node.start();
     assert_ne!(node.port, taken);
     assert!(node.cli_json(&["cluster", "status"])["node"].is_string());
+}
+
+/// `serve --threads` (and `SHOAL_THREADS`) takes 1 to 1,024: anything else stops the start
+/// with a message naming the flag and a non-zero exit, before any file is made.
+#[test]
+fn serve_refuses_a_thread_count_out_of_range() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("n");
+    for (flag, env) in [(Some("0"), None), (Some("1025"), None), (Some("two"), None), (None, Some("-1"))] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--data"]).arg(&dir).args(["--listen", "127.0.0.1:0"]);
+        if let Some(f) = flag {
+            cmd.args(["--threads", f]);
+        }
+        if let Some(e) = env {
+            cmd.env("SHOAL_THREADS", e);
+        }
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run shoal serve");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{flag:?} {env:?} was taken: the node started");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(!status.success(), "{flag:?} {env:?} was taken");
+        assert!(err.contains("--threads"), "{flag:?} {env:?}: {err}");
+        assert!(!dir.exists(), "nothing is made for a refused start");
+    }
 }

@@ -119,8 +119,20 @@ pub async fn wait_until(limit: std::time::Duration, mut f: impl AsyncFnMut() -> 
     false
 }
 
-/// Three `shoal serve` processes of `bin` under `root` in one cluster with a leader: their
-/// URLs and admin tokens.
+/// Threads each of `members` processes sharing this machine runs with: the cores divided by
+/// the members, at least 1 (`MEMBER_THREADS` overrides). Both stores get the same: shoal
+/// nodes through `SHOAL_THREADS` (`serve --threads`), etcd members through `GOMAXPROCS`.
+#[allow(dead_code)]
+pub fn member_threads(members: usize) -> usize {
+    if let Some(n) = std::env::var("MEMBER_THREADS").ok().and_then(|v| v.parse().ok()) {
+        return n;
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    (cores / members.max(1)).max(1)
+}
+
+/// Three `shoal serve` processes of `bin` under `root` in one cluster with a leader, each with
+/// [`member_threads`]: their URLs and admin tokens.
 #[allow(dead_code)]
 pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> (Vec<String>, Vec<String>) {
     use serde_json::json;
@@ -134,6 +146,7 @@ pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> 
             Command::new(bin)
                 .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
                 .env("SHOAL_LOG", "error")
+                .env("SHOAL_THREADS", member_threads(3).to_string())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -164,8 +177,8 @@ pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> 
     (urls, tokens)
 }
 
-/// Three etcd members under `root` on loopback (their processes in `kids`): their client URLs;
-/// `None` when no `etcd` binary is installed.
+/// Three etcd members under `root` on loopback (their processes in `kids`), each with
+/// [`member_threads`]: their client URLs; `None` when no `etcd` binary is installed.
 #[allow(dead_code)]
 pub fn etcd_members(root: &std::path::Path, kids: &mut Kill) -> Option<Vec<String>> {
     if std::env::var("ETCD").as_deref() == Ok("0") {
@@ -187,6 +200,7 @@ pub fn etcd_members(root: &std::path::Path, kids: &mut Kill) -> Option<Vec<Strin
                 .args(["--advertise-client-urls", &format!("http://127.0.0.1:{}", clients[i])])
                 .args(["--initial-cluster", &initial.join(","), "--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "shoal-bench", "--log-level", "error"])
+                .env("GOMAXPROCS", member_threads(3).to_string())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()

@@ -538,6 +538,12 @@ pub struct ServeArgs {
     /// Silent up to this many ms is UNKNOWN, beyond it OFFLINE (spec default 180000).
     #[arg(long, default_value_t = 180_000)]
     pub unknown_within_ms: u64,
+    /// Threads that run the node's requests and tasks (default: one per core). Several nodes
+    /// on one machine each take the cores divided by the nodes, at least 1: on 2 cores, 3
+    /// nodes of 1 thread used 10-20 % less CPU per metadata write than 3 of 2 (BENCHMARKS.md,
+    /// issue 18). Disk work and job scripts run on threads of their own either way.
+    #[arg(long, env = "SHOAL_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
 }
 
 #[derive(Subcommand, Debug)]
