@@ -162,7 +162,8 @@ impl Meta {
         }
         let from = LogIndex(p.sent_through.0.max(self.compacted_through.0).saturating_add(1));
         // Decided on the log as it is (nothing cloned or serialised for an answer without it).
-        let unsent = self.log.range(from..).count();
+        // (Counted up to one past a batch: a submitter further behind is sent appends.)
+        let unsent = self.log.range(from..).take(self.config.batch_max.saturating_add(1)).count();
         if unsent > self.config.batch_max || self.log.range(from..).any(|(_, e)| &e.origin != peer) {
             return None;
         }
