@@ -768,30 +768,33 @@ fn a_configured_name_and_url_survive_a_restart_and_0_0_0_0_is_never_advertised()
     let _ = child.wait();
 
     let fresh = root.path().join("fresh");
-    let mut serve = Command::new(BIN)
-        .args(["serve", "--data"])
-        .arg(&fresh)
-        .args(["--listen", &format!("0.0.0.0:{}", free_port())])
-        .env("SHOAL_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run shoal serve");
-    let t0 = Instant::now();
+    let mut serve = Command::new(BIN);
+    serve.args(["serve", "--data"]).arg(&fresh).args(["--listen", &format!("0.0.0.0:{}", free_port())]);
+    let (status, err) =
+        refused_start(serve.env("SHOAL_LOG", "warn"), "a node listening on 0.0.0.0 with no --advertise");
+    assert!(!status.success() && err.contains("--advertise"), "{err}");
+}
+
+/// Run `serve` (a `shoal serve` that must not start) to its end: its exit status and what it
+/// printed on stderr. Fails the test, killing the node, when it is still running after 10 s:
+/// `what` started anyway.
+fn refused_start(serve: &mut Command, what: &str) -> (std::process::ExitStatus, String) {
+    let mut child = serve.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run shoal serve");
+    let started = Instant::now();
     let status = loop {
-        if let Some(st) = serve.try_wait().unwrap() {
-            break st;
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = serve.kill();
-            let _ = serve.wait();
-            panic!("a node listening on 0.0.0.0 with no --advertise started anyway");
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} started anyway");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut serve.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(!status.success() && err.contains("--advertise"), "{err}");
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status, err)
 }
 
 /// The test harness itself: a port taken between `free_port` and the node's start (by another
@@ -823,21 +826,7 @@ fn serve_refuses_a_thread_count_out_of_range() {
         if let Some(e) = env {
             cmd.env("SHOAL_THREADS", e);
         }
-        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("run shoal serve");
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{flag:?} {env:?} was taken: the node started");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        let (status, err) = refused_start(&mut cmd, &format!("a node with threads {flag:?} / {env:?}"));
         assert!(!status.success(), "{flag:?} {env:?} was taken");
         assert!(err.contains("--threads"), "{flag:?} {env:?}: {err}");
         assert!(!dir.exists(), "nothing is made for a refused start");
