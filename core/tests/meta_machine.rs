@@ -632,26 +632,75 @@ fn a_lingering_record_travels_with_the_next_change_or_alone_after_linger_ms() {
     }
 }
 
-/// Issue 18: the leader's answer to a submit carries the entries that took the submitted
+/// Issue 18: the leader's answer to a submit carries back the entries that took the submitted
 /// records when they are all the submitter's own and no append to it is in flight: no append
 /// goes to the submitter for them (one signed request per write saved), the other follower
-/// gets its append, and every log ends equal. An entry of another origin in the range (or an
-/// append in flight) means the ordinary append. A submitter that loses that answer catches up.
+/// gets its append, and every log ends equal, entry for entry. The submitter asks (`seqs`) for
+/// their numbers alone (`taken`, `null` for a record not taken) and rebuilds the entries from
+/// the records it sent; one that does not ask (an older build) gets the entries (`append`). An
+/// entry of another origin in the range (or an append in flight) means the ordinary append. A
+/// submitter that loses that answer catches up.
 #[test]
 fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
     let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
-    let rec = net.setting("b", "k1", json!(1));
-    net.submit("b", rec);
-    let submit = net.take(|m| m.target == SUBMIT);
-    let reply = net.answer(&submit);
-    assert!(reply.body["append"]["entries"].as_array().is_some_and(|e| e.len() == 1), "{}", reply.body);
-    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("b")), 0, "no append to the submitter");
-    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("c")), 1, "the other follower's append");
-    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    // A record the leader already holds newer is not taken: no number for it.
+    let stale = net.setting("b", "k0", json!(0));
+    net.advance(1_000);
+    let newer = net.setting("a", "k0", json!("newer"));
+    net.submit("a", newer);
     net.run();
+    let before = net.meta("a").last_seq();
+    let (k1, k2) = (net.setting("b", "k1", json!(1)), net.setting("b", "k2", json!(2)));
+    let now = net.now;
+    net.node_mut("b").meta.submit_all(now, vec![k1, stale, k2]);
+    net.collect(&id("b"));
+    let submit = net.take(|m| m.target == SUBMIT);
+    assert!(String::from_utf8_lossy(&submit.body).contains("\"seqs\":true"));
+    let reply = net.answer(&submit);
+    let first = before.0 + 1;
+    assert_eq!(reply.body["taken"], json!([first, null, first + 1]), "{}", reply.body);
+    assert!(reply.body.get("append").is_none(), "{}", reply.body);
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("b")), 0, "no append to the submitter");
+    let mark = net.trace.len();
+    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    net.rounds(5, 10); // c's append waits out the append gap
+    assert!(net.trace_from(mark, "b", LOG).is_empty(), "the entries were rebuilt, not read");
+    let log = |net: &Net, n: &str| net.meta(n).answer_log(&format!("after={}", before.0)).body;
     for n in ["b", "c"] {
         assert_eq!(net.meta(n).status(net.now).last_seq, net.meta("a").status(net.now).last_seq, "{n}");
         assert_eq!(net.meta(n).state().digest(), net.meta("a").state().digest(), "{n}");
+        assert_eq!(log(&net, n), log(&net, "a"), "{n}: the same entries");
+    }
+
+    // A submitter that does not ask for numbers gets the entries themselves.
+    let rec = net.setting("b", "k3", json!(3));
+    net.submit("b", rec);
+    let mut submit = net.take(|m| m.target == SUBMIT);
+    submit.body = String::from_utf8(submit.body).unwrap().replace("\"seqs\":true,", "").into_bytes();
+    let reply = net.answer(&submit);
+    assert!(reply.body["append"]["entries"].as_array().is_some_and(|e| e.len() == 1), "{}", reply.body);
+    assert!(reply.body.get("taken").is_none(), "{}", reply.body);
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("b")), 0, "no append to the submitter");
+    assert_eq!(net.queued(|m| m.target == APPEND && m.to == id("c")), 1, "the other follower's append");
+    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    net.rounds(5, 10);
+    for n in ["b", "c"] {
+        assert_eq!(log(&net, n), log(&net, "a"), "{n}: the same entries");
+    }
+
+    // Numbers that do not match the submit (here one too many) are not trusted: the range is
+    // read from the leader, and the logs still end equal.
+    let rec = net.setting("b", "k4", json!(4));
+    net.submit("b", rec);
+    let submit = net.take(|m| m.target == SUBMIT);
+    let mut reply = net.answer(&submit);
+    reply.body["taken"].as_array_mut().unwrap().push(json!(999));
+    let mark = net.trace.len();
+    net.respond(&submit, Ok(common::answer(reply.status(), serde_json::to_vec(&reply.body).unwrap())));
+    net.rounds(5, 10);
+    assert_eq!(net.trace_from(mark, "b", LOG).len(), 1, "the range is read instead");
+    for n in ["b", "c"] {
+        assert_eq!(log(&net, n), log(&net, "a"), "{n}: the same entries");
     }
 
     // An append in flight to the submitter (carrying the leader's own write): nothing carried,
@@ -663,7 +712,7 @@ fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
     net.submit("b", rec);
     let submit = net.take(|m| m.target == SUBMIT);
     let reply = net.answer(&submit);
-    assert!(reply.body.get("append").is_none(), "{}", reply.body);
+    assert!(reply.body.get("append").is_none() && reply.body.get("taken").is_none(), "{}", reply.body);
 
     // A submitter that never reads a carried answer finds the gap and catches up.
     let mut lost = cluster(&["a", "b", "c"], MetaConfig::default());
@@ -671,7 +720,7 @@ fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
     lost.submit("b", rec);
     let submit = lost.take(|m| m.target == SUBMIT);
     let reply = lost.answer(&submit);
-    assert!(reply.body.get("append").is_some());
+    assert!(reply.body.get("taken").is_some());
     lost.respond(&submit, Err("the answer was lost".into()));
     lost.rounds(40, 1_000);
     for n in ["b", "c"] {
@@ -700,7 +749,7 @@ fn answers_to_submits_arriving_out_of_order_fill_the_hole_without_a_log_read() {
         // The leader answers them in order; each answer carries that submit's entry.
         let answer_first = net.answer(&first);
         let answer_second = net.answer(&second);
-        assert!(answer_second.body["append"]["entries"].as_array().is_some_and(|e| e.len() == 1));
+        assert!(answer_second.body["taken"].as_array().is_some_and(|e| e.len() == 1));
         let before = net.meta("b").last_seq();
         let mark = net.trace.len();
         // b reads the second answer first: its entry waits beyond the hole.

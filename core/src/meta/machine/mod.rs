@@ -277,6 +277,10 @@ pub(super) struct AppendBody<E> {
 #[serde(rename_all = "camelCase")]
 pub(super) struct SubmitBody<R> {
     records: Vec<R>,
+    /// The submitter can rebuild the entries that take its records from their sequence
+    /// numbers alone ([`Meta::answer_submit`]): `taken` instead of `append` in the answer.
+    #[serde(default)]
+    seqs: bool,
 }
 
 /// One page of `meta/log` as sent (`E` = [`Entry`]) and as read (raw JSON).
@@ -1101,7 +1105,7 @@ impl Meta {
         while self.submit_room() {
             let submitting = &self.submitting;
             let unsent = || self.pending.iter().filter(|(id, _)| !submitting.contains(id));
-            let (body, n) = json_batch("", "records", unsent().map(|(_, r)| r), self.config.batch_max);
+            let (body, n) = json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), self.config.batch_max);
             let ids: Vec<u64> = unsent().take(n).map(|(id, _)| *id).collect();
             let Some(first) = ids.first().copied() else { break };
             self.submitting.extend(ids.iter().copied());

@@ -47,6 +47,12 @@ impl Meta {
             /// ([`Meta::answer_submit`]): read as an append from the leader.
             #[serde(default)]
             append: Option<Box<RawValue>>,
+            /// Or only their numbers, one per submitted record (`null`: not taken); the entries
+            /// are rebuilt from the records submitted.
+            #[serde(default)]
+            taken: Option<Vec<Option<LogIndex>>>,
+            #[serde(default)]
+            lease: Option<Lease>,
         }
         let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
         match purpose {
@@ -74,20 +80,34 @@ impl Meta {
                     self.submit_settled(*first);
                 }
                 if carried_out {
-                    let (refused_records, append) = answer(&body).map(|a| (a.refused, a.append)).unwrap_or_default();
+                    let a = answer(&body);
+                    let (refused_records, append, taken, lease, last_seq) =
+                        a.map(|a| (a.refused, a.append, a.taken, a.lease, a.last_seq)).unwrap_or_default();
                     for r in refused_records {
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
+                    let mut submitted = Vec::with_capacity(ids.len());
                     for id in ids {
-                        if self.pending.remove(&id).is_some() {
+                        let p = self.pending.remove(&id);
+                        if p.is_some() {
                             self.pending_taken += 1;
                             self.persist(MetaPersist::DeletePending(id));
                         }
+                        submitted.push(p);
                     }
                     if let Some(append) = append {
                         // Checked as any append is (the lease holder's, the right numbering,
                         // no gap); its own answer has no one to go to.
                         let _ = self.answer_append(now, peer, append.get().as_bytes(), hlc);
+                    } else if let (Some(taken), Some(lease), Some(last_seq)) = (taken, lease, last_seq) {
+                        match self.rebuild_entries(&lease, taken, submitted) {
+                            Some(entries) => {
+                                let _ = self.take_append(now, peer, lease, entries, last_seq, hlc);
+                            }
+                            // Not rebuilt (an answer that does not match what was sent): the
+                            // range is read from the leader.
+                            None => self.request_catch_up(&lease.holder),
+                        }
                     }
                     self.submit_due = now;
                 } else {
@@ -166,6 +186,36 @@ impl Meta {
 
     /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
     /// back to the leader whatever we hold in that range that the page does not (or holds older).
+    /// The entries that took this node's submitted records, from the numbers the leader gave
+    /// them (`taken`, one per record of `submitted` in the order sent): each is the record, its
+    /// number, the lease's term, the record's newest version and this node as origin, as the
+    /// leader made it ([`Meta::append_as_leader`]). `None` when the answer does not match the
+    /// submit (another count, a number for a record no longer held here).
+    fn rebuild_entries(
+        &self,
+        lease: &Lease,
+        taken: Vec<Option<LogIndex>>,
+        submitted: Vec<Option<Record>>,
+    ) -> Option<Vec<PeerEntry>> {
+        if taken.len() != submitted.len() {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(taken.len());
+        for (seq, record) in taken.into_iter().zip(submitted) {
+            let Some(seq) = seq else { continue };
+            let record = record?;
+            let version = record.max_version();
+            entries.push(PeerEntry::Read(Box::new(Entry {
+                seq,
+                term: lease.term,
+                record,
+                version,
+                origin: self.me.clone(),
+            })));
+        }
+        Some(entries)
+    }
+
     pub(super) fn take_snapshot_page(
         &mut self,
         records: RecordSet,

@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// What the answer to a submit carries back of the entries that took its records.
+enum Echo {
+    /// Their sequence numbers, one per submitted record (`null` for one not taken).
+    Taken,
+    /// The entries themselves, as an append.
+    Append(Value),
+}
+
 impl Meta {
     /// `POST meta/lease`.
     pub fn answer_lease(&mut self, now: Millis, from: &NodeId, body: &[u8]) -> MetaReply {
@@ -68,15 +76,29 @@ impl Meta {
             Ok(b) => b,
             Err(e) => return bad(format!("append body: {e}")),
         };
-        if &b.lease.holder != from {
+        self.take_append(now, from, b.lease, read_entries(b.entries), b.last_seq, hlc)
+    }
+
+    /// Take `entries` sent by `from` as the holder of `lease`, whose log ends at `last_seq`:
+    /// an append, or the entries a submit's answer gave back ([`Meta::on_response`]).
+    pub(super) fn take_append(
+        &mut self,
+        now: Millis,
+        from: &NodeId,
+        lease: Lease,
+        entries: Vec<PeerEntry>,
+        last_seq: LogIndex,
+        hlc: &mut Hlc,
+    ) -> MetaReply {
+        if &lease.holder != from {
             return bad("appends come only from the lease holder");
         }
-        if let PushVerdict::Refused(k) = self.lease.on_push(now, b.lease.clone()) {
+        if let PushVerdict::Refused(k) = self.lease.on_push(now, lease.clone()) {
             return reply(Some(ErrorKind::Conflict), json!({"lease": k}));
         }
-        if self.log_lease.as_ref() != Some(&b.lease) {
+        if self.log_lease.as_ref() != Some(&lease) {
             // Another leader's numbering: the records are still good, the positions are not.
-            let records: Vec<Record> = read_entries(b.entries)
+            let records: Vec<Record> = entries
                 .into_iter()
                 .filter_map(|e| match e {
                     PeerEntry::Read(e) => Some(e.record),
@@ -84,13 +106,13 @@ impl Meta {
                 })
                 .collect();
             self.apply_remote(records, hlc);
-            self.request_snapshot(&b.lease.holder);
-        } else if !self.take_entries(from, read_entries(b.entries), hlc) {
-            self.request_catch_up(&b.lease.holder);
+            self.request_snapshot(&lease.holder);
+        } else if !self.take_entries(from, entries, hlc) {
+            self.request_catch_up(&lease.holder);
         } else if !self.ahead.is_empty() {
-            self.on_hole(now, &b.lease.holder);
-        } else if self.last_seq < b.last_seq {
-            self.request_catch_up(&b.lease.holder);
+            self.on_hole(now, &lease.holder);
+        } else if self.last_seq < last_seq {
+            self.request_catch_up(&lease.holder);
         }
         reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
     }
@@ -114,6 +136,8 @@ impl Meta {
         // Each record on its own: one that cannot be taken is refused (and named in the
         // answer, so the submitter drops it and logs why) without holding up the others.
         let mut refused = Vec::new();
+        let first_new = LogIndex(self.last_seq.0.saturating_add(1));
+        let mut taken: Vec<Option<LogIndex>> = vec![None; b.records.len()];
         for (i, raw) in b.records.into_iter().enumerate() {
             let r = match serde_json::from_str::<Record>(raw.get()) {
                 Ok(r) => match r.shape_error() {
@@ -137,13 +161,17 @@ impl Meta {
             };
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
+                taken[i] = Some(self.last_seq);
             }
         }
-        let append = self.entries_for_submitter(from);
+        let took = (first_new, taken.iter().flatten().count());
+        let echo = self.echo_for_submitter(from, b.seqs.then_some(took));
         self.pump_appends();
         let mut answer = json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused});
-        if let Some(append) = append {
-            answer["append"] = append;
+        match echo {
+            Some(Echo::Taken) => answer["taken"] = json!(taken),
+            Some(Echo::Append(append)) => answer["append"] = append,
+            None => {}
         }
         reply(None, answer)
     }
@@ -154,13 +182,26 @@ impl Meta {
     /// sent (the next append starts after them), not as held: a submitter that never reads the
     /// answer finds the gap at its next append and catches up; no write of another node waits
     /// for the submitter to hold these.
-    fn entries_for_submitter(&mut self, peer: &NodeId) -> Option<Value> {
+    ///
+    /// A submitter that rebuilds entries from their numbers (`seqs` in its submit; `took`: the
+    /// first number this submit could take and how many entries it made) is answered with those
+    /// numbers alone when every entry it has not been sent took a record of this very submit:
+    /// it holds those records, and an entry is its record, the number, the lease's term, the
+    /// record's newest version and the submitter as origin. Nothing is cloned or serialised.
+    fn echo_for_submitter(&mut self, peer: &NodeId, took: Option<(LogIndex, usize)>) -> Option<Echo> {
         let lease = self.lease.known().cloned()?;
         let p = self.peers.get(peer)?;
         if p.in_flight.is_some() || p.sent_through >= self.last_seq {
             return None;
         }
         let from = LogIndex(p.sent_through.0.max(self.compacted_through.0).saturating_add(1));
+        let made_by_this_submit = took.is_some_and(|(first, n)| {
+            first == from && self.last_seq.0.checked_sub(from.0) == (n as u64).checked_sub(1)
+        });
+        if made_by_this_submit {
+            self.peers.get_mut(peer).expect("looked up").sent_through = self.last_seq;
+            return Some(Echo::Taken);
+        }
         // Decided on the log as it is (nothing cloned or serialised for an answer without it).
         // (Counted up to one past a batch: a submitter further behind is sent appends.)
         let unsent = self.log.range(from..).take(self.config.batch_max.saturating_add(1)).count();
@@ -176,7 +217,7 @@ impl Meta {
             return None; // over the byte bound: the ordinary append carries them in parts
         }
         self.peers.get_mut(peer).expect("looked up").sent_through = self.last_seq;
-        serde_json::to_value(AppendBody { lease, entries, last_seq: self.last_seq }).ok()
+        serde_json::to_value(AppendBody { lease, entries, last_seq: self.last_seq }).ok().map(Echo::Append)
     }
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
