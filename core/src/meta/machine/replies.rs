@@ -184,8 +184,6 @@ impl Meta {
         }
     }
 
-    /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
-    /// back to the leader whatever we hold in that range that the page does not (or holds older).
     /// The entries that took this node's submitted records, from the numbers the leader gave
     /// them (`taken`, one per record of `submitted` in the order sent): each is the record, its
     /// number, the lease's term, the record's newest version and this node as origin, as the
@@ -216,6 +214,8 @@ impl Meta {
         Some(entries)
     }
 
+    /// Merge one snapshot page covering the keys in `(lower, upper]` (`None`: open end), and queue
+    /// back to the leader whatever we hold in that range that the page does not (or holds older).
     pub(super) fn take_snapshot_page(
         &mut self,
         records: RecordSet,
