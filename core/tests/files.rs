@@ -757,6 +757,29 @@ fn a_rescan_does_not_adopt_bytes_that_landed_moments_ago() {
     assert_eq!(file(&n, "/p").checksum, sum('a'));
 }
 
+/// The landed registry is in memory: after a restart, bytes found that were modified before
+/// the start and less than `LANDED_MAX_MS` ago may be the last run's landing, their record on
+/// its way. The shell hashes and notes them; from then on they are judged like bytes landed in
+/// this run, aged from their mtime: not adopted as a new file until their record is overdue.
+#[test]
+fn bytes_found_from_before_a_start_are_noted_once_and_not_adopted_until_overdue() {
+    use shoal_core::storage::landed::LANDED_MAX_MS;
+    let (mut n, va) = member(1);
+    // On the file system's clock: the process started at 5,000 s; it is 10 s later.
+    let (started, file_now) = (shoal_core::Millis(5_000_000), shoal_core::Millis(5_010_000));
+    let mtime = 4_990_000; // 20 s before now, 10 s before the start
+    assert!(n.landed_unknown(&va, "/p", mtime, started, file_now), "before the start, within the window");
+    assert!(!n.landed_unknown(&va, "/p", 5_000_001, started, file_now), "this run's landings are noted as they land");
+    assert!(!n.landed_unknown(&va, "/p", 1_000, started, file_now), "older than the window: settled anyway");
+    n.landed_found(at(1_000), &va, "/p", &sum('a'), mtime, file_now);
+    assert!(!n.landed_unknown(&va, "/p", mtime, started, file_now), "hashed once: noted");
+    refused(n.copy_adopt(at(1_200), "/p", &va, 10, &sum('a'), mtime), 409, "landed");
+    assert!(n.meta().state().file("/p").is_none(), "no record made");
+    // Aged from their mtime (20 s before they were found), not from the finding.
+    let overdue = at(1_000 + LANDED_MAX_MS - 20_000 + 1);
+    n.copy_adopt(overdue, "/p", &va, 10, &sum('a'), mtime).expect("adopted once the record is overdue");
+}
+
 // ---- 8. replication backoff ----
 
 #[test]

@@ -739,3 +739,47 @@ async fn a_get_of_a_local_copy_crosses_http_once() {
         d.shutdown().await;
     }
 }
+
+/// The landed registry lives in memory. A node that restarts must still not delete bytes its
+/// last run landed just before it stopped, whose record it has not seen yet: a removal decided
+/// from older records would destroy the newer write (issue 18's note, "the landed registry is
+/// in memory only"). Bytes found from before the start are hashed first: the removed content
+/// is deleted as ever, other bytes stay until a record accounts for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_keeps_bytes_from_before_its_start_that_a_removal_does_not_know() {
+    let _serial = SERIAL.lock().await;
+    let mut c = cluster(2).await;
+    let folder = c.folders[1].clone().unwrap();
+    for (path, body) in [("/keep/p.txt", "old p"), ("/keep/q.txt", "old q")] {
+        let r = call(&c.nodes[0], "PUT", &format!("/v1/files{path}"), body.into(), &[]).await;
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        assert!(disk_path(&folder, path).exists(), "the one copy is on node 1");
+    }
+    // Node 1 stops; both files are removed while it is away (its copies stay on its disk).
+    let b = c.nodes.pop().unwrap();
+    let (listen, data) = (b.url().trim_start_matches("http://").to_string(), c._root.path().join("n1"));
+    b.shutdown().await;
+    for path in ["/keep/p.txt", "/keep/q.txt"] {
+        assert_eq!(call(&c.nodes[0], "DELETE", &format!("/v1/files{path}"), vec![], &[]).await.status, 200);
+    }
+    // What node 1's last run landed at p just before it stopped: a newer write, whose record
+    // it never saw.
+    std::fs::write(disk_path(&folder, "/keep/p.txt"), "newer p").unwrap();
+
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(data, listen)).await.unwrap();
+    eventually("node 1 has both removals", || async {
+        b.shared().read_node(|n, _| {
+            ["/keep/p.txt", "/keep/q.txt"].iter().all(|p| n.meta().state().file(p).is_some_and(|f| f.removed))
+        })
+    })
+    .await;
+    // Its reconciler deletes the removed content (hashed: it is what the removal lists)...
+    eventually("q's removed copy is deleted", || async { !disk_path(&folder, "/keep/q.txt").exists() }).await;
+    // ...in the pass that also saw p's removal, which did not delete the newer bytes.
+    let p = std::fs::read(disk_path(&folder, "/keep/p.txt"));
+    assert_eq!(p.ok().as_deref(), Some(&b"newer p"[..]), "the newer bytes are kept");
+    b.shutdown().await;
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}

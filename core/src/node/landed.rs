@@ -4,6 +4,7 @@
 
 use super::Node;
 use crate::ids::VolumeId;
+use crate::storage::landed::landed_before_start;
 use crate::time::Millis;
 
 impl Node {
@@ -11,6 +12,37 @@ impl Node {
     pub fn landed_note(&mut self, wall: Millis, volume: &VolumeId, path: &str, checksum: &str) {
         let now = self.advance_clocks(wall);
         self.landed.note(volume, path, checksum, now);
+    }
+
+    /// Whether bytes found at `path` on `volume`, modified at `mtime_ms`, must be hashed and
+    /// noted ([`Node::landed_found`]) before anything deletes, renames or adopts over them:
+    /// nothing is noted there, and they may be bytes this node's last run landed whose record
+    /// it has not seen yet ([`landed_before_start`]; `started` and `file_now` on the file
+    /// system's clock). The registry is in memory; this is what a crash would otherwise forget.
+    pub fn landed_unknown(
+        &self,
+        volume: &VolumeId,
+        path: &str,
+        mtime_ms: u64,
+        started: Millis,
+        file_now: Millis,
+    ) -> bool {
+        !self.landed.noted(volume, path) && landed_before_start(mtime_ms, started, file_now)
+    }
+
+    /// Bytes with `checksum`, modified at `mtime_ms` (before this start), were found at `path`
+    /// on `volume`: noted as landed then, so they settle like bytes landed in this run.
+    pub fn landed_found(
+        &mut self,
+        wall: Millis,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        mtime_ms: u64,
+        file_now: Millis,
+    ) {
+        let now = self.advance_clocks(wall);
+        self.landed.note_found(volume, path, checksum, file_now.0.saturating_sub(mtime_ms), now);
     }
 
     /// Their write gave up on bytes with `checksum` at `path` on `volume`: whether they were

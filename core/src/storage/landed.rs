@@ -9,6 +9,14 @@
 //! on that volume, or a removal of that very content came after them), when their writer gives
 //! up on them ([`LandedBytes::forget`]), or after [`LANDED_MAX_MS`]. The shell renames the bytes
 //! into place under its own landing lock and notes them here; the rules are this module's.
+//!
+//! The registry lives in memory, so a crash forgets it. Bytes found at a path with no note that
+//! were last modified before this process started and less than [`LANDED_MAX_MS`] ago
+//! ([`landed_before_start`]) may be bytes the last run landed whose record this node has not seen
+//! yet: the shell hashes them and notes them as landed at their mtime
+//! ([`LandedBytes::note_found`]) before anything deletes, renames or adopts over them. Without
+//! that, a stale removal or a drop decided from older records could delete the bytes of a newer
+//! put that landed just before the crash.
 
 use crate::ids::VolumeId;
 use crate::meta::path::normalize;
@@ -18,6 +26,14 @@ use std::collections::BTreeMap;
 
 /// How long landed bytes stay protected at most, waiting for their record.
 pub const LANDED_MAX_MS: u64 = 10 * 60_000;
+
+/// Whether bytes found with no note, last modified at `mtime_ms`, may be bytes this node's last
+/// run landed that the records do not account for yet: modified before this process started at
+/// `started`, and less than [`LANDED_MAX_MS`] before `now` (older ones would have settled by
+/// now anyway). All three are on the clock that stamps the files' mtimes, the file system's.
+pub fn landed_before_start(mtime_ms: u64, started: Millis, now: Millis) -> bool {
+    mtime_ms <= started.0 && mtime_ms.saturating_add(LANDED_MAX_MS) >= now.0
+}
 
 /// The last bytes landed at each (volume, path): their checksum and when.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -33,6 +49,19 @@ impl LandedBytes {
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
     pub fn note(&mut self, volume: &VolumeId, path: &str, checksum: &str, now: Millis) {
         self.entries.insert(key(volume, path), (checksum.to_ascii_lowercase(), now));
+    }
+
+    /// Bytes with `checksum` found at `path` on `volume`, landed `age_ms` before `now` by this
+    /// node's last run ([`landed_before_start`]): noted as landed then, unless bytes landed
+    /// there since are noted already (they are newer).
+    pub fn note_found(&mut self, volume: &VolumeId, path: &str, checksum: &str, age_ms: u64, now: Millis) {
+        let at = Millis(now.0.saturating_sub(age_ms));
+        self.entries.entry(key(volume, path)).or_insert_with(|| (checksum.to_ascii_lowercase(), at));
+    }
+
+    /// Whether bytes landed at `path` on `volume` are noted (settled ones are dropped as found).
+    pub fn noted(&self, volume: &VolumeId, path: &str) -> bool {
+        self.entries.contains_key(&key(volume, path))
     }
 
     /// Forget bytes with `checksum` at `path` on `volume` (their write gave up), so they hold
@@ -140,6 +169,36 @@ mod tests {
         l.note(&v, "/y", "ee", Millis(0));
         assert!(l.unsettled(&MetaState::new(), &v, "/y", Millis(LANDED_MAX_MS)));
         assert!(!l.unsettled(&MetaState::new(), &v, "/y", Millis(LANDED_MAX_MS + 1)));
+    }
+
+    #[test]
+    fn bytes_found_from_before_the_start_are_judged_like_bytes_landed_at_their_mtime() {
+        let started = Millis(100_000);
+        // Modified before the start and within the window: maybe the last run's landing.
+        assert!(landed_before_start(99_000, started, Millis(101_000)));
+        assert!(landed_before_start(100_000, started, Millis(100_000 + LANDED_MAX_MS)));
+        // Modified after the start: this run's landings are noted as they land.
+        assert!(!landed_before_start(100_001, started, Millis(101_000)));
+        // Older than the window: they would have settled anyway.
+        assert!(!landed_before_start(99_000, started, Millis(99_001 + LANDED_MAX_MS)));
+
+        let v = VolumeId::new("v");
+        let mut l = LandedBytes::default();
+        assert!(!l.noted(&v, "/p"));
+        l.note_found(&v, "/p", "AA", 1_000, Millis(50_000));
+        assert!(l.noted(&v, "/p"));
+        // A removal of other content does not account for them...
+        let mut state = MetaState::new();
+        state.apply(&record("/p", "v", "bb", true, 1));
+        assert!(l.unsettled(&state, &v, "/p", Millis(50_000)));
+        // ...and they age out from their mtime, not from when they were found.
+        assert!(l.unsettled(&state, &v, "/p", Millis(49_000 + LANDED_MAX_MS)));
+        assert!(!l.unsettled(&state, &v, "/p", Millis(49_001 + LANDED_MAX_MS)));
+        // Bytes landed since they were found are newer: a late finding does not replace them.
+        l.note(&v, "/q", "cc", Millis(60_000));
+        l.note_found(&v, "/q", "dd", 0, Millis(60_001));
+        assert!(l.other_unsettled(&MetaState::new(), &v, "/q", "dd", Millis(60_002)));
+        assert!(!l.other_unsettled(&MetaState::new(), &v, "/q", "cc", Millis(60_002)));
     }
 
     #[test]

@@ -353,6 +353,18 @@ pub fn start_writeback(f: &std::fs::File, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub fn start_writeback(_f: &std::fs::File, _offset: u64, _len: u64) {}
 
+/// Now on the clock file modification times are stamped with (the host's), unix ms. In the
+/// simulator this is not the node's clock, so rules on mtimes take both from here.
+pub fn file_clock() -> shoal_core::Millis {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    shoal_core::Millis(since.as_millis() as u64)
+}
+
+/// A file's modification time, unix ms on [`file_clock`] (0 when the file system does not say).
+pub fn mtime_ms(md: &std::fs::Metadata) -> u64 {
+    md.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
+}
+
 pub fn file_sha(f: &mut std::fs::File) -> std::io::Result<String> {
     f.seek(SeekFrom::Start(0))?;
     let mut h = Sha256::new();

@@ -591,21 +591,49 @@ impl Landed {
         .await;
     }
 
-    /// Run `act` (a delete or rename of copies at `paths` on `volume`) unless bytes landed at one
-    /// of them that the records do not account for yet; checked and done under the landing
-    /// lock, so no landing slips in between. `None` when it was not done.
+    /// Run `act` (a delete or rename of copies at `paths` on `volume`, whose folder is `folder`)
+    /// unless bytes landed at one of them that the records do not account for yet; checked and
+    /// done under the landing lock, so no landing slips in between. `None` when it was not done.
+    /// Bytes this node's last run may have landed there are hashed and noted first
+    /// ([`Landed::recover`]). Runs blocking file I/O: call it on the blocking pool.
     pub fn unless_unsettled<E: Env, R>(
         &self,
         s: &Arc<Shared<E>>,
         volume: &VolumeId,
+        folder: &Path,
         paths: &[&str],
         act: impl FnOnce() -> R,
     ) -> Option<R> {
+        for p in paths {
+            self.recover(s, volume, folder, p);
+        }
         let _one_at_a_time = lock(&self.landing);
         if paths.iter().any(|p| self.unsettled(s, volume, p)) {
             return None;
         }
         Some(act())
+    }
+
+    /// The landed registry is in memory: bytes at `path` that this node's last run may have
+    /// landed, their record not seen yet (`Node::landed_unknown`), are hashed and noted as
+    /// landed at their mtime (`Node::landed_found`), so a delete, rename or adoption decided
+    /// from older records leaves them alone until the records account for them. Hashed outside
+    /// the landing lock: bytes landed meanwhile are noted by their landing and win.
+    fn recover<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, folder: &Path, path: &str) {
+        let Some(started) = *lock(&s.repl.started) else { return };
+        let Ok(file) = confined_path(folder, path, false) else { return };
+        let Ok(md) = file.symlink_metadata() else { return };
+        if !md.is_file() {
+            return;
+        }
+        let mtime = crate::disk::mtime_ms(&md);
+        if !s.read_node(|n, _| n.landed_unknown(volume, path, mtime, started, crate::disk::file_clock())) {
+            return;
+        }
+        // Unreadable bytes are not what any record says: they stay until they age out.
+        let sum = std::fs::File::open(&file).and_then(|mut f| file_sha(&mut f)).unwrap_or_else(|_| "unreadable".into());
+        tracing::info!(path, volume = %volume, "bytes from before this start found; noted until their record settles them");
+        s.with_node(|n, now| n.landed_found(now, volume, path, &sum, mtime, crate::disk::file_clock()));
     }
 
     /// Take back bytes with `checksum` that landed at `path` on `volume` and turned out to be

@@ -79,7 +79,9 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
     when_settled(s, &req.volume_id, &[&req.path], move |s2| {
         let (path, volume, folder) = (path.clone(), volume.clone(), folder.clone());
         move || {
-            s2.store_service.landed.unless_unsettled(&s2, &volume, &[&path], || remove_copy(Path::new(&folder), &path))
+            s2.store_service
+                .landed
+                .unless_unsettled(&s2, &volume, Path::new(&folder), &[&path], || remove_copy(Path::new(&folder), &path))
         }
     })
     .await?;
@@ -106,9 +108,9 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     when_settled(s, &b.volume_id, &[&b.from, &b.to], move |s2| {
         let (from, to, volume, folder) = (from.clone(), to.clone(), volume.clone(), folder.clone());
         move || {
-            s2.store_service
-                .landed
-                .unless_unsettled(&s2, &volume, &[&from, &to], || move_copy(Path::new(&folder), &from, &to))
+            s2.store_service.landed.unless_unsettled(&s2, &volume, Path::new(&folder), &[&from, &to], || {
+                move_copy(Path::new(&folder), &from, &to)
+            })
         }
     })
     .await?;
@@ -172,7 +174,9 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                 let (p, v) = (path.clone(), volume.clone());
                 let r = s
                     .blocking(move || {
-                        s2.store_service.landed.unless_unsettled(&s2, &v, &[&p], || remove_copy(Path::new(&folder), &p))
+                        s2.store_service.landed.unless_unsettled(&s2, &v, Path::new(&folder), &[&p], || {
+                            remove_copy(Path::new(&folder), &p)
+                        })
                     })
                     .await;
                 (volume, path, r)
@@ -181,9 +185,9 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                 let (f, v) = (from.clone(), volume.clone());
                 let r = s
                     .blocking(move || {
-                        s2.store_service
-                            .landed
-                            .unless_unsettled(&s2, &v, &[&f, &to], || move_copy(Path::new(&folder), &f, &to))
+                        s2.store_service.landed.unless_unsettled(&s2, &v, Path::new(&folder), &[&f, &to], || {
+                            move_copy(Path::new(&folder), &f, &to)
+                        })
                     })
                     .await;
                 (volume, from, r)

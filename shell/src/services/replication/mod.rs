@@ -64,7 +64,7 @@ const HASH_BLOCK: usize = 1 << 20;
 /// Note when this process started, on the file clock (part files written before it belong to
 /// no upload of this run).
 pub fn started<E: Env>(s: &Arc<Shared<E>>) {
-    *lock(&s.repl.started) = Some(rescan::file_clock());
+    *lock(&s.repl.started) = Some(crate::disk::file_clock());
 }
 
 /// Carry out a chore the core started ([`Output::Chore`]) and report its end.

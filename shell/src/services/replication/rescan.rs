@@ -3,6 +3,7 @@
 //! are right again, mark copies that vanished or changed stale, remove old part files.
 
 use super::*;
+use crate::disk::{file_clock, mtime_ms};
 use shoal_core::node::rescan::{Found, RescanCheck, RescanDid};
 
 /// Walk this node's volume folders and carry out the core's rescan plan for each: adopt files
@@ -53,13 +54,17 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             };
             // Under the landing lock, and not while bytes a write landed at this path are
             // unsettled (their record is on its way; the next rescan looks again): the core
-            // adopts none that landed moments ago either.
+            // adopts none that landed moments ago either. On the blocking pool: bytes from
+            // before this start are hashed there first (`Landed::recover`).
+            let (s2, volume2, folder2, path2, check2) =
+                (s.clone(), volume.clone(), folder.clone(), path.clone(), check.clone());
             let outcome = s
-                .store_service
-                .landed
-                .unless_unsettled(s, &volume, &[path], || {
-                    s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed))
+                .blocking(move || {
+                    s2.store_service.landed.unless_unsettled(&s2, &volume2, Path::new(&folder2), &[&path2], || {
+                        s2.with_node(|n, now| n.rescan_outcome(now, &volume2, &path2, &check2, hashed))
+                    })
                 })
+                .await
                 .unwrap_or(match check {
                     RescanCheck::Adopt { .. } => RescanDid::NotAdopted,
                     _ => RescanDid::Nothing,
@@ -122,17 +127,6 @@ pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, 
 /// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
 /// cluster paths too.
 pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, u64)>);
-
-/// Now on the clock file modification times are stamped with (the host's), unix ms.
-pub(super) fn file_clock() -> shoal_core::Millis {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    shoal_core::Millis(since.as_millis() as u64)
-}
-
-/// A file's modification time, unix ms (0 when the file system does not say).
-fn mtime_ms(md: &std::fs::Metadata) -> u64 {
-    md.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
-}
 
 pub(super) fn walk(root: &Path) -> Walked {
     let mut out = Vec::new();
