@@ -607,6 +607,20 @@ impl Landed {
         for p in paths {
             self.recover(s, volume, folder, p);
         }
+        self.unless_noted(s, volume, paths, act)
+    }
+
+    /// Run `act` unless bytes noted as landed at one of `paths` on `volume` are unsettled, under
+    /// the landing lock, without looking for bytes from before this start first: for a rescan's
+    /// checks that only ever add or restore a copy of the content the records name, or mark one
+    /// stale (an adoption recovers first, through [`Landed::recover`]).
+    pub fn unless_noted<E: Env, R>(
+        &self,
+        s: &Arc<Shared<E>>,
+        volume: &VolumeId,
+        paths: &[&str],
+        act: impl FnOnce() -> R,
+    ) -> Option<R> {
         let _one_at_a_time = lock(&self.landing);
         if paths.iter().any(|p| self.unsettled(s, volume, p)) {
             return None;
@@ -619,7 +633,7 @@ impl Landed {
     /// landed at their mtime (`Node::landed_found`), so a delete, rename or adoption decided
     /// from older records leaves them alone until the records account for them. Hashed outside
     /// the landing lock: bytes landed meanwhile are noted by their landing and win.
-    fn recover<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, folder: &Path, path: &str) {
+    pub fn recover<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, folder: &Path, path: &str) {
         let Some(started) = *lock(&s.repl.started) else { return };
         let Ok(file) = confined_path(folder, path, false) else { return };
         let Ok(md) = file.symlink_metadata() else { return };

@@ -54,13 +54,19 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             };
             // Under the landing lock, and not while bytes a write landed at this path are
             // unsettled (their record is on its way; the next rescan looks again): the core
-            // adopts none that landed moments ago either. On the blocking pool: bytes from
-            // before this start are hashed there first (`Landed::recover`).
+            // adopts none that landed moments ago either, nor (looked for first, on the
+            // blocking pool) bytes this node's last run may have landed just before it stopped.
+            // The other checks only add, restore or mark stale copies of the content the
+            // records name: bytes from before the start hold none of them back.
             let (s2, volume2, folder2, path2, check2) =
                 (s.clone(), volume.clone(), folder.clone(), path.clone(), check.clone());
             let outcome = s
                 .blocking(move || {
-                    s2.store_service.landed.unless_unsettled(&s2, &volume2, Path::new(&folder2), &[&path2], || {
+                    let landed = &s2.store_service.landed;
+                    if matches!(check2, RescanCheck::Adopt { .. }) {
+                        landed.recover(&s2, &volume2, Path::new(&folder2), &path2);
+                    }
+                    landed.unless_noted(&s2, &volume2, &[&path2], || {
                         s2.with_node(|n, now| n.rescan_outcome(now, &volume2, &path2, &check2, hashed))
                     })
                 })
