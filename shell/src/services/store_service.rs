@@ -634,20 +634,35 @@ impl Landed {
     /// from older records leaves them alone until the records account for them. Hashed outside
     /// the landing lock: bytes landed meanwhile are noted by their landing and win.
     pub fn recover<E: Env>(&self, s: &Arc<Shared<E>>, volume: &VolumeId, folder: &Path, path: &str) {
-        let Some(started) = *lock(&s.repl.started) else { return };
         let Ok(file) = confined_path(folder, path, false) else { return };
         let Ok(md) = file.symlink_metadata() else { return };
         if !md.is_file() {
             return;
         }
-        let mtime = crate::disk::mtime_ms(&md);
-        if !s.read_node(|n, _| n.landed_unknown(volume, path, mtime, started, crate::disk::file_clock())) {
+        // Unreadable bytes are not what any record says: they stay until they age out.
+        self.note_if_unknown(s, volume, path, crate::disk::mtime_ms(&md), || {
+            std::fs::File::open(&file).and_then(|mut f| file_sha(&mut f)).unwrap_or_else(|_| "unreadable".into())
+        });
+    }
+
+    /// [`Landed::recover`] for bytes modified at `mtime_ms` whose hash `sum` gives (called only
+    /// when they must be noted; a rescan passes the hash it took already).
+    pub fn note_if_unknown<E: Env>(
+        &self,
+        s: &Arc<Shared<E>>,
+        volume: &VolumeId,
+        path: &str,
+        mtime_ms: u64,
+        sum: impl FnOnce() -> String,
+    ) {
+        let Some(started) = *lock(&s.repl.started) else { return };
+        let file_now = crate::disk::file_clock();
+        if !s.read_node(|n, _| n.landed_unknown(volume, path, mtime_ms, started, file_now)) {
             return;
         }
-        // Unreadable bytes are not what any record says: they stay until they age out.
-        let sum = std::fs::File::open(&file).and_then(|mut f| file_sha(&mut f)).unwrap_or_else(|_| "unreadable".into());
+        let sum = sum();
         tracing::info!(path, volume = %volume, "bytes from before this start found; noted until their record settles them");
-        s.with_node(|n, now| n.landed_found(now, volume, path, &sum, mtime, crate::disk::file_clock()));
+        s.with_node(|n, now| n.landed_found(now, volume, path, &sum, mtime_ms, file_now));
     }
 
     /// Take back bytes with `checksum` that landed at `path` on `volume` and turned out to be

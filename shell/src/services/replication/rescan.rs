@@ -54,23 +54,18 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             };
             // Under the landing lock, and not while bytes a write landed at this path are
             // unsettled (their record is on its way; the next rescan looks again): the core
-            // adopts none that landed moments ago either, nor (looked for first, on the
-            // blocking pool) bytes this node's last run may have landed just before it stopped.
-            // The other checks only add, restore or mark stale copies of the content the
-            // records name: bytes from before the start hold none of them back.
-            let (s2, volume2, folder2, path2, check2) =
-                (s.clone(), volume.clone(), folder.clone(), path.clone(), check.clone());
-            let outcome = s
-                .blocking(move || {
-                    let landed = &s2.store_service.landed;
-                    if matches!(check2, RescanCheck::Adopt { .. }) {
-                        landed.recover(&s2, &volume2, Path::new(&folder2), &path2);
-                    }
-                    landed.unless_noted(&s2, &volume2, &[&path2], || {
-                        s2.with_node(|n, now| n.rescan_outcome(now, &volume2, &path2, &check2, hashed))
-                    })
+            // adopts none that landed moments ago either, nor bytes this node's last run may
+            // have landed just before it stopped (noted first, with the hash just taken). The
+            // other checks only add, restore or mark stale copies of the content the records
+            // name: bytes from before the start hold none of them back.
+            let landed = &s.store_service.landed;
+            if let (RescanCheck::Adopt { mtime_ms }, Some((_, sum))) = (check, &hashed) {
+                landed.note_if_unknown(s, &volume, path, *mtime_ms, || sum.clone());
+            }
+            let outcome = landed
+                .unless_noted(s, &volume, &[path], || {
+                    s.with_node(|n, now| n.rescan_outcome(now, &volume, path, check, hashed))
                 })
-                .await
                 .unwrap_or(match check {
                     RescanCheck::Adopt { .. } => RescanDid::NotAdopted,
                     _ => RescanDid::Nothing,
