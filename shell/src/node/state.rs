@@ -4,6 +4,7 @@
 //! `crate::services::store_service` and `crate::services::drive`), and replication's pulls in flight and disk-work
 //! figures (used by `crate::services::replication`).
 
+use crate::disk::sync::GroupSync;
 use crate::sync::lock;
 use axum::body::Bytes;
 use serde::Serialize;
@@ -25,22 +26,47 @@ pub struct StoreService {
     /// Bytes put in place that the records may not account for yet.
     pub landed: Landed,
     /// Writes under way per volume that no session shows (a local copy of a put, a commit
-    /// between its session and its landing).
-    pub(crate) writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
+    /// between its session and its landing), and the grouped fsyncs they share.
+    pub(crate) writers: Arc<Mutex<BTreeMap<VolumeId, Writers>>>,
+}
+
+/// The writes under way on one volume.
+pub(crate) struct Writers {
+    count: usize,
+    /// Their fsyncs, grouped while any is under way (the volume folder is open only then, so a
+    /// volume that is removed is not held open by shoal).
+    sync: Option<Arc<GroupSync>>,
 }
 
 /// A write to a volume under way, until dropped: the volume is not retired meanwhile.
 pub struct WriteGuard {
-    writers: Arc<Mutex<BTreeMap<VolumeId, usize>>>,
+    writers: Arc<Mutex<BTreeMap<VolumeId, Writers>>>,
     volume: VolumeId,
+    sync: Option<Arc<GroupSync>>,
+}
+
+impl WriteGuard {
+    /// Make `file` (a part file or a folder of this volume) durable, in one flush with the other
+    /// writes to the volume that ask at the same time ([`GroupSync`]). Blocks.
+    pub fn sync(&self, file: &std::fs::File) -> std::io::Result<()> {
+        match &self.sync {
+            Some(group) => group.sync(file),
+            None => file.sync_all(),
+        }
+    }
+
+    /// Open `dir` and make it durable, as [`WriteGuard::sync`].
+    pub fn sync_folder(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        self.sync(&std::fs::File::open(dir)?)
+    }
 }
 
 impl Drop for WriteGuard {
     fn drop(&mut self) {
         let mut w = lock(&self.writers);
         if let Some(n) = w.get_mut(&self.volume) {
-            *n -= 1;
-            if *n == 0 {
+            n.count -= 1;
+            if n.count == 0 {
                 w.remove(&self.volume);
             }
         }
@@ -48,10 +74,16 @@ impl Drop for WriteGuard {
 }
 
 impl StoreService {
-    /// Mark a write to `volume` under way until the guard is dropped.
-    pub fn writing(&self, volume: &VolumeId) -> WriteGuard {
-        *lock(&self.writers).entry(volume.clone()).or_default() += 1;
-        WriteGuard { writers: self.writers.clone(), volume: volume.clone() }
+    /// Mark a write to `volume`, whose folder is `folder`, under way until the guard is dropped.
+    /// Blocks briefly (opens the folder when no other write is under way there).
+    pub fn writing(&self, volume: &VolumeId, folder: &std::path::Path) -> WriteGuard {
+        let mut w = lock(&self.writers);
+        let entry = w.entry(volume.clone()).or_insert_with(|| Writers {
+            count: 0,
+            sync: GroupSync::for_folder(folder).map(Arc::new),
+        });
+        entry.count += 1;
+        WriteGuard { writers: self.writers.clone(), volume: volume.clone(), sync: entry.sync.clone() }
     }
 }
 

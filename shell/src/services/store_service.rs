@@ -18,7 +18,7 @@
 use crate::disk::{confined_path, file_sha, read_at, write_at};
 use crate::env::Env;
 use crate::node::handle::Shared;
-use crate::node::state::{InOrderHash, Landed, StoreService, WriteConflict};
+use crate::node::state::{InOrderHash, Landed, StoreService, WriteConflict, WriteGuard};
 use crate::sync::lock;
 use crate::wire::error::error_response;
 use crate::wire::{CHUNK_SHA_HEADER, FILE_SIZE_HEADER};
@@ -187,19 +187,19 @@ fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Byt
         Ok(f) => f,
         Err(e) => return api_error(e),
     };
-    let _writing = s.store_service.writing(&vol.id);
+    let writing = s.store_service.writing(&vol.id, Path::new(&vol.subpath));
     let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let part = file.with_file_name(transfer::part_file_name(&name, &session_id(s)));
     let written = std::fs::File::create(&part).and_then(|mut f| {
         std::io::Write::write_all(&mut f, &body)?;
-        f.sync_all()
+        writing.sync(&f)
     });
     if let Err(e) = written {
         let _ = std::fs::remove_file(&part);
         return io_error("write copy", e);
     }
     let replaces = q.get("replaces").map(String::as_str);
-    if let Some(refused) = land_part(s, &vol.id, &path, &checksum, replaces, &part, &file) {
+    if let Some(refused) = land_part(s, &writing, &vol.id, &path, &checksum, replaces, &part, &file) {
         return refused;
     }
     axum::Json(json!({"ok": true, "volumeId": vol.id, "path": path, "size": size, "checksum": checksum}))
@@ -209,8 +209,10 @@ fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Byt
 /// Rename a fsynced, checked part file into place at `file` through [`Landed::land`] (the
 /// part file is removed if it does not land), then fsync the folder: the end of a commit and of
 /// a `store/put`. Answers the refusal when the bytes did not land.
+#[allow(clippy::too_many_arguments)]
 fn land_part<E: Env>(
     s: &Arc<Shared<E>>,
+    writing: &WriteGuard,
     volume: &VolumeId,
     path: &str,
     sum: &str,
@@ -229,7 +231,7 @@ fn land_part<E: Env>(
         return refused;
     }
     if let Some(dir) = file.parent() {
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+        let _ = writing.sync_folder(dir);
     }
     None
 }
@@ -382,12 +384,12 @@ fn answer<E: Env>(
             // The session is taken out, and the lock let go, before the fsync and the whole-file
             // hash: other uploads on this node go on meanwhile. The volume shows a write under
             // way until the bytes have landed (or not).
-            let _writing = svc.writing(&sess.volume);
+            let writing = svc.writing(&sess.volume, Path::new(&vol.subpath));
             sessions.remove(id);
             drop(sessions);
             let hashed = lock(&hash).finish(transfer::chunk_count(sess.size));
             let sum = std::fs::File::open(&part).and_then(|mut f| {
-                f.sync_all()?;
+                writing.sync(&f)?;
                 match hashed {
                     Some(sum) => Ok(sum),
                     None => file_sha(&mut f),
@@ -425,7 +427,7 @@ fn answer<E: Env>(
                 );
             }
             let replaces = q.get("replaces").map(String::as_str);
-            if let Some(refused) = land_part(s, &sess.volume, &sess.path, &sum, replaces, &part, &file) {
+            if let Some(refused) = land_part(s, &writing, &sess.volume, &sess.path, &sum, replaces, &part, &file) {
                 return refused;
             }
             axum::Json(

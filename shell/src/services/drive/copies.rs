@@ -199,7 +199,7 @@ pub(super) enum Sink {
         dest: PathBuf,
         file: Arc<std::fs::File>,
         /// The volume is not retired while this copy is written.
-        _writing: crate::node::state::WriteGuard,
+        writing: Arc<crate::node::state::WriteGuard>,
     },
     Peer {
         placed: Placed,
@@ -225,10 +225,10 @@ pub(super) async fn open_sink<E: Env>(
     let path = target.path.as_str();
     let me = s.read_node(|n, _| n.id().clone());
     if to.node == me {
-        let writing = s.store_service.writing(&to.volume);
         let vol = s
             .read_node(|n, _| n.local_volume(to.volume.as_str()))
             .ok_or_else(|| ApiError::conflict("unknown_volume", "the placed volume is gone"))?;
+        let writing = Arc::new(s.store_service.writing(&to.volume, Path::new(&vol.subpath)));
         let (path2, tag) = (path.to_string(), format!("{:016x}", s.env.seed()));
         let (dest, part, file) = s
             .blocking(move || -> Result<_, ApiError> {
@@ -239,7 +239,7 @@ pub(super) async fn open_sink<E: Env>(
             })
             .await?;
         let (placed, path) = (to.clone(), path.to_string());
-        return Ok(Sink::Local { placed, path, part, dest, file: Arc::new(file), _writing: writing });
+        return Ok(Sink::Local { placed, path, part, dest, file: Arc::new(file), writing });
     }
     let file_id = target.file_id.clone().unwrap_or_default();
     let begin = json!({"volumeId": to.volume, "path": path, "size": len, "checksum": "", "fileId": file_id});
@@ -540,17 +540,17 @@ pub(super) async fn commit_sink<E: Env>(
             }
             Ok(())
         }
-        Sink::Local { placed, path, part, dest, file, .. } => {
+        Sink::Local { placed, path, part, dest, file, writing } => {
             s.store_service.landed.wait_settled(s, &placed.volume, path, sum, replaces, dest).await;
             let (s2, placed, path, sum) = (s.clone(), placed.clone(), path.clone(), sum.to_string());
             let replaces = replaces.map(str::to_string);
-            let (part, dest, file) = (part.clone(), dest.clone(), file.clone());
+            let (part, dest, file, writing) = (part.clone(), dest.clone(), file.clone(), writing.clone());
             s.blocking(move || -> Result<(), ApiError> {
                 let synced = file.metadata().and_then(|m| {
                     if m.len() != size {
                         return Err(std::io::Error::other("the part file has the wrong length"));
                     }
-                    file.sync_all()
+                    writing.sync(&file)
                 });
                 synced.map_err(|e| io_api("write copy", e))?;
                 let landed =
@@ -559,7 +559,7 @@ pub(super) async fn commit_sink<E: Env>(
                     });
                 landed.map_err(|c| c.api_error())?.map_err(|e| io_api("write copy", e))?;
                 if let Some(dir) = dest.parent() {
-                    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+                    let _ = writing.sync_folder(dir);
                 }
                 Ok(())
             })
@@ -595,16 +595,16 @@ pub(super) fn install_local<E: Env>(
     source: &CopySource,
     tag: &str,
 ) -> Result<(), ApiError> {
-    let _writing = s.store_service.writing(&to.volume);
+    let writing = s.store_service.writing(&to.volume, folder);
     let dest = confined_path(folder, &target.path, true)?;
     let part = part_path(&dest, tag);
     let copied = match source {
         CopySource::Spool(spool) => {
-            std::fs::copy(spool.as_path(), &part).and_then(|_| std::fs::File::open(&part)?.sync_all())
+            std::fs::copy(spool.as_path(), &part).and_then(|_| writing.sync(&std::fs::File::open(&part)?))
         }
         CopySource::Memory(data) => std::fs::File::create(&part).and_then(|mut f| {
             f.write_all(data)?;
-            f.sync_all()
+            writing.sync(&f)
         }),
     };
     let (volume, path, replaces) = (&to.volume, target.path.as_str(), target.replaces.as_deref());
@@ -621,7 +621,7 @@ pub(super) fn install_local<E: Env>(
         return Err(e);
     }
     if let Some(dir) = dest.parent() {
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+        let _ = writing.sync_folder(dir);
     }
     Ok(())
 }

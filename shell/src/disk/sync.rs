@@ -1,0 +1,325 @@
+//! Group commit of one volume's writes: the fsyncs of copies that are written at the same time
+//! share one flush of the volume's file system.
+//!
+//! Every copy is made durable twice before its put is answered (cluster-runtime.md, "Storage":
+//! a copy counts once its bytes are on disk): its part file before the rename, so that a crash
+//! never leaves a renamed file without its bytes, then its folder after the rename, so that the
+//! name survives. With one fsync per file and per folder, 16 clients writing small files pay two
+//! device flushes, two waits and two thread wake-ups per file. [`GroupSync`] gathers the files
+//! that ask while a flush runs and makes them all durable with the next one: a single
+//! `syncfs(2)` of the volume's file system, which writes every dirty page and inode of it and
+//! flushes the device's cache once. A round with one file only fsyncs that file, so a node that
+//! writes one file at a time flushes nothing else; so does a file on another file system than
+//! the volume's folder (a mount point below it).
+//!
+//! `syncfs` reports write errors only since Linux 5.8; on an older kernel, and on other
+//! systems, there is no grouping ([`GroupSync::for_folder`] answers `None`) and each file is
+//! fsynced on its own, as before. A failed flush fails every file of its round. This is a rule
+//! of the disk's batching, like the metadata store's write-behind flusher: it decides nothing
+//! for the cluster (what is written and when a put is answered are the core's), so it is here.
+
+use crate::sync::lock;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// Makes a round's files durable, given their descriptors (one or more).
+type Flush = dyn Fn(&[RawFd]) -> io::Result<()> + Send + Sync;
+
+/// The fsyncs of one volume, grouped: see the module doc.
+pub struct GroupSync {
+    rounds: Mutex<Rounds>,
+    ended: Condvar,
+    flush: Box<Flush>,
+}
+
+/// Which rounds began and ended, and who waits for the next one.
+#[derive(Default)]
+struct Rounds {
+    /// The last round begun; round `n + 1` takes every file that asked while round `n` ran.
+    begun: u64,
+    /// The last round ended.
+    ended: u64,
+    running: bool,
+    /// The files waiting for the next round.
+    waiting: Vec<RawFd>,
+    /// Rounds that failed: the error, and how many of their files have not been told yet.
+    failed: BTreeMap<u64, (io::ErrorKind, String, usize)>,
+}
+
+impl GroupSync {
+    /// Grouped fsyncs for the volume at `folder`, whose file system one `syncfs` flushes. The
+    /// folder stays open while the group lives, so a write error anywhere on that file system
+    /// after this call is reported by the next round. `None` where `syncfs` does not report
+    /// write errors (Linux before 5.8, other systems): fsync each file on its own there.
+    pub fn for_folder(folder: &Path) -> Option<GroupSync> {
+        if !syncfs_reports_errors() {
+            return None;
+        }
+        let root = File::open(folder).ok()?;
+        let device = device_of(root.as_raw_fd())?;
+        Some(GroupSync::new(Box::new(move |fds: &[RawFd]| {
+            let mut here = Vec::with_capacity(fds.len());
+            for &fd in fds {
+                if device_of(fd) == Some(device) {
+                    here.push(fd);
+                } else {
+                    fsync(fd)?;
+                }
+            }
+            match here[..] {
+                [] => Ok(()),
+                [one] => fsync(one),
+                _ => syncfs(root.as_raw_fd()),
+            }
+        })))
+    }
+
+    fn new(flush: Box<Flush>) -> GroupSync {
+        GroupSync { rounds: Mutex::new(Rounds::default()), ended: Condvar::new(), flush }
+    }
+
+    /// Make `file` (a file or folder in this volume) durable: returns once a round that began
+    /// after this call has flushed it, or with that round's error. Blocks: call it where the
+    /// fsync it replaces was, on a blocking thread.
+    pub fn sync(&self, file: &File) -> io::Result<()> {
+        self.sync_fd(file.as_raw_fd())
+    }
+
+    fn sync_fd(&self, fd: RawFd) -> io::Result<()> {
+        let mut r = lock(&self.rounds);
+        // The round after the one running now (or the next, when none runs): one that begins
+        // after this file's writes.
+        let mine = r.begun + 1;
+        r.waiting.push(fd);
+        loop {
+            if r.ended >= mine {
+                return match r.failed.get_mut(&mine) {
+                    None => Ok(()),
+                    Some((kind, message, untold)) => {
+                        let e = io::Error::new(*kind, message.clone());
+                        *untold -= 1;
+                        if *untold == 0 {
+                            r.failed.remove(&mine);
+                        }
+                        Err(e)
+                    }
+                };
+            }
+            if r.running {
+                r = self.ended.wait(r).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // No round runs: this caller runs round `mine` for every file waiting.
+            r.running = true;
+            r.begun = mine;
+            let files = std::mem::take(&mut r.waiting);
+            drop(r);
+            let flushed = (self.flush)(&files);
+            r = lock(&self.rounds);
+            r.running = false;
+            r.ended = mine;
+            if let Err(e) = flushed {
+                r.failed.insert(mine, (e.kind(), e.to_string(), files.len()));
+            }
+            self.ended.notify_all();
+        }
+    }
+}
+
+fn fsync(fd: RawFd) -> io::Result<()> {
+    // SAFETY: a plain syscall on a descriptor its caller holds open until the round ends.
+    if unsafe { libc::fsync(fd) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[cfg(target_os = "linux")]
+fn syncfs(fd: RawFd) -> io::Result<()> {
+    // SAFETY: a plain syscall on the volume folder's descriptor, open while the group lives.
+    if unsafe { libc::syncfs(fd) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs(_fd: RawFd) -> io::Result<()> {
+    Err(io::Error::other("syncfs is Linux only"))
+}
+
+/// The device a descriptor's file lives on.
+fn device_of(fd: RawFd) -> Option<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills `st` when it answers 0; the descriptor is held open by its caller.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: initialised by the successful fstat above.
+    #[allow(clippy::unnecessary_cast)] // `st_dev` is u64 on Linux but narrower elsewhere
+    Some(unsafe { st.assume_init() }.st_dev as u64)
+}
+
+/// Whether this kernel's `syncfs` reports write errors (Linux 5.8 and later).
+fn syncfs_reports_errors() -> bool {
+    static REPORTS: OnceLock<bool> = OnceLock::new();
+    *REPORTS.get_or_init(|| cfg!(target_os = "linux") && kernel_at_least(&kernel_release(), (5, 8)))
+}
+
+fn kernel_release() -> String {
+    let mut u = std::mem::MaybeUninit::<libc::utsname>::uninit();
+    // SAFETY: uname fills `u` when it answers 0.
+    if unsafe { libc::uname(u.as_mut_ptr()) } != 0 {
+        return String::new();
+    }
+    // SAFETY: initialised by the successful uname above; `release` is NUL-terminated.
+    let u = unsafe { u.assume_init() };
+    let bytes: Vec<u8> = u.release.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether a kernel release such as `6.18.44-fc` is `want` (major, minor) or later.
+fn kernel_at_least(release: &str, want: (u32, u32)) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) => (major, minor) >= want,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// The descriptors of each flush, in order.
+    type Flushed = Arc<Mutex<Vec<Vec<RawFd>>>>;
+
+    /// A group whose flushes are recorded, the first held until `release` is sent, and a flush
+    /// of a round containing `fail_on` failing.
+    fn recording(fail_on: RawFd) -> (Arc<GroupSync>, Flushed, mpsc::Sender<()>) {
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let (release, held) = mpsc::channel::<()>();
+        let held = Mutex::new(Some(held));
+        let seen = rounds.clone();
+        let group = GroupSync::new(Box::new(move |fds: &[RawFd]| {
+            if let Some(wait) = lock(&held).take() {
+                wait.recv().unwrap();
+            }
+            lock(&seen).push(fds.to_vec());
+            if fds.contains(&fail_on) { Err(io::Error::other("device gone")) } else { Ok(()) }
+        }));
+        (Arc::new(group), rounds, release)
+    }
+
+    fn waiting(group: &GroupSync, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lock(&group.rounds).waiting.len() < n {
+            assert!(Instant::now() < deadline, "callers never queued");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn files_that_ask_while_a_flush_runs_share_the_next_one_and_none_returns_before_it() {
+        let (group, rounds, release) = recording(-1);
+        let first = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync_fd(10)
+        });
+        // Round 1 (file 10) is held; files 11 and 12 ask meanwhile and must wait for round 2.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lock(&group.rounds).running {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let later: Vec<_> = [11, 12]
+            .into_iter()
+            .map(|fd| {
+                let g = group.clone();
+                std::thread::spawn(move || g.sync_fd(fd))
+            })
+            .collect();
+        waiting(&group, 2);
+        assert!(later.iter().all(|t| !t.is_finished()), "not covered by the round that ran before they asked");
+        release.send(()).unwrap();
+        first.join().unwrap().unwrap();
+        for t in later {
+            t.join().unwrap().unwrap();
+        }
+        let mut seen = lock(&rounds).clone();
+        seen[1].sort();
+        assert_eq!(seen, vec![vec![10], vec![11, 12]], "two flushes for three files");
+    }
+
+    #[test]
+    fn a_failed_flush_fails_every_file_of_its_round_and_no_other() {
+        let (group, _rounds, release) = recording(12);
+        let first = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync_fd(10)
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lock(&group.rounds).running {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let later: Vec<_> = [11, 12]
+            .into_iter()
+            .map(|fd| {
+                let g = group.clone();
+                std::thread::spawn(move || g.sync_fd(fd))
+            })
+            .collect();
+        waiting(&group, 2);
+        release.send(()).unwrap();
+        assert!(first.join().unwrap().is_ok());
+        for t in later {
+            let e = t.join().unwrap().unwrap_err();
+            assert!(e.to_string().contains("device gone"), "{e}");
+        }
+        assert!(group.sync_fd(13).is_ok(), "the next round is a new one");
+        assert!(lock(&group.rounds).failed.is_empty(), "a failure is kept only until each of its files was told");
+    }
+
+    #[test]
+    fn real_files_written_by_many_threads_are_all_synced_alone_or_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(group) = GroupSync::for_folder(dir.path()) else {
+            assert!(!syncfs_reports_errors(), "only where syncfs cannot report errors");
+            return;
+        };
+        let group = Arc::new(group);
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (g, dir) = (group.clone(), dir.path().to_path_buf());
+                std::thread::spawn(move || {
+                    for i in 0..20 {
+                        let path = dir.join(format!("f{t}-{i}"));
+                        std::fs::write(&path, b"bytes").unwrap();
+                        g.sync(&File::open(&path).unwrap()).unwrap();
+                        g.sync(&File::open(&dir).unwrap()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let r = lock(&group.rounds);
+        assert!(r.ended > 0 && !r.running && r.waiting.is_empty() && r.failed.is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 160);
+    }
+
+    #[test]
+    fn kernel_releases_compare_by_major_and_minor() {
+        assert!(kernel_at_least("6.18.44-fc-v1252", (5, 8)));
+        assert!(kernel_at_least("5.8.0", (5, 8)));
+        assert!(!kernel_at_least("5.7.19-generic", (5, 8)));
+        assert!(!kernel_at_least("4.19.0", (5, 8)));
+        assert!(!kernel_at_least("", (5, 8)));
+        assert!(!kernel_at_least("weird", (5, 8)));
+    }
+}
