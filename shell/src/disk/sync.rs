@@ -12,6 +12,12 @@
 //! writes one file at a time flushes nothing else; so does a file on another file system than
 //! the volume's folder (a mount point below it).
 //!
+//! A `syncfs` also writes whatever else is dirty on that file system: on a disk shared with a
+//! large copy, one round could wait for gigabytes that are not shoal's. A round of several
+//! files that takes over [`SLOW_ROUND`] and over [`SLOW_FACTOR`] times a lone fsync
+//! (`Pacing`) therefore turns grouping off for [`ALONE_FOR`]: each file is fsynced on its own
+//! meanwhile, as without grouping, and the next round after that tries again.
+//!
 //! `syncfs` reports write errors only since Linux 5.8; on an older kernel, and on other
 //! systems, there is no grouping ([`GroupSync::for_folder`] answers `None`) and each file is
 //! fsynced on its own, as before. A failed flush fails every file of its round. This is a rule
@@ -25,6 +31,15 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A round of several files slower than this (and than [`SLOW_FACTOR`] lone fsyncs) flushed
+/// more than shoal's writes: grouping stops for a while.
+pub const SLOW_ROUND: Duration = Duration::from_millis(100);
+/// How many lone fsyncs a slow round must exceed as well.
+pub const SLOW_FACTOR: u32 = 4;
+/// How long each file is fsynced on its own after a slow round.
+pub const ALONE_FOR: Duration = Duration::from_secs(10);
 
 /// Makes a round's files durable, given their descriptors (one or more).
 type Flush = dyn Fn(&[RawFd]) -> io::Result<()> + Send + Sync;
@@ -34,6 +49,38 @@ pub struct GroupSync {
     rounds: Mutex<Rounds>,
     ended: Condvar,
     flush: Box<Flush>,
+    pacing: Mutex<Pacing>,
+}
+
+/// Whether grouping pays on this volume now: what lone fsyncs cost, and until when files are
+/// fsynced alone after a slow round (see the module doc).
+#[derive(Debug, Default)]
+struct Pacing {
+    /// A lone fsync's time, averaged (each new one weighs 1/8).
+    lone: Option<Duration>,
+    /// Files are fsynced on their own until then.
+    alone_until: Option<Instant>,
+}
+
+impl Pacing {
+    fn grouping(&self, now: Instant) -> bool {
+        self.alone_until.is_none_or(|until| now >= until)
+    }
+
+    /// A flush of `files` files took `took`, ending at `now`.
+    fn took(&mut self, files: usize, took: Duration, now: Instant) {
+        if files <= 1 {
+            self.lone = Some(match self.lone {
+                None => took,
+                Some(avg) => (avg * 7 + took) / 8,
+            });
+            return;
+        }
+        let slow = took > SLOW_ROUND && self.lone.is_none_or(|lone| took > lone * SLOW_FACTOR);
+        if slow {
+            self.alone_until = Some(now + ALONE_FOR);
+        }
+    }
 }
 
 /// Which rounds began and ended, and who waits for the next one.
@@ -79,7 +126,7 @@ impl GroupSync {
     }
 
     fn new(flush: Box<Flush>) -> GroupSync {
-        GroupSync { rounds: Mutex::new(Rounds::default()), ended: Condvar::new(), flush }
+        GroupSync { rounds: Mutex::new(Rounds::default()), ended: Condvar::new(), flush, pacing: Default::default() }
     }
 
     /// Make `file` (a file or folder in this volume) durable: returns once a round that began
@@ -90,6 +137,12 @@ impl GroupSync {
     }
 
     fn sync_fd(&self, fd: RawFd) -> io::Result<()> {
+        if !lock(&self.pacing).grouping(Instant::now()) {
+            let start = Instant::now();
+            let synced = (self.flush)(&[fd]);
+            lock(&self.pacing).took(1, start.elapsed(), Instant::now());
+            return synced;
+        }
         let mut r = lock(&self.rounds);
         // The round after the one running now (or the next, when none runs): one that begins
         // after this file's writes.
@@ -118,7 +171,9 @@ impl GroupSync {
             r.begun = mine;
             let files = std::mem::take(&mut r.waiting);
             drop(r);
+            let start = Instant::now();
             let flushed = (self.flush)(&files);
+            lock(&self.pacing).took(files.len(), start.elapsed(), Instant::now());
             r = lock(&self.rounds);
             r.running = false;
             r.ended = mine;
@@ -311,6 +366,72 @@ mod tests {
         let r = lock(&group.rounds);
         assert!(r.ended > 0 && !r.running && r.waiting.is_empty() && r.failed.is_empty());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 160);
+    }
+
+    #[test]
+    fn a_slow_round_of_several_files_turns_grouping_off_for_a_while() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pacing::default();
+        assert!(p.grouping(t0));
+        p.took(1, ms(5), t0);
+        p.took(3, ms(15), t0);
+        assert!(p.grouping(t0), "a fast round keeps grouping");
+        p.took(3, ms(150), t0);
+        assert!(!p.grouping(t0 + ms(1)), "30 lone fsyncs' time for 3 files: something else was flushed");
+        assert!(p.grouping(t0 + ALONE_FOR), "tried again after a while");
+
+        let mut slow_disk = Pacing::default();
+        slow_disk.took(1, ms(60), t0);
+        slow_disk.took(8, ms(180), t0);
+        assert!(slow_disk.grouping(t0), "on a slow disk a round of 3 lone fsyncs' time is fine");
+        slow_disk.took(1, ms(30), t0);
+        assert_eq!(slow_disk.lone, Some(Duration::from_micros(56_250)), "averaged, each new one weighing 1/8");
+    }
+
+    #[test]
+    fn after_a_slow_round_files_are_synced_alone_at_once() {
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let (release, held) = mpsc::channel::<()>();
+        let held = Mutex::new(Some(held));
+        let seen = rounds.clone();
+        let group = Arc::new(GroupSync::new(Box::new(move |fds: &[RawFd]| {
+            if let Some(wait) = lock(&held).take() {
+                wait.recv().unwrap();
+            }
+            if fds.len() > 1 {
+                std::thread::sleep(SLOW_ROUND + Duration::from_millis(20));
+            }
+            lock(&seen).push(fds.to_vec());
+            Ok(())
+        })));
+        let first = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync_fd(1)
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lock(&group.rounds).running {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let later: Vec<_> = [2, 3]
+            .into_iter()
+            .map(|fd| {
+                let g = group.clone();
+                std::thread::spawn(move || g.sync_fd(fd))
+            })
+            .collect();
+        waiting(&group, 2);
+        release.send(()).unwrap();
+        first.join().unwrap().unwrap();
+        for t in later {
+            t.join().unwrap().unwrap();
+        }
+        assert!(!lock(&group.pacing).grouping(Instant::now()), "the round of 2 was slow");
+        let begun = lock(&group.rounds).begun;
+        group.sync_fd(9).unwrap();
+        assert_eq!(lock(&rounds).last(), Some(&vec![9]));
+        assert_eq!(lock(&group.rounds).begun, begun, "synced alone, with no round begun for it");
     }
 
     #[test]
