@@ -187,13 +187,21 @@ impl GroupSync {
 
 fn fsync(fd: RawFd) -> io::Result<()> {
     // SAFETY: a plain syscall on a descriptor its caller holds open until the round ends.
-    if unsafe { libc::fsync(fd) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if unsafe { libc::fsync(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(target_os = "linux")]
 fn syncfs(fd: RawFd) -> io::Result<()> {
     // SAFETY: a plain syscall on the volume folder's descriptor, open while the group lives.
-    if unsafe { libc::syncfs(fd) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if unsafe { libc::syncfs(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -264,7 +272,11 @@ mod tests {
                 wait.recv().unwrap();
             }
             lock(&seen).push(fds.to_vec());
-            if fds.contains(&fail_on) { Err(io::Error::other("device gone")) } else { Ok(()) }
+            if fds.contains(&fail_on) {
+                Err(io::Error::other("device gone"))
+            } else {
+                Ok(())
+            }
         }));
         (Arc::new(group), rounds, release)
     }

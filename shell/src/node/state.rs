@@ -78,10 +78,9 @@ impl StoreService {
     /// Blocks briefly (opens the folder when no other write is under way there).
     pub fn writing(&self, volume: &VolumeId, folder: &std::path::Path) -> WriteGuard {
         let mut w = lock(&self.writers);
-        let entry = w.entry(volume.clone()).or_insert_with(|| Writers {
-            count: 0,
-            sync: GroupSync::for_folder(folder).map(Arc::new),
-        });
+        let entry = w
+            .entry(volume.clone())
+            .or_insert_with(|| Writers { count: 0, sync: GroupSync::for_folder(folder).map(Arc::new) });
         entry.count += 1;
         WriteGuard { writers: self.writers.clone(), volume: volume.clone(), sync: entry.sync.clone() }
     }
