@@ -6,6 +6,7 @@
 //!
 //! Latency is measured to the answer's head: a streamed file body is not in it.
 
+use crate::disk::sync::SyncFigures;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -86,6 +87,11 @@ struct VolumeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HowLabel {
+    how: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: String,
 }
@@ -99,9 +105,9 @@ impl Metrics {
         self.latency.get_or_create(&RouteLabels { route: route.to_string(), method }).observe(seconds);
     }
 
-    /// The whole text: the shell's counters, then the node's figures, then how long resolving
-    /// this node's configuration took at this scrape.
-    pub fn render(&self, g: &NodeGauges, config_resolve_seconds: f64) -> String {
+    /// The whole text: the shell's counters, then the node's figures, how the copies' fsyncs
+    /// went, then how long resolving this node's configuration took at this scrape.
+    pub fn render(&self, g: &NodeGauges, sync: &SyncFigures, config_resolve_seconds: f64) -> String {
         let mut r = Registry::with_prefix("shoal");
         r.register(
             "http_requests",
@@ -193,6 +199,27 @@ impl Metrics {
         r.register_with_unit("volume_free", "Volume free space, as its node reports it", Unit::Bytes, free);
         r.register("volume_unwritable", "1 when a volume takes no new copies (low space or read-only)", low);
 
+        let load = |c: &AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let syncs = Family::<HowLabel, Counter>::default();
+        for (how, n) in [("lone", load(&sync.lone)), ("grouped", load(&sync.grouped))] {
+            syncs.get_or_create(&HowLabel { how: how.into() }).inc_by(n);
+        }
+        r.register(
+            "disk_syncs",
+            "Copies' files and folders made durable: fsynced on their own (lone) or by a flush shared with others (grouped)",
+            syncs,
+        );
+        r.register(
+            "disk_sync_groups",
+            "Flushes of a volume shared by several files",
+            const_counter(load(&sync.groups)),
+        );
+        r.register(
+            "disk_sync_slow_groups",
+            "Shared flushes slow enough to turn grouping off for a while (another writer's data flushed too)",
+            const_counter(load(&sync.slow_groups)),
+        );
+
         let resolve = Gauge::<f64, AtomicU64>::default();
         resolve.set(config_resolve_seconds);
         r.register_with_unit(
@@ -232,7 +259,10 @@ mod tests {
             log_lag: vec![("node-b".into(), 4)],
             ..Default::default()
         };
-        let text = m.render(&g, 0.0001);
+        let sync = SyncFigures::default();
+        sync.grouped.store(7, std::sync::atomic::Ordering::Relaxed);
+        sync.lone_sync();
+        let text = m.render(&g, &sync, 0.0001);
         for needle in [
             "shoal_http_requests_total{route=\"/v1/files/{*path}\",method=\"GET\",status=\"200\"} 1",
             "shoal_http_requests_total{route=\"/v1/files/{*path}\",method=\"GET\",status=\"404\"} 1",
@@ -242,6 +272,9 @@ mod tests {
             "shoal_meta_log_lag_entries{peer=\"node-b\"} 4",
             "shoal_in_cluster 1",
             "shoal_config_resolve_seconds",
+            "shoal_disk_syncs_total{how=\"grouped\"} 7",
+            "shoal_disk_syncs_total{how=\"lone\"} 1",
+            "shoal_disk_sync_groups_total 0",
             "# EOF",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");

@@ -715,6 +715,54 @@ async fn store_reads(d: &Daemon<TokioEnv>) -> u64 {
     text.lines().find_map(|l| l.strip_prefix(line)).map_or(0, |n| n.parse().unwrap())
 }
 
+/// The sum of the `/metrics` lines of node `d` that start with `prefix` (each `prefix... value`).
+async fn metric_sum(d: &Daemon<TokioEnv>, prefix: &str) -> u64 {
+    let client = HttpClient::new(TokioEnv::default());
+    let auth = format!("Bearer {}", d.shared().admin_token);
+    let r = client.request(&d.url(), "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 5_000).await.unwrap();
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    let values = text.lines().filter(|l| l.starts_with(prefix)).filter_map(|l| l.rsplit(' ').next());
+    values.map(|v| v.parse::<u64>().unwrap()).sum()
+}
+
+/// Every copy a put writes, on its own node or on a peer, is made durable through the volume's
+/// grouped fsyncs (README "Transfer"): its part file and its folder, each counted once in
+/// `shoal_disk_syncs_total` (lone or grouped), so a copy written past them would leave the
+/// count short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_a_put_writes_is_synced_through_the_volumes_group() {
+    let c = cluster(3).await;
+    let puts = (0..12).map(|i| {
+        let node = &c.nodes[i % 3];
+        async move {
+            let r =
+                call(node, "PUT", &format!("/v1/files/synced/f{i}.txt"), format!("small file {i}").into_bytes(), &[])
+                    .await;
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        }
+    });
+    futures_util::future::join_all(puts).await;
+    let copies: u64 = (0..12)
+        .map(|i| {
+            let on =
+                |f: &Option<PathBuf>| f.as_ref().is_some_and(|f| disk_path(f, &format!("/synced/f{i}.txt")).exists());
+            c.folders.iter().filter(|f| on(f)).count() as u64
+        })
+        .sum();
+    assert!(copies >= 12, "every file has a copy: {copies}");
+    let syncs: Vec<u64> =
+        futures_util::future::join_all(c.nodes.iter().map(|d| metric_sum(d, "shoal_disk_syncs_total{"))).await;
+    assert_eq!(syncs[0], 0, "node 0 has no volume: {syncs:?}");
+    assert!(
+        syncs.iter().sum::<u64>() >= 2 * copies,
+        "a part file and a folder per copy: {syncs:?} for {copies} copies"
+    );
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
 /// A get of a file whose copy is on the node asked is read from its own disk: no request to
 /// another node (issue 18); asked of a node without the copy, it reads the copy's node with
 /// `store/read`, counted there by endpoint in `/metrics`.

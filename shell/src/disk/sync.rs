@@ -30,7 +30,8 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A round of several files slower than this (and than [`SLOW_FACTOR`] lone fsyncs) flushed
@@ -41,6 +42,32 @@ pub const SLOW_FACTOR: u32 = 4;
 /// How long each file is fsynced on its own after a slow round.
 pub const ALONE_FOR: Duration = Duration::from_secs(10);
 
+/// How a node's copies were made durable, for `/metrics` (`shoal_disk_syncs` and
+/// `shoal_disk_sync_groups`): counts since the process started, kept by the node and shared by
+/// the groups of all its volumes.
+#[derive(Debug, Default)]
+pub struct SyncFigures {
+    /// Files (and folders) fsynced on their own.
+    pub lone: AtomicU64,
+    /// Files made durable by a flush shared with others.
+    pub grouped: AtomicU64,
+    /// Shared flushes.
+    pub groups: AtomicU64,
+    /// Shared flushes so slow that grouping was turned off for [`ALONE_FOR`].
+    pub slow_groups: AtomicU64,
+}
+
+impl SyncFigures {
+    fn count(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// One file fsynced on its own, outside any group (no grouping on this system).
+    pub fn lone_sync(&self) {
+        Self::count(&self.lone, 1);
+    }
+}
+
 /// Makes a round's files durable, given their descriptors (one or more).
 type Flush = dyn Fn(&[RawFd]) -> io::Result<()> + Send + Sync;
 
@@ -50,6 +77,7 @@ pub struct GroupSync {
     ended: Condvar,
     flush: Box<Flush>,
     pacing: Mutex<Pacing>,
+    figures: Arc<SyncFigures>,
 }
 
 /// Whether grouping pays on this volume now: what lone fsyncs cost, and until when files are
@@ -67,19 +95,20 @@ impl Pacing {
         self.alone_until.is_none_or(|until| now >= until)
     }
 
-    /// A flush of `files` files took `took`, ending at `now`.
-    fn took(&mut self, files: usize, took: Duration, now: Instant) {
+    /// A flush of `files` files took `took`, ending at `now`. True when it turned grouping off.
+    fn took(&mut self, files: usize, took: Duration, now: Instant) -> bool {
         if files <= 1 {
             self.lone = Some(match self.lone {
                 None => took,
                 Some(avg) => (avg * 7 + took) / 8,
             });
-            return;
+            return false;
         }
         let slow = took > SLOW_ROUND && self.lone.is_none_or(|lone| took > lone * SLOW_FACTOR);
         if slow {
             self.alone_until = Some(now + ALONE_FOR);
         }
+        slow
     }
 }
 
@@ -102,13 +131,13 @@ impl GroupSync {
     /// folder stays open while the group lives, so a write error anywhere on that file system
     /// after this call is reported by the next round. `None` where `syncfs` does not report
     /// write errors (Linux before 5.8, other systems): fsync each file on its own there.
-    pub fn for_folder(folder: &Path) -> Option<GroupSync> {
+    pub fn for_folder(folder: &Path, figures: Arc<SyncFigures>) -> Option<GroupSync> {
         if !syncfs_reports_errors() {
             return None;
         }
         let root = File::open(folder).ok()?;
         let device = device_of(root.as_raw_fd())?;
-        Some(GroupSync::new(Box::new(move |fds: &[RawFd]| {
+        let flush = Box::new(move |fds: &[RawFd]| {
             let mut here = Vec::with_capacity(fds.len());
             for &fd in fds {
                 if device_of(fd) == Some(device) {
@@ -122,11 +151,13 @@ impl GroupSync {
                 [one] => fsync(one),
                 _ => syncfs(root.as_raw_fd()),
             }
-        })))
+        });
+        Some(GroupSync::new(flush, figures))
     }
 
-    fn new(flush: Box<Flush>) -> GroupSync {
-        GroupSync { rounds: Mutex::new(Rounds::default()), ended: Condvar::new(), flush, pacing: Default::default() }
+    fn new(flush: Box<Flush>, figures: Arc<SyncFigures>) -> GroupSync {
+        let (rounds, ended, pacing) = (Mutex::new(Rounds::default()), Condvar::new(), Mutex::default());
+        GroupSync { rounds, ended, flush, pacing, figures }
     }
 
     /// Make `file` (a file or folder in this volume) durable: returns once a round that began
@@ -141,6 +172,7 @@ impl GroupSync {
             let start = Instant::now();
             let synced = (self.flush)(&[fd]);
             lock(&self.pacing).took(1, start.elapsed(), Instant::now());
+            self.figures.lone_sync();
             return synced;
         }
         let mut r = lock(&self.rounds);
@@ -173,7 +205,16 @@ impl GroupSync {
             drop(r);
             let start = Instant::now();
             let flushed = (self.flush)(&files);
-            lock(&self.pacing).took(files.len(), start.elapsed(), Instant::now());
+            let slow = lock(&self.pacing).took(files.len(), start.elapsed(), Instant::now());
+            let f = &self.figures;
+            match files.len() {
+                1 => f.lone_sync(),
+                n => {
+                    SyncFigures::count(&f.grouped, n);
+                    SyncFigures::count(&f.groups, 1);
+                    SyncFigures::count(&f.slow_groups, usize::from(slow));
+                }
+            }
             r = lock(&self.rounds);
             r.running = false;
             r.ended = mine;
@@ -267,7 +308,7 @@ mod tests {
         let (release, held) = mpsc::channel::<()>();
         let held = Mutex::new(Some(held));
         let seen = rounds.clone();
-        let group = GroupSync::new(Box::new(move |fds: &[RawFd]| {
+        let flush = Box::new(move |fds: &[RawFd]| {
             if let Some(wait) = lock(&held).take() {
                 wait.recv().unwrap();
             }
@@ -277,7 +318,8 @@ mod tests {
             } else {
                 Ok(())
             }
-        }));
+        });
+        let group = GroupSync::new(flush, Arc::default());
         (Arc::new(group), rounds, release)
     }
 
@@ -319,6 +361,9 @@ mod tests {
         let mut seen = lock(&rounds).clone();
         seen[1].sort();
         assert_eq!(seen, vec![vec![10], vec![11, 12]], "two flushes for three files");
+        let f = &group.figures;
+        let counts = [&f.lone, &f.grouped, &f.groups, &f.slow_groups].map(|c| c.load(Ordering::Relaxed));
+        assert_eq!(counts, [1, 2, 1, 0], "one lone, two grouped in one group");
     }
 
     #[test]
@@ -354,7 +399,8 @@ mod tests {
     #[test]
     fn real_files_written_by_many_threads_are_all_synced_alone_or_together() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(group) = GroupSync::for_folder(dir.path()) else {
+        let figures = Arc::new(SyncFigures::default());
+        let Some(group) = GroupSync::for_folder(dir.path(), figures.clone()) else {
             assert!(!syncfs_reports_errors(), "only where syncfs cannot report errors");
             return;
         };
@@ -378,6 +424,8 @@ mod tests {
         let r = lock(&group.rounds);
         assert!(r.ended > 0 && !r.running && r.waiting.is_empty() && r.failed.is_empty());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 160);
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(load(&figures.lone) + load(&figures.grouped), 320, "every sync counted once");
     }
 
     #[test]
@@ -407,7 +455,7 @@ mod tests {
         let (release, held) = mpsc::channel::<()>();
         let held = Mutex::new(Some(held));
         let seen = rounds.clone();
-        let group = Arc::new(GroupSync::new(Box::new(move |fds: &[RawFd]| {
+        let flush = Box::new(move |fds: &[RawFd]| {
             if let Some(wait) = lock(&held).take() {
                 wait.recv().unwrap();
             }
@@ -416,7 +464,8 @@ mod tests {
             }
             lock(&seen).push(fds.to_vec());
             Ok(())
-        })));
+        });
+        let group = Arc::new(GroupSync::new(flush, Arc::default()));
         let first = std::thread::spawn({
             let g = group.clone();
             move || g.sync_fd(1)
@@ -440,6 +489,7 @@ mod tests {
             t.join().unwrap().unwrap();
         }
         assert!(!lock(&group.pacing).grouping(Instant::now()), "the round of 2 was slow");
+        assert_eq!(group.figures.slow_groups.load(Ordering::Relaxed), 1);
         let begun = lock(&group.rounds).begun;
         group.sync_fd(9).unwrap();
         assert_eq!(lock(&rounds).last(), Some(&vec![9]));

@@ -4,7 +4,7 @@
 //! `crate::services::store_service` and `crate::services::drive`), and replication's pulls in flight and disk-work
 //! figures (used by `crate::services::replication`).
 
-use crate::disk::sync::GroupSync;
+use crate::disk::sync::{GroupSync, SyncFigures};
 use crate::sync::lock;
 use axum::body::Bytes;
 use serde::Serialize;
@@ -28,6 +28,8 @@ pub struct StoreService {
     /// Writes under way per volume that no session shows (a local copy of a put, a commit
     /// between its session and its landing), and the grouped fsyncs they share.
     pub(crate) writers: Arc<Mutex<BTreeMap<VolumeId, Writers>>>,
+    /// How the copies' fsyncs went, for `/metrics`.
+    pub sync_figures: Arc<SyncFigures>,
 }
 
 /// The writes under way on one volume.
@@ -43,6 +45,7 @@ pub struct WriteGuard {
     writers: Arc<Mutex<BTreeMap<VolumeId, Writers>>>,
     volume: VolumeId,
     sync: Option<Arc<GroupSync>>,
+    figures: Arc<SyncFigures>,
 }
 
 impl WriteGuard {
@@ -51,7 +54,10 @@ impl WriteGuard {
     pub fn sync(&self, file: &std::fs::File) -> std::io::Result<()> {
         match &self.sync {
             Some(group) => group.sync(file),
-            None => file.sync_all(),
+            None => {
+                self.figures.lone_sync();
+                file.sync_all()
+            }
         }
     }
 
@@ -78,11 +84,13 @@ impl StoreService {
     /// Blocks briefly (opens the folder when no other write is under way there).
     pub fn writing(&self, volume: &VolumeId, folder: &std::path::Path) -> WriteGuard {
         let mut w = lock(&self.writers);
-        let entry = w
-            .entry(volume.clone())
-            .or_insert_with(|| Writers { count: 0, sync: GroupSync::for_folder(folder).map(Arc::new) });
+        let figures = self.sync_figures.clone();
+        let entry = w.entry(volume.clone()).or_insert_with(|| Writers {
+            count: 0,
+            sync: GroupSync::for_folder(folder, figures.clone()).map(Arc::new),
+        });
         entry.count += 1;
-        WriteGuard { writers: self.writers.clone(), volume: volume.clone(), sync: entry.sync.clone() }
+        WriteGuard { writers: self.writers.clone(), volume: volume.clone(), sync: entry.sync.clone(), figures }
     }
 }
 

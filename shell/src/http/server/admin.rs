@@ -248,7 +248,7 @@ pub(super) async fn metrics<E: Env>(State(s): S<E>) -> Response {
         let _ = n.config_resolved_own();
         (n.gauges(now), started.elapsed().as_secs_f64())
     });
-    let text = s.metrics.render(&gauges, resolve);
+    let text = s.metrics.render(&gauges, &s.store_service.sync_figures, resolve);
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 

@@ -268,6 +268,9 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             Ok::<_, ApiError>((dest, part))
         })
         .await?;
+    // The volume is not retired while the copy is written; its fsyncs are grouped with the
+    // volume's other writes.
+    let writing = Arc::new(s.store_service.writing(target_volume, Path::new(&vol.subpath)));
     let result = async {
         let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
         let mut hash = Sha256::new();
@@ -282,7 +285,8 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             s.blocking(move || crate::disk::write_at(&p, at, &d)).await.map_err(|e| io_api("write part file", e))?;
             at += data.len() as u64;
         }
-        out.sync_all().map_err(|e| io_api("sync part file", e))?;
+        let w = writing.clone();
+        s.blocking(move || w.sync(&out)).await.map_err(|e| io_api("sync part file", e))?;
         if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
             return Err(ApiError::conflict("checksum_mismatch", "the source copy does not match the file's checksum"));
         }
@@ -300,6 +304,9 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             .landed
             .land(s, target_volume, &task.path, &task.checksum, None, &dest, || std::fs::rename(&part, &dest));
         landed.map_err(|c| c.api_error())?.map_err(|e| io_api("rename into place", e))?;
+        // The name survives a crash too, before the copy is published.
+        let (w, folder) = (writing.clone(), dest.parent().map(Path::to_path_buf));
+        let _ = s.blocking(move || folder.map(|dir| w.sync_folder(&dir))).await;
         Ok(())
     }
     .await;
