@@ -90,16 +90,44 @@ struct Phase {
     cpu_us: f64,
     /// Node-to-node requests per put, by route.
     requests: String,
+    /// The copies' syncs per put: lone, grouped, and shared flushes (from `/metrics`; zero for
+    /// a build without them).
+    syncs: [f64; 3],
+}
+
+/// The cluster's `shoal_disk_syncs_total{how="lone"}`, `{how="grouped"}` and
+/// `shoal_disk_sync_groups_total`, summed over its nodes.
+async fn disk_syncs(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for (url, token) in urls.iter().zip(tokens) {
+        let auth = format!("Bearer {token}");
+        let Ok(r) = c.request(url, "GET", "/metrics", &[("authorization", &auth)], Vec::new(), 10_000).await else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&r.body).lines() {
+            let slot = match line.split(' ').next() {
+                Some("shoal_disk_syncs_total{how=\"lone\"}") => 0,
+                Some("shoal_disk_syncs_total{how=\"grouped\"}") => 1,
+                Some("shoal_disk_sync_groups_total") => 2,
+                _ => continue,
+            };
+            out[slot] += line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        }
+    }
+    out
 }
 
 /// [`put_all`] into the cluster of `urls` (its node processes `pids`), with its cost.
 async fn phase(urls: &[String], tokens: &[String], pids: &[u32], folder: &str, files: usize, clients: usize) -> Phase {
     let c = HttpClient::new(TokioEnv::default());
     let (ticks, before) = (cpu_ticks(pids), acn_requests(&c, urls, tokens, "").await);
+    let syncs_before = disk_syncs(&c, urls, tokens).await;
     let rate = put_all(urls, tokens, folder, files, clients).await;
     let cpu_us = (cpu_ticks(pids) - ticks) as f64 * 10_000.0 / files as f64;
     let requests = requests_between(&before, &acn_requests(&c, urls, tokens, "").await, files as f64);
-    Phase { rate, cpu_us, requests }
+    let after = disk_syncs(&c, urls, tokens).await;
+    let syncs = [0, 1, 2].map(|i| (after[i] - syncs_before[i]) / files as f64);
+    Phase { rate, cpu_us, requests, syncs }
 }
 
 /// Three `shoal serve` processes of `bin` in one cluster, each with a volume, a `/two` folder
@@ -178,6 +206,14 @@ async fn main() {
             p.cpu_us
         );
         println!("  {:<28} node-to-node requests per put: {}", "", p.requests);
+        let [lone, grouped, groups] = p.syncs;
+        if lone + grouped > 0.0 {
+            let per_group = if groups > 0.0 { grouped / groups } else { 0.0 };
+            println!(
+                "  {:<28} syncs per put: {lone:.2} alone, {grouped:.2} grouped ({per_group:.1} files per shared flush)",
+                ""
+            );
+        }
     };
     show("shoal put, 1 copy:", &one);
     if let Some(b) = &base_one {
