@@ -142,8 +142,8 @@ pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiEr
     // Whatever lies at the new name is not this file (the records list this volume's copy of
     // it under the old name until now): a leftover of a removed file there is replaced.
     std::fs::rename(&src, &dst).map_err(|e| io_api("rename copy", e))?;
-    // Both names survive a power loss: without these a copy could come back at its old path,
-    // where the records list no file any more, and be missing at the new one.
+    // Both names survive a power loss: without these it could leave the bytes at the old path,
+    // where no record lists them (a rescan does not adopt them), and nothing at the new one.
     let (to_dir, from_dir) = (dst.parent(), src.parent());
     for dir in [to_dir, from_dir.filter(|d| Some(*d) != to_dir)].into_iter().flatten() {
         std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_api("sync folder", e))?;
