@@ -18,7 +18,7 @@
 //! (`Pacing`) therefore turns grouping off for [`ALONE_FOR`]: each file is fsynced on its own
 //! meanwhile, as without grouping, and the next round after that tries again.
 //!
-//! `syncfs` reports write errors only since Linux 5.8; on an older kernel, and on other
+//! `syncfs` reports all write errors only since Linux 5.17; on an older kernel, and on other
 //! systems, there is no grouping ([`GroupSync::for_folder`] answers `None`) and each file is
 //! fsynced on its own, as before. A failed flush fails every file of its round. This is a rule
 //! of the disk's batching, like the metadata store's write-behind flusher: it decides nothing
@@ -88,11 +88,14 @@ struct Pacing {
     lone: Option<Duration>,
     /// Files are fsynced on their own until then.
     alone_until: Option<Instant>,
+    /// A shared flush failed: files are fsynced on their own for the rest of this group's
+    /// life, each told of its own errors.
+    failed: bool,
 }
 
 impl Pacing {
     fn grouping(&self, now: Instant) -> bool {
-        self.alone_until.is_none_or(|until| now >= until)
+        !self.failed && self.alone_until.is_none_or(|until| now >= until)
     }
 
     /// A flush of `files` files took `took`, ending at `now`. True when it turned grouping off.
@@ -130,7 +133,7 @@ impl GroupSync {
     /// Grouped fsyncs for the volume at `folder`, whose file system one `syncfs` flushes. The
     /// folder stays open while the group lives, so a write error anywhere on that file system
     /// after this call is reported by the next round. `None` where `syncfs` does not report
-    /// write errors (Linux before 5.8, other systems): fsync each file on its own there.
+    /// write errors (Linux before 5.17, other systems): fsync each file on its own there.
     pub fn for_folder(folder: &Path, figures: Arc<SyncFigures>) -> Option<GroupSync> {
         if !syncfs_reports_errors() {
             return None;
@@ -149,7 +152,14 @@ impl GroupSync {
             match here[..] {
                 [] => Ok(()),
                 [one] => fsync(one),
-                _ => syncfs(root.as_raw_fd()),
+                _ => {
+                    syncfs(root.as_raw_fd())?;
+                    // `syncfs` reports an error once, to the flush that met it: a file whose
+                    // pages an earlier round wrote back and failed would pass this one. Its own
+                    // error, kept in the file until someone asks, is asked for here (its pages
+                    // are clean now: nothing is written again).
+                    here.iter().try_for_each(|&fd| own_write_errors(fd))
+                }
             }
         });
         Some(GroupSync::new(flush, figures))
@@ -204,8 +214,13 @@ impl GroupSync {
             let files = std::mem::take(&mut r.waiting);
             drop(r);
             let start = Instant::now();
-            let flushed = (self.flush)(&files);
-            let slow = lock(&self.pacing).took(files.len(), start.elapsed(), Instant::now());
+            // A panic in the flush must not leave the round running for ever.
+            let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.flush)(&files)))
+                .unwrap_or_else(|_| Err(io::Error::other("the flush of a volume's files panicked")));
+            let mut pacing = lock(&self.pacing);
+            let slow = pacing.took(files.len(), start.elapsed(), Instant::now());
+            pacing.failed |= flushed.is_err() && files.len() > 1;
+            drop(pacing);
             let f = &self.figures;
             match files.len() {
                 1 => f.lone_sync(),
@@ -224,6 +239,33 @@ impl GroupSync {
             self.ended.notify_all();
         }
     }
+}
+
+/// What [`crate::node::state::WriteGuard::sync_folder`] makes of a folder's fsync: a file
+/// system that cannot fsync folders (`EINVAL`, `ENOTSUP`) is no error.
+pub fn folder_sync_result(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOTSUP)) => Ok(()),
+        r => r,
+    }
+}
+
+/// A file's write errors not reported yet, without a flush of the device: its dirty pages are
+/// written and waited for (none, after a `syncfs`), then its error state is asked.
+#[cfg(target_os = "linux")]
+fn own_write_errors(fd: RawFd) -> io::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a descriptor its caller holds open until the round ends.
+    if unsafe { libc::sync_file_range(fd, 0, 0, flags) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_write_errors(fd: RawFd) -> io::Result<()> {
+    fsync(fd)
 }
 
 fn fsync(fd: RawFd) -> io::Result<()> {
@@ -262,10 +304,12 @@ fn device_of(fd: RawFd) -> Option<u64> {
     Some(unsafe { st.assume_init() }.st_dev as u64)
 }
 
-/// Whether this kernel's `syncfs` reports write errors (Linux 5.8 and later).
+/// Whether this kernel's `syncfs` reports write errors (Linux 5.17 and later: from 5.8 it
+/// reports errors of writing pages back, and from 5.17 also those of the file system's own
+/// flush, such as a failed journal commit or device cache flush).
 fn syncfs_reports_errors() -> bool {
     static REPORTS: OnceLock<bool> = OnceLock::new();
-    *REPORTS.get_or_init(|| cfg!(target_os = "linux") && kernel_at_least(&kernel_release(), (5, 8)))
+    *REPORTS.get_or_init(|| cfg!(target_os = "linux") && kernel_at_least(&kernel_release(), (5, 17)))
 }
 
 fn kernel_release() -> String {
@@ -392,6 +436,7 @@ mod tests {
             let e = t.join().unwrap().unwrap_err();
             assert!(e.to_string().contains("device gone"), "{e}");
         }
+        assert!(!lock(&group.pacing).grouping(Instant::now()), "after a failed shared flush, each file alone");
         assert!(group.sync_fd(13).is_ok(), "the next round is a new one");
         assert!(lock(&group.rounds).failed.is_empty(), "a failure is kept only until each of its files was told");
     }
@@ -497,6 +542,35 @@ mod tests {
     }
 
     #[test]
+    fn a_folder_that_cannot_be_fsynced_is_no_error_but_a_failed_fsync_is() {
+        let os = |code| Err(io::Error::from_raw_os_error(code));
+        assert!(folder_sync_result(os(libc::EINVAL)).is_ok());
+        assert!(folder_sync_result(os(libc::ENOTSUP)).is_ok());
+        assert_eq!(folder_sync_result(os(libc::EIO)).unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert!(folder_sync_result(Ok(())).is_ok());
+    }
+
+    #[test]
+    fn a_flush_that_panics_fails_its_round_and_the_group_goes_on() {
+        let calls = Arc::new(Mutex::new(0));
+        let seen = calls.clone();
+        let flush = Box::new(move |_: &[RawFd]| {
+            let mut n = lock(&seen);
+            *n += 1;
+            if *n == 1 {
+                drop(n);
+                panic!("flush broke");
+            }
+            Ok(())
+        });
+        let group = GroupSync::new(flush, Arc::default());
+        let e = group.sync_fd(1).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        assert!(!lock(&group.rounds).running, "the round ended");
+        assert!(group.sync_fd(2).is_ok(), "the next caller is not stuck behind it");
+    }
+
+    #[test]
     fn kernel_releases_compare_by_major_and_minor() {
         assert!(kernel_at_least("6.18.44-fc-v1252", (5, 8)));
         assert!(kernel_at_least("5.8.0", (5, 8)));
@@ -504,5 +578,7 @@ mod tests {
         assert!(!kernel_at_least("4.19.0", (5, 8)));
         assert!(!kernel_at_least("", (5, 8)));
         assert!(!kernel_at_least("weird", (5, 8)));
+        assert!(!kernel_at_least("5.16.20", (5, 17)), "before syncfs reported the file system's own flush errors");
+        assert!(kernel_at_least("5.17.0", (5, 17)));
     }
 }

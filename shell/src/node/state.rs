@@ -61,9 +61,11 @@ impl WriteGuard {
         }
     }
 
-    /// Open `dir` and make it durable, as [`WriteGuard::sync`].
+    /// Open `dir` and make its entries durable, as [`WriteGuard::sync`]. A file system that
+    /// cannot fsync a folder at all (`EINVAL`, `ENOTSUP`: some network and FUSE ones) is no
+    /// error; any other failure is.
     pub fn sync_folder(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        self.sync(&std::fs::File::open(dir)?)
+        crate::disk::sync::folder_sync_result(self.sync(&std::fs::File::open(dir)?))
     }
 }
 

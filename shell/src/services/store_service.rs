@@ -231,7 +231,9 @@ fn land_part<E: Env>(
         return refused;
     }
     if let Some(dir) = file.parent() {
-        let _ = writing.sync_folder(dir);
+        if let Err(e) = writing.sync_folder(dir) {
+            return Some(io_error("sync folder", e));
+        }
     }
     None
 }

@@ -559,7 +559,7 @@ pub(super) async fn commit_sink<E: Env>(
                     });
                 landed.map_err(|c| c.api_error())?.map_err(|e| io_api("write copy", e))?;
                 if let Some(dir) = dest.parent() {
-                    let _ = writing.sync_folder(dir);
+                    writing.sync_folder(dir).map_err(|e| io_api("sync folder", e))?;
                 }
                 Ok(())
             })
@@ -621,7 +621,7 @@ pub(super) fn install_local<E: Env>(
         return Err(e);
     }
     if let Some(dir) = dest.parent() {
-        let _ = writing.sync_folder(dir);
+        writing.sync_folder(dir).map_err(|e| io_api("sync folder", e))?;
     }
     Ok(())
 }

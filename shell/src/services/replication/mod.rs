@@ -306,7 +306,13 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         landed.map_err(|c| c.api_error())?.map_err(|e| io_api("rename into place", e))?;
         // The name survives a crash too, before the copy is published.
         let (w, folder) = (writing.clone(), dest.parent().map(Path::to_path_buf));
-        let _ = s.blocking(move || folder.map(|dir| w.sync_folder(&dir))).await;
+        if let Some(Err(e)) = s.blocking(move || folder.map(|dir| w.sync_folder(&dir))).await {
+            // Not durable under its name: no copy to publish.
+            s.store_service.landed.take_back(s, target_volume, &task.path, &task.checksum, || {
+                let _ = std::fs::remove_file(&dest);
+            });
+            return Err(io_api("sync folder", e));
+        }
         Ok(())
     }
     .await;
