@@ -178,10 +178,11 @@ impl GroupSync {
     }
 
     fn sync_fd(&self, fd: RawFd) -> io::Result<()> {
-        if !lock(&self.pacing).grouping(Instant::now()) {
-            let start = Instant::now();
+        let start = Instant::now();
+        if !lock(&self.pacing).grouping(start) {
             let synced = (self.flush)(&[fd]);
-            lock(&self.pacing).took(1, start.elapsed(), Instant::now());
+            let end = Instant::now();
+            lock(&self.pacing).took(1, end - start, end);
             self.figures.lone_sync();
             return synced;
         }
@@ -218,7 +219,8 @@ impl GroupSync {
             let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.flush)(&files)))
                 .unwrap_or_else(|_| Err(io::Error::other("the flush of a volume's files panicked")));
             let mut pacing = lock(&self.pacing);
-            let slow = pacing.took(files.len(), start.elapsed(), Instant::now());
+            let end = Instant::now();
+            let slow = pacing.took(files.len(), end - start, end);
             pacing.failed |= flushed.is_err() && files.len() > 1;
             drop(pacing);
             let f = &self.figures;
@@ -239,6 +241,11 @@ impl GroupSync {
             self.ended.notify_all();
         }
     }
+}
+
+/// Open `dir` and fsync it on its own (not grouped), as [`folder_sync_result`] says.
+pub fn fsync_folder(dir: &Path) -> io::Result<()> {
+    folder_sync_result(File::open(dir).and_then(|d| d.sync_all()))
 }
 
 /// What [`crate::node::state::WriteGuard::sync_folder`] makes of a folder's fsync: a file
@@ -345,9 +352,9 @@ mod tests {
     /// The descriptors of each flush, in order.
     type Flushed = Arc<Mutex<Vec<Vec<RawFd>>>>;
 
-    /// A group whose flushes are recorded, the first held until `release` is sent, and a flush
-    /// of a round containing `fail_on` failing.
-    fn recording(fail_on: RawFd) -> (Arc<GroupSync>, Flushed, mpsc::Sender<()>) {
+    /// A group whose flushes are recorded, the first held until `release` is sent, a flush of
+    /// several files lasting `several_take`, and a flush of a round containing `fail_on` failing.
+    fn recording(fail_on: RawFd, several_take: Duration) -> (Arc<GroupSync>, Flushed, mpsc::Sender<()>) {
         let rounds = Arc::new(Mutex::new(Vec::new()));
         let (release, held) = mpsc::channel::<()>();
         let held = Mutex::new(Some(held));
@@ -355,6 +362,9 @@ mod tests {
         let flush = Box::new(move |fds: &[RawFd]| {
             if let Some(wait) = lock(&held).take() {
                 wait.recv().unwrap();
+            }
+            if fds.len() > 1 {
+                std::thread::sleep(several_take);
             }
             lock(&seen).push(fds.to_vec());
             if fds.contains(&fail_on) {
@@ -367,35 +377,34 @@ mod tests {
         (Arc::new(group), rounds, release)
     }
 
-    fn waiting(group: &GroupSync, n: usize) {
+    type Caller = std::thread::JoinHandle<io::Result<()>>;
+
+    /// `first` asks and its round is held (see [`recording`]); then `later` ask meanwhile and
+    /// queue for the next round. The callers' threads.
+    fn first_held_then(group: &Arc<GroupSync>, first: RawFd, later: &[RawFd]) -> (Caller, Vec<Caller>) {
+        let ask = |fd: RawFd| {
+            let g = group.clone();
+            std::thread::spawn(move || g.sync_fd(fd))
+        };
+        let first = ask(first);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while lock(&group.rounds).waiting.len() < n {
+        while !lock(&group.rounds).running {
+            assert!(Instant::now() < deadline, "the first round never began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let later: Vec<_> = later.iter().map(|&fd| ask(fd)).collect();
+        while lock(&group.rounds).waiting.len() < later.len() {
             assert!(Instant::now() < deadline, "callers never queued");
             std::thread::sleep(Duration::from_millis(1));
         }
+        (first, later)
     }
 
     #[test]
     fn files_that_ask_while_a_flush_runs_share_the_next_one_and_none_returns_before_it() {
-        let (group, rounds, release) = recording(-1);
-        let first = std::thread::spawn({
-            let g = group.clone();
-            move || g.sync_fd(10)
-        });
+        let (group, rounds, release) = recording(-1, Duration::ZERO);
         // Round 1 (file 10) is held; files 11 and 12 ask meanwhile and must wait for round 2.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !lock(&group.rounds).running {
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let later: Vec<_> = [11, 12]
-            .into_iter()
-            .map(|fd| {
-                let g = group.clone();
-                std::thread::spawn(move || g.sync_fd(fd))
-            })
-            .collect();
-        waiting(&group, 2);
+        let (first, later) = first_held_then(&group, 10, &[11, 12]);
         assert!(later.iter().all(|t| !t.is_finished()), "not covered by the round that ran before they asked");
         release.send(()).unwrap();
         first.join().unwrap().unwrap();
@@ -412,24 +421,8 @@ mod tests {
 
     #[test]
     fn a_failed_flush_fails_every_file_of_its_round_and_no_other() {
-        let (group, _rounds, release) = recording(12);
-        let first = std::thread::spawn({
-            let g = group.clone();
-            move || g.sync_fd(10)
-        });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !lock(&group.rounds).running {
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let later: Vec<_> = [11, 12]
-            .into_iter()
-            .map(|fd| {
-                let g = group.clone();
-                std::thread::spawn(move || g.sync_fd(fd))
-            })
-            .collect();
-        waiting(&group, 2);
+        let (group, _rounds, release) = recording(12, Duration::ZERO);
+        let (first, later) = first_held_then(&group, 10, &[11, 12]);
         release.send(()).unwrap();
         assert!(first.join().unwrap().is_ok());
         for t in later {
@@ -496,38 +489,8 @@ mod tests {
 
     #[test]
     fn after_a_slow_round_files_are_synced_alone_at_once() {
-        let rounds = Arc::new(Mutex::new(Vec::new()));
-        let (release, held) = mpsc::channel::<()>();
-        let held = Mutex::new(Some(held));
-        let seen = rounds.clone();
-        let flush = Box::new(move |fds: &[RawFd]| {
-            if let Some(wait) = lock(&held).take() {
-                wait.recv().unwrap();
-            }
-            if fds.len() > 1 {
-                std::thread::sleep(SLOW_ROUND + Duration::from_millis(20));
-            }
-            lock(&seen).push(fds.to_vec());
-            Ok(())
-        });
-        let group = Arc::new(GroupSync::new(flush, Arc::default()));
-        let first = std::thread::spawn({
-            let g = group.clone();
-            move || g.sync_fd(1)
-        });
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !lock(&group.rounds).running {
-            assert!(Instant::now() < deadline);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let later: Vec<_> = [2, 3]
-            .into_iter()
-            .map(|fd| {
-                let g = group.clone();
-                std::thread::spawn(move || g.sync_fd(fd))
-            })
-            .collect();
-        waiting(&group, 2);
+        let (group, rounds, release) = recording(-1, SLOW_ROUND + Duration::from_millis(20));
+        let (first, later) = first_held_then(&group, 1, &[2, 3]);
         release.send(()).unwrap();
         first.join().unwrap().unwrap();
         for t in later {

@@ -49,6 +49,11 @@ pub struct WriteGuard {
 }
 
 impl WriteGuard {
+    /// The volume written to.
+    pub fn volume(&self) -> &VolumeId {
+        &self.volume
+    }
+
     /// Make `file` (a part file or a folder of this volume) durable, in one flush with the other
     /// writes to the volume that ask at the same time ([`GroupSync`]). Blocks.
     pub fn sync(&self, file: &std::fs::File) -> std::io::Result<()> {

@@ -199,7 +199,7 @@ fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Byt
         return io_error("write copy", e);
     }
     let replaces = q.get("replaces").map(String::as_str);
-    if let Some(refused) = land_part(s, &writing, &vol.id, &path, &checksum, replaces, &part, &file) {
+    if let Some(refused) = land_part(s, &writing, &path, &checksum, replaces, &part, &file) {
         return refused;
     }
     axum::Json(json!({"ok": true, "volumeId": vol.id, "path": path, "size": size, "checksum": checksum}))
@@ -208,18 +208,18 @@ fn put_whole<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>, body: Byt
 
 /// Rename a fsynced, checked part file into place at `file` through [`Landed::land`] (the
 /// part file is removed if it does not land), then fsync the folder: the end of a commit and of
-/// a `store/put`. Answers the refusal when the bytes did not land.
-#[allow(clippy::too_many_arguments)]
+/// a `store/put`, on the volume `writing` is under way on. Answers the refusal when the bytes
+/// did not land.
 fn land_part<E: Env>(
     s: &Arc<Shared<E>>,
     writing: &WriteGuard,
-    volume: &VolumeId,
     path: &str,
     sum: &str,
     replaces: Option<&str>,
     part: &Path,
     file: &Path,
 ) -> Option<Response> {
+    let volume = writing.volume();
     let refused =
         match s.store_service.landed.land(s, volume, path, sum, replaces, file, || std::fs::rename(part, file)) {
             Ok(Ok(())) => None,
@@ -429,7 +429,7 @@ fn answer<E: Env>(
                 );
             }
             let replaces = q.get("replaces").map(String::as_str);
-            if let Some(refused) = land_part(s, &writing, &sess.volume, &sess.path, &sum, replaces, &part, &file) {
+            if let Some(refused) = land_part(s, &writing, &sess.path, &sum, replaces, &part, &file) {
                 return refused;
             }
             axum::Json(

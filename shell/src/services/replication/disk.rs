@@ -146,8 +146,7 @@ pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiEr
     // where no record lists them (a rescan does not adopt them), and nothing at the new one.
     let (to_dir, from_dir) = (dst.parent(), src.parent());
     for dir in [to_dir, from_dir.filter(|d| Some(*d) != to_dir)].into_iter().flatten() {
-        let synced = std::fs::File::open(dir).and_then(|d| crate::disk::sync::folder_sync_result(d.sync_all()));
-        synced.map_err(|e| io_api("sync folder", e))?;
+        crate::disk::sync::fsync_folder(dir).map_err(|e| io_api("sync folder", e))?;
     }
     prune_empty_dirs(folder, &src);
     Ok(())
