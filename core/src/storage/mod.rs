@@ -7,6 +7,7 @@
 //! - [`placement`]: which volume takes a new copy, and the low-space guard;
 //! - [`planner`]: the replication planner run by the metadata leader;
 //! - [`put_policy`]: how a put streams or spools and when a lagging copy is left out;
+//! - [`sync_pacing`]: when a volume's fsyncs may share one flush;
 //! - [`tasks`]: the leader's replication tasks in flight and their leases;
 //! - [`transfer`]: the chunked transfer's rules and part-file names.
 
@@ -15,5 +16,6 @@ pub mod landed;
 pub mod placement;
 pub mod planner;
 pub mod put_policy;
+pub mod sync_pacing;
 pub mod tasks;
 pub mod transfer;

@@ -12,19 +12,18 @@
 //! writes one file at a time flushes nothing else; so does a file on another file system than
 //! the volume's folder (a mount point below it).
 //!
-//! A `syncfs` also writes whatever else is dirty on that file system: on a disk shared with a
-//! large copy, one round could wait for gigabytes that are not shoal's. A round of several
-//! files that takes over [`SLOW_ROUND`] and over [`SLOW_FACTOR`] times a lone fsync
-//! (`Pacing`) therefore turns grouping off for [`ALONE_FOR`]: each file is fsynced on its own
-//! meanwhile, as without grouping, and the next round after that tries again.
+//! A `syncfs` also writes whatever else is dirty on that file system, so a round of several
+//! files that was slow beside a lone fsync turns grouping off for a while: that rule is the
+//! core's ([`SyncPacing`], `shoal_core::storage::sync_pacing`); this module times its flushes
+//! and asks it.
 //!
 //! `syncfs` reports all write errors only since Linux 5.17; on an older kernel, and on other
 //! systems, there is no grouping ([`GroupSync::for_folder`] answers `None`) and each file is
-//! fsynced on its own, as before. A failed flush fails every file of its round. This is a rule
-//! of the disk's batching, like the metadata store's write-behind flusher: it decides nothing
-//! for the cluster (what is written and when a put is answered are the core's), so it is here.
+//! fsynced on its own, as before. A failed flush fails every file of its round.
 
 use crate::sync::lock;
+use shoal_core::storage::sync_pacing::SyncPacing;
+use shoal_core::time::Millis;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -32,15 +31,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
-
-/// A round of several files slower than this (and than [`SLOW_FACTOR`] lone fsyncs) flushed
-/// more than shoal's writes: grouping stops for a while.
-pub const SLOW_ROUND: Duration = Duration::from_millis(100);
-/// How many lone fsyncs a slow round must exceed as well.
-pub const SLOW_FACTOR: u32 = 4;
-/// How long each file is fsynced on its own after a slow round.
-pub const ALONE_FOR: Duration = Duration::from_secs(10);
+use std::time::Instant;
 
 /// How a node's copies were made durable, for `/metrics` (`shoal_disk_syncs` and
 /// `shoal_disk_sync_groups`): counts since the process started, kept by the node and shared by
@@ -53,7 +44,8 @@ pub struct SyncFigures {
     pub grouped: AtomicU64,
     /// Shared flushes.
     pub groups: AtomicU64,
-    /// Shared flushes so slow that grouping was turned off for [`ALONE_FOR`].
+    /// Shared flushes so slow that grouping was turned off for a while
+    /// (`shoal_core::storage::sync_pacing::ALONE_FOR_MS`).
     pub slow_groups: AtomicU64,
 }
 
@@ -76,43 +68,10 @@ pub struct GroupSync {
     rounds: Mutex<Rounds>,
     ended: Condvar,
     flush: Box<Flush>,
-    pacing: Mutex<Pacing>,
+    pacing: Mutex<SyncPacing>,
     figures: Arc<SyncFigures>,
-}
-
-/// Whether grouping pays on this volume now: what lone fsyncs cost, and until when files are
-/// fsynced alone after a slow round (see the module doc).
-#[derive(Debug, Default)]
-struct Pacing {
-    /// A lone fsync's time, averaged (each new one weighs 1/8).
-    lone: Option<Duration>,
-    /// Files are fsynced on their own until then.
-    alone_until: Option<Instant>,
-    /// A shared flush failed: files are fsynced on their own for the rest of this group's
-    /// life, each told of its own errors.
-    failed: bool,
-}
-
-impl Pacing {
-    fn grouping(&self, now: Instant) -> bool {
-        !self.failed && self.alone_until.is_none_or(|until| now >= until)
-    }
-
-    /// A flush of `files` files took `took`, ending at `now`. True when it turned grouping off.
-    fn took(&mut self, files: usize, took: Duration, now: Instant) -> bool {
-        if files <= 1 {
-            self.lone = Some(match self.lone {
-                None => took,
-                Some(avg) => (avg * 7 + took) / 8,
-            });
-            return false;
-        }
-        let slow = took > SLOW_ROUND && self.lone.is_none_or(|lone| took > lone * SLOW_FACTOR);
-        if slow {
-            self.alone_until = Some(now + ALONE_FOR);
-        }
-        slow
-    }
+    /// The origin of the `now` handed to the pacing rule.
+    born: Instant,
 }
 
 /// Which rounds began and ended, and who waits for the next one.
@@ -167,7 +126,20 @@ impl GroupSync {
 
     fn new(flush: Box<Flush>, figures: Arc<SyncFigures>) -> GroupSync {
         let (rounds, ended, pacing) = (Mutex::new(Rounds::default()), Condvar::new(), Mutex::default());
-        GroupSync { rounds, ended, flush, pacing, figures }
+        GroupSync { rounds, ended, flush, pacing, figures, born: Instant::now() }
+    }
+
+    /// `at` as the pacing rule's `now`: milliseconds since this group began.
+    fn millis(&self, at: Instant) -> Millis {
+        Millis(u64::try_from(at.saturating_duration_since(self.born).as_millis()).unwrap_or(u64::MAX))
+    }
+
+    /// Tell the pacing rule a flush of `files` files ran from `start` to now; true when it was
+    /// slow enough to turn grouping off.
+    fn took(&self, files: usize, start: Instant) -> bool {
+        let end = Instant::now();
+        let took_us = u64::try_from((end - start).as_micros()).unwrap_or(u64::MAX);
+        lock(&self.pacing).took(files, took_us, self.millis(end))
     }
 
     /// Make `file` (a file or folder in this volume) durable: returns once a round that began
@@ -179,10 +151,9 @@ impl GroupSync {
 
     fn sync_fd(&self, fd: RawFd) -> io::Result<()> {
         let start = Instant::now();
-        if !lock(&self.pacing).grouping(start) {
+        if !lock(&self.pacing).grouping(self.millis(start)) {
             let synced = (self.flush)(&[fd]);
-            let end = Instant::now();
-            lock(&self.pacing).took(1, end - start, end);
+            self.took(1, start);
             self.figures.lone_sync();
             return synced;
         }
@@ -218,11 +189,10 @@ impl GroupSync {
             // A panic in the flush must not leave the round running for ever.
             let flushed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.flush)(&files)))
                 .unwrap_or_else(|_| Err(io::Error::other("the flush of a volume's files panicked")));
-            let mut pacing = lock(&self.pacing);
-            let end = Instant::now();
-            let slow = pacing.took(files.len(), end - start, end);
-            pacing.failed |= flushed.is_err() && files.len() > 1;
-            drop(pacing);
+            let slow = self.took(files.len(), start);
+            if flushed.is_err() && files.len() > 1 {
+                lock(&self.pacing).flush_failed();
+            }
             let f = &self.figures;
             match files.len() {
                 1 => f.lone_sync(),
@@ -379,6 +349,12 @@ mod tests {
 
     type Caller = std::thread::JoinHandle<io::Result<()>>;
 
+    impl GroupSync {
+        fn grouping_now(&self) -> bool {
+            lock(&self.pacing).grouping(self.millis(Instant::now()))
+        }
+    }
+
     /// `first` asks and its round is held (see [`recording`]); then `later` ask meanwhile and
     /// queue for the next round. The callers' threads.
     fn first_held_then(group: &Arc<GroupSync>, first: RawFd, later: &[RawFd]) -> (Caller, Vec<Caller>) {
@@ -429,7 +405,7 @@ mod tests {
             let e = t.join().unwrap().unwrap_err();
             assert!(e.to_string().contains("device gone"), "{e}");
         }
-        assert!(!lock(&group.pacing).grouping(Instant::now()), "after a failed shared flush, each file alone");
+        assert!(!group.grouping_now(), "after a failed shared flush, each file alone");
         assert!(group.sync_fd(13).is_ok(), "the next round is a new one");
         assert!(lock(&group.rounds).failed.is_empty(), "a failure is kept only until each of its files was told");
     }
@@ -467,36 +443,16 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_round_of_several_files_turns_grouping_off_for_a_while() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut p = Pacing::default();
-        assert!(p.grouping(t0));
-        p.took(1, ms(5), t0);
-        p.took(3, ms(15), t0);
-        assert!(p.grouping(t0), "a fast round keeps grouping");
-        p.took(3, ms(150), t0);
-        assert!(!p.grouping(t0 + ms(1)), "30 lone fsyncs' time for 3 files: something else was flushed");
-        assert!(p.grouping(t0 + ALONE_FOR), "tried again after a while");
-
-        let mut slow_disk = Pacing::default();
-        slow_disk.took(1, ms(60), t0);
-        slow_disk.took(8, ms(180), t0);
-        assert!(slow_disk.grouping(t0), "on a slow disk a round of 3 lone fsyncs' time is fine");
-        slow_disk.took(1, ms(30), t0);
-        assert_eq!(slow_disk.lone, Some(Duration::from_micros(56_250)), "averaged, each new one weighing 1/8");
-    }
-
-    #[test]
     fn after_a_slow_round_files_are_synced_alone_at_once() {
-        let (group, rounds, release) = recording(-1, SLOW_ROUND + Duration::from_millis(20));
+        let slow_round = Duration::from_micros(shoal_core::storage::sync_pacing::SLOW_ROUND_US);
+        let (group, rounds, release) = recording(-1, slow_round + Duration::from_millis(20));
         let (first, later) = first_held_then(&group, 1, &[2, 3]);
         release.send(()).unwrap();
         first.join().unwrap().unwrap();
         for t in later {
             t.join().unwrap().unwrap();
         }
-        assert!(!lock(&group.pacing).grouping(Instant::now()), "the round of 2 was slow");
+        assert!(!group.grouping_now(), "the round of 2 was slow");
         assert_eq!(group.figures.slow_groups.load(Ordering::Relaxed), 1);
         let begun = lock(&group.rounds).begun;
         group.sync_fd(9).unwrap();
