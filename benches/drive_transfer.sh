@@ -51,6 +51,9 @@ t0=$(now); sha256sum "$dir/src.bin" >/dev/null; t1=$(now)
 sha_coreutils=$(rate $bytes "$t0" "$t1")
 t0=$(now); "$bin" checksum "$dir/src.bin" >/dev/null; t1=$(now)
 sha_shoal=$(rate $bytes "$t0" "$t1")
+# Both digests a relaying or receiving node takes of each chunk (its own and the whole file's),
+# in one pass as the node does (`checksum --chunks`; an older build without it: n/a).
+t0=$(now); if "$bin" checksum --chunks "$dir/src.bin" >/dev/null 2>&1; then t1=$(now); sha_both=$(rate $bytes "$t0" "$t1"); else sha_both=0; fi
 sha=$(( sha_openssl > sha_coreutils ? sha_openssl : sha_coreutils ))
 sha=$(( sha_shoal > sha ? sha_shoal : sha ))
 
@@ -105,7 +108,9 @@ echo "peak RSS: node A $((hwm_a / 1024)) MiB, node B $((hwm_b / 1024)) MiB"
 # hashes the whole file and each chunk (the chunk's SHA-256 is also its signature's body
 # hash); B (the copy) hashes each chunk's body once for the signature and the chunk check,
 # and feeds it to the whole-file hash. Get: B hashes each piece it reads; A checks each
-# piece's SHA-256 and the whole file's; the client checks the whole file.
+# piece's SHA-256 and the whole file's; the client checks the whole file. (A node's two digests
+# of a chunk share one pass over its bytes, `disk::hash`, where the CPU has SHA instructions:
+# the floor stays two passes, as the issue defines it.)
 gib=$(python3 -c "print($bytes/2**30)")
 per_pass=$(python3 -c "print(2**30/$sha_shoal)")
 # The kernel's side of a loopback TCP hop, which every hop pays beside its hashing: one
@@ -132,7 +137,8 @@ PY
 line() { # name cpu-seconds passes tcp-sends tcp-receives
   python3 -c "c=$2/$gib; f=$3*$per_pass; t=f+$4*$tcp_send+$5*$tcp_recv; print(f'  {\"$1\":<22} {c:6.2f} CPU-s/GiB  {$3} passes, floor {f:5.2f} ({c/f:4.2f}x)  with its TCP hops {t:5.2f} ({c/t:4.2f}x)')"
 }
-echo "CPU per GiB (one SHA-256 pass: $(python3 -c "print(f'{$per_pass:.2f}')") s/GiB; a loopback TCP hop: send $tcp_send, receive $tcp_recv CPU-s/GiB):"
+both=$(python3 -c "print(f'{2**30/$sha_both:.2f} s/GiB' if $sha_both else 'n/a')")
+echo "CPU per GiB (one SHA-256 pass: $(python3 -c "print(f'{$per_pass:.2f}')") s/GiB; a chunk's and the whole file's digests in one pass: $both; a loopback TCP hop: send $tcp_send, receive $tcp_recv CPU-s/GiB):"
 line "put: client" "$client_put" 1 1 0
 line "put: node A (receives)" "$(python3 -c "print($a1-$a0)")" 2 1 1
 line "put: node B (copy)" "$(python3 -c "print($b1-$b0)")" 2 0 1

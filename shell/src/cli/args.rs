@@ -190,7 +190,13 @@ pub enum Cmd {
     /// Look through this node's volume folders now: adopt new files, mark changed copies stale.
     Rescan,
     /// The SHA-256 of a local file, as the cluster computes it (to compare with `stat`).
-    Checksum { local: PathBuf },
+    Checksum {
+        local: PathBuf,
+        /// Also take each 4 MiB chunk's own SHA-256 in the same pass, as a node that relays or
+        /// receives a file does (the same whole-file sum; `benches/drive_transfer.sh` times it).
+        #[arg(long)]
+        chunks: bool,
+    },
     /// Configuration: declared keys, values at three levels, resolution, history, proposals.
     Config {
         #[command(subcommand)]

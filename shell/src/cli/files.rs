@@ -308,22 +308,39 @@ async fn get_once(
 }
 
 /// `shoal checksum LOCAL`: the file's SHA-256 and how fast it was read and hashed.
-pub fn checksum(local: &Path, json: bool) -> Result<(), CliError> {
+/// Read until `buf` is full or the file ends; the bytes read.
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+pub fn checksum(local: &Path, chunks: bool, json: bool) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let mut f = std::fs::File::open(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; BLOCK];
+    let mut hash = crate::disk::hash::FileHash::new();
+    // With `--chunks`, whole chunks are read and hashed as a node hashes them.
+    let mut buf = vec![0u8; if chunks { shoal_core::storage::transfer::CHUNK_BYTES as usize } else { BLOCK }];
     let mut total = 0u64;
     loop {
-        let n = f.read(&mut buf).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
+        let n = read_full(&mut f, &mut buf).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
         if n == 0 {
             break;
         }
-        hash.update(&buf[..n]);
+        if chunks {
+            hash.update_with_chunk_sum(&buf[..n]);
+        } else {
+            hash.update(&buf[..n]);
+        }
         total += n as u64;
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
-    let sum = hex::encode(hash.finalize());
+    let sum = hash.hex();
     if json {
         crate::cli::output::say(
             serde_json::json!({"checksum": sum, "size": total, "bytesPerSec": (total as f64 / secs) as u64}),

@@ -25,7 +25,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Serve(args) => serve(cli.global, args).await,
         Cmd::Demo { nodes, base_port, exit_when_ready } => demo::run(nodes, base_port, exit_when_ready).await,
-        Cmd::Checksum { local } => files::checksum(&local, cli.global.json),
+        Cmd::Checksum { local, chunks } => files::checksum(&local, chunks, cli.global.json),
         cmd => {
             let api = Api::new(&cli.global)?;
             api.run(cmd).await

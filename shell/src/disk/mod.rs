@@ -3,6 +3,7 @@
 //! filesystem allows it, read-ahead and writeback hints, and a file's SHA-256. Used by the
 //! node's services and by the CLI's download writer; knows nothing of HTTP or the core's state.
 
+pub mod hash;
 pub mod sync;
 pub mod volumes;
 

@@ -4,12 +4,12 @@
 //! `crate::services::store_service` and `crate::services::drive`), and replication's pulls in flight and disk-work
 //! figures (used by `crate::services::replication`).
 
+use crate::disk::hash::FileHash;
 use crate::disk::sync::{GroupSync, SyncFigures};
 use crate::sync::lock;
 use axum::body::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use shoal_core::node::chores::ReplStats;
 use shoal_core::node::ApiError;
 use shoal_core::storage::planner::Task;
@@ -120,7 +120,7 @@ impl Sessions {
 /// that, or when a chunk is sent again after it was hashed, the hash is given up and the
 /// commit reads the part file instead.
 pub(crate) struct InOrderHash {
-    hasher: Sha256,
+    hasher: FileHash,
     next: u64,
     early: BTreeMap<u64, Bytes>,
     given_up: bool,
@@ -131,11 +131,20 @@ const EARLY_CHUNKS_MAX: usize = 4;
 
 impl InOrderHash {
     pub(crate) fn new() -> InOrderHash {
-        InOrderHash { hasher: Sha256::new(), next: 0, early: BTreeMap::new(), given_up: false }
+        InOrderHash { hasher: FileHash::new(), next: 0, early: BTreeMap::new(), given_up: false }
     }
 
-    /// Chunk `index` (its bytes verified) was written.
-    pub(crate) fn offer(&mut self, index: u64, bytes: Bytes) {
+    /// The whole-file hash as it stands when chunk `index` is the next it takes: a copy to
+    /// advance over that chunk in the same pass as the chunk's own digest
+    /// ([`FileHash::update_with_chunk_sum`]), handed back to [`InOrderHash::offer`].
+    pub(crate) fn at(&self, index: u64) -> Option<FileHash> {
+        (!self.given_up && self.next == index).then(|| self.hasher.clone())
+    }
+
+    /// Chunk `index` (its bytes verified) was written. `advanced`: the hash of [`InOrderHash::at`]
+    /// for this index, advanced over these bytes; taken when chunk `index` is still the next
+    /// (the state only moves when the next chunk is taken, so it is the one that was copied).
+    pub(crate) fn offer(&mut self, index: u64, bytes: Bytes, advanced: Option<(u64, FileHash)>) {
         if self.given_up {
             return;
         }
@@ -146,7 +155,15 @@ impl InOrderHash {
             self.early.clear();
             return;
         }
-        self.early.insert(index, bytes);
+        match advanced {
+            Some((at, hash)) if at == index && index == self.next => {
+                self.hasher = hash;
+                self.next += 1;
+            }
+            _ => {
+                self.early.insert(index, bytes);
+            }
+        }
         while let Some(b) = self.early.remove(&self.next) {
             self.hasher.update(&b);
             self.next += 1;
@@ -155,7 +172,7 @@ impl InOrderHash {
 
     /// The whole-file SHA-256 when every one of `chunks` chunks was hashed in order.
     pub(crate) fn finish(&self, chunks: u64) -> Option<String> {
-        (!self.given_up && self.next == chunks).then(|| hex::encode(self.hasher.clone().finalize()))
+        (!self.given_up && self.next == chunks).then(|| self.hasher.hex())
     }
 }
 
@@ -219,7 +236,8 @@ mod tests {
     use super::*;
 
     fn sha(b: &[u8]) -> String {
-        hex::encode(Sha256::digest(b))
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b))
     }
 
     #[test]
@@ -229,28 +247,59 @@ mod tests {
 
         let mut h = InOrderHash::new();
         for i in [1, 0, 3, 2] {
-            h.offer(i, parts[i as usize].clone());
+            h.offer(i, parts[i as usize].clone(), None);
         }
         assert_eq!(h.finish(4), Some(sha(&whole)), "chunks a little out of order still hash in order");
         assert_eq!(h.finish(5), None, "a missing chunk means no hash");
 
         let mut h = InOrderHash::new();
-        h.offer(0, parts[0].clone());
-        h.offer(0, Bytes::from(vec![9u8; 100]));
+        h.offer(0, parts[0].clone(), None);
+        h.offer(0, Bytes::from(vec![9u8; 100]), None);
         assert_eq!(h.finish(1), None, "a chunk sent again may carry other bytes: read the file instead");
 
         let mut h = InOrderHash::new();
         for i in 1..=(EARLY_CHUNKS_MAX as u64 + 1) {
-            h.offer(i, parts[0].clone());
+            h.offer(i, parts[0].clone(), None);
         }
         assert!(h.given_up && h.early.is_empty(), "too many early chunks are not kept in memory");
 
         let mut h = InOrderHash::new();
         for i in 1..=EARLY_CHUNKS_MAX as u64 {
-            h.offer(i, parts[0].clone());
+            h.offer(i, parts[0].clone(), None);
         }
-        h.offer(0, parts[0].clone());
+        h.offer(0, parts[0].clone(), None);
         assert!(h.finish(EARLY_CHUNKS_MAX as u64 + 1).is_some(), "the chunk that drains them is taken");
+    }
+
+    /// A chunk hashed in one pass with the whole file (`at`, then `offer` with the advanced
+    /// hash) gives the same whole-file SHA-256; an advanced hash that no longer fits is not taken.
+    #[test]
+    fn a_chunk_hashed_with_its_file_in_one_pass_advances_the_in_order_hash() {
+        let parts: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![i; 4096])).collect();
+        let whole: Vec<u8> = parts.iter().flat_map(|b| b.to_vec()).collect();
+        let advanced = |h: &InOrderHash, i: u64| {
+            h.at(i).map(|mut f| {
+                assert_eq!(hex::encode(f.update_with_chunk_sum(&parts[i as usize])), sha(&parts[i as usize]));
+                (i, f)
+            })
+        };
+        let mut h = InOrderHash::new();
+        assert!(h.at(1).is_none(), "only the next chunk's hash is handed out");
+        let early = advanced(&h, 0);
+        h.offer(1, parts[1].clone(), None);
+        h.offer(0, parts[0].clone(), early);
+        let two = advanced(&h, 2);
+        let three = advanced(&h, 2).map(|(_, f)| (3, f));
+        h.offer(3, parts[3].clone(), three);
+        h.offer(2, parts[2].clone(), two);
+        assert_eq!(h.finish(4), Some(sha(&whole)), "every chunk in order, whether it came advanced or not");
+
+        // An advanced hash of another index is ignored: the bytes are hashed the usual way.
+        let mut h = InOrderHash::new();
+        h.offer(0, parts[0].clone(), None);
+        let other = advanced(&h, 1).map(|(_, f)| (0, f));
+        h.offer(1, parts[1].clone(), other);
+        assert_eq!(h.finish(2), Some(sha(&whole[..8192])));
     }
 }
 

@@ -4,6 +4,7 @@
 //! SHA-256 checked).
 
 use crate::disk::confined_path;
+use crate::disk::hash::FileHash;
 use crate::env::Env;
 use crate::net::transport::Transport;
 use crate::node::handle::Shared;
@@ -82,6 +83,31 @@ pub async fn read_piece<E: Env>(
     offset: u64,
     len: u64,
 ) -> Result<Bytes, ApiError> {
+    let piece = read_piece_unchecked(s, src, path, offset, len).await?;
+    piece.check()?;
+    Ok(piece.bytes)
+}
+
+/// A piece of a copy as read, before its SHA-256 is checked.
+pub struct ReadPiece {
+    pub bytes: Bytes,
+    /// The SHA-256 the peer sent with it (`None`: read from this node's disk).
+    pub claimed: Option<String>,
+}
+
+fn corrupt_in_transit() -> ApiError {
+    ApiError::peer_failed("corrupt_in_transit", "a piece did not match its SHA-256")
+}
+
+/// [`read_piece`] without the check: for a reader that also takes the piece into the whole
+/// file's hash, which [`ReadPiece::check_into`] does in the same pass.
+pub async fn read_piece_unchecked<E: Env>(
+    s: &Arc<Shared<E>>,
+    src: &Source,
+    path: &str,
+    offset: u64,
+    len: u64,
+) -> Result<ReadPiece, ApiError> {
     if let Some(folder) = &src.folder {
         let (folder, path) = (PathBuf::from(folder), path.to_string());
         return s
@@ -89,7 +115,8 @@ pub async fn read_piece<E: Env>(
                 let file = confined_path(&folder, &path, false)?;
                 crate::disk::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
             })
-            .await;
+            .await
+            .map(|bytes| ReadPiece { bytes, claimed: None });
     }
     let target = format!(
         "/cluster/acn/store/read?volume={}&path={}&offset={offset}&length={len}",
@@ -101,9 +128,57 @@ pub async fn read_piece<E: Env>(
         return Err(answered_error(&r, "store/read"));
     }
     let claimed = r.header(CHUNK_SHA_HEADER).unwrap_or_default().to_string();
-    if hex::encode(Sha256::digest(&r.body)) != claimed {
-        return Err(ApiError::peer_failed("corrupt_in_transit", "a piece did not match its SHA-256"));
-    }
     let _ = r.header(FILE_SIZE_HEADER);
-    Ok(r.body)
+    Ok(ReadPiece { bytes: r.body, claimed: Some(claimed) })
+}
+
+impl ReadPiece {
+    /// The piece's own SHA-256 against the one its peer sent (a local piece passes).
+    pub fn check(&self) -> Result<(), ApiError> {
+        match &self.claimed {
+            Some(claimed) if hex::encode(Sha256::digest(&self.bytes)) != *claimed => Err(corrupt_in_transit()),
+            _ => Ok(()),
+        }
+    }
+
+    /// `file` (the whole file's hash up to this piece) taken over the piece, the piece's own
+    /// SHA-256 checked in the same pass; `file` is left as it was when the piece is corrupt.
+    pub fn check_into(&self, file: &mut FileHash) -> Result<(), ApiError> {
+        let Some(claimed) = &self.claimed else {
+            file.update(&self.bytes);
+            return Ok(());
+        };
+        let mut next = file.clone();
+        if hex::encode(next.update_with_chunk_sum(&self.bytes)) != *claimed {
+            return Err(corrupt_in_transit());
+        }
+        *file = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(bytes: &[u8], claimed: Option<String>) -> ReadPiece {
+        ReadPiece { bytes: Bytes::copy_from_slice(bytes), claimed }
+    }
+
+    /// A piece's own SHA-256 is checked in the pass that takes it into the whole file's hash:
+    /// a piece that does not match its sum leaves that hash as it was.
+    #[test]
+    fn a_piece_is_checked_in_the_pass_that_takes_it_into_the_file_hash() {
+        let (a, b) = (vec![1u8; 5000], vec![2u8; 3000]);
+        let sum = |x: &[u8]| hex::encode(Sha256::digest(x));
+        let mut file = FileHash::new();
+        piece(&a, Some(sum(&a))).check_into(&mut file).unwrap();
+        let before = file.hex();
+        let e = piece(&b, Some(sum(&a))).check_into(&mut file).unwrap_err();
+        assert_eq!(e.code, "corrupt_in_transit");
+        assert_eq!(file.hex(), before, "a corrupt piece is not taken");
+        assert!(piece(&b, Some(sum(&a))).check().is_err());
+        piece(&b, None).check_into(&mut file).unwrap();
+        assert_eq!(file.hex(), sum(&[a, b].concat()), "a local piece is taken as it is");
+    }
 }

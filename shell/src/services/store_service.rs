@@ -15,6 +15,7 @@
 //! [`Landed`] remembers bytes put in place that the records may not account for yet, and keeps
 //! other writes, deletes and renames off them meanwhile.
 
+use crate::disk::hash::FileHash;
 use crate::disk::{confined_path, file_sha, read_at, write_at};
 use crate::env::Env;
 use crate::node::handle::Shared;
@@ -91,6 +92,38 @@ fn sha_hex(b: &[u8]) -> String {
     hex::encode(Sha256::digest(b))
 }
 
+/// A `store/*` or `repl/*` request body's SHA-256 (its signature's body hash), and for a chunk
+/// of an upload whose whole-file hash stands at that chunk, that hash advanced over it in the
+/// same pass ([`crate::disk::hash`]), for [`InOrderHash::offer`] once the chunk checks out.
+pub struct BodyDigest {
+    pub sha: String,
+    file: Option<(u64, FileHash)>,
+}
+
+/// Hash a body before its signature is checked (module doc of [`crate::disk::hash`]). The
+/// whole-file hash it may advance is a copy: nothing of the session moves until the request is
+/// verified and the chunk written.
+impl BodyDigest {
+    /// The body's SHA-256 alone.
+    pub fn of(body: &[u8]) -> BodyDigest {
+        BodyDigest { sha: sha_hex(body), file: None }
+    }
+}
+
+pub fn digest_body<E: Env>(s: &Shared<E>, op: &str, query: &str, body: &[u8]) -> BodyDigest {
+    if op == "chunk" {
+        let q = parse_query(query);
+        if let (Some(id), Some(index)) = (q.get("session"), q.get("index").and_then(|i| i.parse::<u64>().ok())) {
+            let hash = lock(&s.store_service.sessions).hashes.get(id).cloned();
+            if let Some(mut file) = hash.and_then(|h| lock(&h).at(index)) {
+                let sha = hex::encode(file.update_with_chunk_sum(body));
+                return BodyDigest { sha, file: Some((index, file)) };
+            }
+        }
+    }
+    BodyDigest::of(body)
+}
+
 /// Answer one `store/*` request from verified member `sender`.
 #[allow(clippy::too_many_arguments)]
 pub async fn handle<E: Env>(
@@ -100,7 +133,7 @@ pub async fn handle<E: Env>(
     query: &str,
     headers: &HeaderMap,
     body: Bytes,
-    body_sha: String,
+    digest: BodyDigest,
     sender: NodeId,
 ) -> Response {
     let q = parse_query(query);
@@ -137,7 +170,7 @@ pub async fn handle<E: Env>(
     let s2 = s.clone();
     let headers = headers.clone();
     let op = op.to_string();
-    s.blocking(move || answer(&s2, &op, &q, &headers, body, &body_sha, &sender)).await
+    s.blocking(move || answer(&s2, &op, &q, &headers, body, digest, &sender)).await
 }
 
 /// `store/put?volume=&path=&size=&checksum=[&replaces=]`: a whole copy of one chunk or less
@@ -248,10 +281,11 @@ fn answer<E: Env>(
     q: &BTreeMap<String, String>,
     headers: &HeaderMap,
     body: Bytes,
-    body_sha: &str,
+    digest: BodyDigest,
     sender: &NodeId,
 ) -> Response {
     let svc = &s.store_service;
+    let body_sha = digest.sha.as_str();
     let now = shoal_core::Millis(s.env.monotonic().0);
     match op {
         "begin" => {
@@ -347,7 +381,7 @@ fn answer<E: Env>(
                 return io_error("write chunk", e);
             }
             // Hashed before it is marked: once no chunk is missing, all of them were offered.
-            lock(&hash).offer(index, body);
+            lock(&hash).offer(index, body, digest.file);
             let missing = lock(&svc.sessions).book.mark(id, index, now);
             match missing {
                 Ok(missing) => axum::Json(json!({"ok": true, "missing": missing})).into_response(),

@@ -459,10 +459,16 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
         .or_else(|| path.strip_prefix("/cluster/acn/repl/").map(|op| ("repl", op)));
     if let Some((family, op)) = shell_op {
         // Bytes are moved by the shell; the core only checks who is asking. The body is hashed
-        // once: for the signature, and as the chunk's SHA-256.
-        let body_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+        // once: for the signature, as the chunk's SHA-256, and (a chunk of an upload) as the
+        // next bytes of its whole file.
+        let query = parts.uri.query().unwrap_or("");
+        let digest = if family == "store" {
+            crate::services::store_service::digest_body(&s, op, query, &bytes)
+        } else {
+            crate::services::store_service::BodyDigest::of(&bytes)
+        };
         let verified =
-            s.with_node(|n, now| n.verify_acn_hashed(now, &method, &target, headers.as_ref(), &bytes, &body_sha));
+            s.with_node(|n, now| n.verify_acn_hashed(now, &method, &target, headers.as_ref(), &bytes, &digest.sha));
         let sender = match verified {
             Ok(sender) => sender,
             Err(r) => return reply_response(r),
@@ -481,8 +487,7 @@ async fn acn<E: Env>(State(s): S<E>, req: Request) -> Response {
             ("delete" | "rename", _) => return error_response(405, "method_not_allowed", "takes POST"),
             _ => {}
         }
-        let query = parts.uri.query().unwrap_or("");
-        return crate::services::store_service::handle(&s, op, &method, query, &parts.headers, bytes, body_sha, sender)
+        return crate::services::store_service::handle(&s, op, &method, query, &parts.headers, bytes, digest, sender)
             .await;
     }
     let reply = s.with_node(|n, now| n.handle_acn(now, &method, &target, headers.as_ref(), &bytes));

@@ -261,16 +261,10 @@ pub(super) fn write_chunk<E: Env>(
     keep: usize,
     index: u64,
     data: Bytes,
+    sha: String,
 ) -> tokio::task::JoinHandle<Vec<(usize, ApiError)>> {
     let (s, sinks) = (s.clone(), sinks.clone());
     tokio::spawn(async move {
-        let needs_sha = live.iter().any(|&i| matches!(sinks[i], Sink::Peer { .. }));
-        let sha = if needs_sha {
-            let d = data.clone();
-            s.blocking(move || hex::encode(Sha256::digest(&d))).await
-        } else {
-            String::new()
-        };
         let mut writes = tokio::task::JoinSet::new();
         for &i in &live {
             let (s, sinks, data, sha) = (s.clone(), sinks.clone(), data.clone(), sha.clone());
@@ -342,6 +336,11 @@ pub(super) struct Fanout {
 impl Fanout {
     pub(super) fn live(&self) -> Vec<usize> {
         (0..self.sinks.len()).filter(|&i| self.dead[i].is_none()).collect()
+    }
+
+    /// Whether a live sink is a peer (whose chunks carry their SHA-256).
+    pub(super) fn peer_live(&self) -> bool {
+        self.live().into_iter().any(|i| matches!(self.sinks[i], Sink::Peer { .. }))
     }
 
     /// Wait until at most `keep` chunk writes are in flight; fails once no sink is left.
@@ -472,6 +471,22 @@ pub(super) fn abort_in_background<E: Env>(
     tokio::spawn(async move { abort_sink(&s, &sinks[i]).await })
 }
 
+/// Take a chunk into the whole file's hash, on a blocking thread, and when a peer is to be sent
+/// it (`own`), its own SHA-256 (the body hash its signature covers) in the same pass
+/// ([`crate::disk::hash`]); empty otherwise.
+async fn hash_chunk<E: Env>(s: &Arc<Shared<E>>, mut file: FileHash, data: Bytes, own: bool) -> (FileHash, String) {
+    s.blocking(move || {
+        let sha = if own {
+            hex::encode(file.update_with_chunk_sum(&data))
+        } else {
+            file.update(&data);
+            String::new()
+        };
+        (file, sha)
+    })
+    .await
+}
+
 pub(super) async fn stream_chunks<E: Env>(
     s: &Arc<Shared<E>>,
     out: &mut Fanout,
@@ -479,7 +494,7 @@ pub(super) async fn stream_chunks<E: Env>(
     len: u64,
     expect: Option<&str>,
 ) -> Result<String, ApiError> {
-    let mut hash = Sha256::new();
+    let mut hash = FileHash::new();
     let mut size = 0u64;
     // Chunks are gathered in aligned pieces (a local copy writes one straight to the disk),
     // each as big as its chunk (the last is short).
@@ -495,14 +510,15 @@ pub(super) async fn stream_chunks<E: Env>(
         if size > len {
             return Err(ApiError::invalid("bad_body", "the body is longer than its content-length"));
         }
-        hash.update(&data);
         let mut rest = &data[..];
         while !rest.is_empty() {
             rest = &rest[chunk.fill(rest)..];
             if chunk.room() == 0 {
+                let full = std::mem::replace(&mut chunk, piece_for(index + 1)).into_bytes();
+                let sha;
+                (hash, sha) = hash_chunk(s, hash, full.clone(), out.peer_live()).await;
                 out.settle(CHUNKS_IN_FLIGHT - 1).await?;
-                let full = std::mem::replace(&mut chunk, piece_for(index + 1));
-                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, full.into_bytes()));
+                out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, full, sha));
                 index += 1;
             }
         }
@@ -511,11 +527,14 @@ pub(super) async fn stream_chunks<E: Env>(
         return Err(ApiError::invalid("bad_body", format!("the body ended after {size} of {len} bytes")));
     }
     if !chunk.is_empty() || index == 0 {
+        let last = chunk.into_bytes();
+        let sha;
+        (hash, sha) = hash_chunk(s, hash, last.clone(), out.peer_live()).await;
         out.settle(CHUNKS_IN_FLIGHT - 1).await?;
-        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, chunk.into_bytes()));
+        out.in_flight.push_back(write_chunk(s, &out.sinks, out.live(), out.keep, index, last, sha));
     }
     out.settle(0).await?;
-    let sum = hex::encode(hash.finalize());
+    let sum = hash.hex();
     if expect.is_some_and(|e| e != sum) {
         return Err(ApiError::invalid("checksum_mismatch", "the body does not match its x-shoal-sha256"));
     }

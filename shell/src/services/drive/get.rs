@@ -122,7 +122,7 @@ pub(super) struct GetStream<E: Env> {
 }
 
 /// A piece asked for ahead: its offset and length, the copy asked, the answer to come.
-type PieceTask = (u64, u64, usize, tokio::task::JoinHandle<Result<Bytes, ApiError>>);
+type PieceTask = (u64, u64, usize, tokio::task::JoinHandle<Result<ReadPiece, ApiError>>);
 
 /// The pieces asked for ahead; those still coming when the stream ends (cut, or the client
 /// gone) are called off.
@@ -159,7 +159,7 @@ impl<E: Env> GetStream<E> {
         whole: bool,
         first: Bytes,
     ) {
-        let mut hash = Sha256::new();
+        let mut hash = FileHash::new();
         let mut at = start;
         let mut piece = Some((self.cur, first));
         let mut ahead = Ahead::default();
@@ -172,7 +172,7 @@ impl<E: Env> GetStream<E> {
             }
             let want = (end - at).min(CHUNK_BYTES);
             let (from, got) = match piece.take() {
-                Some((k, b)) => (k, Ok(b)),
+                Some((k, b)) => (k, Ok(ReadPiece { bytes: b, claimed: None })),
                 None => match ahead.pop_front() {
                     Some((_, _, k, h)) => {
                         (k, h.await.unwrap_or_else(|e| Err(ApiError::internal("internal", e.to_string()))))
@@ -180,10 +180,24 @@ impl<E: Env> GetStream<E> {
                     None => (self.cur, Err(ApiError::internal("internal", "no piece was asked for"))),
                 },
             };
+            // The piece's SHA-256 is checked; for a whole file, in the same pass that takes it
+            // into the file's hash (`disk::hash`), the result kept until the piece is taken.
+            let mut taken = None;
+            let got = got.and_then(|p| {
+                if whole && p.bytes.len() as u64 == want {
+                    let mut next = hash.clone();
+                    p.check_into(&mut next)?;
+                    taken = Some(next);
+                } else {
+                    p.check()?;
+                }
+                Ok(p.bytes)
+            });
             let data = match self.checked(from, got, want) {
                 Ok(b) => b,
                 Err(e) => match self.piece_from_another_copy(at, want).await {
                     Some(b) => {
+                        taken = None;
                         // What was asked of failed copies is asked again of the one that answered.
                         for (off, len, k, h) in ahead.iter_mut() {
                             if self.bad[*k] {
@@ -201,11 +215,14 @@ impl<E: Env> GetStream<E> {
             };
             at += data.len() as u64;
             if whole {
-                hash.update(&data);
+                match taken {
+                    Some(next) => hash = next,
+                    None => hash.update(&data),
+                }
                 // The last piece goes out only once the whole file checked out: with a
                 // content-length, a body that got all its bytes counts as complete, so a
                 // mismatch must cut the stream before the last byte.
-                if at >= end && hex::encode(hash.clone().finalize()) != self.sum {
+                if at >= end && hash.hex() != self.sum {
                     // Which copy is wrong is known only when the pieces came from one.
                     if let [only] = self.used.iter().copied().collect::<Vec<_>>()[..] {
                         tracing::warn!(path = %self.path, volume = %self.sources[only].volume_id, "a copy does not match its checksum; marked stale");
@@ -221,9 +238,9 @@ impl<E: Env> GetStream<E> {
         }
     }
 
-    pub(super) fn fetch(&self, k: usize, off: u64, len: u64) -> tokio::task::JoinHandle<Result<Bytes, ApiError>> {
+    pub(super) fn fetch(&self, k: usize, off: u64, len: u64) -> tokio::task::JoinHandle<Result<ReadPiece, ApiError>> {
         let (s, src, path) = (self.s.clone(), self.sources[k].clone(), self.path.clone());
-        tokio::spawn(async move { read_piece(&s, &src, &path, off, len).await })
+        tokio::spawn(async move { read_piece_unchecked(&s, &src, &path, off, len).await })
     }
 
     /// A piece copy `k` answered, if whole. Pieces are asked for back to back, so each must

@@ -29,12 +29,16 @@ use copies::*;
 pub use get::get;
 
 use crate::disk::confined_path;
+use crate::disk::hash::FileHash;
 use crate::env::Env;
 use crate::net::client::ChannelBody;
 use crate::net::transport::Transport;
 use crate::node::handle::AckSpan;
 use crate::node::handle::Shared;
-use crate::services::peer::{answered_error, io_api, peer_error, read_piece, signed, signed_within, PEER_TIMEOUT_MS};
+use crate::services::peer::{
+    answered_error, io_api, peer_error, read_piece, read_piece_unchecked, signed, signed_within, ReadPiece,
+    PEER_TIMEOUT_MS,
+};
 use crate::services::store_service::copy_path;
 use crate::wire::{CHUNK_SHA_HEADER, COPY_HEADER, SHA_HEADER};
 use axum::body::Bytes;

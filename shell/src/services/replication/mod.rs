@@ -34,9 +34,10 @@ use scrub::*;
 pub use scrub::{scrub_copy, verify};
 
 use crate::disk::confined_path;
+use crate::disk::hash::FileHash;
 use crate::env::Env;
 use crate::node::handle::Shared;
-use crate::services::peer::{read_piece, signed};
+use crate::services::peer::{read_piece_unchecked, signed};
 use crate::sync::lock;
 use crate::wire::error::error_response;
 use axum::response::{IntoResponse, Response};
@@ -273,21 +274,24 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
     let writing = Arc::new(s.store_service.writing(target_volume, Path::new(&vol.subpath)));
     let result = async {
         let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
-        let mut hash = Sha256::new();
+        // Each piece's own SHA-256 is checked in the same pass that takes it into the whole
+        // file's (`disk::hash`).
+        let mut hash = FileHash::new();
         let mut at = 0u64;
         while at < task.size {
-            let data = read_piece(s, &src, &task.path, at, (task.size - at).min(CHUNK_BYTES)).await?;
-            if data.is_empty() {
+            let piece = read_piece_unchecked(s, &src, &task.path, at, (task.size - at).min(CHUNK_BYTES)).await?;
+            if piece.bytes.is_empty() {
                 return Err(ApiError::peer_failed("short_copy", "the source copy is shorter than the file"));
             }
-            hash.update(&data);
+            piece.check_into(&mut hash)?;
+            let data = piece.bytes;
             let (p, d) = (part.clone(), data.clone());
             s.blocking(move || crate::disk::write_at(&p, at, &d)).await.map_err(|e| io_api("write part file", e))?;
             at += data.len() as u64;
         }
         let w = writing.clone();
         s.blocking(move || w.sync(&out)).await.map_err(|e| io_api("sync part file", e))?;
-        if hex::encode(hash.finalize()) != task.checksum.to_ascii_lowercase() {
+        if hash.hex() != task.checksum.to_ascii_lowercase() {
             return Err(ApiError::conflict("checksum_mismatch", "the source copy does not match the file's checksum"));
         }
         if s.store_service.landed.unsettled(s, target_volume, &task.path) {
