@@ -130,6 +130,14 @@ pub(super) fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {
         Err(e) => return Err(io_api("delete copy", e)),
     }
     prune_empty_dirs(folder, &file);
+    // The removal survives a power loss before it is reported (and the copy marked dropped):
+    // otherwise the bytes could come back at a path no record lists, which a rescan does not
+    // adopt, and hold their space for good. The deepest folder left is fsynced: the file's
+    // own, or the one that held the last folder pruned.
+    let kept = file.ancestors().skip(1).find(|d| d.is_dir());
+    if let Some(dir) = kept {
+        crate::disk::sync::fsync_folder(dir).map_err(|e| io_api("sync folder", e))?;
+    }
     Ok(())
 }
 
@@ -290,4 +298,25 @@ pub async fn rename_now<E: Env>(s: &Arc<Shared<E>>, moved: Vec<(String, String, 
         }
     }
     done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A removed copy's empty folders go too, and the removal is made durable through the
+    /// deepest folder left (here the volume root, every folder above the file being pruned).
+    #[test]
+    fn a_removed_copy_takes_its_empty_folders_and_a_missing_one_is_no_error() {
+        let root = tempfile::tempdir().unwrap();
+        let file = confined_path(root.path(), "/a/b/c.bin", true).unwrap();
+        std::fs::write(&file, b"bytes").unwrap();
+        std::fs::write(root.path().join("a/keep.bin"), b"other").unwrap();
+        remove_copy(root.path(), "/a/b/c.bin").unwrap();
+        assert!(!file.exists() && !root.path().join("a/b").exists(), "the file and its emptied folder are gone");
+        assert!(root.path().join("a/keep.bin").exists(), "a folder with other files stays");
+        remove_copy(root.path(), "/a/b/c.bin").unwrap();
+        remove_copy(root.path(), "/a/keep.bin").unwrap();
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "pruned up to the volume root");
+    }
 }
