@@ -307,7 +307,6 @@ async fn get_once(
     )
 }
 
-/// `shoal checksum LOCAL`: the file's SHA-256 and how fast it was read and hashed.
 /// Read until `buf` is full or the file ends; the bytes read.
 fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
@@ -320,6 +319,7 @@ fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// `shoal checksum LOCAL`: the file's SHA-256 and how fast it was read and hashed.
 pub fn checksum(local: &Path, chunks: bool, json: bool) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     let mut f = std::fs::File::open(local).map_err(|e| CliError(format!("{}: {e}", local.display())))?;
