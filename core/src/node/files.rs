@@ -683,38 +683,52 @@ impl Node {
         if own.is_empty() {
             return vec![];
         }
+        // The copies of removed files still on this node's volumes: usually none or few, so
+        // the live records are looked at only for their ids (not gathered for the whole
+        // namespace on every pass: a remove runs this pass at once).
+        let own_ref = &own;
+        let pending: Vec<(&FileRecord, &Location, &String)> = self
+            .meta
+            .state()
+            .files()
+            .filter(|f| f.removed && !f.is_dir)
+            .flat_map(|f| {
+                f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {
+                    let folder = own_ref.get(&l.volume_id)?;
+                    Some((f, l, folder))
+                })
+            })
+            .collect();
+        if pending.is_empty() {
+            return vec![];
+        }
+        let ids: std::collections::BTreeSet<&FileId> = pending.iter().map(|(f, ..)| &f.id).collect();
         let mut live: BTreeMap<(&FileId, &VolumeId), (&str, &str)> = BTreeMap::new();
-        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
+        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir && ids.contains(&f.id)) {
             for l in f.locations.iter().filter(|l| own.contains_key(&l.volume_id) && l.state != LocationState::Dropped)
             {
                 live.insert((&f.id, &l.volume_id), (&f.path, &l.checksum));
             }
         }
         let mut out = Vec::new();
-        for f in self.meta.state().files().filter(|f| f.removed && !f.is_dir) {
-            for l in &f.locations {
-                let Some(folder) = own.get(&l.volume_id) else { continue };
-                if l.state == LocationState::Dropped {
-                    continue;
-                }
-                match live.get(&(&f.id, &l.volume_id)) {
-                    // Renamed only while the copy at the new name is still this content: one
-                    // overwritten since supersedes it, and the old bytes just go.
-                    Some((to, sum)) if *to != f.path && sum.eq_ignore_ascii_case(&l.checksum) => {
-                        out.push(DiskAction::Rename {
-                            volume: l.volume_id.clone(),
-                            folder: folder.clone(),
-                            from: f.path.clone(),
-                            to: to.to_string(),
-                        })
-                    }
-                    Some((to, _)) if *to == f.path => {}
-                    Some(_) | None => out.push(DiskAction::Delete {
+        for (f, l, folder) in pending {
+            match live.get(&(&f.id, &l.volume_id)) {
+                // Renamed only while the copy at the new name is still this content: one
+                // overwritten since supersedes it, and the old bytes just go.
+                Some((to, sum)) if *to != f.path && sum.eq_ignore_ascii_case(&l.checksum) => {
+                    out.push(DiskAction::Rename {
                         volume: l.volume_id.clone(),
                         folder: folder.clone(),
-                        path: f.path.clone(),
-                    }),
+                        from: f.path.clone(),
+                        to: to.to_string(),
+                    })
                 }
+                Some((to, _)) if *to == f.path => {}
+                Some(_) | None => out.push(DiskAction::Delete {
+                    volume: l.volume_id.clone(),
+                    folder: folder.clone(),
+                    path: f.path.clone(),
+                }),
             }
         }
         out
