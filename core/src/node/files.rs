@@ -686,7 +686,7 @@ impl Node {
         // The copies of removed files still on this node's volumes: usually none or few, so
         // the live records are looked at only for their ids (not gathered for the whole
         // namespace on every pass: a remove runs this pass at once).
-        let own_ref = &own;
+        let own = &own;
         let pending: Vec<(&FileRecord, &Location, &String)> = self
             .meta
             .state()
@@ -694,7 +694,7 @@ impl Node {
             .filter(|f| f.removed && !f.is_dir)
             .flat_map(|f| {
                 f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {
-                    let folder = own_ref.get(&l.volume_id)?;
+                    let folder = own.get(&l.volume_id)?;
                     Some((f, l, folder))
                 })
             })

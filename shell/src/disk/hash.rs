@@ -10,9 +10,8 @@
 //! expands each block's message schedule once and runs the rounds of both states side by side:
 //! one round's result is not waited for before the other state's round issues, so the two
 //! digests cost 1.3–1.45 times one on this machine's Xeon, not 2 (`shoal checksum --chunks`
-//! times it; BENCHMARKS.md, issue 18, nineteenth session). Where
-//! the instructions are missing, or the blocks do not line up, it hashes twice with the
-//! `sha2` crate, as before. The digests are the standard SHA-256 either way (the tests compare
+//! times it; BENCHMARKS.md, issue 18, nineteenth session). Where the instructions are missing,
+//! or the blocks do not line up, it hashes twice with the `sha2` crate, as before. The digests are the standard SHA-256 either way (the tests compare
 //! every path with `sha2`).
 
 use sha2::digest::generic_array::{typenum::U64, GenericArray};

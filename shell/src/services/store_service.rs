@@ -100,9 +100,6 @@ pub struct BodyDigest {
     file: Option<(u64, FileHash)>,
 }
 
-/// Hash a body before its signature is checked (module doc of [`crate::disk::hash`]). The
-/// whole-file hash it may advance is a copy: nothing of the session moves until the request is
-/// verified and the chunk written.
 impl BodyDigest {
     /// The body's SHA-256 alone.
     pub fn of(body: &[u8]) -> BodyDigest {
@@ -110,6 +107,9 @@ impl BodyDigest {
     }
 }
 
+/// Hash a body before its signature is checked (module doc of [`crate::disk::hash`]). The
+/// whole-file hash it may advance is a copy: nothing of the session moves until the request is
+/// verified and the chunk written.
 pub fn digest_body<E: Env>(s: &Shared<E>, op: &str, query: &str, body: &[u8]) -> BodyDigest {
     if op == "chunk" {
         let q = parse_query(query);

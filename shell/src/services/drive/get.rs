@@ -181,13 +181,13 @@ impl<E: Env> GetStream<E> {
                 },
             };
             // The piece's SHA-256 is checked; for a whole file, in the same pass that takes it
-            // into the file's hash (`disk::hash`), the result kept until the piece is taken.
-            let mut taken = None;
+            // into the file's hash (`disk::hash`; a piece that fails its check is not taken). A
+            // piece taken so is whole and checked, so `checked` below keeps it.
+            let mut hashed = false;
             let got = got.and_then(|p| {
                 if whole && p.bytes.len() as u64 == want {
-                    let mut next = hash.clone();
-                    p.check_into(&mut next)?;
-                    taken = Some(next);
+                    p.check_into(&mut hash)?;
+                    hashed = true;
                 } else {
                     p.check()?;
                 }
@@ -197,7 +197,6 @@ impl<E: Env> GetStream<E> {
                 Ok(b) => b,
                 Err(e) => match self.piece_from_another_copy(at, want).await {
                     Some(b) => {
-                        taken = None;
                         // What was asked of failed copies is asked again of the one that answered.
                         for (off, len, k, h) in ahead.iter_mut() {
                             if self.bad[*k] {
@@ -215,9 +214,8 @@ impl<E: Env> GetStream<E> {
             };
             at += data.len() as u64;
             if whole {
-                match taken {
-                    Some(next) => hash = next,
-                    None => hash.update(&data),
+                if !hashed {
+                    hash.update(&data);
                 }
                 // The last piece goes out only once the whole file checked out: with a
                 // content-length, a body that got all its bytes counts as complete, so a
