@@ -468,6 +468,46 @@ fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
     assert!(file(&n, "/new.txt").is_current(loc(&file(&n, "/new.txt"), &va)));
 }
 
+/// A delete or rename found by `disk_actions` is carried out later (after the records are on
+/// disk, after bytes landing there settle): asked again then, it must not take a put's new bytes
+/// at that path, published since. Without the check, `rm /f` then `put /f` lost the new file on
+/// this volume, and `mv /a /b` then `put /b` had the old bytes renamed over the new ones.
+#[test]
+fn a_delete_or_rename_found_earlier_leaves_a_newer_put_at_that_path_alone() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let dir = folder(1);
+    let here = [(va.clone(), me.clone())];
+
+    publish(&mut n, at(1_000), "/f", 'a', &here);
+    n.file_remove(at(1_100), "/f", false).unwrap();
+    let delete = DiskAction::Delete { volume: va.clone(), folder: dir.clone(), path: "/f".into() };
+    assert_eq!(n.disk_actions(), vec![delete.clone()]);
+    assert!(n.disk_action_holds(&delete), "nothing changed since");
+    // A new put of /f lands on this volume and publishes before the delete runs.
+    publish(&mut n, at(1_200), "/f", 'b', &here);
+    assert!(!n.disk_action_holds(&delete), "the path holds a live file again");
+    assert!(!n.removed_copy_dropped(at(1_300), "/f", &va), "the new record's copy is not marked dropped");
+    let f = file(&n, "/f");
+    assert!(f.is_current(loc(&f, &va)) && f.checksum == sum('b'));
+
+    publish(&mut n, at(2_000), "/a", 'c', &here);
+    n.file_move(at(2_100), "/a", "/b").unwrap();
+    let rename = DiskAction::Rename { volume: va.clone(), folder: dir.clone(), from: "/a".into(), to: "/b".into() };
+    assert_eq!(n.disk_actions(), vec![rename.clone()]);
+    assert!(n.disk_action_holds(&rename));
+    assert_eq!(n.authorize_rename(&va, "/a", "/b"), Ok(dir.clone()));
+    // A put over /b (same file id: an overwrite) lands new bytes there before the rename runs.
+    publish(&mut n, at(2_200), "/b", 'd', &here);
+    assert!(!n.disk_action_holds(&rename), "the copy at /b is other content now");
+    refused(n.authorize_rename(&va, "/a", "/b"), 409, "not_authorized");
+    let delete_a = DiskAction::Delete { volume: va.clone(), folder: dir.clone(), path: "/a".into() };
+    assert_eq!(n.disk_actions(), vec![delete_a.clone()], "the old bytes just go");
+    assert!(n.disk_action_holds(&delete_a));
+    assert!(n.removed_copy_dropped(at(2_300), "/a", &va));
+    assert!(!n.disk_action_holds(&delete_a), "done with");
+}
+
 #[test]
 fn a_rescan_before_a_moves_rename_takes_the_bytes_at_the_old_path_for_the_copy() {
     use shoal_core::node::rescan::Found;

@@ -510,6 +510,116 @@ fn a_leaders_mark_waits_only_for_its_own_entries() {
     assert!(net.meta("a").held_elsewhere(RecordKind::Setting, "ours"));
 }
 
+/// A leader's own entry that no follower confirmed, whose log a new leader's snapshot then
+/// replaced (a shorter one: the entry's number is past its end), is not held: the record is
+/// back in the pending queue, to be submitted again. Found in review: the mark looked its
+/// number up in a log that no longer had it and took the empty range for "nothing to wait for",
+/// so the write was acknowledged `replicated` with no other node holding it.
+#[test]
+fn a_leaders_mark_over_entries_a_new_leaders_snapshot_replaced_is_not_held() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    net.write("a", "warm", json!(0));
+    // a's appends stop reaching b and c, which still see each other.
+    net.cut("a", "b");
+    net.cut("a", "c");
+    let from = net.meta("a").write_mark();
+    net.write("a", "ours", json!(1));
+    let to = net.meta("a").write_mark();
+    assert!(!net.meta("a").mark_held(&from, &to), "no follower confirmed it");
+    // b and c lose sight of a; b claims the lease with a higher term.
+    let without_a = [("a", false), ("b", true), ("c", true)];
+    net.set_view("b", &without_a);
+    net.set_view("c", &without_a);
+    let now = net.now;
+    net.node_mut("b").meta.allow_claim_now(now);
+    net.tick("b");
+    net.run();
+    assert!(net.meta("b").is_leader(net.now));
+    assert!(net.meta("b").last_seq() < net.meta("a").last_seq(), "b's log is the shorter");
+    // Heal: a learns of b's lease, steps down and adopts b's snapshot. At every step, while
+    // the record waits in a's queue (no other node holds it), the mark must not say held.
+    net.heal("a", "b");
+    net.heal("a", "c");
+    net.set_view_all(&[("a", true), ("b", true), ("c", true)]);
+    let adopted = net.meta("a").snapshots_adopted();
+    let mut seen_pending_after_snapshot = false;
+    for _ in 0..6 {
+        net.advance(5_000);
+        net.tick_all();
+        while let Some(m) = net.queue.pop_front() {
+            net.deliver(m);
+            let a = net.meta("a");
+            if !a.held_elsewhere(RecordKind::Setting, "ours") {
+                seen_pending_after_snapshot |= a.snapshots_adopted() > adopted;
+                assert!(!a.mark_held(&from, &to), "held while only a holds it");
+            }
+        }
+    }
+    assert!(net.meta("a").snapshots_adopted() > adopted, "a adopted b's snapshot");
+    assert!(seen_pending_after_snapshot, "the record waited in a's queue after the snapshot");
+    assert!(net.meta("b").state().get(RecordKind::Setting, "ours").is_some(), "sent back to b");
+}
+
+/// A follower that asked the leader for a log page (or a snapshot) and became the leader
+/// before the answer came takes no part of it: it leads now, and the old leader's numbering
+/// must not replace its log (found in review: a stale page led to a snapshot of the old
+/// leader's, adopted while this node held the lease, so it followed the old numbering, reused
+/// sequence numbers and counted its own writes as held).
+#[test]
+fn a_catch_up_answer_that_arrives_after_the_asker_became_leader_is_ignored() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    net.write("a", "first", json!(0));
+    // b drops out of a's members and misses two changes; back, it reads the range from a.
+    net.set_view("a", &[("a", true), ("c", true)]);
+    net.cut("a", "b");
+    net.tick("a");
+    net.write("a", "missed1", json!(1));
+    net.write("a", "missed2", json!(2));
+    net.heal("a", "b");
+    net.set_view("a", &[("a", true), ("b", true), ("c", true)]);
+    let mut asked = None;
+    for _ in 0..20 {
+        while let Some(m) = net.queue.pop_front() {
+            if m.from == id("b") && m.target.starts_with(LOG) {
+                asked = Some(m);
+            } else {
+                net.deliver(m);
+            }
+        }
+        if asked.is_some() {
+            break;
+        }
+        net.advance(1_000);
+        net.tick_all();
+    }
+    let asked = asked.expect("b asks a for the range it missed");
+    // Meanwhile b stops seeing a and claims the lease (a does not hear of it yet).
+    let without_a = [("a", false), ("b", true), ("c", true)];
+    net.set_view("b", &without_a);
+    net.set_view("c", &without_a);
+    net.cut("a", "b");
+    net.cut("a", "c");
+    let now = net.now;
+    net.node_mut("b").meta.allow_claim_now(now);
+    net.tick("b");
+    net.run();
+    assert!(net.meta("b").is_leader(net.now));
+    net.heal("a", "b");
+    let (lease, last, adopted) =
+        (net.meta("b").known_lease().cloned(), net.meta("b").last_seq(), net.meta("b").snapshots_adopted());
+    // The old leader's page arrives now.
+    net.deliver(asked);
+    net.run();
+    assert!(net.meta("b").is_leader(net.now));
+    assert_eq!(net.meta("b").snapshots_adopted(), adopted, "no snapshot of the old leader's adopted");
+    assert!(net.meta("b").last_seq() >= last, "the leader's log did not go back");
+    assert_eq!(net.meta("b").known_lease().cloned(), lease);
+    let r = net.setting("b", "new-term", json!(4));
+    net.submit("b", r);
+    net.run();
+    assert!(net.meta("c").state().get(RecordKind::Setting, "new-term").is_some(), "b leads on its own numbering");
+}
+
 /// Issue 18: a follower keeps up to `submit_window` submits in flight, so a change need not
 /// wait behind the submit of another (a request's audit entry, most often). Each submit
 /// carries records no other one in flight carries, answers may come in any order, and a

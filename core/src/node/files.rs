@@ -65,6 +65,26 @@ pub enum DiskAction {
     Rename { volume: VolumeId, folder: String, from: String, to: String },
 }
 
+/// What the records ask of the copy `l` on this node's volume (whose folder is `folder`) of the
+/// removed file `f`, given the live record of the same id with a copy there (its path and that
+/// copy's checksum), if any: renamed to the live path while that copy is still this content (one
+/// overwritten since supersedes it, and the old bytes just go), nothing when the live record is
+/// at the same path, deleted otherwise.
+fn disk_action_of(f: &FileRecord, l: &Location, folder: &str, live: Option<(&str, &str)>) -> Option<DiskAction> {
+    match live {
+        Some((to, sum)) if to != f.path && sum.eq_ignore_ascii_case(&l.checksum) => Some(DiskAction::Rename {
+            volume: l.volume_id.clone(),
+            folder: folder.to_string(),
+            from: f.path.clone(),
+            to: to.to_string(),
+        }),
+        Some((to, _)) if to == f.path => None,
+        Some(_) | None => {
+            Some(DiskAction::Delete { volume: l.volume_id.clone(), folder: folder.to_string(), path: f.path.clone() })
+        }
+    }
+}
+
 /// Why a destructive `store/delete` is made (the node checks it against its own records).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -710,28 +730,48 @@ impl Node {
                 live.insert((&f.id, &l.volume_id), (&f.path, &l.checksum));
             }
         }
-        let mut out = Vec::new();
-        for (f, l, folder) in pending {
-            match live.get(&(&f.id, &l.volume_id)) {
-                // Renamed only while the copy at the new name is still this content: one
-                // overwritten since supersedes it, and the old bytes just go.
-                Some((to, sum)) if *to != f.path && sum.eq_ignore_ascii_case(&l.checksum) => {
-                    out.push(DiskAction::Rename {
-                        volume: l.volume_id.clone(),
-                        folder: folder.clone(),
-                        from: f.path.clone(),
-                        to: to.to_string(),
-                    })
-                }
-                Some((to, _)) if *to == f.path => {}
-                Some(_) | None => out.push(DiskAction::Delete {
-                    volume: l.volume_id.clone(),
-                    folder: folder.clone(),
-                    path: f.path.clone(),
-                }),
-            }
+        pending
+            .into_iter()
+            .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied()))
+            .collect()
+    }
+
+    /// Whether `action` (from [`Node::disk_actions`], some time ago) is still what the records
+    /// ask for, now: checked again just before it is carried out, under the landing lock, so a
+    /// delete or rename decided before a new put landed at that path never destroys the new
+    /// bytes (a put after `rm` or after `mv`, whose record lists this volume by now).
+    pub fn disk_action_holds(&self, action: &DiskAction) -> bool {
+        let (volume, path) = match action {
+            DiskAction::Delete { volume, path, .. } => (volume, path),
+            DiskAction::Rename { volume, from, .. } => (volume, from),
+        };
+        let Some(folder) = self.local_volume(volume.as_str()).map(|v| v.subpath.clone()) else { return false };
+        let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
+        let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {
+            return false;
+        };
+        // As `disk_actions` finds it: the last live record of the id with a copy on the volume.
+        let live = self
+            .meta
+            .state()
+            .files()
+            .filter(|g| !g.removed && !g.is_dir && g.id == f.id)
+            .filter_map(|g| {
+                let m = g.locations.iter().find(|m| &m.volume_id == volume && m.state != LocationState::Dropped)?;
+                Some((g.path.as_str(), m.checksum.as_str()))
+            })
+            .last();
+        disk_action_of(f, l, &folder, live).as_ref() == Some(action)
+    }
+
+    /// Mark the copy on `volume` of the removed file at `path` dropped, once its bytes are
+    /// deleted or renamed away; nothing when the path holds a live record again by now (a put
+    /// after `rm` or `mv`): that record's copy there is new bytes, not the ones that went.
+    pub fn removed_copy_dropped(&mut self, wall: Millis, path: &str, volume: &VolumeId) -> bool {
+        if !self.meta.state().file(path).is_some_and(|f| f.removed) {
+            return false;
         }
-        out
+        self.copy_mark(wall, path, volume, LocationState::Dropped, "")
     }
 
     /// Whether `sender` may have this node delete a copy (`store/delete`): for a user's remove
@@ -807,10 +847,15 @@ impl Node {
         let vol = self
             .local_volume(volume.as_str())
             .ok_or_else(|| ApiError::not_found("unknown_volume", "the volume is not on this node"))?;
-        let old = self.meta.state().file(&from).filter(|f| f.removed);
-        let new = self.live_file(&to).filter(|f| f.locations.iter().any(|l| &l.volume_id == volume));
+        let copy = |f: &FileRecord| {
+            f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped).cloned()
+        };
+        let old = self.meta.state().file(&from).filter(|f| f.removed).and_then(|f| Some((f.id.clone(), copy(f)?)));
+        let new = self.live_file(&to).and_then(|f| Some((f.id.clone(), copy(f)?)));
         match (old, new) {
-            (Some(o), Some(n)) if o.id == n.id => Ok(vol.subpath),
+            // The same file, and the copy at the new name still this content: a put over the
+            // new name since the move is other bytes, which the old ones must not replace.
+            (Some((a, o)), Some((b, n))) if a == b && o.checksum.eq_ignore_ascii_case(&n.checksum) => Ok(vol.subpath),
             _ => Err(ApiError::conflict("not_authorized", "this node's records do not show that move (yet)")),
         }
     }

@@ -67,7 +67,20 @@ pub(super) async fn secure(
         .map_err(|e| CliError(format!("TLS to {}: {e}", url.authority)))
 }
 
-async fn connect(base: &str, tls: &Tls) -> Result<(http1::SendRequest<ChannelBody>, String, String), CliError> {
+/// The connection half of a request: it moves the bytes, and must be polled while the request
+/// and its answer's body are.
+type Conn = http1::Connection<TokioIo<MaybeTls<tokio::net::TcpStream>>, ChannelBody>;
+
+/// The request half of a connection to the node's API, with the authority and the URL's path
+/// prefix its requests name.
+struct Api {
+    sender: http1::SendRequest<ChannelBody>,
+    authority: String,
+    prefix: String,
+}
+
+/// A connection to the node's API: its request half, and the connection to drive.
+async fn connect(base: &str, tls: &Tls) -> Result<(Api, Conn), CliError> {
     let url = parse_url(base).map_err(|e| CliError(e.to_string()))?;
     let (authority, prefix) = (url.authority.clone(), url.prefix.clone());
     let tcp = tokio::net::TcpStream::connect(&authority)
@@ -77,10 +90,22 @@ async fn connect(base: &str, tls: &Tls) -> Result<(http1::SendRequest<ChannelBod
     let tcp = secure(tcp, &url, tls.clone()).await?;
     let (sender, conn) =
         http1::handshake(TokioIo::new(tcp)).await.map_err(|e| CliError(format!("cannot talk to {base}: {e}")))?;
-    tokio::spawn(async move {
+    Ok((Api { sender, authority, prefix }, conn))
+}
+
+/// Run `work` while driving `conn` in the same task, so the bytes `conn` reads reach `work`
+/// without a hand-over to another thread (a wake-up and a context switch per frame, about a
+/// tenth of a download's CPU when the connection ran as a task of its own). The connection
+/// is dropped (closed) once `work` ends.
+async fn with_conn<T>(conn: Conn, work: impl std::future::Future<Output = T>) -> T {
+    let driven = async {
         let _ = conn.await;
-    });
-    Ok((sender, authority, prefix))
+        std::future::pending::<std::convert::Infallible>().await
+    };
+    tokio::select! {
+        out = work => out,
+        never = driven => match never {},
+    }
 }
 
 fn api_error(status: u16, body: &[u8]) -> CliError {
@@ -107,7 +132,8 @@ pub async fn put(
     }
     let mut last = None;
     for _ in 0..2 {
-        let (v, sent) = put_once(base, &tls, token, local, &remote, md.len(), quiet).await?;
+        let (api, conn) = connect(base, &tls).await?;
+        let (v, sent) = with_conn(conn, put_once(api, token, local, &remote, md.len(), quiet)).await?;
         if v["checksum"].as_str() == Some(sent.as_str()) {
             return Ok(v);
         }
@@ -119,16 +145,16 @@ pub async fn put(
     )))
 }
 
+/// One upload on a connection of its own.
 async fn put_once(
-    base: &str,
-    tls: &Tls,
+    api: Api,
     token: &str,
     local: &Path,
     remote: &str,
     size: u64,
     quiet: bool,
 ) -> Result<(Value, String), CliError> {
-    let (mut sender, authority, prefix) = connect(base, tls).await?;
+    let Api { mut sender, authority, prefix } = api;
     let (tx, body) = ChannelBody::new(4);
     let pb = bar(size, quiet);
     let (file, pb2) = (local.to_path_buf(), pb.clone());
@@ -191,7 +217,8 @@ pub async fn get(
     let remote = cluster_path(remote)?;
     let mut last = CliError("no attempt made".into());
     for _ in 0..GET_ATTEMPTS {
-        match get_once(base, &tls, token, &remote, local, quiet).await {
+        let (api, conn) = connect(base, &tls).await?;
+        match with_conn(conn, get_once(api, token, &remote, local, quiet)).await {
             Ok(v) => return Ok(v),
             Err((e, retry)) => {
                 if !retry {
@@ -207,15 +234,9 @@ pub async fn get(
     Err(last)
 }
 
-async fn get_once(
-    base: &str,
-    tls: &Tls,
-    token: &str,
-    remote: &str,
-    local: &Path,
-    quiet: bool,
-) -> Result<Value, (CliError, bool)> {
-    let (mut sender, authority, prefix) = connect(base, tls).await.map_err(|e| (e, false))?;
+/// One download on a connection of its own; the error says whether to try again.
+async fn get_once(api: Api, token: &str, remote: &str, local: &Path, quiet: bool) -> Result<Value, (CliError, bool)> {
+    let Api { mut sender, authority, prefix } = api;
     let (_, empty) = ChannelBody::new(1);
     let req = hyper::Request::get(format!("{prefix}{}", crate::wire::files_target(remote)))
         .header("host", authority)

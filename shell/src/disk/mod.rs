@@ -54,7 +54,14 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
                     continue;
                 }
                 match std::fs::create_dir(&dir) {
-                    Ok(()) => {}
+                    // The new folder's own entry made durable in its parent before anything is
+                    // written below it: the copy's folder is fsync'd at its landing, but a
+                    // power loss could otherwise lose the folder itself, and the copy with it.
+                    Ok(()) => {
+                        if let Some(parent) = dir.parent() {
+                            sync::fsync_folder(parent).map_err(|e| io("sync folder", e))?;
+                        }
+                    }
                     // Another write made it meanwhile: it must be a real folder.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::symlink_metadata(&dir) {
                         Ok(md) if md.file_type().is_symlink() => return Err(escape()),

@@ -98,17 +98,29 @@ impl GroupSync {
             return None;
         }
         let root = File::open(folder).ok()?;
+        if !syncfs_flushes(root.as_raw_fd()) {
+            return None;
+        }
         let device = device_of(root.as_raw_fd())?;
         let flush = Box::new(move |fds: &[RawFd]| {
             let mut here = Vec::with_capacity(fds.len());
+            // Files on another device (a mount below the volume) each fsync'd on their own,
+            // all of them: one's error does not leave the others unsynced. A folder that
+            // cannot be fsync'd there (`EINVAL`, `ENOTSUP`) is no error, as for a lone folder;
+            // any other error fails the round, after the rest are flushed.
+            let mut failed = None;
             for &fd in fds {
                 if device_of(fd) == Some(device) {
                     here.push(fd);
-                } else {
-                    fsync(fd)?;
+                } else if let Err(e) = fsync(fd) {
+                    let folder_refused =
+                        matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOTSUP)) && is_folder(fd);
+                    if !folder_refused {
+                        failed.get_or_insert(e);
+                    }
                 }
             }
-            match here[..] {
+            let flushed = match here[..] {
                 [] => Ok(()),
                 [one] => fsync(one),
                 _ => {
@@ -119,6 +131,10 @@ impl GroupSync {
                     // are clean now: nothing is written again).
                     here.iter().try_for_each(|&fd| own_write_errors(fd))
                 }
+            };
+            match failed {
+                Some(e) => Err(e),
+                None => flushed,
             }
         });
         Some(GroupSync::new(flush, figures))
@@ -270,6 +286,44 @@ fn syncfs(_fd: RawFd) -> io::Result<()> {
 }
 
 /// The device a descriptor's file lives on.
+/// Whether `fd` is a folder.
+fn is_folder(fd: RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills `st` when it answers 0; the descriptor is held open by its caller.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by the successful fstat above.
+    (unsafe { st.assume_init() }.st_mode & libc::S_IFMT) == libc::S_IFDIR
+}
+
+/// Whether one `syncfs` of the file system holding `fd` makes its files durable: only the
+/// local disk file systems known to flush data and metadata on it. Elsewhere each file is
+/// fsync'd on its own: FUSE's `syncfs` sends nothing to most servers (mergerfs, sshfs, ntfs-3g;
+/// only virtiofs asks for it), and network file systems flush per file.
+#[cfg(target_os = "linux")]
+fn syncfs_flushes(fd: RawFd) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills `st` when it answers 0; the descriptor is open while this runs.
+    if unsafe { libc::fstatfs(fd, st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: initialised by the successful fstatfs above.
+    #[allow(clippy::unnecessary_cast)] // `f_type` is i64 on x86_64, narrower elsewhere
+    let kind = unsafe { st.assume_init() }.f_type as i64;
+    GROUPED_FS_TYPES.contains(&kind)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn syncfs_flushes(_fd: RawFd) -> bool {
+    false
+}
+
+/// `statfs` magic numbers of the file systems whose `syncfs` flushes every file: ext2/3/4,
+/// XFS, Btrfs, F2FS, ZFS, overlayfs (its upper layer's), tmpfs (nothing to flush).
+const GROUPED_FS_TYPES: [i64; 7] =
+    [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x2FC1_2FC1, 0x794C_7630, 0x0102_1994];
+
 fn device_of(fd: RawFd) -> Option<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat fills `st` when it answers 0; the descriptor is held open by its caller.
@@ -440,6 +494,29 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 160);
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         assert_eq!(load(&figures.lone) + load(&figures.grouped), 320, "every sync counted once");
+    }
+
+    /// Grouping is for file systems whose `syncfs` flushes their files: the local disk ones.
+    /// `/proc` (and, by the same list, a FUSE or network mount) gets a lone fsync per file.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn only_file_systems_whose_syncfs_flushes_are_grouped() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = File::open(dir.path()).unwrap();
+        let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: fstatfs on an open descriptor; read only when it answered 0.
+        assert_eq!(unsafe { libc::fstatfs(here.as_raw_fd(), st.as_mut_ptr()) }, 0);
+        #[allow(clippy::unnecessary_cast)]
+        // SAFETY: initialised by the successful fstatfs above.
+        let kind = unsafe { st.assume_init() }.f_type as i64;
+        assert_eq!(syncfs_flushes(here.as_raw_fd()), GROUPED_FS_TYPES.contains(&kind));
+        let proc_fs = File::open("/proc").unwrap();
+        assert!(!syncfs_flushes(proc_fs.as_raw_fd()), "procfs is not a disk");
+        assert!(GroupSync::for_folder(Path::new("/proc"), Arc::new(SyncFigures::default())).is_none());
+        // FUSE (0x65735546) and NFS (0x6969), SMB (0xFE534D42), CIFS (0xFF534D42) are not listed.
+        for other in [0x6573_5546_i64, 0x6969, 0xFE53_4D42, 0xFF53_4D42] {
+            assert!(!GROUPED_FS_TYPES.contains(&other));
+        }
     }
 
     #[test]

@@ -175,6 +175,10 @@ pub struct WriteMark {
     /// The log's end when the mark was taken, and whether this node led then.
     seq: LogIndex,
     led: bool,
+    /// The term of the numbering `seq` counts in (the lease the log follows). Once the log
+    /// follows another (a snapshot adopted from a new leader, the lease taken again), numbers
+    /// of the old one say nothing about what peers hold.
+    term: Option<Term>,
 }
 
 /// A JSON answer to a peer (the node's [`Reply`]).
@@ -441,7 +445,7 @@ pub struct Meta {
     born: Millis,
     /// Pending ids of ours that went into our own log when we became leader: first id of each
     /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
-    self_appended: BTreeMap<u64, (u64, LogIndex)>,
+    self_appended: BTreeMap<u64, (u64, LogIndex, Term)>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -630,7 +634,7 @@ impl Meta {
     /// and after a client's request, the two bound the changes it made ([`Meta::mark_held`]).
     pub fn write_mark(&self) -> WriteMark {
         let led = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
-        WriteMark { pending_before: self.next_pending_id, seq: self.last_seq, led }
+        WriteMark { pending_before: self.next_pending_id, seq: self.last_seq, led, term: self.log_term() }
     }
 
     /// Whether every change this node made between `from` and `to` is held by another node
@@ -642,26 +646,47 @@ impl Meta {
         if self.pending.range(from.pending_before..to.pending_before).next().is_some() {
             return false;
         }
+        let alone = self.members.iter().all(|c| c.id == self.me);
+        let term = self.log_term();
         // Of the entries appended meanwhile, only this leader's own wait for a peer: one a
         // follower submitted is held by that follower and by this leader already (and the
-        // append gap may hold it back from the others for a moment).
-        let mut need = (to.led && to.seq > from.seq).then(|| self.newest_own_entry(from.seq, to.seq)).flatten();
-        for (first, (last, end)) in &self.self_appended {
+        // append gap may hold it back from the others for a moment). Entries numbered under
+        // another term than the log's now are not known to be held (the log was replaced by a
+        // new leader's snapshot, which sent this node's records back as new pending ones, or
+        // the numbering started again): the request is answered `unconfirmed` at its bound.
+        let mut need = None;
+        let mut other_numbering = false;
+        if to.led && to.seq > from.seq {
+            if to.term != term {
+                other_numbering = true;
+            } else {
+                need = self.newest_own_entry(from.seq, to.seq);
+            }
+        }
+        for (first, (last, end, at_term)) in &self.self_appended {
             if *first < to.pending_before && *last >= from.pending_before {
+                other_numbering |= Some(*at_term) != term;
                 need = Some(need.map_or(*end, |n: LogIndex| n.max(*end)));
             }
         }
+        if other_numbering {
+            return alone;
+        }
         let Some(need) = need else { return true };
-        let alone = self.members.iter().all(|c| c.id == self.me);
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
         alone || (leads && self.peers.values().any(|p| p.held_through >= need))
+    }
+
+    /// The term of the numbering this node's log follows.
+    fn log_term(&self) -> Option<Term> {
+        self.log_lease.as_ref().map(|l| l.term)
     }
 
     /// The newest entry in `(after, through]` this node made itself (origin: this node); the
     /// end of the range if part of it was compacted (it cannot tell then).
     fn newest_own_entry(&self, after: LogIndex, through: LogIndex) -> Option<LogIndex> {
         let first = LogIndex(after.0.saturating_add(1));
-        if self.compacted_through >= first {
+        if self.compacted_through >= first || through > self.last_seq {
             return Some(through);
         }
         self.log.range(first..=through).rev().find(|(_, e)| e.origin == self.me).map(|(seq, _)| *seq)
@@ -1094,7 +1119,8 @@ impl Meta {
                 self.persist(MetaPersist::DeletePending(id));
             }
             if let Some((first, last)) = ids {
-                self.self_appended.insert(first, (last, self.last_seq));
+                let term = self.log_term().unwrap_or_default();
+                self.self_appended.insert(first, (last, self.last_seq, term));
                 while self.self_appended.len() > 64 {
                     self.self_appended.pop_first();
                 }

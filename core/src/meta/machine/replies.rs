@@ -123,6 +123,11 @@ impl Meta {
             }
             MetaPurpose::CatchUp => {
                 self.catch_up_in_flight = None;
+                if self.is_leader(now) {
+                    // Asked while following; this node leads now, and its log is the one the
+                    // others follow: a page of the old leader's must not rewrite it.
+                    return;
+                }
                 match refused {
                     None => {
                         let Ok(page) = serde_json::from_slice::<LogPage<Box<RawValue>>>(&body) else { return };
@@ -147,6 +152,9 @@ impl Meta {
             }
             MetaPurpose::Snapshot { after } => {
                 let page = carried_out.then(|| serde_json::from_slice::<Snapshot>(&body).ok()).flatten();
+                // As for a catch-up page: a leader never adopts another node's snapshot (it would
+                // clear its log and follow the old numbering while it holds the lease).
+                let page = page.filter(|_| !self.is_leader(now));
                 let Some(page) = page else {
                     self.catch_up_in_flight = None;
                     self.snapshot_progress = None;

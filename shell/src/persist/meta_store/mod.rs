@@ -364,7 +364,12 @@ impl MetaStore {
             return Ok(0);
         }
         let n = batch.len();
-        match self.append(&batch, *next_row) {
+        // A panic while writing (encoding, the database) is taken as a failed transaction: the
+        // batch goes back into the buffer, and `flushed` does not pass it (a `durable` answer
+        // must never cover ops that are lost).
+        let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.append(&batch, *next_row)))
+            .unwrap_or_else(|_| Err(MetaStoreError::Db("the metadata flush panicked".into())));
+        match appended {
             Ok(bytes) => {
                 *next_row += 1;
                 self.commits.fetch_add(1, Ordering::Relaxed);
@@ -1109,6 +1114,27 @@ mod tests {
         assert_eq!(loaded.records, vec![setting("a", 2)]);
         assert_eq!(loaded.entries, vec![entry(1), entry(2)]);
         assert_eq!(loaded.log_meta, Some(log_meta(1)));
+    }
+
+    /// A panic while a batch is written (found in review: the batch, taken out of the buffer,
+    /// was dropped and the next flush moved `flushed` past it, so a `durable` answer covered
+    /// ops never written): the batch is back in the buffer and `flushed` stays where it was.
+    #[test]
+    fn a_flush_that_panics_keeps_its_batch_and_does_not_count_it_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, meta) = open(&dir.path().join("cluster.redb"));
+        meta.queue(vec![put("a", 1), MetaPersist::PutEntry(entry(1))]);
+        let through = meta.queued_through();
+        *lock(&meta.before_commit) = Some(Box::new(|_: &MetaStore| panic!("injected panic")));
+        let err = meta.flush().unwrap_err();
+        assert!(err.to_string().contains("panicked"), "{err}");
+        assert_eq!(meta.buffered(), 2, "the batch is back");
+        assert!(*meta.flushed.borrow() < through, "not counted as flushed");
+        // The next working flush writes it.
+        *lock(&meta.before_commit) = None;
+        assert_eq!(meta.flush().unwrap(), 2);
+        assert!(*meta.flushed.borrow() >= through);
+        assert_eq!(meta.load().unwrap().records, vec![setting("a", 1)]);
     }
 
     /// A real I/O failure from redb (not an injected one): the error comes back (no panic) and

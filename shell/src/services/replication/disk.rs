@@ -75,17 +75,28 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
     if !records_on_disk(s).await {
         return Err(records_not_on_disk());
     }
-    let (path, volume) = (req.path.clone(), req.volume_id.clone());
+    let (sender, req2) = (sender.clone(), req.clone());
+    // The content the delete was authorised for: a drop task's copy is marked dropped only
+    // while the file still has it (not a put's new bytes published since).
+    let checksum = s.read_node(|n, _| n.meta().state().file(&req.path).map(|f| f.checksum.clone())).unwrap_or_default();
     when_settled(s, &req.volume_id, &[&req.path], move |s2| {
-        let (path, volume, folder) = (path.clone(), volume.clone(), folder.clone());
+        let (sender, req, folder, checksum) = (sender.clone(), req2.clone(), folder.clone(), checksum.clone());
         move || {
-            s2.store_service
-                .landed
-                .unless_unsettled(&s2, &volume, Path::new(&folder), &[&path], || remove_copy(Path::new(&folder), &path))
+            let (path, volume) = (req.path.as_str(), &req.volume_id);
+            s2.store_service.landed.unless_unsettled(&s2, volume, Path::new(&folder), &[path], || {
+                // Asked again under the landing lock: a put may have landed new bytes at this
+                // path since (settled by now, its record live), which this delete must not take.
+                s2.read_node(|n, now| n.authorize_delete(now, &sender, &req))?;
+                remove_copy(Path::new(&folder), path)?;
+                s2.with_node(|n, now| match req.term {
+                    None => n.removed_copy_dropped(now, path, volume),
+                    Some(_) => n.copy_mark(now, path, volume, LocationState::Dropped, &checksum),
+                });
+                Ok(())
+            })
         }
     })
     .await?;
-    s.with_node(|n, now| n.copy_mark(now, &req.path, &req.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
 }
 
@@ -109,12 +120,16 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
         let (from, to, volume, folder) = (from.clone(), to.clone(), volume.clone(), folder.clone());
         move || {
             s2.store_service.landed.unless_unsettled(&s2, &volume, Path::new(&folder), &[&from, &to], || {
-                move_copy(Path::new(&folder), &from, &to)
+                // Asked again under the landing lock (a put over either name since, settled by
+                // now, must not be replaced or taken by the old bytes).
+                s2.read_node(|n, _| n.authorize_rename(&volume, &from, &to))?;
+                move_copy(Path::new(&folder), &from, &to)?;
+                s2.with_node(|n, now| n.removed_copy_dropped(now, &from, &volume));
+                Ok(())
             })
         }
     })
     .await?;
-    s.with_node(|n, now| n.copy_mark(now, &b.from, &b.volume_id, LocationState::Dropped, ""));
     Ok(json!({"ok": true}))
 }
 
@@ -182,43 +197,55 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     }
     for a in actions {
         // Bytes newer than these records lie there: leave them until the records catch up.
+        // Asked again under the landing lock whether the records still ask for it: a put may
+        // have landed new bytes at the path since these actions were found (its record live
+        // by now), which must be left alone.
         let s2 = s.clone();
-        let (volume, path, result) = match a.clone() {
+        let (path, result) = match a.clone() {
             DiskAction::Delete { volume, folder, path } => {
-                let (p, v) = (path.clone(), volume.clone());
+                let (p, v, act) = (path.clone(), volume.clone(), a.clone());
                 let r = s
                     .blocking(move || {
                         s2.store_service.landed.unless_unsettled(&s2, &v, Path::new(&folder), &[&p], || {
-                            remove_copy(Path::new(&folder), &p)
+                            if !s2.read_node(|n, _| n.disk_action_holds(&act)) {
+                                return Ok::<_, ApiError>(false);
+                            }
+                            remove_copy(Path::new(&folder), &p)?;
+                            s2.with_node(|n, now| n.removed_copy_dropped(now, &p, &v));
+                            Ok(true)
                         })
                     })
                     .await;
-                (volume, path, r)
+                (path, r)
             }
             DiskAction::Rename { volume, folder, from, to } => {
-                let (f, v) = (from.clone(), volume.clone());
+                let (f, v, act) = (from.clone(), volume.clone(), a.clone());
                 let r = s
                     .blocking(move || {
                         s2.store_service.landed.unless_unsettled(&s2, &v, Path::new(&folder), &[&f, &to], || {
-                            move_copy(Path::new(&folder), &f, &to)
+                            if !s2.read_node(|n, _| n.disk_action_holds(&act)) {
+                                return Ok::<_, ApiError>(false);
+                            }
+                            move_copy(Path::new(&folder), &f, &to)?;
+                            s2.with_node(|n, now| n.removed_copy_dropped(now, &f, &v));
+                            Ok(true)
                         })
                     })
                     .await;
-                (volume, from, r)
+                (from, r)
             }
         };
-        let Some(result) = result else { continue };
         match result {
-            Ok(()) => {
+            // Bytes newer than the records lie there, or the records no longer ask for it.
+            None | Some(Ok(false)) => {}
+            Some(Ok(true)) => {
                 let mut st = lock(&s.repl.stats);
                 match a {
                     DiskAction::Delete { .. } => st.disk_deletes += 1,
                     DiskAction::Rename { .. } => st.disk_renames += 1,
                 }
-                drop(st);
-                s.with_node(|n, now| n.copy_mark(now, &path, &volume, LocationState::Dropped, ""));
             }
-            Err(e) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
+            Some(Err(e)) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
         }
     }
 }
