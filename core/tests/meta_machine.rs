@@ -1612,6 +1612,34 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     assert_eq!(net.meta("b").status(now).json()["refused"], json!(2));
 }
 
+/// A follower whose log follows another leader's numbering takes the records of an append
+/// from a new lease holder but confirms none of its positions: its own log's end counts in the
+/// other numbering (found in review: a number past the leader's made the leader count entries
+/// the follower never received as held, and never send them again).
+#[test]
+fn an_append_under_another_numbering_confirms_no_position() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    for i in 0..5 {
+        net.write("a", &format!("k{i}"), json!(i));
+    }
+    let last = net.meta("b").last_seq().0;
+    assert!(last >= 5);
+    // c, holding a higher term, appends its first entry: number 1 of its numbering.
+    let wall = net.wall().0;
+    let entry = entry_text(1, "from-c", "1", wall)
+        .replace(r#""term":1"#, r#""term":7"#)
+        .replace(r#""node":"a""#, r#""node":"c""#);
+    let body = format!(r#"{{"lease":{{"holder":"c","term":7}},"entries":[{entry}],"lastSeq":1}}"#);
+    let now = net.now;
+    let node = net.node_mut("b");
+    let r = node.meta.answer_append(now, &id("c"), body.as_bytes(), &mut node.hlc);
+    assert_eq!(r.status(), 200, "{}", r.body);
+    assert_eq!(r.body["lastSeq"], json!(0), "no position of c's numbering is held");
+    assert!(setting_of(net.meta("b"), "from-c").is_some(), "the record itself is taken");
+    net.collect(&id("b"));
+    assert!(net.queue.iter().any(|m| m.to == id("c") && m.target.starts_with(SNAPSHOT)), "b asks c for a snapshot");
+}
+
 /// The same on catch-up: a page read entry by entry.
 #[test]
 fn a_log_page_with_an_unreadable_entry_still_brings_the_follower_to_the_end() {

@@ -107,6 +107,11 @@ impl Meta {
                 .collect();
             self.apply_remote(records, hlc);
             self.request_snapshot(&lease.holder);
+            // Our log's end counts in another numbering: it says nothing of which of the
+            // leader's entries we hold (a number past the leader's own made it count entries
+            // we never received as confirmed, and never send them again). None, until the
+            // snapshot puts us on its numbering.
+            return reply(None, json!({"ok": true, "lastSeq": LogIndex(0)}));
         } else if !self.take_entries(from, entries, hlc) {
             self.request_catch_up(&lease.holder);
         } else if !self.ahead.is_empty() {
