@@ -263,10 +263,8 @@ fn land_part<E: Env>(
         let _ = std::fs::remove_file(part);
         return refused;
     }
-    if let Some(dir) = file.parent() {
-        if let Err(e) = writing.sync_folder(dir) {
-            return Some(io_error("sync folder", e));
-        }
+    if let Err(e) = s.store_service.landed.sync_name_or_take_back(s, writing, path, sum, file) {
+        return Some(io_error("sync folder", e));
     }
     None
 }
@@ -718,6 +716,26 @@ impl Landed {
         if self.forget(s, volume, path, checksum) {
             remove();
         }
+    }
+
+    /// After bytes with `checksum` landed at `dest` (`path` on the volume `writing` writes to):
+    /// make their name durable, or, when the folder's fsync fails, take them back (removed if
+    /// still the last bytes landed there): a copy not durable under its name is no copy, and left
+    /// in place a later rescan could count or adopt bytes whose put failed.
+    pub fn sync_name_or_take_back<E: Env>(
+        &self,
+        s: &Arc<Shared<E>>,
+        writing: &WriteGuard,
+        path: &str,
+        checksum: &str,
+        dest: &Path,
+    ) -> std::io::Result<()> {
+        let Some(dir) = dest.parent() else { return Ok(()) };
+        writing.sync_folder(dir).inspect_err(|_| {
+            self.take_back(s, writing.volume(), path, checksum, || {
+                let _ = std::fs::remove_file(dest);
+            })
+        })
     }
 
     /// Forget bytes with `checksum` landed at `path` on `volume` (their write gave up).

@@ -577,10 +577,10 @@ pub(super) async fn commit_sink<E: Env>(
                         std::fs::rename(&part, &dest)
                     });
                 landed.map_err(|c| c.api_error())?.map_err(|e| io_api("write copy", e))?;
-                if let Some(dir) = dest.parent() {
-                    writing.sync_folder(dir).map_err(|e| io_api("sync folder", e))?;
-                }
-                Ok(())
+                s2.store_service
+                    .landed
+                    .sync_name_or_take_back(&s2, &writing, &path, &sum, &dest)
+                    .map_err(|e| io_api("sync folder", e))
             })
             .await
         }
@@ -639,10 +639,7 @@ pub(super) fn install_local<E: Env>(
         let _ = std::fs::remove_file(&part);
         return Err(e);
     }
-    if let Some(dir) = dest.parent() {
-        writing.sync_folder(dir).map_err(|e| io_api("sync folder", e))?;
-    }
-    Ok(())
+    s.store_service.landed.sync_name_or_take_back(s, &writing, path, sum, &dest).map_err(|e| io_api("sync folder", e))
 }
 
 /// The part file beside `dest` that a copy is written to before it is renamed into place.
