@@ -462,7 +462,10 @@ fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
     assert_eq!(n.authorize_rename(&va, "/old.txt", "/new.txt"), Ok(dir.clone()));
     refused(n.authorize_rename(&va, "/old.txt", "/gone.txt"), 409, "not_authorized");
     refused(n.authorize_rename(&vb, "/old.txt", "/new.txt"), 404, "unknown_volume");
+    assert!(!n.rename_done(&va, "/old.txt", "/new.txt"), "not renamed yet");
     assert!(n.copy_mark(at(3_100), "/old.txt", &va, LocationState::Dropped, ""));
+    assert!(n.rename_done(&va, "/old.txt", "/new.txt"), "renamed: a second ask is answered at once");
+    assert!(!n.rename_done(&vb, "/old.txt", "/new.txt"));
     assert_eq!(n.disk_actions(), vec![]);
     assert!(!file(&n, "/new.txt").removed, "the moved file is untouched");
     assert!(file(&n, "/new.txt").is_current(loc(&file(&n, "/new.txt"), &va)));

@@ -860,6 +860,19 @@ impl Node {
         }
     }
 
+    /// Whether the rename on disk of the copy on `volume` from `from` to `to` is done already:
+    /// the old path's tombstone lists that copy dropped and the live record of the same id at
+    /// `to` lists the volume (this node's reconciler renamed it before the mover asked).
+    pub fn rename_done(&self, volume: &VolumeId, from: &str, to: &str) -> bool {
+        let (Ok(from), Ok(to)) = (normalize(from), normalize(to)) else { return false };
+        let Some(old) = self.meta.state().file(&from).filter(|f| f.removed) else { return false };
+        let dropped = old.locations.iter().any(|l| &l.volume_id == volume && l.state == LocationState::Dropped);
+        let moved_here = self.live_file(&to).is_some_and(|f| {
+            f.id == old.id && f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+        });
+        dropped && moved_here
+    }
+
     /// The leader's current lease term, when this node holds it.
     pub fn leader_term(&self, wall: Millis) -> Option<u64> {
         let now = self.clock.peek(wall);

@@ -65,7 +65,13 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
                     // Another write made it meanwhile: it must be a real folder.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::symlink_metadata(&dir) {
                         Ok(md) if md.file_type().is_symlink() => return Err(escape()),
-                        Ok(md) if md.is_dir() => {}
+                        // Its maker may not have fsync'd it into its parent yet: do not go on
+                        // before that holds.
+                        Ok(md) if md.is_dir() => {
+                            if let Some(parent) = dir.parent() {
+                                sync::fsync_folder(parent).map_err(|e| io("sync folder", e))?;
+                            }
+                        }
                         _ => {
                             return Err(ApiError::conflict(
                                 "not_a_folder",

@@ -285,7 +285,6 @@ fn syncfs(_fd: RawFd) -> io::Result<()> {
     Err(io::Error::other("syncfs is Linux only"))
 }
 
-/// The device a descriptor's file lives on.
 /// Whether `fd` is a folder.
 fn is_folder(fd: RawFd) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -309,8 +308,9 @@ fn syncfs_flushes(fd: RawFd) -> bool {
         return false;
     }
     // SAFETY: initialised by the successful fstatfs above.
-    #[allow(clippy::unnecessary_cast)] // `f_type` is i64 on x86_64, narrower elsewhere
-    let kind = unsafe { st.assume_init() }.f_type as i64;
+    // The magic numbers are 32 bits; `f_type` is wider on some targets and signed on others.
+    #[allow(clippy::unnecessary_cast)]
+    let kind = unsafe { st.assume_init() }.f_type as u32;
     GROUPED_FS_TYPES.contains(&kind)
 }
 
@@ -321,9 +321,10 @@ fn syncfs_flushes(_fd: RawFd) -> bool {
 
 /// `statfs` magic numbers of the file systems whose `syncfs` flushes every file: ext2/3/4,
 /// XFS, Btrfs, F2FS, ZFS, overlayfs (its upper layer's), tmpfs (nothing to flush).
-const GROUPED_FS_TYPES: [i64; 7] =
+const GROUPED_FS_TYPES: [u32; 7] =
     [0xEF53, 0x5846_5342, 0x9123_683E, 0xF2F5_2010, 0x2FC1_2FC1, 0x794C_7630, 0x0102_1994];
 
+/// The device a descriptor's file lives on.
 fn device_of(fd: RawFd) -> Option<u64> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat fills `st` when it answers 0; the descriptor is held open by its caller.
@@ -508,13 +509,13 @@ mod tests {
         assert_eq!(unsafe { libc::fstatfs(here.as_raw_fd(), st.as_mut_ptr()) }, 0);
         #[allow(clippy::unnecessary_cast)]
         // SAFETY: initialised by the successful fstatfs above.
-        let kind = unsafe { st.assume_init() }.f_type as i64;
+        let kind = unsafe { st.assume_init() }.f_type as u32;
         assert_eq!(syncfs_flushes(here.as_raw_fd()), GROUPED_FS_TYPES.contains(&kind));
         let proc_fs = File::open("/proc").unwrap();
         assert!(!syncfs_flushes(proc_fs.as_raw_fd()), "procfs is not a disk");
         assert!(GroupSync::for_folder(Path::new("/proc"), Arc::new(SyncFigures::default())).is_none());
         // FUSE (0x65735546) and NFS (0x6969), SMB (0xFE534D42), CIFS (0xFF534D42) are not listed.
-        for other in [0x6573_5546_i64, 0x6969, 0xFE53_4D42, 0xFF53_4D42] {
+        for other in [0x6573_5546_u32, 0x6969, 0xFE53_4D42, 0xFF53_4D42] {
             assert!(!GROUPED_FS_TYPES.contains(&other));
         }
     }

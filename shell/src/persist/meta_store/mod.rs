@@ -154,6 +154,9 @@ use buffer::*;
 pub use flusher::spawn_flusher;
 use journal::*;
 
+/// The error of a flush whose write panicked (the flusher reopens the database after it).
+const FLUSH_PANICKED: &str = "the metadata flush panicked";
+
 #[cfg(test)]
 type CommitHook = Box<dyn Fn(&MetaStore) -> Result<(), MetaStoreError> + Send + Sync>;
 
@@ -257,7 +260,10 @@ impl MetaStore {
     pub fn reopen_if_poisoned(&self, error: &str) -> bool {
         // redb's own refusal after an I/O error, or a reopen that failed before (the handle is
         // closed until one works).
-        if !error.contains("Previous I/O error") && !error.contains("being reopened") {
+        // And a write that panicked: redb skips its rollback while a thread unwinds, so the
+        // handle may hold pages of a transaction that never ended; reopened, it starts clean.
+        if !error.contains("Previous I/O error") && !error.contains("being reopened") && !error.contains(FLUSH_PANICKED)
+        {
             return false;
         }
         match self.db.reopen() {
@@ -368,7 +374,7 @@ impl MetaStore {
         // batch goes back into the buffer, and `flushed` does not pass it (a `durable` answer
         // must never cover ops that are lost).
         let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.append(&batch, *next_row)))
-            .unwrap_or_else(|_| Err(MetaStoreError::Db("the metadata flush panicked".into())));
+            .unwrap_or_else(|_| Err(MetaStoreError::Db(FLUSH_PANICKED.into())));
         match appended {
             Ok(bytes) => {
                 *next_row += 1;
@@ -1129,6 +1135,8 @@ mod tests {
         let err = meta.flush().unwrap_err();
         assert!(err.to_string().contains("panicked"), "{err}");
         assert_eq!(meta.buffered(), 2, "the batch is back");
+        // redb skips its rollback while a thread unwinds: the flusher reopens the database.
+        assert!(meta.reopen_if_poisoned(&err.to_string()), "reopened after a panicked write");
         assert!(*meta.flushed.borrow() < through, "not counted as flushed");
         // The next working flush writes it.
         *lock(&meta.before_commit) = None;

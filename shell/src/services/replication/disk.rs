@@ -76,11 +76,8 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
         return Err(records_not_on_disk());
     }
     let (sender, req2) = (sender.clone(), req.clone());
-    // The content the delete was authorised for: a drop task's copy is marked dropped only
-    // while the file still has it (not a put's new bytes published since).
-    let checksum = s.read_node(|n, _| n.meta().state().file(&req.path).map(|f| f.checksum.clone())).unwrap_or_default();
     when_settled(s, &req.volume_id, &[&req.path], move |s2| {
-        let (sender, req, folder, checksum) = (sender.clone(), req2.clone(), folder.clone(), checksum.clone());
+        let (sender, req, folder) = (sender.clone(), req2.clone(), folder.clone());
         move || {
             let (path, volume) = (req.path.as_str(), &req.volume_id);
             s2.store_service.landed.unless_unsettled(&s2, volume, Path::new(&folder), &[path], || {
@@ -88,9 +85,10 @@ pub async fn delete_copy<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, body: &[u8
                 // path since (settled by now, its record live), which this delete must not take.
                 s2.read_node(|n, now| n.authorize_delete(now, &sender, &req))?;
                 remove_copy(Path::new(&folder), path)?;
+                // Authorised again under this lock, so the record is the one it was for.
                 s2.with_node(|n, now| match req.term {
                     None => n.removed_copy_dropped(now, path, volume),
-                    Some(_) => n.copy_mark(now, path, volume, LocationState::Dropped, &checksum),
+                    Some(_) => n.copy_mark(now, path, volume, LocationState::Dropped, ""),
                 });
                 Ok(())
             })
@@ -111,6 +109,10 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
     }
     let b: RenameBody =
         serde_json::from_slice(body).map_err(|e| ApiError::invalid("bad_body", format!("rename body: {e}")))?;
+    if s.read_node(|n, _| n.rename_done(&b.volume_id, &b.from, &b.to)) {
+        // Already renamed (this node's reconciler got there first): nothing to do.
+        return Ok(json!({"ok": true}));
+    }
     let folder = when_authorized(s, |n, _| n.authorize_rename(&b.volume_id, &b.from, &b.to)).await?;
     if !records_on_disk(s).await {
         return Err(records_not_on_disk());
