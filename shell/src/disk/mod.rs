@@ -54,24 +54,11 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
                     continue;
                 }
                 match std::fs::create_dir(&dir) {
-                    // The new folder's own entry made durable in its parent before anything is
-                    // written below it: the copy's folder is fsync'd at its landing, but a
-                    // power loss could otherwise lose the folder itself, and the copy with it.
-                    Ok(()) => {
-                        if let Some(parent) = dir.parent() {
-                            sync::fsync_folder(parent).map_err(|e| io("sync folder", e))?;
-                        }
-                    }
+                    Ok(()) => {}
                     // Another write made it meanwhile: it must be a real folder.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match std::fs::symlink_metadata(&dir) {
                         Ok(md) if md.file_type().is_symlink() => return Err(escape()),
-                        // Its maker may not have fsync'd it into its parent yet: do not go on
-                        // before that holds.
-                        Ok(md) if md.is_dir() => {
-                            if let Some(parent) = dir.parent() {
-                                sync::fsync_folder(parent).map_err(|e| io("sync folder", e))?;
-                            }
-                        }
+                        Ok(md) if md.is_dir() => {}
                         _ => {
                             return Err(ApiError::conflict(
                                 "not_a_folder",
@@ -83,6 +70,13 @@ fn confined_path_once(root: &Path, path: &str, create: bool) -> Result<PathBuf, 
                         return Err(ApiError::internal("folder_vanished", format!("create folder: {e}")))
                     }
                     Err(e) => return Err(io("create folder", e)),
+                }
+                // Made here (or by another write meanwhile, which may not have synced it yet):
+                // its entry made durable in its parent before anything is written below it. The
+                // copy's own folder is fsync'd at its landing, but a power loss could otherwise
+                // lose the new folder, and the copy with it.
+                if let Some(parent) = dir.parent() {
+                    sync::fsync_folder(parent).map_err(|e| io("sync folder", e))?;
                 }
             }
             Err(e) => return Err(io("inspect folder", e)),

@@ -683,7 +683,8 @@ impl Meta {
     }
 
     /// The newest entry in `(after, through]` this node made itself (origin: this node); the
-    /// end of the range if part of it was compacted (it cannot tell then).
+    /// end of the range if part of it was compacted or lies past the log's end (it cannot
+    /// tell then).
     fn newest_own_entry(&self, after: LogIndex, through: LogIndex) -> Option<LogIndex> {
         let first = LogIndex(after.0.saturating_add(1));
         if self.compacted_through >= first || through > self.last_seq {

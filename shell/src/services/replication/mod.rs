@@ -308,16 +308,13 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             .landed
             .land(s, target_volume, &task.path, &task.checksum, None, &dest, || std::fs::rename(&part, &dest));
         landed.map_err(|c| c.api_error())?.map_err(|e| io_api("rename into place", e))?;
-        // The name survives a crash too, before the copy is published.
-        let (w, folder) = (writing.clone(), dest.parent().map(Path::to_path_buf));
-        if let Some(Err(e)) = s.blocking(move || folder.map(|dir| w.sync_folder(&dir))).await {
-            // Not durable under its name: no copy to publish.
-            s.store_service.landed.take_back(s, target_volume, &task.path, &task.checksum, || {
-                let _ = std::fs::remove_file(&dest);
-            });
-            return Err(io_api("sync folder", e));
-        }
-        Ok(())
+        // The name survives a crash too, before the copy is published (not durable under its
+        // name, it is taken back: no copy to publish).
+        let (s2, w, path, sum, dest) =
+            (s.clone(), writing.clone(), task.path.clone(), task.checksum.clone(), dest.clone());
+        s.blocking(move || s2.store_service.landed.sync_name_or_take_back(&s2, &w, &path, &sum, &dest))
+            .await
+            .map_err(|e| io_api("sync folder", e))
     }
     .await;
     if result.is_err() {
