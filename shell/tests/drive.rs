@@ -240,7 +240,9 @@ async fn put_get_range_overwrite_move_remove_across_nodes() {
     assert!(on_disk(&c, "/docs/streamed.bin").iter().all(|x| x.is_none()), "nothing lands");
     for f in c.folders.iter().flatten() {
         let leftovers = std::fs::read_dir(f.join("docs")).map_or(0, |d| {
-            d.filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".part-")).count()
+            // (The overwrite above may still keep its replaced bytes aside until a reconcile.)
+            let part = |n: &str| n.contains(".part-") && !n.contains(".part-kept-");
+            d.filter_map(|e| e.ok()).filter(|e| part(&e.file_name().to_string_lossy())).count()
         });
         assert_eq!(leftovers, 0, "an aborted stream leaves no part file");
     }
@@ -826,6 +828,121 @@ async fn a_restarted_node_keeps_bytes_from_before_its_start_that_a_removal_does_
     // ...in the pass that also saw p's removal, which did not delete the newer bytes.
     let p = std::fs::read(disk_path(&folder, "/keep/p.txt"));
     assert_eq!(p.ok().as_deref(), Some(&b"newer p"[..]), "the newer bytes are kept");
+    b.shutdown().await;
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
+/// The kept name of the bytes with `sum` an overwrite landed over at `path` in `folder`.
+fn kept_path(folder: &Path, path: &str, sum: &str) -> PathBuf {
+    let dest = disk_path(folder, path);
+    let name = dest.file_name().unwrap().to_str().unwrap().to_string();
+    dest.with_file_name(shoal_core::storage::transfer::kept_file_name(&name, sum).unwrap())
+}
+
+/// Files with a kept name anywhere under `folder`.
+fn kept_files(folder: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![folder.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().contains(".part-kept-") {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overwrite_keeps_the_bytes_it_replaces_until_its_record_settles_them() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster(2).await;
+    let (a, b) = (&c.nodes[0], &c.nodes[1]);
+    let folder = c.folders[1].clone().unwrap();
+    let volume = b.shared().read_node(|n, _| n.local_volumes())[0].0.clone();
+    let (old, new) = (b"the acknowledged content".to_vec(), b"an overwrite that never publishes".to_vec());
+    assert_eq!(call(a, "PUT", "/v1/files/o/f.txt", old.clone(), &[]).await.status, 200);
+    let dest = disk_path(&folder, "/o/f.txt");
+    assert_eq!(std::fs::read(&dest).unwrap(), old);
+
+    // An overwrite lands its copy on node 1 (what a peer's `store/put` with `replaces=` does)
+    // and its writer gives up before publishing the record.
+    let part = dest.with_file_name("f.txt.part-0123456789abcdef");
+    std::fs::write(&part, &new).unwrap();
+    let landed = &b.shared().store_service.landed;
+    let placed = landed
+        .land(b.shared(), &volume, "/o/f.txt", &sha(&new), Some(&sha(&old)), &dest, || std::fs::rename(&part, &dest));
+    assert!(matches!(placed, Ok(Ok(()))), "the overwrite lands");
+    assert_eq!(std::fs::read(&dest).unwrap(), new);
+    let kept = kept_path(&folder, "/o/f.txt", &sha(&old));
+    assert_eq!(std::fs::read(&kept).unwrap(), old, "the replaced bytes are kept aside");
+    assert!(landed.forget(b.shared(), &volume, "/o/f.txt", &sha(&new)));
+    b.shared().disk_kick();
+    eventually("the acknowledged bytes are put back", || async {
+        std::fs::read(&dest).ok().as_deref() == Some(&old[..]) && !kept.exists()
+    })
+    .await;
+    let r = call(a, "GET", "/v1/files/o/f.txt", vec![], &[]).await;
+    assert_eq!((r.status, r.body), (200, old.clone()), "the file reads as it was acknowledged");
+    assert_eq!(current_copies(&stat(a, "/o/f.txt").await), 1);
+
+    // A published overwrite: its record settles the new bytes, and the kept ones go.
+    assert_eq!(call(a, "PUT", "/v1/files/o/f.txt", new.clone(), &[]).await.status, 200);
+    assert_eq!(std::fs::read(&dest).unwrap(), new);
+    eventually("the kept bytes of a published overwrite are dropped", || async {
+        b.shared().disk_kick();
+        kept_files(&folder).is_empty()
+    })
+    .await;
+    let r = call(a, "GET", "/v1/files/o/f.txt", vec![], &[]).await;
+    assert_eq!((r.status, r.body), (200, new.clone()));
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_after_an_overwrite_that_never_published_puts_the_old_bytes_back() {
+    let _serial = SERIAL.lock().await;
+    let mut c = cluster(2).await;
+    let folder = c.folders[1].clone().unwrap();
+    let old = b"acknowledged before the crash".to_vec();
+    assert_eq!(call(&c.nodes[0], "PUT", "/v1/files/o/g.txt", old.clone(), &[]).await.status, 200);
+    let b = c.nodes.pop().unwrap();
+    let (listen, data) = (b.url().trim_start_matches("http://").to_string(), c._root.path().join("n1"));
+    b.shutdown().await;
+    // What node 1's last run did for an overwrite whose put died before publishing: the old
+    // bytes linked to their kept name, the new ones renamed into place (long enough ago that
+    // no record of them can still be on its way).
+    let dest = disk_path(&folder, "/o/g.txt");
+    let kept = kept_path(&folder, "/o/g.txt", &sha(&old));
+    std::fs::hard_link(&dest, &kept).unwrap();
+    let part = dest.with_file_name("g.txt.part-0123456789abcdef");
+    std::fs::write(&part, b"never published").unwrap();
+    let f = std::fs::File::options().write(true).open(&part).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11 * 60)).unwrap();
+    drop(f);
+    std::fs::rename(&part, &dest).unwrap();
+
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(data, listen)).await.unwrap();
+    eventually("node 1 knows the leader again", || async {
+        b.shared().read_node(|n, now| n.meta_leader(now)).is_some()
+    })
+    .await;
+    // A rescan finds the kept bytes; the reconciler puts them back.
+    eventually("the acknowledged bytes are back", || async {
+        assert_eq!(api(&b, "POST", "/v1/rescan", Value::Null).await.0, 200);
+        b.shared().disk_kick();
+        std::fs::read(&dest).ok().as_deref() == Some(&old[..]) && !kept.exists()
+    })
+    .await;
+    eventually("the copy counts again", || async { current_copies(&stat(&c.nodes[0], "/o/g.txt").await) == 1 }).await;
+    let r = call(&c.nodes[0], "GET", "/v1/files/o/g.txt", vec![], &[]).await;
+    assert_eq!((r.status, r.body), (200, old));
     b.shutdown().await;
     for d in c.nodes {
         d.shutdown().await;

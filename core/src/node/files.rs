@@ -150,7 +150,7 @@ pub struct MovedFile {
 }
 
 impl Node {
-    fn live_file(&self, path: &str) -> Option<&FileRecord> {
+    pub(super) fn live_file(&self, path: &str) -> Option<&FileRecord> {
         self.meta.state().file(path).filter(|f| !f.removed)
     }
 

@@ -4,8 +4,20 @@
 
 use super::Node;
 use crate::ids::VolumeId;
-use crate::storage::landed::landed_before_start;
+use crate::storage::landed::{landed_before_start, KeptFate};
 use crate::time::Millis;
+use serde::Serialize;
+
+/// What to do with bytes an overwrite kept aside ([`Node::kept_actions`]); `folder` is the
+/// volume's folder, `checksum` the kept bytes' content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum KeptAction {
+    /// Put them back at `path` (the overwrite never took effect).
+    Restore { volume: VolumeId, folder: String, path: String, checksum: String },
+    /// Delete them (the records moved on).
+    Drop { volume: VolumeId, folder: String, path: String, checksum: String },
+}
 
 impl Node {
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
@@ -83,5 +95,67 @@ impl Node {
     pub fn landed_on_volume(&mut self, wall: Millis, volume: &VolumeId) -> bool {
         let now = self.advance_clocks(wall);
         self.landed.volume_unsettled(self.meta.state(), volume, now)
+    }
+
+    /// Bytes with `checksum`, the content an overwrite landed over at `path` on `volume`, are
+    /// kept aside (or a rescan found them so after a restart).
+    pub fn kept_note(&mut self, volume: &VolumeId, path: &str, checksum: &str) {
+        self.landed.note_kept(volume, path, checksum);
+    }
+
+    /// Kept bytes were put back or dropped (or are gone from the disk).
+    pub fn kept_done(&mut self, volume: &VolumeId, path: &str, checksum: &str) {
+        self.landed.kept_done(volume, path, checksum);
+    }
+
+    /// Whether this node's records may be taken as the cluster's now: a metadata leader is
+    /// known (this node's lease is live), every entry it knows is applied and nothing it wrote
+    /// waits for the leader. A node cut off from the leader loses its lease within the lease
+    /// time, long before bytes landed by a write settle by age ([`crate::storage::landed`]).
+    fn records_current(&self, wall: Millis) -> bool {
+        self.meta.leader(self.clock.peek(wall)).is_some() && self.meta.pending_len() == 0
+    }
+
+    /// What this node must do with the bytes overwrites kept aside on its volumes
+    /// ([`crate::storage::landed::LandedBytes::kept_fate`]); kept bytes on a volume no longer
+    /// this node's are forgotten by the shell when it finds them gone.
+    pub fn kept_actions(&self, wall: Millis) -> Vec<KeptAction> {
+        let kept: Vec<_> = self.landed.kept().cloned().collect();
+        kept.into_iter().filter_map(|(volume, path, checksum)| self.kept_action(wall, volume, path, checksum)).collect()
+    }
+
+    fn kept_action(&self, wall: Millis, volume: VolumeId, path: String, checksum: String) -> Option<KeptAction> {
+        let folder = self.local_volume(volume.as_str())?.subpath.clone();
+        let now = self.clock.peek(wall);
+        let current = self.records_current(wall);
+        match self.landed.kept_fate(self.meta.state(), &volume, &path, &checksum, current, now) {
+            KeptFate::Wait => None,
+            KeptFate::Restore => Some(KeptAction::Restore { volume, folder, path, checksum }),
+            KeptFate::Drop => Some(KeptAction::Drop { volume, folder, path, checksum }),
+        }
+    }
+
+    /// Whether `action` (from [`Node::kept_actions`]) is still what the records ask for, now:
+    /// asked again under the landing lock just before it is carried out.
+    pub fn kept_action_holds(&self, wall: Millis, action: &KeptAction) -> bool {
+        let (KeptAction::Restore { volume, path, checksum, .. } | KeptAction::Drop { volume, path, checksum, .. }) =
+            action;
+        self.kept_action(wall, volume.clone(), path.clone(), checksum.clone()).as_ref() == Some(action)
+    }
+
+    /// Kept bytes were put back at `path` on `volume` and now hash to `hashed`: forgotten, and
+    /// published as a current copy again when they are the live file's content and the records
+    /// took this volume's copy for stale meanwhile (a rescan or a get found the overwrite's
+    /// bytes there). Whether a copy was published.
+    pub fn kept_restored(&mut self, wall: Millis, volume: &VolumeId, path: &str, checksum: &str, hashed: &str) -> bool {
+        self.landed.kept_done(volume, path, checksum);
+        let Some(f) = self.live_file(path).cloned() else { return false };
+        if !f.checksum.eq_ignore_ascii_case(hashed) {
+            return false;
+        }
+        if f.locations.iter().any(|l| &l.volume_id == volume && f.is_current(l)) {
+            return false;
+        }
+        self.copy_publish(wall, path, &f.id, hashed, volume)
     }
 }

@@ -44,7 +44,7 @@ pub mod files;
 mod gossip;
 pub mod identity;
 pub mod jobs;
-mod landed;
+pub mod landed;
 pub mod meta;
 pub mod metrics;
 mod peers;

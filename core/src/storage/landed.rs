@@ -17,12 +17,21 @@
 //! ([`LandedBytes::note_found`]) before anything deletes, renames or adopts over them. Without
 //! that, a stale removal or a drop decided from older records could delete the bytes of a newer
 //! put that landed just before the crash.
+//!
+//! **Kept bytes.** An overwrite lands its bytes over the path's current copy before its record
+//! is published. So that a put whose record never comes (its publish failed, or its node died
+//! first) does not destroy the acknowledged content it was replacing, the shell links the old
+//! bytes to a kept name first ([`crate::storage::transfer::kept_file_name`]) and notes them here
+//! ([`LandedBytes::note_kept`]). What becomes of them is [`LandedBytes::kept_fate`]: once the
+//! new bytes are settled and this node's records are current, they are put back when the
+//! records still name their content as the path's, with a copy on that volume (the overwrite
+//! never took effect), and dropped otherwise (a newer record took over, or the file went).
 
 use crate::ids::VolumeId;
 use crate::meta::path::normalize;
 use crate::meta::state::MetaState;
 use crate::time::Millis;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How long landed bytes stay protected at most, waiting for their record.
 pub const LANDED_MAX_MS: u64 = 10 * 60_000;
@@ -35,10 +44,25 @@ pub fn landed_before_start(mtime_ms: u64, started: Millis, now: Millis) -> bool 
     mtime_ms <= started.0 && mtime_ms.saturating_add(LANDED_MAX_MS) >= now.0
 }
 
-/// The last bytes landed at each (volume, path): their checksum and when.
+/// The last bytes landed at each (volume, path): their checksum and when; and the bytes set
+/// aside by overwrites, not yet put back or dropped.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LandedBytes {
     entries: BTreeMap<(VolumeId, String), (String, Millis)>,
+    /// (volume, path, checksum) of bytes kept aside under a kept name.
+    kept: BTreeSet<(VolumeId, String, String)>,
+}
+
+/// What becomes of bytes an overwrite kept aside ([`LandedBytes::kept_fate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeptFate {
+    /// Not yet: the bytes landed over them are unsettled, or this node's records may lag.
+    Wait,
+    /// The records still name their content at the path, with a copy on the volume: the
+    /// overwrite never took effect, and they go back in place.
+    Restore,
+    /// The records moved on (a newer content, a removal, a move): they go.
+    Drop,
 }
 
 fn key(volume: &VolumeId, path: &str) -> (VolumeId, String) {
@@ -75,18 +99,73 @@ impl LandedBytes {
         ours
     }
 
+    /// Bytes with `checksum`, the path's content an overwrite landed over, are kept aside at
+    /// `path` on `volume` (found again by a rescan after a restart, too).
+    pub fn note_kept(&mut self, volume: &VolumeId, path: &str, checksum: &str) {
+        let (v, p) = key(volume, path);
+        self.kept.insert((v, p, checksum.to_ascii_lowercase()));
+    }
+
+    /// Bytes kept aside, put back or dropped: forgotten.
+    pub fn kept_done(&mut self, volume: &VolumeId, path: &str, checksum: &str) {
+        let (v, p) = key(volume, path);
+        self.kept.remove(&(v, p, checksum.to_ascii_lowercase()));
+    }
+
+    /// Every (volume, path, checksum) kept aside.
+    pub fn kept(&self) -> impl Iterator<Item = &(VolumeId, String, String)> {
+        self.kept.iter()
+    }
+
+    /// What becomes of the bytes with `checksum` kept aside at `path` on `volume`, given this
+    /// node's records `state` and whether they are `current` (a leader known, nothing of this
+    /// node's waiting for it, every entry applied): while they may lag, nothing is decided, as
+    /// a node cut off since the overwrite landed would otherwise put the old bytes back over a
+    /// published write it has not heard of. Nothing either while the bytes landed over them
+    /// are unsettled (their record may be on its way).
+    pub fn kept_fate(
+        &self,
+        state: &MetaState,
+        volume: &VolumeId,
+        path: &str,
+        checksum: &str,
+        current: bool,
+        now: Millis,
+    ) -> KeptFate {
+        if !current || self.unsettled_at(state, volume, path, now) {
+            return KeptFate::Wait;
+        }
+        let (_, p) = key(volume, path);
+        let named = state.file(&p).is_some_and(|f| {
+            !f.removed
+                && !f.is_dir
+                && f.checksum.eq_ignore_ascii_case(checksum)
+                && f.locations.iter().any(|l| {
+                    &l.volume_id == volume
+                        && l.checksum.eq_ignore_ascii_case(checksum)
+                        && l.state != crate::meta::records::LocationState::Dropped
+                })
+        });
+        if named {
+            KeptFate::Restore
+        } else {
+            KeptFate::Drop
+        }
+    }
+
+    /// [`LandedBytes::unsettled`] without dropping what it finds settled.
+    fn unsettled_at(&self, state: &MetaState, volume: &VolumeId, path: &str, now: Millis) -> bool {
+        let k = key(volume, path);
+        let Some((sum, at)) = self.entries.get(&k) else { return false };
+        !accounts_for(state, volume, &k.1, sum) && now.since(*at) <= LANDED_MAX_MS
+    }
+
     /// Whether bytes landed at `path` on `volume` that `state` does not account for yet. Bytes
     /// found settled are dropped from the registry.
     pub fn unsettled(&mut self, state: &MetaState, volume: &VolumeId, path: &str, now: Millis) -> bool {
         let k = key(volume, path);
         let Some((sum, at)) = self.entries.get(&k).cloned() else { return false };
-        let accounted = state.file(&k.1).is_some_and(|f| {
-            // A live record with this copy, or one written after the bytes (a later remove or
-            // overwrite knows of them).
-            (!f.removed && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(&sum)))
-                || (f.removed && f.checksum.eq_ignore_ascii_case(&sum))
-        });
-        if accounted || now.since(at) > LANDED_MAX_MS {
+        if accounts_for(state, volume, &k.1, &sum) || now.since(at) > LANDED_MAX_MS {
             self.entries.remove(&k);
             return false;
         }
@@ -111,6 +190,16 @@ impl LandedBytes {
         let paths: Vec<String> = self.entries.keys().filter(|(v, _)| v == volume).map(|(_, p)| p.clone()).collect();
         paths.iter().any(|p| self.unsettled(state, volume, p, now))
     }
+}
+
+/// Whether `state` accounts for bytes with `sum` at the normalised `path` on `volume`: a live
+/// record with this copy, or a removal of that very content (written after the bytes: a later
+/// remove knows of them).
+fn accounts_for(state: &MetaState, volume: &VolumeId, path: &str, sum: &str) -> bool {
+    state.file(path).is_some_and(|f| {
+        (!f.removed && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(sum)))
+            || (f.removed && f.checksum.eq_ignore_ascii_case(sum))
+    })
 }
 
 #[cfg(test)]
@@ -199,6 +288,41 @@ mod tests {
         l.note_found(&v, "/q", "dd", 0, Millis(60_001));
         assert!(l.other_unsettled(&MetaState::new(), &v, "/q", "dd", Millis(60_002)));
         assert!(!l.other_unsettled(&MetaState::new(), &v, "/q", "cc", Millis(60_002)));
+    }
+
+    #[test]
+    fn kept_bytes_go_back_only_when_current_records_still_name_them_and_go_when_they_moved_on() {
+        let (v, w) = (VolumeId::new("v"), VolumeId::new("w"));
+        let mut l = LandedBytes::default();
+        let mut state = MetaState::new();
+        state.apply(&record("/f", "v", "aa", false, 1));
+        // An overwrite landed bb over aa on v, keeping aa aside.
+        l.note(&v, "/f", "bb", Millis(0));
+        l.note_kept(&v, "/f", "AA");
+        assert_eq!(l.kept().count(), 1);
+        // While the new bytes are unsettled (their record may be on its way), or while this
+        // node's records may lag, nothing is decided.
+        assert_eq!(l.kept_fate(&state, &v, "/f", "aa", true, Millis(1)), KeptFate::Wait);
+        assert!(l.unsettled(&state, &v, "/f", Millis(1)), "looking does not settle anything");
+        assert_eq!(l.kept_fate(&state, &v, "/f", "aa", false, Millis(LANDED_MAX_MS + 1)), KeptFate::Wait);
+        // Its record never came: aa is still the path's content with a copy on v, so it goes back.
+        assert_eq!(l.kept_fate(&state, &v, "/f", "aa", true, Millis(LANDED_MAX_MS + 1)), KeptFate::Restore);
+        // The writer gave up on bb: no need to wait for its age.
+        assert!(l.forget(&v, "/f", "bb"));
+        assert_eq!(l.kept_fate(&state, &v, "/f", "aa", true, Millis(1)), KeptFate::Restore);
+        // Kept bytes on a volume the record lists no copy on are no copy of anything.
+        assert_eq!(l.kept_fate(&state, &w, "/f", "aa", true, Millis(1)), KeptFate::Drop);
+        // The overwrite published: the record names bb, and aa goes.
+        l.note(&v, "/f", "bb", Millis(2));
+        state.apply(&record("/f", "v", "bb", false, 2));
+        assert_eq!(l.kept_fate(&state, &v, "/f", "aa", true, Millis(3)), KeptFate::Drop);
+        // A removal of the file drops them too, once the bytes landed since have settled.
+        let mut removed = MetaState::new();
+        removed.apply(&record("/f", "v", "aa", true, 3));
+        assert_eq!(l.kept_fate(&removed, &v, "/f", "aa", true, Millis(3)), KeptFate::Wait);
+        assert_eq!(l.kept_fate(&removed, &v, "/f", "aa", true, Millis(3 + LANDED_MAX_MS)), KeptFate::Drop);
+        l.kept_done(&v, "/f", "aa");
+        assert_eq!(l.kept().count(), 0);
     }
 
     #[test]

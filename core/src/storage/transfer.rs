@@ -38,6 +38,31 @@ pub fn part_file_name(final_name: &str, tag: &str) -> String {
     format!("{}{suffix}", &final_name[..end])
 }
 
+/// Kept files are `<path>.part-kept-<checksum>`: a path's content an overwrite landed over,
+/// kept until its record settles ([`crate::storage::landed`]); reserved like part files.
+const KEPT_TAG: &str = "kept-";
+
+/// The name bytes with `checksum` (64 hex) are kept under when an overwrite lands at
+/// `final_name`: `<final_name>.part-kept-<checksum>`, or none when that would pass a file
+/// system's 255-byte name limit (a name over 180 bytes: such an overwrite keeps nothing).
+pub fn kept_file_name(final_name: &str, checksum: &str) -> Option<String> {
+    if checksum.len() != 64 || !checksum.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let name = format!("{final_name}{PART_MARK}{KEPT_TAG}{}", checksum.to_ascii_lowercase());
+    (name.len() <= crate::meta::namespace::MAX_SEGMENT_BYTES && !final_name.contains(PART_MARK)).then_some(name)
+}
+
+/// The final name and the checksum of a kept file's `name` ([`kept_file_name`]).
+pub fn parse_kept_file_name(name: &str) -> Option<(&str, &str)> {
+    let (final_name, tag) = name.rsplit_once(PART_MARK)?;
+    let sum = tag.strip_prefix(KEPT_TAG)?;
+    let ok = !final_name.is_empty()
+        && sum.len() == 64
+        && sum.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    ok.then_some((final_name, sum))
+}
+
 /// Largest file the protocol accepts (1 TiB).
 pub const FILE_MAX_BYTES: u64 = 1 << 40;
 
@@ -345,6 +370,36 @@ mod tests {
 
     const MIB: u64 = 1024 * 1024;
     const C: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn a_kept_name_carries_its_path_and_checksum_and_is_never_a_copys_name() {
+        let name = kept_file_name("report.txt", &C.to_ascii_uppercase()).unwrap();
+        assert_eq!(name, format!("report.txt.part-kept-{C}"));
+        assert_eq!(parse_kept_file_name(&name), Some(("report.txt", C)));
+        assert!(normalize(&format!("/{name}")).is_ok() && name.contains(PART_MARK), "reserved like a part file");
+        // Too long for a file system's name limit, a bad checksum, a part file: none.
+        assert_eq!(kept_file_name(&"n".repeat(181), C), None);
+        assert!(kept_file_name(&"n".repeat(180), C).is_some_and(|n| n.len() == 255));
+        assert_eq!(kept_file_name("a", "abc"), None);
+        assert_eq!(kept_file_name("a.part-0123456789abcdef", C), None);
+        let (no_name, upper) = (format!(".part-kept-{C}"), format!("a.part-kept-{}", C.to_ascii_uppercase()));
+        for bad in ["a.part-0123456789abcdef", ".part-kept-00", no_name.as_str(), upper.as_str()] {
+            assert_eq!(parse_kept_file_name(bad), None, "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_kept_name_made_parses_back(name in "[^/\\x00]{1,200}", sum in "[0-9a-fA-F]{64}") {
+            if let Some(kept) = kept_file_name(&name, &sum) {
+                proptest::prop_assert!(kept.len() <= crate::meta::namespace::MAX_SEGMENT_BYTES);
+                let lower = sum.to_ascii_lowercase();
+                proptest::prop_assert_eq!(parse_kept_file_name(&kept), Some((name.as_str(), lower.as_str())));
+            } else {
+                proptest::prop_assert!(name.len() > 180 || name.contains(PART_MARK));
+            }
+        }
+    }
 
     /// A part file written before the process started, or idle past the limit, is a
     /// leftover; one written since the start and touched within the limit belongs to an upload.

@@ -215,6 +215,8 @@ pub struct ReplState {
 pub struct DiskStats {
     pub disk_deletes: u64,
     pub disk_renames: u64,
+    /// Bytes an overwrite kept aside and put back, its record never having come.
+    pub kept_restored: u64,
     pub adopted: u64,
     pub rescans: u64,
 }

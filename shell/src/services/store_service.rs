@@ -566,6 +566,29 @@ fn part_of(file: &Path, s: &UploadSession) -> PathBuf {
     file.with_file_name(transfer::part_file_name(&name, &s.part_tag()))
 }
 
+/// Before an overwrite lands at `dest`, keep the bytes there (the content `replaces`, which the
+/// records name as this copy's) under their kept name, a hard link in the same folder, so a put
+/// whose record never comes leaves them to be put back (`shoal_core::storage::landed`, "Kept
+/// bytes"). The link's name is made durable by the folder fsync that follows the landing.
+/// Returns the checksum kept and, when this call made the link, its path (an earlier overwrite
+/// of the same content may have kept them already). Nothing is kept when `dest` holds no file,
+/// the kept name would be too long, or the file system refuses hard links (logged: such an
+/// overwrite is as safe as the put's publish).
+fn keep_aside(dest: &Path, replaces: &str) -> Option<(String, Option<PathBuf>)> {
+    let md = dest.symlink_metadata().ok().filter(|m| m.is_file())?;
+    let name = dest.file_name()?.to_str()?;
+    let sum = replaces.to_ascii_lowercase();
+    let link = dest.with_file_name(transfer::kept_file_name(name, &sum)?);
+    match std::fs::hard_link(dest, &link) {
+        Ok(()) => Some((sum, Some(link))),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Some((sum, None)),
+        Err(e) => {
+            tracing::warn!(path = %dest.display(), size = md.len(), error = %e, "could not keep the bytes an overwrite replaces");
+            None
+        }
+    }
+}
+
 /// How long a landing waits for another write's bytes at its path to settle.
 const SETTLE_WAIT_MS: u64 = 2_000;
 
@@ -588,9 +611,20 @@ impl Landed {
         if self.refuses(s, volume, path, checksum, replaces, dest) {
             return Err(WriteConflict);
         }
+        let kept = replaces.filter(|r| !r.eq_ignore_ascii_case(checksum)).and_then(|r| keep_aside(dest, r));
         let placed = place();
-        if placed.is_ok() {
-            s.with_node(|n, now| n.landed_note(now, volume, path, checksum));
+        match (&placed, kept) {
+            (Ok(()), kept) => s.with_node(|n, now| {
+                n.landed_note(now, volume, path, checksum);
+                if let Some((sum, _)) = kept {
+                    n.kept_note(volume, path, &sum);
+                }
+            }),
+            // Nothing landed: the link made for it goes (one made by an earlier overwrite stays).
+            (Err(_), Some((_, Some(link)))) => {
+                let _ = std::fs::remove_file(link);
+            }
+            (Err(_), _) => {}
         }
         Ok(placed)
     }

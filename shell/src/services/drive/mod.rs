@@ -382,6 +382,10 @@ async fn publish<E: Env>(
             for (volume, _) in copies.iter().filter(|(_, node)| *node == me) {
                 s.store_service.landed.forget(s, volume, &target.path, sum);
             }
+            // An overwrite's copies here kept the bytes they replaced: put back at once.
+            if target.replaces.is_some() {
+                s.disk_kick();
+            }
             return Err(e);
         }
     };

@@ -192,6 +192,7 @@ pub(super) fn prune_empty_dirs(root: &Path, file: &Path) {
 /// Carry out what the records ask of this node's disks once.
 pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
     retire_evacuated(s);
+    reconcile_kept(s).await;
     let actions = s.read_node(|n, _| n.disk_actions());
     // The records behind these actions are queued for the store by now; written first.
     if actions.is_empty() || !records_on_disk(s).await {
@@ -248,6 +249,63 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                 }
             }
             Some(Err(e)) => tracing::warn!(path = %path, error = %e.message, "could not update a copy on disk"),
+        }
+    }
+}
+
+/// Put back or drop the bytes overwrites kept aside, as the core says
+/// (`Node::kept_actions`; `shoal_core::storage::landed`, "Kept bytes"): each asked again under
+/// the landing lock, after bytes this node's last run may have landed at the path are noted.
+async fn reconcile_kept<E: Env>(s: &Arc<Shared<E>>) {
+    for a in s.read_node(|n, now| n.kept_actions(now)) {
+        let (KeptAction::Restore { volume, folder, path, checksum }
+        | KeptAction::Drop { volume, folder, path, checksum }) = a.clone();
+        let (s2, act) = (s.clone(), a.clone());
+        let (v, p, sum) = (volume.clone(), path.clone(), checksum.clone());
+        let done = s
+            .blocking(move || {
+                s2.store_service.landed.unless_unsettled(&s2, &v, Path::new(&folder), &[&p], || {
+                    if !s2.read_node(|n, now| n.kept_action_holds(now, &act)) {
+                        return Ok(None);
+                    }
+                    let dest = confined_path(Path::new(&folder), &p, false)?;
+                    let name = dest.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                    let Some(kept) = transfer::kept_file_name(name, &sum).map(|k| dest.with_file_name(k)) else {
+                        s2.with_node(|n, _| n.kept_done(&v, &p, &sum));
+                        return Ok(None);
+                    };
+                    if !kept.is_file() {
+                        // Gone (its folder was moved or removed with the copy): nothing to do.
+                        s2.with_node(|n, _| n.kept_done(&v, &p, &sum));
+                        return Ok(None);
+                    }
+                    match act {
+                        KeptAction::Restore { .. } => {
+                            std::fs::rename(&kept, &dest).map_err(|e| io_api("put kept bytes back", e))?;
+                            if let Some(dir) = dest.parent() {
+                                crate::disk::sync::fsync_folder(dir).map_err(|e| io_api("sync folder", e))?;
+                            }
+                            Ok::<_, ApiError>(Some(dest))
+                        }
+                        KeptAction::Drop { .. } => {
+                            std::fs::remove_file(&kept).map_err(|e| io_api("drop kept bytes", e))?;
+                            s2.with_node(|n, _| n.kept_done(&v, &p, &sum));
+                            Ok(None)
+                        }
+                    }
+                })
+            })
+            .await;
+        match done {
+            Some(Ok(Some(dest))) => {
+                // The bytes are the path's again: hashed, so the records can count them.
+                let hashed = super::scrub::hash_file(s, dest).await.map(|(_, h)| h).unwrap_or_default();
+                let published = s.with_node(|n, now| n.kept_restored(now, &volume, &path, &checksum, &hashed));
+                tracing::info!(path = %path, volume = %volume, published, "an overwrite whose record never came: the bytes it replaced are back");
+                lock(&s.repl.stats).kept_restored += 1;
+            }
+            Some(Ok(None)) | None => {}
+            Some(Err(e)) => tracing::warn!(path = %path, error = %e.message, "could not put back or drop kept bytes"),
         }
     }
 }

@@ -47,6 +47,7 @@ use sha2::{Digest, Sha256};
 use shoal_core::meta::records::LocationState;
 use shoal_core::node::files::LocalCopy;
 use shoal_core::node::files::{DiskAction, Source};
+use shoal_core::node::landed::KeptAction;
 use shoal_core::node::replication::{PullCurrency, TaskReport, TaskReportBody};
 use shoal_core::node::ApiError;
 use shoal_core::storage::chores::Chore;

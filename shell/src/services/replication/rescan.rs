@@ -21,18 +21,25 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         // (`transfer::leftover_part_file`), read on the clock that stamped their mtimes, the
         // file system's (in the simulator the node's clock is simulated and the files' are not).
         let (started, now) = (lock(&s.repl.started).unwrap_or(shoal_core::Millis(0)), file_clock());
-        let (found, parts_removed) = s
+        let (found, parts_removed, kept) = s
             .blocking(move || {
-                let (found, parts) = walk(&root);
+                let Walked { files: found, parts, kept } = walk(&root);
                 let old: Vec<PathBuf> = parts
                     .into_iter()
                     .filter(|(_, mtime)| transfer::leftover_part_file(*mtime, started, now))
                     .map(|(p, _)| p)
                     .collect();
                 let removed = old.iter().filter(|p| std::fs::remove_file(p).is_ok()).count();
-                (found, removed)
+                (found, removed, kept)
             })
             .await;
+        // Bytes an overwrite kept aside (this run's are noted already; a restart's are found
+        // here): the reconciler puts them back or drops them as the records settle.
+        s.with_node(|n, _| {
+            for (path, sum) in &kept {
+                n.kept_note(&volume, path, sum);
+            }
+        });
         // What each file found means is the core's (`shoal_core::node::rescan`); this walks,
         // asks the leader before an adoption, and hashes.
         let found: Vec<Found> =
@@ -124,14 +131,20 @@ pub(super) async fn adoptable_by_leader<E: Env>(s: &Arc<Shared<E>>, path: &str, 
     }
 }
 
-/// Regular files under `root` as (cluster path, size, mtime ms), and apart the part files
-/// shoal writes (with their mtime ms); symlinks are skipped, and names that are not valid
-/// cluster paths too.
-pub(super) type Walked = (Vec<(String, u64, u64)>, Vec<(PathBuf, u64)>);
+/// What a walk of a volume folder finds: regular files as (cluster path, size, mtime ms), and
+/// apart the part files shoal writes (with their mtime ms) and the bytes overwrites kept aside
+/// (cluster path, checksum); symlinks are skipped, and names that are not valid cluster paths
+/// too.
+pub(super) struct Walked {
+    pub files: Vec<(String, u64, u64)>,
+    pub parts: Vec<(PathBuf, u64)>,
+    pub kept: Vec<(String, String)>,
+}
 
 pub(super) fn walk(root: &Path) -> Walked {
     let mut out = Vec::new();
     let mut parts = Vec::new();
+    let mut kept = Vec::new();
     let mut stack = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, prefix)) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&dir) else { continue };
@@ -145,6 +158,8 @@ pub(super) fn walk(root: &Path) -> Walked {
             if name.contains(transfer::PART_MARK) {
                 if md.is_file() && is_part_file(&name) {
                     parts.push((e.path(), mtime_ms(&md)));
+                } else if let Some((final_name, sum)) = transfer::parse_kept_file_name(&name).filter(|_| md.is_file()) {
+                    kept.push((format!("{prefix}/{final_name}"), sum.to_string()));
                 }
                 continue;
             }
@@ -163,7 +178,8 @@ pub(super) fn walk(root: &Path) -> Walked {
         }
     }
     out.sort();
-    (out, parts)
+    kept.sort();
+    Walked { files: out, parts, kept }
 }
 
 /// Whether `name` is one of the part files shoal writes: `<name>.part-<16 hex>` (an upload
