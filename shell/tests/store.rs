@@ -445,7 +445,13 @@ async fn a_small_copy_lands_in_one_signed_put_only_when_its_bytes_match() {
     let content = b"a small file in one request".to_vec();
     let parts = |dir: &std::path::Path| {
         std::fs::read_dir(dir)
-            .map(|rd| rd.filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".part-")).count())
+            .map(|rd| {
+                rd.filter(|e| {
+                    let name = e.as_ref().unwrap().file_name().to_string_lossy().into_owned();
+                    name.contains(".part-") && !name.contains(".part-kept-")
+                })
+                .count()
+            })
             .unwrap_or(0)
     };
 
@@ -496,6 +502,9 @@ async fn a_small_copy_lands_in_one_signed_put_only_when_its_bytes_match() {
     assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(std::fs::read(folder.join("docs").join("kept.bin")).unwrap(), other);
     assert_eq!(parts(&folder.join("docs")), 0);
+    // The bytes it replaced are kept aside until a record settles the overwrite.
+    let aside = format!("kept.bin.part-kept-{}", sha(&kept));
+    assert_eq!(std::fs::read(folder.join("docs").join(aside)).unwrap(), kept);
     a.shutdown().await;
     b.shutdown().await;
 }
