@@ -11,6 +11,7 @@ use shoal_core::node::files::LocalCopy;
 use shoal_core::node::volumes::FolderFacts;
 use shoal_core::node::{Node, Output};
 use shoal_core::storage::chores::Chore;
+use shoal_core::storage::planner::TaskOutcome;
 use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
 use shoal_core::{NodeId, VolumeId};
 
@@ -100,7 +101,7 @@ fn a_pass_ends_a_copy_of_a_gone_volume_and_a_finished_task_asks_for_another_pass
     assert_eq!(g.state, LocationState::Dropped, "a copy on a volume no node has is forgotten by the pass");
     // A task this leader ended by its own hand counts and asks for a pass at once.
     let passes = n.repl_stats().passes;
-    n.repl_finish(at(4_000), &f.id, "/f", false);
+    n.repl_finish(at(4_000), &f.id, "/f", TaskOutcome::Failed);
     assert_eq!(n.repl_stats().failed, 1);
     n.handle_timeout(at(4_000));
     assert_eq!(n.repl_stats().passes, passes + 1);

@@ -10,6 +10,7 @@ use shoal_core::node::files::{DeleteRequest, DiskAction};
 use shoal_core::node::volumes::FolderFacts;
 use shoal_core::node::{ApiError, Node, NodeConfig, SelfInfo};
 use shoal_core::records::Capabilities;
+use shoal_core::storage::planner::TaskOutcome;
 use shoal_core::time::{Millis, HOUR_MS, SECOND_MS};
 use shoal_core::{FileId, NodeId, VolumeId};
 
@@ -835,7 +836,7 @@ fn replication_failures_back_off_in_the_replicated_record_and_a_success_clears_i
     let delays = [30, 60, 120, 240, 3_600, 3_600].map(|s| s * SECOND_MS);
     for (i, delay) in delays.into_iter().enumerate() {
         let wall = at(10_000 * (i as u64 + 1));
-        n.repl_outcome(wall, "/r", false);
+        n.repl_outcome(wall, "/r", TaskOutcome::Failed);
         let b = n.repl_backoffs().remove(&id).expect("a backoff for the file");
         assert_eq!((b.attempts, b.next_at_ms), (i as u32 + 1, wall.0 + delay), "failure {}", i + 1);
         let r = file(&n, "/r").repl.expect("kept in the record");
@@ -866,16 +867,48 @@ fn replication_failures_back_off_in_the_replicated_record_and_a_success_clears_i
     merged.merge(&Record::File(f.clone()));
     assert_eq!(merged, Record::File(f.clone()));
 
-    n.repl_outcome(at(200_000), "/r", true);
+    n.repl_outcome(at(200_000), "/r", TaskOutcome::Succeeded);
     assert!(n.repl_backoffs().is_empty(), "a success clears the backoff");
     let cleared = file(&n, "/r").repl.expect("a cleared register");
     assert_eq!(cleared.attempts, 0);
-    n.repl_outcome(at(200_100), "/r", true);
+    n.repl_outcome(at(200_100), "/r", TaskOutcome::Succeeded);
     assert_eq!(file(&n, "/r").repl.map(|r| r.version), Some(cleared.version), "nothing to clear twice");
 
     // A failure starts over from one.
-    n.repl_outcome(at(300_000), "/r", false);
+    n.repl_outcome(at(300_000), "/r", TaskOutcome::Failed);
     assert_eq!(n.repl_backoffs().get(&id).map(|b| (b.attempts, b.next_at_ms)), Some((1, at(300_000).0 + 30_000)));
+}
+
+/// A target that refuses a pull because another write's bytes are unsettled at that path is
+/// busy for up to ten minutes: five such refusals counted as failures would send the file into
+/// the hour-long wait (the simulator's `--overwrites` seed 3007 lost its third copy that way).
+#[test]
+fn a_deferred_task_waits_one_base_delay_and_counts_no_failure() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    let id = publish(&mut n, at(1_000), "/r", 'a', &[(va.clone(), me.clone())]);
+    for i in 0..12u64 {
+        let wall = at(10_000 + i * 40_000);
+        n.repl_outcome(wall, "/r", TaskOutcome::Deferred);
+        let b = n.repl_backoffs().remove(&id).expect("the file waits");
+        assert_eq!((b.attempts, b.next_at_ms), (0, wall.0 + 30 * SECOND_MS), "deferral {}", i + 1);
+    }
+    // While it waits, the planner gives the file no task; after that, it does.
+    n.policy_set(at(460_001), "/", 2).unwrap();
+    let waiting = n.replication_plan(at(460_002), &[]);
+    assert_eq!(waiting.plan.stats.waiting_backoff, 1, "{waiting:?}");
+
+    // A failure counts from where the failures were, not from the deferrals.
+    n.repl_outcome(at(600_000), "/r", TaskOutcome::Failed);
+    n.repl_outcome(at(700_000), "/r", TaskOutcome::Deferred);
+    let b = n.repl_backoffs().remove(&id).expect("the file waits");
+    assert_eq!((b.attempts, b.next_at_ms), (1, at(700_000).0 + 30 * SECOND_MS));
+    // A success clears a wait that a deferral alone set.
+    n.repl_outcome(at(800_000), "/r", TaskOutcome::Succeeded);
+    n.repl_outcome(at(900_000), "/r", TaskOutcome::Deferred);
+    n.repl_outcome(at(900_100), "/r", TaskOutcome::Succeeded);
+    assert!(n.repl_backoffs().is_empty(), "{:?}", n.repl_backoffs());
+    assert_eq!(file(&n, "/r").repl.map(|r| (r.attempts, r.next_at_ms)), Some((0, 0)));
 }
 
 // ---- 9. copy_mark ----
@@ -936,7 +969,7 @@ fn a_re_created_file_starts_without_the_old_files_backoff() {
     let me = n.id().clone();
     publish(&mut n, at(1_000), "/r", 'a', &[(va.clone(), me.clone())]);
     for i in 0..5 {
-        n.repl_outcome(at(2_000 + i), "/r", false);
+        n.repl_outcome(at(2_000 + i), "/r", TaskOutcome::Failed);
     }
     n.file_remove(at(3_000), "/r", false).unwrap();
     let fresh = publish(&mut n, at(4_000), "/r", 'b', &[(va, me)]);
@@ -981,7 +1014,7 @@ fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_
     // A different task for the file does not end it.
     let mut other = task.clone();
     other.size = 11;
-    let done = TaskReport::Done { ok: true };
+    let done = TaskReport::Done(TaskOutcome::Succeeded);
     assert_eq!(n.repl_report(at(3_000), &worker, term, &other, done), Err(ReportError::NotInFlight));
     assert_eq!(n.repl_report(at(3_000), &worker, term, &task, done), Ok(true));
     assert!(n.repl_tasks().is_empty());

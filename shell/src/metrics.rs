@@ -161,7 +161,12 @@ impl Metrics {
         r.register("repl_passes", "Planner passes run here (leader)", const_counter(g.repl_passes));
         r.register("repl_dispatched", "Replication tasks dispatched (leader)", const_counter(g.repl_dispatched));
         let outcomes = Family::<OutcomeLabel, Counter>::default();
-        for (outcome, n) in [("succeeded", g.repl_succeeded), ("failed", g.repl_failed), ("expired", g.repl_expired)] {
+        for (outcome, n) in [
+            ("succeeded", g.repl_succeeded),
+            ("failed", g.repl_failed),
+            ("deferred", g.repl_deferred),
+            ("expired", g.repl_expired),
+        ] {
             outcomes.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc_by(n);
         }
         r.register("repl_tasks_ended", "Replication tasks ended, by outcome", outcomes);

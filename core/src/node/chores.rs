@@ -10,7 +10,7 @@ use super::files::LocalCopy;
 use super::{Node, Output};
 use crate::meta::records::LocationState;
 use crate::storage::chores::{scrub_rest_ms, Chore};
-use crate::storage::planner::{self, PlanInput, PlanStats};
+use crate::storage::planner::{self, PlanInput, PlanStats, TaskOutcome};
 use crate::time::Millis;
 use serde::Serialize;
 
@@ -44,6 +44,8 @@ pub struct ReplStats {
     pub dispatched: u64,
     pub succeeded: u64,
     pub failed: u64,
+    /// Tasks a busy target refused for now (not counted as failures).
+    pub deferred: u64,
     pub expired: u64,
     pub scrubbed_copies: u64,
     pub scrubbed_bytes: u64,
@@ -107,11 +109,11 @@ impl Node {
         &self.repl_stats
     }
 
-    pub(super) fn repl_count(&mut self, ok: bool) {
-        if ok {
-            self.repl_stats.succeeded += 1;
-        } else {
-            self.repl_stats.failed += 1;
+    pub(super) fn repl_count(&mut self, outcome: TaskOutcome) {
+        match outcome {
+            TaskOutcome::Succeeded => self.repl_stats.succeeded += 1,
+            TaskOutcome::Failed => self.repl_stats.failed += 1,
+            TaskOutcome::Deferred => self.repl_stats.deferred += 1,
         }
     }
 

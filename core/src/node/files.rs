@@ -20,7 +20,7 @@ use super::{ApiError, Node};
 use crate::ids::{FileId, NodeId, VolumeId};
 use crate::meta::namespace::{self, normalize};
 use crate::meta::records::{FileRecord, Location, LocationState, Record, ReplBackoff};
-use crate::storage::planner::Backoff;
+use crate::storage::planner::{Backoff, TaskOutcome};
 use crate::storage::transfer;
 use crate::time::Millis;
 use serde::Serialize;
@@ -664,18 +664,21 @@ impl Node {
         self.file_publish(wall, &p, size, checksum, mod_time, &[(volume.clone(), self.id.clone())]).map(|_| ())
     }
 
-    /// Record one more failed replication task of `path` (its backoff escalates: 30 s doubling,
-    /// 1 h after 5 failures), or clear the backoff after a success.
-    pub fn repl_outcome(&mut self, wall: Millis, path: &str, ok: bool) {
+    /// Record how a replication task of `path` ended: a failure escalates its backoff (30 s
+    /// doubling, 1 h after 5 failures), a deferral makes it wait one base delay without counting
+    /// a failure, a success clears it.
+    pub fn repl_outcome(&mut self, wall: Millis, path: &str, outcome: TaskOutcome) {
         let Some(f) = self.live_file(path).cloned() else { return };
         let prev = f.repl.as_ref().map(|b| Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms });
-        let next = if ok {
-            if prev.as_ref().is_none_or(|b| b.attempts == 0) {
-                return;
+        let next = match outcome {
+            TaskOutcome::Succeeded => {
+                if !prev.as_ref().is_some_and(Backoff::is_set) {
+                    return;
+                }
+                Backoff::default()
             }
-            Backoff::default()
-        } else {
-            Backoff::after_failure(prev.as_ref(), wall.0, &self.planner_config())
+            TaskOutcome::Failed => Backoff::after_failure(prev.as_ref(), wall.0, &self.planner_config()),
+            TaskOutcome::Deferred => Backoff::after_deferral(prev.as_ref(), wall.0, &self.planner_config()),
         };
         let version = self.hlc.next(wall);
         let repl = ReplBackoff { attempts: next.attempts, next_at_ms: next.next_at_ms, version };
@@ -689,7 +692,7 @@ impl Node {
             .files()
             .filter(|f| !f.removed)
             .filter_map(|f| {
-                let b = f.repl.as_ref().filter(|b| b.attempts > 0)?;
+                let b = f.repl.as_ref().filter(|b| b.attempts > 0 || b.next_at_ms > 0)?;
                 Some((f.id.clone(), Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms }))
             })
             .collect()

@@ -45,6 +45,7 @@ pub struct NodeGauges {
     pub repl_dispatched: u64,
     pub repl_succeeded: u64,
     pub repl_failed: u64,
+    pub repl_deferred: u64,
     pub repl_expired: u64,
     /// Replication tasks this node holds a lease on (leader) and files it is working on.
     pub repl_tasks: u64,
@@ -104,6 +105,7 @@ impl Node {
             repl_dispatched: stats.dispatched,
             repl_succeeded: stats.succeeded,
             repl_failed: stats.failed,
+            repl_deferred: stats.deferred,
             repl_expired: stats.expired,
             repl_tasks: self.repl_tasks().len() as u64,
             repl_working: self.working().len() as u64,

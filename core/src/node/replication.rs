@@ -7,7 +7,7 @@
 use super::{Event, Node, Purpose};
 use crate::ids::{FileId, NodeId};
 use crate::storage::chores::Chore;
-use crate::storage::planner::{InFlight, Task};
+use crate::storage::planner::{InFlight, Task, TaskOutcome};
 use crate::storage::tasks::ReportError;
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,10 @@ pub struct TaskReportBody {
     pub term: u64,
     pub task: Task,
     pub ok: bool,
+    /// A failure that was a refusal for now (another write's bytes unsettled at the target):
+    /// the file waits one base delay, no failure is counted.
+    #[serde(default)]
+    pub deferred: bool,
     #[serde(default)]
     pub error: String,
 }
@@ -43,7 +47,18 @@ pub enum TaskReport {
     /// Still working: extend the lease (or adopt the task).
     Renew,
     /// Finished, well or not.
-    Done { ok: bool },
+    Done(TaskOutcome),
+}
+
+impl TaskReportBody {
+    /// How the task ended, as this report says.
+    pub fn outcome(&self) -> TaskOutcome {
+        match (self.ok, self.deferred) {
+            (true, _) => TaskOutcome::Succeeded,
+            (false, true) => TaskOutcome::Deferred,
+            (false, false) => TaskOutcome::Failed,
+        }
+    }
 }
 
 impl Node {
@@ -89,10 +104,10 @@ impl Node {
                 self.repl_tasks.renew(now, task.clone(), lease)?;
                 Ok(false)
             }
-            TaskReport::Done { ok } => {
+            TaskReport::Done(outcome) => {
                 self.repl_tasks.done(task)?;
-                self.repl_outcome(wall, &task.path, ok);
-                self.repl_count(ok);
+                self.repl_outcome(wall, &task.path, outcome);
+                self.repl_count(outcome);
                 self.chores.kick(Chore::Plan, now);
                 Ok(true)
             }
@@ -101,11 +116,11 @@ impl Node {
 
     /// Leader: a task ended by this node's own hand (a drop carried out or refused, a worker
     /// that refused the task).
-    pub fn repl_finish(&mut self, wall: Millis, file: &FileId, path: &str, ok: bool) {
+    pub fn repl_finish(&mut self, wall: Millis, file: &FileId, path: &str, outcome: TaskOutcome) {
         let now = self.advance_clocks(wall);
         self.repl_tasks.finish(file);
-        self.repl_outcome(wall, path, ok);
-        self.repl_count(ok);
+        self.repl_outcome(wall, path, outcome);
+        self.repl_count(outcome);
         self.chores.kick(Chore::Plan, now);
     }
 
@@ -120,7 +135,7 @@ impl Node {
             return;
         }
         for t in self.repl_tasks.expire(now) {
-            self.repl_outcome(wall, &t.path, false);
+            self.repl_outcome(wall, &t.path, TaskOutcome::Failed);
             self.repl_stats.expired += 1;
             self.event(Event::ReplTaskExpired { path: t.path });
         }
@@ -172,7 +187,7 @@ impl Node {
                 let _ = self.repl_report(wall, &me, w.term, &w.task, TaskReport::Renew);
                 continue;
             }
-            let body = TaskReportBody { term: w.term, task: w.task, ok: true, error: String::new() };
+            let body = TaskReportBody { term: w.term, task: w.task, ok: true, deferred: false, error: String::new() };
             let body = serde_json::to_vec(&body).unwrap_or_default();
             self.new_request(wall, now, &to, "POST", "/cluster/acn/repl/renew", body, Purpose::TaskRenew);
         }

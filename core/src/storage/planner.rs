@@ -91,6 +91,33 @@ impl Backoff {
         };
         Backoff { attempts, next_at_ms: now_ms.saturating_add(delay) }
     }
+
+    /// The backoff after a deferred task at `now_ms`: the file waits one base delay (30 s) and
+    /// its failures are not counted up, so a target that is busy for minutes does not push the
+    /// file into the hour-long wait.
+    pub fn after_deferral(prev: Option<&Backoff>, now_ms: u64, cfg: &PlannerConfig) -> Backoff {
+        let attempts = prev.map_or(0, |b| b.attempts);
+        Backoff { attempts, next_at_ms: now_ms.saturating_add(cfg.backoff_base_ms) }
+    }
+
+    /// Whether this register holds anything back (a failure counted, or a wait set).
+    pub fn is_set(&self) -> bool {
+        self.attempts > 0 || self.next_at_ms > 0
+    }
+}
+
+/// How a replication task ended, as its worker (or the leader) reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskOutcome {
+    /// The copy was made or dropped: the file's backoff is cleared.
+    Succeeded,
+    /// The task failed: the file's backoff escalates (30 s doubling, then 1 h).
+    Failed,
+    /// The target refused for now because another write's bytes are unsettled at that path
+    /// (they settle within ten minutes, `LANDED_MAX_MS`): the file waits one base delay, and the
+    /// refusal is not counted as a failure.
+    Deferred,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -51,7 +51,7 @@ use shoal_core::node::landed::KeptAction;
 use shoal_core::node::replication::{PullCurrency, TaskReport, TaskReportBody};
 use shoal_core::node::ApiError;
 use shoal_core::storage::chores::Chore;
-use shoal_core::storage::planner::{Action, InFlight, Task};
+use shoal_core::storage::planner::{Action, InFlight, Task, TaskOutcome};
 use shoal_core::storage::tasks::ReportError;
 use shoal_core::storage::transfer::{self, CHUNK_BYTES};
 use shoal_core::NodeId;
@@ -122,7 +122,8 @@ pub fn in_flight<E: Env>(s: &Arc<Shared<E>>) -> Vec<InFlight> {
 pub async fn send_task<E: Env>(s: Arc<Shared<E>>, term: u64, task: Task) {
     let me = s.read_node(|n, _| n.id().clone());
     if let Some(ok) = dispatch(&s, &me, term, &task).await {
-        s.with_node(|n, now| n.repl_finish(now, &task.file, &task.path, ok));
+        let outcome = if ok { TaskOutcome::Succeeded } else { TaskOutcome::Failed };
+        s.with_node(|n, now| n.repl_finish(now, &task.file, &task.path, outcome));
     }
 }
 
@@ -158,7 +159,7 @@ async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Tas
 
 /// A worker's report on its task, from `sender` (this node itself when it is both).
 fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &TaskReportBody, op: &str) -> Result<(), ReportError> {
-    let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done { ok: b.ok } };
+    let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done(b.outcome()) };
     let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
     if ended && !b.ok {
         tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
@@ -237,14 +238,21 @@ async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
     }
     let result = pull(s, &b.task).await;
     s.with_node(|n, _| n.work_end(&b.task.file));
-    let (ok, error) = match result {
-        Ok(()) => (true, String::new()),
+    let (ok, deferred, error) = match result {
+        Ok(()) => (true, false, String::new()),
         Err(e) => {
-            tracing::warn!(path = %b.task.path, error = %e.message, "pull failed");
-            (false, e.message)
+            // Refused while another write's bytes at that path are unsettled: the pull is
+            // deferred, not failed (the file's backoff does not climb towards the hour).
+            let deferred = match &b.task.action {
+                Action::Pull { target_volume, .. } => s.store_service.landed.unsettled(s, target_volume, &b.task.path),
+                _ => false,
+            };
+            tracing::warn!(path = %b.task.path, error = %e.message, deferred, "pull failed");
+            (false, deferred, e.message)
         }
     };
-    report(s, &leader, "done", &TaskReportBody { term: b.term, task: b.task, ok, error }).await;
+    let body = TaskReportBody { term: b.term, task: b.task, ok, deferred, error };
+    report(s, &leader, "done", &body).await;
 }
 
 /// Pull one copy into this node's target volume and publish it.
