@@ -1703,6 +1703,43 @@ fn a_submitted_record_out_of_bounds_is_refused_alone_and_the_submitter_moves_on(
     assert!(net.node("b").refusals.iter().any(|r| r.contains("our submitted record")), "{:?}", net.node("b").refusals);
 }
 
+/// Clock skew: a follower whose clock runs more than `AHEAD_MAX_MS` ahead of the leader's
+/// stamps versions the leader will not take (they would win over every later write). The
+/// leader names the record in the submit's `refused`, and the submitter's acknowledgement
+/// says the change was refused instead of counting it held elsewhere (it is on the submitter
+/// only): before, the leader dropped it silently and the write was acknowledged `replicated`.
+#[test]
+fn a_record_from_a_clock_too_far_ahead_is_refused_by_name_and_its_change_is_not_acknowledged_as_held() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    net.write("a", "warm", json!(0));
+    let from = net.meta("b").write_mark();
+    let ahead = net.wall().0 + shoal_core::hlc::AHEAD_MAX_MS + 60_000;
+    let version = shoal_core::hlc::Version { wall_ms: ahead, counter: 0, node: id("b") };
+    let skewed = Record::Setting(Setting { key: "skewed".into(), value: json!(1), removed: false, version });
+    net.submit("b", skewed.clone());
+    let to = net.meta("b").write_mark();
+    let fine = net.setting("b", "fine", json!(2));
+    net.submit("b", fine);
+    let to_fine = net.meta("b").write_mark();
+    net.run();
+
+    assert_eq!(setting_of(net.meta("a"), "skewed"), None, "the leader does not take it");
+    assert_eq!(setting_of(net.meta("a"), "fine").map(|s| s.value), Some(json!(2)), "the next record goes on");
+    let refused: Vec<Value> = net
+        .trace
+        .iter()
+        .filter(|d| d.target == SUBMIT)
+        .flat_map(|d| d.reply["refused"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0]["why"].as_str().is_some_and(|w| w.contains("ahead")), "{refused:?}");
+    assert_eq!(net.meta("b").pending_len(), 0);
+    assert!(net.meta("b").mark_refused(&from, &to), "the skewed change is known refused");
+    assert!(!net.meta("b").mark_refused(&to, &to_fine), "the next change is not");
+    assert!(net.meta("b").mark_held(&to, &to_fine));
+    assert!(net.node("b").refusals.iter().any(|r| r.contains("ahead")), "{:?}", net.node("b").refusals);
+}
+
 /// A local write out of bounds is never stored, queued or sent (the commands refuse it first
 /// with a clear error; this is the last guard), and it is reported.
 #[test]

@@ -356,6 +356,9 @@ pub enum AckReached {
     Replicated,
     /// No other member is reachable now: the change is as safe as this node's disk.
     Alone,
+    /// The leader refused a record of the change (its version too far ahead of the leader's
+    /// clock, or out of bounds): it is made on this node only and will not travel as it is.
+    Refused,
 }
 
 /// Whether a client's request waits for its changes to be safe (`meta.ack`): every change but a
@@ -411,6 +414,9 @@ impl Node {
     pub fn ack_ready(&self, wall: Millis, plan: &AckPlan) -> Option<AckReached> {
         if self.cluster.is_none() {
             return Some(AckReached::Alone);
+        }
+        if self.meta.mark_refused(&plan.from, &plan.to) {
+            return Some(AckReached::Refused);
         }
         if self.meta.mark_held(&plan.from, &plan.to) {
             return Some(AckReached::Replicated);

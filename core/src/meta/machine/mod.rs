@@ -187,6 +187,10 @@ pub type MetaReply = Reply;
 /// Most bytes of records in one submit or append (well under the 64 MiB request limit).
 pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 
+/// How many of its own refused pending ids a submitter remembers (far more than the writes an
+/// acknowledgement waits on at once).
+const REFUSED_OWN_MAX: usize = 4096;
+
 /// At most `count` items, and no more than [`BATCH_MAX_BYTES`] of records (always at least one).
 pub(super) fn take_bounded<'a, T: 'a>(
     items: impl Iterator<Item = T>,
@@ -446,6 +450,10 @@ pub struct Meta {
     /// Pending ids of ours that went into our own log when we became leader: first id of each
     /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
     self_appended: BTreeMap<u64, (u64, LogIndex, Term)>,
+    /// Pending ids of ours whose records the leader refused (named in a submit's answer): the
+    /// changes stay on this node only, so no acknowledgement covering them may say they are
+    /// held elsewhere ([`Meta::mark_refused`]); the last [`REFUSED_OWN_MAX`].
+    refused_own: BTreeSet<u64>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -521,6 +529,7 @@ impl Meta {
             lease_seen: None,
             leader_changes: 0,
             self_appended: BTreeMap::new(),
+            refused_own: BTreeSet::new(),
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -675,6 +684,21 @@ impl Meta {
         let Some(need) = need else { return true };
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
         alone || (leads && self.peers.values().any(|p| p.held_through >= need))
+    }
+
+    /// Whether the leader refused a record of a change this node made between `from` and `to`
+    /// (a version too far ahead of its clock, or a record out of bounds): that change is on this
+    /// node only, and its acknowledgement must say so rather than wait or claim it held.
+    pub fn mark_refused(&self, from: &WriteMark, to: &WriteMark) -> bool {
+        self.refused_own.range(from.pending_before..to.pending_before).next().is_some()
+    }
+
+    /// The submitter's side of a refusal: remember the pending id (bounded).
+    pub(super) fn note_refused_own(&mut self, id: u64) {
+        self.refused_own.insert(id);
+        while self.refused_own.len() > REFUSED_OWN_MAX {
+            self.refused_own.pop_first();
+        }
     }
 
     /// The term of the numbering this node's log follows.

@@ -84,6 +84,10 @@ impl Meta {
                     let (refused_records, append, taken, lease, last_seq) =
                         a.map(|a| (a.refused, a.append, a.taken, a.lease, a.last_seq)).unwrap_or_default();
                     for r in refused_records {
+                        let index = r.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
+                        if let Some(&id) = index.and_then(|i| ids.get(i)) {
+                            self.note_refused_own(id);
+                        }
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
                     let mut submitted = Vec::with_capacity(ids.len());

@@ -164,6 +164,17 @@ impl Meta {
                     continue;
                 }
             };
+            if !believable(&r, hlc) {
+                // A version this far ahead of the leader's clock would win over every later
+                // write: refused, and named so the submitter's acknowledgement says so.
+                let why = format!(
+                    "its version is more than {} minutes ahead of the leader's clock (the submitting node's clock runs ahead)",
+                    crate::hlc::AHEAD_MAX_MS / 60_000
+                );
+                self.refuse(Some(from.clone()), format!("submitted record {}/{}", r.kind().as_str(), r.key()), &why);
+                refused.push(json!({"index": i, "why": why}));
+                continue;
+            }
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);

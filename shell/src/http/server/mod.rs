@@ -224,7 +224,8 @@ pub use crate::node::handle::AckSpan;
 /// `durable`, also a commit of this node's store holds them (writes arriving together share
 /// it); `local`, at once. The wait is bounded by `meta.ack_wait`; the answer's `x-shoal-ack`
 /// header says what was reached (`replicated`, `durable`, `local`, or `unconfirmed` when the
-/// bound ran out: the change is made here and travels on, but no other node confirmed it yet).
+/// bound ran out: the change is made here and travels on, but no other node confirmed it yet;
+/// `refused` when the leader refused it: it is made here only).
 async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mut Response) {
     use shoal_core::node::{AckMode, AckReached};
     let plan = match resp.extensions_mut().remove::<AckSpan>() {
@@ -249,6 +250,7 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
             };
             let (_, flushed) = tokio::join!(replicated, committed);
             match (got, mode, flushed) {
+                (Some(AckReached::Refused), _, _) => "refused",
                 (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
                 (Some(AckReached::Alone), _, _) => "alone",
                 (Some(AckReached::Replicated), AckMode::Durable, true) => "durable",
