@@ -880,20 +880,8 @@ async fn an_overwrite_keeps_the_bytes_it_replaces_until_its_record_settles_them(
     assert_eq!(std::fs::read(&dest).unwrap(), new);
     let kept = kept_path(&folder, "/o/f.txt", &sha(&old));
     assert_eq!(std::fs::read(&kept).unwrap(), old, "the replaced bytes are kept aside");
-    // The writer (node 0) tells node 1 it gave them up, as a put whose publish fails does
-    // (`store/forget`); node 1 forgets them and puts the old bytes back at once, not after the
-    // ten-minute settle window.
-    let b_id = b.shared().read_node(|n, _| n.id().clone());
-    let forget =
-        |sum: String| format!("/cluster/acn/store/forget?volume={}&path=/o/f.txt&checksum={sum}", volume.as_str());
-    let (bad_target, target) = (forget("nothex".into()), forget(sha(&new)));
-    let bad = shoal_shell::services::peer::signed(a.shared(), &b_id, "POST", &bad_target, vec![], vec![]);
-    let bad = bad.await.unwrap();
-    assert_eq!(bad.status, 400, "a malformed checksum is refused");
-    let told = shoal_shell::services::peer::signed(a.shared(), &b_id, "POST", &target, vec![], vec![]);
-    let told = told.await.unwrap();
-    assert_eq!(told.status, 200);
-    assert_eq!(serde_json::from_slice::<Value>(&told.body).unwrap()["forgotten"], json!(true));
+    assert!(landed.forget(b.shared(), &volume, "/o/f.txt", &sha(&new)));
+    b.shared().disk_kick();
     eventually("the acknowledged bytes are put back", || async {
         std::fs::read(&dest).ok().as_deref() == Some(&old[..]) && !kept.exists()
     })

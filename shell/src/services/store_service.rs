@@ -138,7 +138,7 @@ pub async fn handle<E: Env>(
 ) -> Response {
     let q = parse_query(query);
     let want = match op {
-        "begin" | "chunk" | "commit" | "abort" | "mkdir" | "put" | "forget" => "POST",
+        "begin" | "chunk" | "commit" | "abort" | "mkdir" | "put" => "POST",
         "read" | "stat" | "checksum" | "list" => "GET",
         _ => return error_response(404, "not_found", format!("no such store endpoint: {op}")),
     };
@@ -273,29 +273,6 @@ fn session_id<E: Env>(s: &Shared<E>) -> String {
     format!("{:016x}", s.env.seed())
 }
 
-/// `store/forget?volume=&path=&checksum=`: the writer of bytes that landed here gave them up
-/// (its record could not be published). They stop holding other writes back, and the disk
-/// reconciler runs at once, so an overwrite's replaced bytes are put back now instead of after
-/// the ten-minute settle window. Forgetting only ends a protection: what happens to the bytes
-/// is still the records' word (`LandedBytes::kept_fate`).
-fn given_up<E: Env>(s: &Arc<Shared<E>>, q: &BTreeMap<String, String>) -> Response {
-    let (Some(volume), Some(path), Some(sum)) = (q.get("volume"), q.get("path"), q.get("checksum")) else {
-        return error_response(400, "bad_query", "needs volume=, path= and checksum=");
-    };
-    let path = match shoal_core::meta::namespace::normalize(path) {
-        Ok(p) => p,
-        Err(e) => return error_response(400, "bad_path", e.to_string()),
-    };
-    if let Err(e) = transfer::check_checksum(sum) {
-        return error_response(400, "bad_checksum", e.to_string());
-    }
-    let forgotten = s.store_service.landed.forget(s, &VolumeId::new(volume.as_str()), &path, sum);
-    if forgotten {
-        s.disk_kick();
-    }
-    axum::Json(json!({"ok": true, "forgotten": forgotten})).into_response()
-}
-
 fn answer<E: Env>(
     s: &Arc<Shared<E>>,
     op: &str,
@@ -372,7 +349,6 @@ fn answer<E: Env>(
             axum::Json(reply).into_response()
         }
         "put" => put_whole(s, q, body, body_sha),
-        "forget" => given_up(s, q),
         "chunk" => {
             let (Some(id), Some(index)) = (q.get("session"), q.get("index").and_then(|i| i.parse::<u64>().ok())) else {
                 return error_response(400, "bad_query", "chunk needs session= and index=");

@@ -352,36 +352,6 @@ async fn write_copies<E: Env>(
     Ok(copies)
 }
 
-/// How long a copy node is given to hear that a put gave up its bytes.
-const GIVEN_UP_TIMEOUT_MS: u64 = 5_000;
-
-/// A put whose record could not be published gives up the bytes it landed: here they are
-/// forgotten at once, and each other node holding a copy is told (`store/forget`, in the
-/// background; a node that does not hear lets them settle within ten minutes).
-fn given_up<E: Env>(s: &Arc<Shared<E>>, path: &str, sum: &str, copies: &[(VolumeId, NodeId)], overwrite: bool) {
-    let me = s.read_node(|n, _| n.id().clone());
-    for (volume, node) in copies {
-        if *node == me {
-            s.store_service.landed.forget(s, volume, path, sum);
-            continue;
-        }
-        let target = format!(
-            "/cluster/acn/store/forget?volume={}&path={}&checksum={sum}",
-            crate::wire::escape_query(volume.as_str()),
-            crate::wire::escape_query(path)
-        );
-        let (s2, node) = (s.clone(), node.clone());
-        tokio::spawn(async move {
-            if let Err(e) = signed_within(&s2, &node, "POST", &target, vec![], vec![], GIVEN_UP_TIMEOUT_MS).await {
-                tracing::debug!(node = %node, error = %e.message, "a copy node did not hear that a put gave up");
-            }
-        });
-    }
-    if overwrite {
-        s.disk_kick();
-    }
-}
-
 /// How long a put waits, once its record is published here, for another node (the leader) to
 /// hold the record too before it answers.
 const RECORD_WAIT_MS: u64 = 3_000;
@@ -407,9 +377,15 @@ async fn publish<E: Env>(
     let v = match published {
         Ok(v) => v,
         Err(e) => {
-            // The bytes that landed are no copy of anything: they hold no other write back,
-            // and an overwrite's copies put back the bytes they replaced at once.
-            given_up(s, &target.path, sum, copies, target.replaces.is_some());
+            // The bytes that landed here are no copy of anything: they hold no other write back.
+            let me = s.read_node(|n, _| n.id().clone());
+            for (volume, _) in copies.iter().filter(|(_, node)| *node == me) {
+                s.store_service.landed.forget(s, volume, &target.path, sum);
+            }
+            // An overwrite's copies here kept the bytes they replaced: put back at once.
+            if target.replaces.is_some() {
+                s.disk_kick();
+            }
             return Err(e);
         }
     };
