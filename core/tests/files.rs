@@ -1040,6 +1040,44 @@ fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_
     assert_eq!(n.repl_report(at(35_000), &worker, term, &task, done), Err(ReportError::NotInFlight));
 }
 
+/// A worker's report of a deferred pull (its target refused while another write's bytes were
+/// unsettled there) ends the task and makes the file wait one base delay with no failure
+/// counted; which refusals are deferrals is the core's (`TaskOutcome::of_pull_error`); the
+/// report's `deferred` flag is sent only when set (a node of the previous version, whose
+/// reports reject unknown fields, still reads every other report).
+#[test]
+fn a_deferred_pull_report_ends_the_task_without_counting_a_failure() {
+    use shoal_core::node::replication::{TaskReport, TaskReportBody};
+    let (mut n, vol, term) = leader(1);
+    let (far_vol, worker) = far(2);
+    let file = publish(&mut n, at(1_000), "/d.bin", 'a', &[(vol.clone(), id_of(1))]);
+    let task = pull_task(file.clone(), "/d.bin", 'a', &vol, &far_vol, &worker);
+
+    assert_eq!(TaskOutcome::of_pull_error("busy"), TaskOutcome::Deferred);
+    assert_eq!(TaskOutcome::of_pull_error("write_conflict"), TaskOutcome::Deferred);
+    for code in ["short_copy", "checksum_mismatch", "file_changed", "io", ""] {
+        assert_eq!(TaskOutcome::of_pull_error(code), TaskOutcome::Failed, "{code}");
+    }
+    let body = TaskReportBody { term, task: task.clone(), ok: false, deferred: true, error: "busy".into() };
+    assert_eq!(body.outcome(), TaskOutcome::Deferred);
+    let plain = TaskReportBody { deferred: false, ..body.clone() };
+    assert_eq!(plain.outcome(), TaskOutcome::Failed);
+    assert_eq!(TaskReportBody { ok: true, ..plain.clone() }.outcome(), TaskOutcome::Succeeded);
+    let wire = serde_json::to_value(&plain).unwrap();
+    assert!(wire.get("deferred").is_none(), "{wire}");
+    assert_eq!(serde_json::to_value(&body).unwrap()["deferred"], serde_json::json!(true));
+
+    for round in 0..6u64 {
+        let t = at(10_000 + round * 1_000);
+        n.repl_grant(t, task.clone());
+        assert_eq!(n.repl_report(t, &worker, term, &task, TaskReport::Done(body.outcome())), Ok(true));
+        assert!(n.repl_tasks().is_empty());
+        let b = n.repl_backoffs().remove(&file).expect("the file waits");
+        assert_eq!((b.attempts, b.next_at_ms), (0, t.0 + 30 * SECOND_MS), "round {round}");
+    }
+    assert_eq!((n.repl_stats().deferred, n.repl_stats().failed), (6, 0));
+}
+
 /// Issue 12: whether pulled bytes are still a copy is the core's (`Node::pull_currency`): the
 /// same live file with the pulled content is current; an overwrite or a removal makes them no
 /// copy; a path this node's records do not show yet (they may lag) is asked again.

@@ -1712,31 +1712,41 @@ fn a_submitted_record_out_of_bounds_is_refused_alone_and_the_submitter_moves_on(
 fn a_record_from_a_clock_too_far_ahead_is_refused_by_name_and_its_change_is_not_acknowledged_as_held() {
     let mut net = cluster(&["a", "b"], MetaConfig::default());
     net.write("a", "warm", json!(0));
+    // The link is down while b makes two changes, so both go in one submit when it is back:
+    // the refused record is the second of the batch (its index must map to its own change).
+    net.cut("a", "b");
     let from = net.meta("b").write_mark();
+    let fine = net.setting("b", "fine", json!(2));
+    net.submit("b", fine);
+    let mid = net.meta("b").write_mark();
     let ahead = net.wall().0 + shoal_core::hlc::AHEAD_MAX_MS + 60_000;
     let version = shoal_core::hlc::Version { wall_ms: ahead, counter: 0, node: id("b") };
     let skewed = Record::Setting(Setting { key: "skewed".into(), value: json!(1), removed: false, version });
-    net.submit("b", skewed.clone());
+    net.submit("b", skewed);
     let to = net.meta("b").write_mark();
-    let fine = net.setting("b", "fine", json!(2));
-    net.submit("b", fine);
-    let to_fine = net.meta("b").write_mark();
     net.run();
+    assert_eq!(net.meta("b").pending_len(), 2, "nothing reached the leader");
+    net.heal("a", "b");
+    let retry = MetaConfig::default().submit_retry_ms;
+    net.rounds(3, retry / 2 + 1);
 
     assert_eq!(setting_of(net.meta("a"), "skewed"), None, "the leader does not take it");
-    assert_eq!(setting_of(net.meta("a"), "fine").map(|s| s.value), Some(json!(2)), "the next record goes on");
-    let refused: Vec<Value> = net
+    assert_eq!(setting_of(net.meta("a"), "fine").map(|s| s.value), Some(json!(2)), "the other record goes on");
+    let batch = net
         .trace
         .iter()
-        .filter(|d| d.target == SUBMIT)
-        .flat_map(|d| d.reply["refused"].as_array().cloned().unwrap_or_default())
-        .collect();
-    assert_eq!(refused.len(), 1, "{refused:?}");
-    assert!(refused[0]["why"].as_str().is_some_and(|w| w.contains("ahead")), "{refused:?}");
+        .find(|d| d.target == SUBMIT && d.status == 200)
+        .map(|d| (serde_json::from_slice::<Value>(&d.request).unwrap(), d.reply["refused"].clone()))
+        .expect("a submit was answered");
+    assert_eq!(batch.0["records"].as_array().map(Vec::len), Some(2), "one submit carried both: {}", batch.0);
+    assert_eq!(batch.1.as_array().map(Vec::len), Some(1), "{}", batch.1);
+    assert_eq!(batch.1[0]["index"], json!(1));
+    assert!(batch.1[0]["why"].as_str().is_some_and(|w| w.contains("ahead")), "{}", batch.1);
     assert_eq!(net.meta("b").pending_len(), 0);
-    assert!(net.meta("b").mark_refused(&from, &to), "the skewed change is known refused");
-    assert!(!net.meta("b").mark_refused(&to, &to_fine), "the next change is not");
-    assert!(net.meta("b").mark_held(&to, &to_fine));
+    assert!(net.meta("b").mark_refused(&mid, &to), "the skewed change is known refused");
+    assert!(net.meta("b").mark_refused(&from, &to), "so is a span covering it");
+    assert!(!net.meta("b").mark_refused(&from, &mid), "the other change is not");
+    assert!(net.meta("b").mark_held(&from, &mid));
     assert!(net.node("b").refusals.iter().any(|r| r.contains("ahead")), "{:?}", net.node("b").refusals);
 }
 

@@ -649,6 +649,27 @@ fn a_change_is_acknowledged_only_once_another_node_holds_it() {
     assert_eq!(net.nodes[lone].ack_ready(at, &plan), Some(AckReached::Alone));
 }
 
+/// Issue 18: a change whose record the leader refuses (stamped by a clock that ran more than
+/// 15 minutes ahead and was then set right) is on this node only: its acknowledgement says
+/// `Refused` as soon as the leader's answer names it, never `Replicated`.
+#[test]
+fn a_change_the_leader_refuses_is_acknowledged_as_refused() {
+    use shoal_core::node::AckReached;
+    let mut net = three_nodes();
+    let (_, f) = leader_and_follower(&net);
+    let from = net.nodes[f].ack_position();
+    let ahead = Millis(net.clock(f).0 + 20 * MINUTE_MS);
+    net.nodes[f].setting_set(ahead, "skewed", Some(json!(1))).expect("set");
+    let plan = net.nodes[f].ack_plan(from);
+    for _ in 0..4 {
+        net.run_for(20 * SECOND_MS, SECOND_MS);
+    }
+    let at = net.clock(f);
+    assert_eq!(net.nodes[f].ack_ready(at, &plan), Some(AckReached::Refused));
+    let other = (0..3).find(|&i| i != f).unwrap();
+    assert!(net.nodes[other].setting_get("skewed").is_err(), "no other node took it");
+}
+
 /// Issue 18: a request waiting for its change to be held elsewhere is woken only when
 /// `held_progress` moves (not by every input the node takes), so that fingerprint must move
 /// whenever a change becomes held (through a follower and through the leader), and stay put

@@ -25,8 +25,9 @@ pub struct TaskReportBody {
     pub task: Task,
     pub ok: bool,
     /// A failure that was a refusal for now (another write's bytes unsettled at the target):
-    /// the file waits one base delay, no failure is counted.
-    #[serde(default)]
+    /// the file waits one base delay, no failure is counted. Sent only when set, so a node of
+    /// the previous version still reads every other report.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deferred: bool,
     #[serde(default)]
     pub error: String,

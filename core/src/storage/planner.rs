@@ -107,8 +107,7 @@ impl Backoff {
 }
 
 /// How a replication task ended, as its worker (or the leader) reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskOutcome {
     /// The copy was made or dropped: the file's backoff is cleared.
     Succeeded,
@@ -118,6 +117,23 @@ pub enum TaskOutcome {
     /// (they settle within ten minutes, `LANDED_MAX_MS`): the file waits one base delay, and the
     /// refusal is not counted as a failure.
     Deferred,
+}
+
+/// The codes a pull's target refuses with while another write's bytes at the path are
+/// unsettled: `busy` (found before or after the copy was taken) and `write_conflict` (found
+/// under the landing lock).
+const UNSETTLED_REFUSALS: [&str; 2] = ["busy", "write_conflict"];
+
+impl TaskOutcome {
+    /// How a pull that failed with error `code` ended: a refusal because the target path is
+    /// busy with unsettled bytes is deferred, anything else failed.
+    pub fn of_pull_error(code: &str) -> TaskOutcome {
+        if UNSETTLED_REFUSALS.contains(&code) {
+            TaskOutcome::Deferred
+        } else {
+            TaskOutcome::Failed
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

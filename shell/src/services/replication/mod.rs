@@ -161,7 +161,7 @@ async fn dispatch<E: Env>(s: &Arc<Shared<E>>, me: &NodeId, term: u64, task: &Tas
 fn take_report<E: Env>(s: &Arc<Shared<E>>, sender: &NodeId, b: &TaskReportBody, op: &str) -> Result<(), ReportError> {
     let report = if op == "renew" { TaskReport::Renew } else { TaskReport::Done(b.outcome()) };
     let ended = s.with_node(|n, now| n.repl_report(now, sender, b.term, &b.task, report))?;
-    if ended && !b.ok {
+    if ended && b.outcome() == TaskOutcome::Failed {
         tracing::warn!(path = %b.task.path, error = %b.error, "a replication task failed");
     }
     Ok(())
@@ -243,11 +243,12 @@ async fn work<E: Env>(s: &Arc<Shared<E>>, leader: NodeId, b: TaskBody) {
         Err(e) => {
             // Refused while another write's bytes at that path are unsettled: the pull is
             // deferred, not failed (the file's backoff does not climb towards the hour).
-            let deferred = match &b.task.action {
-                Action::Pull { target_volume, .. } => s.store_service.landed.unsettled(s, target_volume, &b.task.path),
-                _ => false,
-            };
-            tracing::warn!(path = %b.task.path, error = %e.message, deferred, "pull failed");
+            let deferred = TaskOutcome::of_pull_error(e.code) == TaskOutcome::Deferred;
+            if deferred {
+                tracing::info!(path = %b.task.path, error = %e.message, "pull deferred");
+            } else {
+                tracing::warn!(path = %b.task.path, error = %e.message, "pull failed");
+            }
             (false, deferred, e.message)
         }
     };
@@ -280,6 +281,11 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         .await?;
     // The volume is not retired while the copy is written; its fsyncs are grouped with the
     // volume's other writes.
+    // Bytes of another write not settled at that path yet: no copy lands over them, so none is
+    // taken (a big file would be read in full for nothing).
+    if s.store_service.landed.unsettled(s, target_volume, &task.path) {
+        return Err(ApiError::conflict("busy", "newer bytes landed there; the pull stands down"));
+    }
     let writing = Arc::new(s.store_service.writing(target_volume, Path::new(&vol.subpath)));
     let result = async {
         let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
