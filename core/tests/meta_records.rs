@@ -411,6 +411,51 @@ proptest! {
     }
 }
 
+/// Writes to a few paths by a few file ids (a move leaves a tombstone and a live record with
+/// one id; a new file at a path takes another id), with tombstone purges between them.
+#[derive(Clone, Debug)]
+enum FileStep {
+    Write { path: usize, id: usize, wall: u64, counter: u32, node: usize, removed: bool },
+    Purge { days: u64 },
+}
+
+fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
+    let write = (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4)).prop_map(
+        |(path, id, wall, counter, node, removed)| FileStep::Write { path, id, wall, counter, node, removed },
+    );
+    let purge = (0u64..10).prop_map(|days| FileStep::Purge { days });
+    prop::collection::vec(prop_oneof![6 => write, 1 => purge], 1..40)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The file-id index answers exactly what a scan of every file record by id answers, after
+    /// any sequence of merges (an id replaced at a path by a newer write, tombstones) and purges.
+    #[test]
+    fn the_file_id_index_always_matches_a_scan(steps in file_steps()) {
+        let mut s = MetaState::new();
+        for step in steps {
+            match step {
+                FileStep::Write { path, id, wall, counter, node, removed } => {
+                    let mut f = file_meta(ver(wall * DAY_MS, counter, node), 10, removed, 0, id as u8);
+                    f.path = format!("/d/f{path}");
+                    s.apply(&Record::File(f));
+                }
+                FileStep::Purge { days } => {
+                    s.purge(Millis(T0 + days * DAY_MS + 20 * DAY_MS));
+                }
+            }
+            for id in 0..3u8 {
+                let id = FileId::new(format!("file-{id}"));
+                let indexed: Vec<&str> = s.files_with_id(&id).map(|f| f.path.as_str()).collect();
+                let scanned: Vec<&str> = s.files().filter(|f| f.id == id).map(|f| f.path.as_str()).collect();
+                prop_assert_eq!(indexed, scanned, "{:?}", id);
+            }
+        }
+    }
+}
+
 // ---- scenarios ----
 
 fn file_at(version: Version, locations: Vec<Location>) -> FileRecord {

@@ -8,10 +8,11 @@
 //! per-record hashes, updated incrementally, so two nodes can compare their whole state cheaply.
 
 use crate::hlc::Version;
+use crate::ids::FileId;
 use crate::meta::records::{FileRecord, Policy, Record, RecordKey, RecordKind, RecordMap, RecordSet};
 use crate::time::{Millis, DAY_MS};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const TOMBSTONE_TTL_MS: u64 = 7 * DAY_MS;
 /// Most purged keys remembered; the oldest are forgotten first.
@@ -32,6 +33,11 @@ pub struct MetaState {
     records: RecordMap,
     digest: [u8; 32],
     purged: BTreeMap<RecordKey, Version>,
+    /// The paths of the file records (live and removed) of each file id: a moved file's
+    /// tombstone and its live record share the id, and the questions about a copy left behind
+    /// by a move or a remove ask for them by id ([`MetaState::files_with_id`]), once per copy,
+    /// which a scan of every record made quadratic in a large folder's removal.
+    by_id: BTreeSet<(FileId, String)>,
 }
 
 /// A record's share of the digest. Tombstones have none: two nodes that agree on every live
@@ -44,6 +50,13 @@ fn record_hash(r: &Record) -> [u8; 32] {
     let mut h = Sha256::new();
     r.hash_versions(&mut h);
     h.finalize().into()
+}
+
+fn file_id(r: &Record) -> Option<&FileId> {
+    match r {
+        Record::File(f) => Some(&f.id),
+        _ => None,
+    }
 }
 
 fn xor_into(acc: &mut [u8; 32], h: &[u8; 32]) {
@@ -93,23 +106,40 @@ impl MetaState {
             std::collections::btree_map::Entry::Occupied(slot) => {
                 let existing = slot.into_mut();
                 let before = record_hash(existing);
+                let id_before = file_id(existing).cloned();
                 if !existing.merge(incoming) {
                     return None;
                 }
                 let after = record_hash(existing);
                 xor_into(&mut self.digest, &before);
                 xor_into(&mut self.digest, &after);
+                if let (Some(old), Record::File(f)) = (id_before, &*existing) {
+                    if old != f.id {
+                        self.by_id.remove(&(old, f.path.clone()));
+                        self.by_id.insert((f.id.clone(), f.path.clone()));
+                    }
+                }
                 Some(existing)
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
                 let mut record = incoming.clone();
                 if let Record::File(f) = &mut record {
                     f.canonicalize_locations();
+                    self.by_id.insert((f.id.clone(), f.path.clone()));
                 }
                 xor_into(&mut self.digest, &record_hash(&record));
                 Some(slot.insert(record))
             }
         }
+    }
+
+    /// The file records (live and removed) whose id is `id`, in path order.
+    pub fn files_with_id<'a>(&'a self, id: &'a FileId) -> impl Iterator<Item = &'a FileRecord> + 'a {
+        self.by_id
+            .range((id.clone(), String::new())..)
+            .take_while(move |(i, _)| i == id)
+            .filter_map(|(_, p)| self.file(p))
+            .filter(move |f| f.id == *id)
     }
 
     /// Drop tombstones older than the TTL at wall time `now`; returns the purged keys.
@@ -130,6 +160,9 @@ impl MetaState {
         for k in gone {
             if let Some(r) = self.records.remove(&k) {
                 xor_into(&mut self.digest, &record_hash(&r));
+                if let Record::File(f) = &r {
+                    self.by_id.remove(&(f.id.clone(), f.path.clone()));
+                }
                 let v = r.main_version().clone();
                 self.remember_purged(k.clone(), v.clone());
                 purged.push((k, v));

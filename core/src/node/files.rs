@@ -179,9 +179,8 @@ impl Node {
     /// the path it was moved from (its holder has not renamed it on disk yet).
     pub fn copy_move_pending(&self, path: &str, volume: &VolumeId) -> bool {
         let Some(f) = self.live_file(path) else { return false };
-        self.meta.state().files().any(|g| {
+        self.meta.state().files_with_id(&f.id).any(|g| {
             g.removed
-                && g.id == f.id
                 && g.path != f.path
                 && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
         })
@@ -190,9 +189,8 @@ impl Node {
     fn check_no_pending_rename(&self, path: &str) -> Result<(), ApiError> {
         let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return Ok(()) };
         let pending = old.locations.iter().filter(|l| l.state != LocationState::Dropped).any(|l| {
-            self.meta.state().files().any(|g| {
+            self.meta.state().files_with_id(&old.id).any(|g| {
                 !g.removed
-                    && g.id == old.id
                     && g.locations.iter().any(|m| m.volume_id == l.volume_id && m.state != LocationState::Dropped)
             })
         });
@@ -232,7 +230,7 @@ impl Node {
             let here = |f: &FileRecord| {
                 f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
             };
-            let moving = here(old) && self.meta.state().files().any(|g| !g.removed && g.id == old.id && here(g));
+            let moving = here(old) && self.meta.state().files_with_id(&old.id).any(|g| !g.removed && here(g));
             return !moving;
         }
         let Some(f) = self.live_file(&p) else { return true };
@@ -727,7 +725,8 @@ impl Node {
         }
         let ids: std::collections::BTreeSet<&FileId> = pending.iter().map(|(f, ..)| &f.id).collect();
         let mut live: BTreeMap<(&FileId, &VolumeId), (&str, &str)> = BTreeMap::new();
-        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir && ids.contains(&f.id)) {
+        let state = self.meta.state();
+        for f in ids.iter().flat_map(|id| state.files_with_id(id)).filter(|f| !f.removed && !f.is_dir) {
             for l in f.locations.iter().filter(|l| own.contains_key(&l.volume_id) && l.state != LocationState::Dropped)
             {
                 live.insert((&f.id, &l.volume_id), (&f.path, &l.checksum));
@@ -757,8 +756,8 @@ impl Node {
         let live = self
             .meta
             .state()
-            .files()
-            .filter(|g| !g.removed && !g.is_dir && g.id == f.id)
+            .files_with_id(&f.id)
+            .filter(|g| !g.removed && !g.is_dir)
             .filter_map(|g| {
                 let m = g.locations.iter().find(|m| &m.volume_id == volume && m.state != LocationState::Dropped)?;
                 Some((g.path.as_str(), m.checksum.as_str()))
@@ -795,9 +794,8 @@ impl Node {
                 if !f.removed {
                     return Err(refuse("the file is not removed in this node's records (yet)"));
                 }
-                let live_elsewhere = self.meta.state().files().any(|g| {
+                let live_elsewhere = self.meta.state().files_with_id(&f.id).any(|g| {
                     !g.removed
-                        && g.id == f.id
                         && g.locations.iter().any(|l| l.volume_id == req.volume_id && l.state != LocationState::Dropped)
                 });
                 if live_elsewhere {
