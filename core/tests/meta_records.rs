@@ -430,10 +430,11 @@ fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// The file-id index answers exactly what a scan of every file record by id answers, after
-    /// any sequence of merges (an id replaced at a path by a newer write, tombstones) and purges.
+    /// The file-id index and the tombstone index answer exactly what a scan of every file
+    /// record answers, after any sequence of merges (an id replaced at a path by a newer write,
+    /// a tombstone over a live record and back) and purges.
     #[test]
-    fn the_file_id_index_always_matches_a_scan(steps in file_steps()) {
+    fn the_file_indexes_always_match_a_scan(steps in file_steps()) {
         let mut s = MetaState::new();
         for step in steps {
             match step {
@@ -452,6 +453,9 @@ proptest! {
                 let scanned: Vec<&str> = s.files().filter(|f| f.id == id).map(|f| f.path.as_str()).collect();
                 prop_assert_eq!(indexed, scanned, "{:?}", id);
             }
+            let removed: Vec<&str> = s.removed_files().map(|f| f.path.as_str()).collect();
+            let scanned: Vec<&str> = s.files().filter(|f| f.removed).map(|f| f.path.as_str()).collect();
+            prop_assert_eq!(removed, scanned);
         }
     }
 }

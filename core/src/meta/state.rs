@@ -38,6 +38,10 @@ pub struct MetaState {
     /// by a move or a remove ask for them by id ([`MetaState::files_with_id`]), once per copy,
     /// which a scan of every record made quadratic in a large folder's removal.
     by_id: BTreeSet<(FileId, String)>,
+    /// The paths of removed file records (tombstones, kept 7 days): the disk reconciler looks
+    /// for copies still to delete or rename among them ([`MetaState::removed_files`]) on every
+    /// pass, which a remove starts at once.
+    tombstones: BTreeSet<String>,
 }
 
 /// A record's share of the digest. Tombstones have none: two nodes that agree on every live
@@ -118,6 +122,11 @@ impl MetaState {
                         self.by_id.remove(&(old, f.path.clone()));
                         self.by_id.insert((f.id.clone(), f.path.clone()));
                     }
+                    if f.removed {
+                        self.tombstones.insert(f.path.clone());
+                    } else {
+                        self.tombstones.remove(&f.path);
+                    }
                 }
                 Some(existing)
             }
@@ -126,11 +135,19 @@ impl MetaState {
                 if let Record::File(f) = &mut record {
                     f.canonicalize_locations();
                     self.by_id.insert((f.id.clone(), f.path.clone()));
+                    if f.removed {
+                        self.tombstones.insert(f.path.clone());
+                    }
                 }
                 xor_into(&mut self.digest, &record_hash(&record));
                 Some(slot.insert(record))
             }
         }
+    }
+
+    /// The removed file records (tombstones, folders' included), in path order.
+    pub fn removed_files(&self) -> impl Iterator<Item = &FileRecord> {
+        self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| f.removed)
     }
 
     /// The file records (live and removed) whose id is `id`, in path order.
@@ -162,6 +179,7 @@ impl MetaState {
                 xor_into(&mut self.digest, &record_hash(&r));
                 if let Record::File(f) = &r {
                     self.by_id.remove(&(f.id.clone(), f.path.clone()));
+                    self.tombstones.remove(&f.path);
                 }
                 let v = r.main_version().clone();
                 self.remember_purged(k.clone(), v.clone());

@@ -711,8 +711,8 @@ impl Node {
         let pending: Vec<(&FileRecord, &Location, &String)> = self
             .meta
             .state()
-            .files()
-            .filter(|f| f.removed && !f.is_dir)
+            .removed_files()
+            .filter(|f| !f.is_dir)
             .flat_map(|f| {
                 f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {
                     let folder = own.get(&l.volume_id)?;
