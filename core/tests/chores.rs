@@ -77,6 +77,33 @@ fn the_leader_plans_on_its_interval_and_at_once_when_kicked() {
     assert_eq!(n.repl_stats().passes, 3, "a kicked pass runs at the next turn");
 }
 
+/// A kicked pass walks every record as a periodic one does; every finished task kicks one, so
+/// with many records they are spaced (`plan_kick_gap_ms`: 5 µs per record, at most 5 s) instead
+/// of running back to back on the leader.
+#[test]
+fn kicked_passes_are_spaced_in_proportion_to_the_records() {
+    use shoal_core::node::chores::plan_kick_gap_ms;
+    assert_eq!(plan_kick_gap_ms(0), 0);
+    assert_eq!(plan_kick_gap_ms(200), 1);
+    assert_eq!(plan_kick_gap_ms(200_000), 1_000);
+    assert_eq!(plan_kick_gap_ms(100_000_000), 5_000);
+    let (mut n, vol) = lone_leader();
+    for i in 0..4_000 {
+        publish(&mut n, at(1_000 + i), &format!("/many/f{i}"), 10, &vol);
+    }
+    let start = at(60 * SECOND_MS);
+    n.handle_timeout(start);
+    let passes = n.repl_stats().passes;
+    let gap = plan_kick_gap_ms(n.meta_status(start).meta.records);
+    assert!(gap >= 20, "4,000 files: a gap of {gap} ms");
+    n.chore_kick(start.plus(1), Chore::Plan);
+    assert_eq!(n.chore_due(Chore::Plan), Some(start.plus(gap)), "not before the gap");
+    n.handle_timeout(start.plus(gap - 1));
+    assert_eq!(n.repl_stats().passes, passes);
+    n.handle_timeout(start.plus(gap));
+    assert_eq!(n.repl_stats().passes, passes + 1, "the kicked pass runs once the gap is over");
+}
+
 #[test]
 fn a_pass_ends_a_copy_of_a_gone_volume_and_a_finished_task_asks_for_another_pass() {
     let (mut n, vol) = lone_leader();

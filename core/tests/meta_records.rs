@@ -415,14 +415,32 @@ proptest! {
 /// one id; a new file at a path takes another id), with tombstone purges between them.
 #[derive(Clone, Debug)]
 enum FileStep {
-    Write { path: usize, id: usize, wall: u64, counter: u32, node: usize, removed: bool },
-    Purge { days: u64 },
+    Write {
+        path: usize,
+        id: usize,
+        wall: u64,
+        counter: u32,
+        node: usize,
+        removed: bool,
+        copy: Option<(usize, bool, u64)>,
+    },
+    Purge {
+        days: u64,
+    },
 }
 
 fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
-    let write = (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4)).prop_map(
-        |(path, id, wall, counter, node, removed)| FileStep::Write { path, id, wall, counter, node, removed },
-    );
+    let copy = prop::option::of((0usize..2, prop::bool::ANY, 0u64..20));
+    let write = (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4), copy)
+        .prop_map(|(path, id, wall, counter, node, removed, copy)| FileStep::Write {
+            path,
+            id,
+            wall,
+            counter,
+            node,
+            removed,
+            copy,
+        });
     let purge = (0u64..10).prop_map(|days| FileStep::Purge { days });
     prop::collection::vec(prop_oneof![6 => write, 1 => purge], 1..40)
 }
@@ -438,9 +456,17 @@ proptest! {
         let mut s = MetaState::new();
         for step in steps {
             match step {
-                FileStep::Write { path, id, wall, counter, node, removed } => {
+                FileStep::Write { path, id, wall, counter, node, removed, copy } => {
                     let mut f = file_meta(ver(wall * DAY_MS, counter, node), 10, removed, 0, id as u8);
                     f.path = format!("/d/f{path}");
+                    if let Some((volume, dropped, updated)) = copy {
+                        // A copy listed, or marked dropped (its bytes deleted), by a newer write.
+                        let mut l = location(volume, ver(updated * DAY_MS, 0, node), 2, 1);
+                        if dropped {
+                            l.state = LocationState::Dropped;
+                        }
+                        f.locations = vec![l];
+                    }
                     s.apply(&Record::File(f));
                 }
                 FileStep::Purge { days } => {
@@ -453,8 +479,10 @@ proptest! {
                 let scanned: Vec<&str> = s.files().filter(|f| f.id == id).map(|f| f.path.as_str()).collect();
                 prop_assert_eq!(indexed, scanned, "{:?}", id);
             }
-            let removed: Vec<&str> = s.removed_files().map(|f| f.path.as_str()).collect();
-            let scanned: Vec<&str> = s.files().filter(|f| f.removed).map(|f| f.path.as_str()).collect();
+            let removed: Vec<&str> = s.removed_files_with_copies().map(|f| f.path.as_str()).collect();
+            let with_copies = |f: &&FileRecord| f.locations.iter().any(|l| l.state != LocationState::Dropped);
+            let scanned: Vec<&str> =
+                s.files().filter(|f| f.removed).filter(with_copies).map(|f| f.path.as_str()).collect();
             prop_assert_eq!(removed, scanned);
         }
     }

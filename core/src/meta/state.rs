@@ -9,7 +9,7 @@
 
 use crate::hlc::Version;
 use crate::ids::FileId;
-use crate::meta::records::{FileRecord, Policy, Record, RecordKey, RecordKind, RecordMap, RecordSet};
+use crate::meta::records::{FileRecord, LocationState, Policy, Record, RecordKey, RecordKind, RecordMap, RecordSet};
 use crate::time::{Millis, DAY_MS};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,9 +38,9 @@ pub struct MetaState {
     /// by a move or a remove ask for them by id ([`MetaState::files_with_id`]), once per copy,
     /// which a scan of every record made quadratic in a large folder's removal.
     by_id: BTreeSet<(FileId, String)>,
-    /// The paths of removed file records (tombstones, kept 7 days): the disk reconciler looks
-    /// for copies still to delete or rename among them ([`MetaState::removed_files`]) on every
-    /// pass, which a remove starts at once.
+    /// The paths of removed file records (tombstones, kept 7 days) that still list a copy not
+    /// dropped: the disk reconciler looks for copies still to delete or rename among them
+    /// ([`MetaState::removed_files_with_copies`]) on every pass, which a remove starts at once.
     tombstones: BTreeSet<String>,
 }
 
@@ -54,6 +54,10 @@ fn record_hash(r: &Record) -> [u8; 32] {
     let mut h = Sha256::new();
     r.hash_versions(&mut h);
     h.finalize().into()
+}
+
+fn tombstone_with_copies(f: &FileRecord) -> bool {
+    f.removed && f.locations.iter().any(|l| l.state != LocationState::Dropped)
 }
 
 fn file_id(r: &Record) -> Option<&FileId> {
@@ -122,7 +126,7 @@ impl MetaState {
                         self.by_id.remove(&(old, f.path.clone()));
                         self.by_id.insert((f.id.clone(), f.path.clone()));
                     }
-                    if f.removed {
+                    if tombstone_with_copies(f) {
                         self.tombstones.insert(f.path.clone());
                     } else {
                         self.tombstones.remove(&f.path);
@@ -135,7 +139,7 @@ impl MetaState {
                 if let Record::File(f) = &mut record {
                     f.canonicalize_locations();
                     self.by_id.insert((f.id.clone(), f.path.clone()));
-                    if f.removed {
+                    if tombstone_with_copies(f) {
                         self.tombstones.insert(f.path.clone());
                     }
                 }
@@ -145,9 +149,10 @@ impl MetaState {
         }
     }
 
-    /// The removed file records (tombstones, folders' included), in path order.
-    pub fn removed_files(&self) -> impl Iterator<Item = &FileRecord> {
-        self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| f.removed)
+    /// The removed file records (tombstones, folders' included) that list a copy not dropped
+    /// yet, in path order.
+    pub fn removed_files_with_copies(&self) -> impl Iterator<Item = &FileRecord> {
+        self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| tombstone_with_copies(f))
     }
 
     /// The file records (live and removed) whose id is `id`, in path order.

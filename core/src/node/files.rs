@@ -711,7 +711,7 @@ impl Node {
         let pending: Vec<(&FileRecord, &Location, &String)> = self
             .meta
             .state()
-            .removed_files()
+            .removed_files_with_copies()
             .filter(|f| !f.is_dir)
             .flat_map(|f| {
                 f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {

@@ -4,8 +4,9 @@
 //! A node has a handful of chores that run again and again: the leader's planner pass, carrying
 //! out what the records ask of the disks, scrubbing one copy after another at a bounded rate,
 //! rescanning the volume folders, and measuring the volumes. This table owns *when*: each
-//! chore's next deadline, whether it is under way (a chore never runs twice at once), and a
-//! kick that arrives while it runs (it runs again as soon as it ends). The node announces the
+//! chore's next deadline, whether it is under way (a chore never runs twice at once), a kick
+//! that arrives while it runs (it runs again as soon as it ends), and how soon a kick may bring
+//! a chore whose runs are spaced (the planner's). The node announces the
 //! earliest deadline through `poll_timeout`; the shell carries a started chore out and reports
 //! its end. Pure: time is an argument.
 
@@ -50,6 +51,8 @@ pub struct Chores {
     due: BTreeMap<Chore, Millis>,
     running: BTreeSet<Chore>,
     kicked: BTreeSet<Chore>,
+    /// The earliest a kick may bring a chore ([`Chores::space_kicks`]).
+    kick_floor: BTreeMap<Chore, Millis>,
 }
 
 impl Chores {
@@ -92,8 +95,19 @@ impl Chores {
         if !self.running.remove(&chore) {
             return;
         }
-        let next = if self.kicked.remove(&chore) { now } else { now.plus(every_ms) };
+        let next = if self.kicked.remove(&chore) { self.kicked_at(chore, now) } else { now.plus(every_ms) };
         self.due.insert(chore, next);
+    }
+
+    /// Kicks of `chore` bring it no earlier than `until` (its own interval still runs it
+    /// then): a chore whose run costs in proportion to the records, kicked by every finished
+    /// task, would otherwise run back to back.
+    pub fn space_kicks(&mut self, chore: Chore, until: Millis) {
+        self.kick_floor.insert(chore, until);
+    }
+
+    fn kicked_at(&self, chore: Chore, now: Millis) -> Millis {
+        self.kick_floor.get(&chore).map_or(now, |f| now.max(*f))
     }
 
     /// Run `chore` as soon as possible: now if it is idle, right after it ends if it is under
@@ -101,8 +115,11 @@ impl Chores {
     pub fn kick(&mut self, chore: Chore, now: Millis) {
         if self.running.contains(&chore) {
             self.kicked.insert(chore);
-        } else if let Some(d) = self.due.get_mut(&chore) {
-            *d = (*d).min(now);
+        } else if self.due.contains_key(&chore) {
+            let at = self.kicked_at(chore, now);
+            if let Some(d) = self.due.get_mut(&chore) {
+                *d = (*d).min(at);
+            }
         }
     }
 
@@ -180,6 +197,31 @@ mod tests {
         c.take_due(at(40));
         c.done(Chore::Plan, at(50), 10_000);
         assert_eq!(c.due_at(Chore::Plan), Some(at(10_050)), "the kick was used up");
+    }
+
+    #[test]
+    fn spaced_kicks_bring_a_chore_no_earlier_than_its_floor() {
+        let mut c = Chores::default();
+        c.start(at(0));
+        c.take_due(at(0));
+        c.done(Chore::Plan, at(10), 60_000);
+        c.space_kicks(Chore::Plan, at(1_010));
+        c.kick(Chore::Plan, at(20));
+        assert_eq!(c.due_at(Chore::Plan), Some(at(1_010)), "idle: due at the floor, not at once");
+        c.take_due(at(1_010));
+        c.space_kicks(Chore::Plan, at(2_010));
+        c.kick(Chore::Plan, at(1_020));
+        c.done(Chore::Plan, at(1_030), 60_000);
+        assert_eq!(c.due_at(Chore::Plan), Some(at(2_010)), "kicked while it ran: due at the floor");
+        c.take_due(at(2_010));
+        c.done(Chore::Plan, at(2_020), 60_000);
+        c.kick(Chore::Plan, at(5_000));
+        assert_eq!(c.due_at(Chore::Plan), Some(at(5_000)), "past the floor: at once again");
+        // Other chores are not spaced.
+        c.take_due(at(5_000));
+        c.done(Chore::Reconcile, at(0), 60_000);
+        c.kick(Chore::Reconcile, at(5_001));
+        assert_eq!(c.due_at(Chore::Reconcile), Some(at(5_001)));
     }
 
     #[test]
