@@ -960,6 +960,30 @@ fn a_new_file_at_a_moved_files_old_path_keeps_the_rename_pending() {
     }
 }
 
+/// `shoal verify PATH` takes the live files at the path or below it, by a lookup and one range
+/// of the records (it walked the whole namespace per request): a sibling whose name only starts
+/// the same, removed files and folders are not among them.
+#[test]
+fn the_files_to_verify_are_the_live_ones_at_or_below_the_path() {
+    let (mut n, va) = member(1);
+    let me = n.id().clone();
+    for p in ["/v/a", "/v/b/c", "/vx", "/w", "/v/d"] {
+        publish(&mut n, at(1_000), p, 'a', &[(va.clone(), me.clone())]);
+    }
+    n.file_mkdir(at(1_500), "/v/e").unwrap();
+    n.file_remove(at(2_000), "/v/d", false).unwrap();
+    let paths = |n: &Node, p: &str| -> Vec<String> {
+        n.live_files_at_or_under(p).unwrap().into_iter().map(|f| f.path).collect()
+    };
+    assert_eq!(paths(&n, "/v"), vec!["/v/a", "/v/b/c"]);
+    assert_eq!(paths(&n, "/v/"), vec!["/v/a", "/v/b/c"], "normalised");
+    assert_eq!(paths(&n, "/v/a"), vec!["/v/a"]);
+    assert_eq!(paths(&n, "/"), vec!["/v/a", "/v/b/c", "/vx", "/w"]);
+    assert!(paths(&n, "/nothing").is_empty());
+    assert!(paths(&n, "/v/d").is_empty(), "removed");
+    assert!(n.live_files_at_or_under("relative/../..").is_err());
+}
+
 /// The replication backoff register outlives the file: A file removed after repeated
 /// replication failures and then created anew at the same path (a new id, new content)
 /// inherits the old file's backoff and waits up to an hour for its first extra copy.

@@ -154,6 +154,17 @@ impl Node {
         self.meta.state().file(path).filter(|f| !f.removed)
     }
 
+    /// The live files (not folders) at `path` or below it, in path order (`shoal verify`): a
+    /// lookup and one range of the records, not a walk of the namespace.
+    pub fn live_files_at_or_under(&self, path: &str) -> Result<Vec<FileRecord>, ApiError> {
+        let p = normalize(path).map_err(bad_path)?;
+        let state = self.meta.state();
+        let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
+        let at = state.file(&p).filter(|_| p != "/");
+        let below = state.files_from(&prefix).take_while(|f| f.path.starts_with(&prefix));
+        Ok(at.into_iter().chain(below).filter(|f| !f.removed && !f.is_dir).cloned().collect())
+    }
+
     fn is_folder(&self, path: &str) -> bool {
         path == "/"
             || self.live_file(path).is_some_and(|f| f.is_dir)

@@ -45,15 +45,7 @@ pub async fn scrub_copy<E: Env>(s: Arc<Shared<E>>, copy: LocalCopy) {
 /// whichever node holds it; mismatches are marked stale (and repaired), matches verified.
 pub async fn verify<E: Env>(s: &Arc<Shared<E>>, path: &str) -> Result<Value, ApiError> {
     let p = shoal_core::meta::namespace::normalize(path).map_err(|e| ApiError::invalid("bad_path", e.to_string()))?;
-    let prefix = if p == "/" { "/".to_string() } else { format!("{p}/") };
-    let files: Vec<shoal_core::meta::records::FileRecord> = s.read_node(|n, _| {
-        n.meta()
-            .state()
-            .files()
-            .filter(|f| !f.removed && !f.is_dir && (f.path == p || f.path.starts_with(&prefix)))
-            .cloned()
-            .collect()
-    });
+    let files = s.read_node(|n, _| n.live_files_at_or_under(&p))?;
     if files.is_empty() {
         return Err(ApiError::not_found("not_found", format!("no files at cluster:{p}")));
     }
