@@ -51,6 +51,10 @@ pub struct LandedBytes {
     entries: BTreeMap<(VolumeId, String), (String, Millis)>,
     /// (volume, path, checksum) of bytes kept aside under a kept name.
     kept: BTreeSet<(VolumeId, String, String)>,
+    /// When the notes older than [`LANDED_MAX_MS`] are next swept out: a note is otherwise
+    /// dropped only when someone asks about its path again, and most paths are never asked
+    /// about again (one note per put, kept for the node's lifetime).
+    next_sweep: Millis,
 }
 
 /// What becomes of bytes an overwrite kept aside ([`LandedBytes::kept_fate`]).
@@ -72,7 +76,27 @@ fn key(volume: &VolumeId, path: &str) -> (VolumeId, String) {
 impl LandedBytes {
     /// Bytes with `checksum` were just put in place at `path` on `volume`.
     pub fn note(&mut self, volume: &VolumeId, path: &str, checksum: &str, now: Millis) {
+        self.sweep(now);
         self.entries.insert(key(volume, path), (checksum.to_ascii_lowercase(), now));
+    }
+
+    /// Drop the notes past [`LANDED_MAX_MS`] (settled by age whatever the records say), at
+    /// most once per that window: the registry holds about one window's landings.
+    fn sweep(&mut self, now: Millis) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.entries.retain(|_, (_, at)| now.since(*at) <= LANDED_MAX_MS);
+        self.next_sweep = now.plus(LANDED_MAX_MS);
+    }
+
+    /// How many landings are noted.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Bytes with `checksum` found at `path` on `volume`, landed `age_ms` before `now` by this
@@ -232,6 +256,19 @@ mod tests {
             version,
             repl: None,
         })
+    }
+
+    #[test]
+    fn notes_past_the_window_are_swept_so_the_registry_holds_about_one_window() {
+        let v = VolumeId::new("v");
+        let mut l = LandedBytes::default();
+        for i in 0..1_300u64 {
+            // A put every second, for 1,300 s; nobody asks about these paths again.
+            l.note(&v, &format!("/p{i}"), "ab", Millis(i * 1_000));
+        }
+        assert!(l.len() <= 2 * (LANDED_MAX_MS / 1_000) as usize + 1, "{} notes kept", l.len());
+        assert!(l.noted(&v, "/p1299"), "a recent note stays");
+        assert!(!l.noted(&v, "/p0"), "one past the window went");
     }
 
     #[test]
