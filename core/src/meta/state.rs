@@ -149,8 +149,7 @@ impl MetaState {
         }
     }
 
-    /// The removed file records (tombstones, folders' included) that list a copy not dropped
-    /// yet, in path order.
+    /// The removed file records (tombstones) that list a copy not dropped yet, in path order.
     pub fn removed_files_with_copies(&self) -> impl Iterator<Item = &FileRecord> {
         self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| tombstone_with_copies(f))
     }

@@ -95,7 +95,8 @@ impl Chores {
         if !self.running.remove(&chore) {
             return;
         }
-        let next = if self.kicked.remove(&chore) { self.kicked_at(chore, now) } else { now.plus(every_ms) };
+        let regular = now.plus(every_ms);
+        let next = if self.kicked.remove(&chore) { self.kicked_at(chore, now).min(regular) } else { regular };
         self.due.insert(chore, next);
     }
 
@@ -217,6 +218,12 @@ mod tests {
         c.done(Chore::Plan, at(2_020), 60_000);
         c.kick(Chore::Plan, at(5_000));
         assert_eq!(c.due_at(Chore::Plan), Some(at(5_000)), "past the floor: at once again");
+        // The chore's own interval, shorter than the spacing, still runs it then.
+        c.take_due(at(5_000));
+        c.space_kicks(Chore::Plan, at(20_000));
+        c.kick(Chore::Plan, at(5_010));
+        c.done(Chore::Plan, at(5_020), 1_000);
+        assert_eq!(c.due_at(Chore::Plan), Some(at(6_020)), "the interval comes before the floor");
         // Other chores are not spaced.
         c.take_due(at(5_000));
         c.done(Chore::Reconcile, at(0), 60_000);

@@ -279,13 +279,13 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
             Ok::<_, ApiError>((dest, part))
         })
         .await?;
-    // The volume is not retired while the copy is written; its fsyncs are grouped with the
-    // volume's other writes.
     // Bytes of another write not settled at that path yet: no copy lands over them, so none is
     // taken (a big file would be read in full for nothing).
     if s.store_service.landed.unsettled(s, target_volume, &task.path) {
         return Err(ApiError::conflict("busy", "newer bytes landed there; the pull stands down"));
     }
+    // The volume is not retired while the copy is written; its fsyncs are grouped with the
+    // volume's other writes.
     let writing = Arc::new(s.store_service.writing(target_volume, Path::new(&vol.subpath)));
     let result = async {
         let out = std::fs::File::create(&part).map_err(|e| io_api("create part file", e))?;
