@@ -526,6 +526,7 @@ fn a_leaders_mark_over_entries_a_new_leaders_snapshot_replaced_is_not_held() {
     net.write("a", "ours", json!(1));
     let to = net.meta("a").write_mark();
     assert!(!net.meta("a").mark_held(&from, &to), "no follower confirmed it");
+    assert!(!net.meta("a").mark_never_held(&from, &to), "it still may be");
     // b and c lose sight of a; b claims the lease with a higher term.
     let without_a = [("a", false), ("b", true), ("c", true)];
     net.set_view("b", &without_a);
@@ -557,6 +558,10 @@ fn a_leaders_mark_over_entries_a_new_leaders_snapshot_replaced_is_not_held() {
     }
     assert!(net.meta("a").snapshots_adopted() > adopted, "a adopted b's snapshot");
     assert!(seen_pending_after_snapshot, "the record waited in a's queue after the snapshot");
+    // The mark can never be counted held now: the request is answered `unconfirmed` at once,
+    // not at the end of `meta.ack_wait`.
+    assert!(net.meta("a").mark_never_held(&from, &to));
+    assert!(!net.meta("a").mark_held(&from, &to));
     assert!(net.meta("b").state().get(RecordKind::Setting, "ours").is_some(), "sent back to b");
 }
 

@@ -356,6 +356,10 @@ pub enum AckReached {
     Replicated,
     /// No other member is reachable now: the change is as safe as this node's disk.
     Alone,
+    /// No other node can be counted holding the change any more (it was numbered under a term
+    /// the log has left, see `Meta::mark_never_held`): answered `unconfirmed` at once rather
+    /// than at the end of `meta.ack_wait`. The change still travels.
+    Unconfirmed,
     /// The leader refused a record of the change (its version too far ahead of the leader's
     /// clock, or out of bounds): it is made on this node only and will not travel as it is.
     Refused,
@@ -409,8 +413,10 @@ impl Node {
         (self.cluster.is_some(), self.meta.held_progress())
     }
 
-    /// Whether the changes of `plan` may be acknowledged: another node holds them, or no other
-    /// member is alive by its heartbeats (a node alone keeps working). `None`: not yet.
+    /// Whether the changes of `plan` may be answered, and how: another node holds them, the
+    /// leader refused one, no other member is alive by its heartbeats (a node alone keeps
+    /// working), or no other node can be counted holding them any more (`Unconfirmed`, at once).
+    /// `None`: not yet.
     pub fn ack_ready(&self, wall: Millis, plan: &AckPlan) -> Option<AckReached> {
         if self.cluster.is_none() {
             return Some(AckReached::Alone);
@@ -427,6 +433,9 @@ impl Node {
             .records()
             .filter(|r| !r.removed && r.id != self.id)
             .any(|r| matches!(self.members.liveness(&r.id, now), NodeState::Online | NodeState::Degraded));
-        (!alive).then_some(AckReached::Alone)
+        if !alive {
+            return Some(AckReached::Alone);
+        }
+        self.meta.mark_never_held(&plan.from, &plan.to).then_some(AckReached::Unconfirmed)
     }
 }

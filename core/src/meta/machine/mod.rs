@@ -187,6 +187,17 @@ pub type MetaReply = Reply;
 /// Most bytes of records in one submit or append (well under the 64 MiB request limit).
 pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 
+/// Where the changes between two write marks stand ([`Meta::mark_held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MarkState {
+    /// Another node holds them (or no other member exists).
+    Held,
+    /// Not yet.
+    Waiting,
+    /// Numbered under another term than the log's now: never counted held.
+    Never,
+}
+
 /// How many of its own refused pending ids a submitter remembers (far more than the writes an
 /// acknowledgement waits on at once).
 const REFUSED_OWN_MAX: usize = 4096;
@@ -652,8 +663,19 @@ impl Meta {
     /// confirmed by a peer's answer to an append under this lease; or there is no other
     /// candidate.
     pub fn mark_held(&self, from: &WriteMark, to: &WriteMark) -> bool {
+        self.mark_state(from, to) == MarkState::Held
+    }
+
+    /// Whether no other node can ever be counted holding a change this node made between `from`
+    /// and `to`: it was numbered under another term than its log's now (see [`Meta::mark_held`]),
+    /// so waiting out `meta.ack_wait` would only delay the same `unconfirmed` answer.
+    pub fn mark_never_held(&self, from: &WriteMark, to: &WriteMark) -> bool {
+        self.mark_state(from, to) == MarkState::Never
+    }
+
+    fn mark_state(&self, from: &WriteMark, to: &WriteMark) -> MarkState {
         if self.pending.range(from.pending_before..to.pending_before).next().is_some() {
-            return false;
+            return MarkState::Waiting;
         }
         let alone = self.members.iter().all(|c| c.id == self.me);
         let term = self.log_term();
@@ -679,11 +701,15 @@ impl Meta {
             }
         }
         if other_numbering {
-            return alone;
+            return if alone { MarkState::Held } else { MarkState::Never };
         }
-        let Some(need) = need else { return true };
+        let Some(need) = need else { return MarkState::Held };
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
-        alone || (leads && self.peers.values().any(|p| p.held_through >= need))
+        if alone || (leads && self.peers.values().any(|p| p.held_through >= need)) {
+            MarkState::Held
+        } else {
+            MarkState::Waiting
+        }
     }
 
     /// Whether the leader refused a record of a change this node made between `from` and `to`

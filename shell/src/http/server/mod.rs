@@ -251,6 +251,7 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
             let (_, flushed) = tokio::join!(replicated, committed);
             match (got, mode, flushed) {
                 (Some(AckReached::Refused), _, _) => "refused",
+                (Some(AckReached::Unconfirmed), _, _) => "unconfirmed",
                 (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
                 (Some(AckReached::Alone), _, _) => "alone",
                 (Some(AckReached::Replicated), AckMode::Durable, true) => "durable",
