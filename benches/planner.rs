@@ -3,7 +3,8 @@
 //! (over); one node is OFFLINE for 20 minutes, another briefly UNKNOWN. Targets are chosen by
 //! the scorer with every factor known (health, round trips, a full latency matrix for site
 //! diversity). Side by side: the default limits (16 tasks in flight), and no limit (every
-//! under-replicated file ranks the nodes: 10,000 rankings of ~98 nodes).
+//! under-replicated file ranks the nodes: 10,000 rankings of ~98 nodes). And what a task's end
+//! costs the leader when the next task comes from the pass's backlog instead of a new pass.
 //! `cargo bench --bench planner`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -12,7 +13,7 @@ use shoal_core::membership::NodeState;
 use shoal_core::meta::records::{FileRecord, Location, LocationState, Policy, Record, Volume};
 use shoal_core::meta::state::MetaState;
 use shoal_core::sched::Inputs;
-use shoal_core::storage::planner::{plan, NodeView, PlanInput, PlannerConfig, Scoring};
+use shoal_core::storage::planner::{plan, plan_backlog, InFlight, NodeView, PlanInput, PlannerConfig, Scoring};
 use shoal_core::{FileId, NodeId, VolumeId};
 use std::collections::BTreeMap;
 
@@ -124,6 +125,21 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("plan_1m_files_100_nodes", |b| b.iter(|| plan(&state, &input, &cfg)));
     g.bench_function("plan_1m_files_100_nodes_every_target_ranked", |b| b.iter(|| plan(&state, &input, &unlimited)));
+    // A task of the pass ended: the next one from the pass's backlog, no pass over the records.
+    let first = plan(&state, &input, &cfg);
+    let in_flight: Vec<InFlight> =
+        first.tasks[1..].iter().map(|t| InFlight { file: t.file.clone(), node: t.action.worker().clone() }).collect();
+    let one_free = PlanInput { in_flight: &in_flight, ..input };
+    let mut backlog = first.backlog.clone().into();
+    let next = plan_backlog(&state, &mut backlog, &one_free, &cfg);
+    println!("backlog of {}: one slot free gives {} task(s)", first.backlog.len(), next.tasks.len());
+    g.bench_function("plan_backlog_one_slot_free_1m_files_100_nodes", |b| {
+        b.iter_batched(
+            || std::collections::VecDeque::from(first.backlog.clone()),
+            |mut backlog| plan_backlog(&state, &mut backlog, &one_free, &cfg),
+            criterion::BatchSize::SmallInput,
+        )
+    });
     g.finish();
 }
 

@@ -230,3 +230,64 @@ fn a_worker_renews_its_tasks_lease_on_the_nodes_timer_until_the_task_ends() {
     assert!(expired(&outputs(&mut n)), "a task no longer renewed fails when its lease runs out");
     assert_eq!(n.repl_stats().expired, 1);
 }
+
+/// Tasks a pass left for the limits go out as other tasks end, without a new pass over every
+/// record (a full pass at 200,000 records is spaced a second apart and costs the leader
+/// ~100 ms; a repair of many files would otherwise move at 16 tasks per pass).
+#[test]
+fn a_finished_task_hands_out_the_next_one_from_the_backlog_without_a_pass() {
+    use shoal_core::storage::planner::{Action, Task};
+    let (mut n, vol) = lone_leader();
+    let second = n.volume_add(at(500), "/srv/n1b", &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("a volume").id;
+    let me = n.id().clone();
+    // Ten files with a copy on each of the node's two volumes: each second copy is to drop,
+    // at most 4 tasks per node at a time.
+    for i in 0..10 {
+        let path = format!("/dup/f{i}");
+        n.file_publish(
+            at(1_000 + i),
+            &path,
+            10,
+            &"a".repeat(64),
+            at(1_000).0,
+            &[(vol.clone(), me.clone()), (second.clone(), me.clone())],
+        )
+        .expect("publish");
+    }
+    let dispatched = |out: &[Output]| -> Vec<Task> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::ReplDispatch { task, .. } => Some(task.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    outputs(&mut n);
+    n.chore_kick(at(2_000), Chore::Plan);
+    n.handle_timeout(at(2_000));
+    let first = dispatched(&outputs(&mut n));
+    assert_eq!(first.len(), 4, "the per-node limit: {first:?}");
+    assert!(first.iter().all(|t| matches!(t.action, Action::Drop { .. })));
+    let passes = n.repl_stats().passes;
+    assert_eq!(n.gauges(at(2_000)).repl_backlog, 6);
+
+    // One drop ends: the next file's task goes out in the same call, before any timer turn.
+    n.repl_finish(at(3_000), &first[0].file, &first[0].path, TaskOutcome::Succeeded);
+    let next = dispatched(&outputs(&mut n));
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert!(first.iter().all(|t| t.file != next[0].file), "another file: {}", next[0].path);
+    assert_eq!(n.repl_stats().passes, passes, "no pass ran");
+    assert_eq!((n.repl_stats().backlog_dispatched, n.gauges(at(3_000)).repl_backlog), (1, 5));
+    assert_eq!(n.repl_tasks().len(), 4, "granted a lease like any task");
+
+    // A backlog file that no longer needs work leaves the backlog without a task.
+    let gone: Vec<String> =
+        (0..10).map(|i| format!("/dup/f{i}")).filter(|p| first.iter().chain(&next).all(|t| &t.path != p)).collect();
+    n.file_remove(at(3_500), &gone[0], false).expect("remove");
+    outputs(&mut n);
+    n.repl_finish(at(4_000), &first[1].file, &first[1].path, TaskOutcome::Succeeded);
+    let then = dispatched(&outputs(&mut n));
+    assert_eq!(then.len(), 1);
+    assert_eq!(then[0].path, gone[1], "the removed file was passed over");
+    assert_eq!(n.gauges(at(4_000)).repl_backlog, 3);
+}

@@ -6,7 +6,8 @@ use shoal_core::membership::NodeState;
 use shoal_core::meta::records::{FileRecord, Location, LocationState, Policy, Record, Volume};
 use shoal_core::meta::state::MetaState;
 use shoal_core::storage::planner::{
-    plan, Action, Backoff, InFlight, NodeView, Plan, PlanInput, PlannerConfig, Reason, Scoring,
+    plan, plan_backlog, Action, Backoff, InFlight, NodeView, Plan, PlanInput, PlannerConfig, Reason, Scoring,
+    BACKLOG_STEP,
 };
 use shoal_core::{FileId, NodeId, VolumeId};
 use std::collections::BTreeMap;
@@ -455,4 +456,90 @@ fn a_degraded_target_is_held_back() {
     w.policy("/", 2);
     w.file("/a", &[(0, LocationState::Committed)]);
     assert_eq!(first_target(&w.plan()), "n2");
+}
+
+fn backlog_plan(w: &World, backlog: &mut std::collections::VecDeque<String>) -> Plan {
+    let input = PlanInput {
+        now_ms: 1_000_000,
+        nodes: &w.nodes,
+        in_flight: &w.in_flight,
+        backoff: &w.backoff,
+        scoring: &w.scoring,
+    };
+    plan_backlog(&w.state, backlog, &input, &PlannerConfig::default())
+}
+
+fn in_flight_of(p: &Plan) -> Vec<InFlight> {
+    p.tasks.iter().map(|t| InFlight { file: t.file.clone(), node: t.action.worker().clone() }).collect()
+}
+
+/// A pass keeps, in order, the files it left for the task limits; planning that backlog again
+/// with a slot free gives the task a full pass would give, from the front, and drops the files
+/// that need nothing now.
+#[test]
+fn the_files_left_for_the_limits_are_planned_again_from_the_backlog() {
+    let mut w = World::new(10, 10_000 * G);
+    w.policy("/", 2);
+    for i in 0..40 {
+        w.file(&format!("/f{i:02}"), &[(0, Committed)]);
+    }
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 16);
+    let expect: Vec<String> = (16..40).map(|i| format!("/f{i:02}")).collect();
+    assert_eq!(p.backlog, expect);
+    w.in_flight = in_flight_of(&p);
+    let mut backlog: std::collections::VecDeque<String> = p.backlog.into();
+    // All 16 slots taken: nothing goes out, nothing is lost.
+    let none = backlog_plan(&w, &mut backlog);
+    assert!(none.tasks.is_empty());
+    assert_eq!(backlog.len(), 24);
+    // One task ended (its file got its copy): the backlog's first file gets the task a full
+    // pass would give it.
+    let ended = w.in_flight.remove(0);
+    let target: usize = ended.node.to_string()[1..].parse().unwrap();
+    w.file("/f00", &[(0, Committed), (target, Committed)]);
+    let one = backlog_plan(&w, &mut backlog);
+    assert_eq!(one.tasks.iter().map(|t| t.path.as_str()).collect::<Vec<_>>(), vec!["/f16"]);
+    assert_eq!(one.tasks, w.plan().tasks, "what a full pass would decide now");
+    assert_eq!(backlog.front().map(String::as_str), Some("/f17"));
+    w.in_flight.push(InFlight { file: one.tasks[0].file.clone(), node: one.tasks[0].action.worker().clone() });
+    // Two slots free; /f17 got its copy meanwhile and /f18 waits on its backoff: both leave
+    // the backlog, /f19 and /f20 go out.
+    w.in_flight.drain(0..2);
+    w.file("/f17", &[(0, Committed), (5, Committed)]);
+    w.backoff.insert(FileId::new("id-/f18"), Backoff { attempts: 1, next_at_ms: 2_000_000 });
+    let two = backlog_plan(&w, &mut backlog);
+    assert_eq!(two.tasks.iter().map(|t| t.path.as_str()).collect::<Vec<_>>(), vec!["/f19", "/f20"]);
+    assert_eq!(backlog.len(), 19);
+    assert_eq!(backlog.front().map(String::as_str), Some("/f21"));
+}
+
+/// A file passed over because the only nodes that could take it are at their task limit stays
+/// in the backlog (at the back), and one call plans at most `BACKLOG_STEP` files.
+#[test]
+fn files_waiting_on_a_busy_node_stay_in_the_backlog_and_a_call_is_bounded() {
+    let mut w = World::new(2, 10_000 * G);
+    w.policy("/", 2);
+    for i in 0..300 {
+        w.file(&format!("/f{i:03}"), &[(0, Committed)]);
+    }
+    let p = w.plan();
+    assert_eq!(p.tasks.len(), 4, "only n1 can take copies: 4 per node");
+    assert_eq!(p.backlog.len(), 296, "no target now, but n1 is at its limit");
+    w.in_flight = in_flight_of(&p);
+    let mut backlog: std::collections::VecDeque<String> = p.backlog.into();
+    let none = backlog_plan(&w, &mut backlog);
+    assert!(none.tasks.is_empty());
+    assert_eq!(backlog.len(), 296, "kept");
+    assert_eq!(none.stats.files as usize, BACKLOG_STEP, "one call plans at most BACKLOG_STEP files");
+    assert_eq!(backlog.front().map(String::as_str), Some("/f260"), "those planned went to the back");
+    w.in_flight.pop();
+    let one = backlog_plan(&w, &mut backlog);
+    assert_eq!(one.tasks.iter().map(|t| t.path.as_str()).collect::<Vec<_>>(), vec!["/f260"]);
+    assert_eq!(backlog.len(), 295);
+    // A full volume on n1: nothing could take these files, limits or not: a pass keeps none.
+    w.set_volume(1, |v| v.free = 0);
+    w.in_flight.clear();
+    let p = w.plan();
+    assert!(p.tasks.is_empty() && p.backlog.is_empty(), "{:?}", p.backlog.len());
 }

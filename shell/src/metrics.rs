@@ -160,6 +160,12 @@ impl Metrics {
 
         r.register("repl_passes", "Planner passes run here (leader)", const_counter(g.repl_passes));
         r.register("repl_dispatched", "Replication tasks dispatched (leader)", const_counter(g.repl_dispatched));
+        r.register(
+            "repl_backlog_dispatched",
+            "Replication tasks dispatched from the backlog as others ended, no full pass (leader)",
+            const_counter(g.repl_backlog_dispatched),
+        );
+        r.register("repl_backlog", "Files a planner pass left for the task limits (leader)", gauge(g.repl_backlog));
         let outcomes = Family::<OutcomeLabel, Counter>::default();
         for (outcome, n) in [
             ("succeeded", g.repl_succeeded),

@@ -60,6 +60,9 @@ pub struct ReplStats {
     /// Tasks a busy target refused for now (not counted as failures).
     pub deferred: u64,
     pub expired: u64,
+    /// Tasks handed out from the backlog as others ended (no full pass): counted in
+    /// `dispatched` too.
+    pub backlog_dispatched: u64,
     pub scrubbed_copies: u64,
     pub scrubbed_bytes: u64,
     pub scrub_mismatches: u64,
@@ -131,12 +134,12 @@ impl Node {
         }
     }
 
-    /// Leader: one planner pass. Copies to re-label are marked, and each task is granted its
-    /// lease and handed to the shell to send ([`Output::ReplDispatch`]).
+    /// Leader: one planner pass over every file record. Its tasks go out ([`Node::carry_out`]);
+    /// the files it left for the task limits become the backlog.
     fn plan_pass(&mut self, wall: Millis, term: u64) {
         self.gather_latency(wall);
         let in_flight = self.repl_in_flight();
-        let plan = {
+        let mut plan = {
             let nodes = self.planner_nodes(wall);
             let backoff = self.repl_backoffs();
             let scoring = self.planner_scoring(wall);
@@ -151,6 +154,50 @@ impl Node {
         };
         self.repl_stats.passes += 1;
         self.repl_stats.last_plan = Some(plan.stats.clone());
+        self.repl_backlog = std::mem::take(&mut plan.backlog).into();
+        self.carry_out(wall, term, plan);
+    }
+
+    /// Leader: a task ended (its slot is free): the backlog's files are planned again, without
+    /// a pass over every record, and the tasks that fit now go out. A full pass, still kicked
+    /// by the task's end, follows up on the file itself once its spacing allows; until then
+    /// the backlog keeps a repair of many files going at the pace its tasks end.
+    pub(super) fn dispatch_backlog(&mut self, wall: Millis) {
+        if self.repl_backlog.is_empty() {
+            return;
+        }
+        let Some(term) = self.leader_term(wall) else {
+            self.repl_backlog.clear();
+            return;
+        };
+        let in_flight = self.repl_in_flight();
+        let mut backlog = std::mem::take(&mut self.repl_backlog);
+        let plan = {
+            let nodes = self.planner_nodes(wall);
+            let state = self.meta.state();
+            let backoff = backlog
+                .iter()
+                .filter_map(|p| state.file(p))
+                .filter_map(|f| Some((f.id.clone(), super::files::backoff_of(f)?)))
+                .collect();
+            let scoring = self.planner_scoring(wall);
+            let input = PlanInput {
+                now_ms: wall.0,
+                nodes: &nodes,
+                in_flight: &in_flight,
+                backoff: &backoff,
+                scoring: &scoring,
+            };
+            planner::plan_backlog(state, &mut backlog, &input, &self.planner_config())
+        };
+        self.repl_backlog = backlog;
+        self.repl_stats.backlog_dispatched += plan.tasks.len() as u64;
+        self.carry_out(wall, term, plan);
+    }
+
+    /// Leader: what a plan decided is done. Copies to re-label are marked, and each task is
+    /// granted its lease and handed to the shell to send ([`Output::ReplDispatch`]).
+    fn carry_out(&mut self, wall: Millis, term: u64, plan: planner::Plan) {
         for c in &plan.mark_stale {
             if let Some(f) = self.meta.state().file(&c.path).cloned() {
                 self.copy_mark(wall, &c.path, &c.volume, LocationState::Stale, &f.checksum);

@@ -696,15 +696,7 @@ impl Node {
 
     /// Every file's replication backoff, for the planner.
     pub fn repl_backoffs(&self) -> BTreeMap<FileId, Backoff> {
-        self.meta
-            .state()
-            .files()
-            .filter(|f| !f.removed)
-            .filter_map(|f| {
-                let b = f.repl.as_ref().filter(|b| b.attempts > 0 || b.next_at_ms > 0)?;
-                Some((f.id.clone(), Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms }))
-            })
-            .collect()
+        self.meta.state().files().filter_map(|f| Some((f.id.clone(), backoff_of(f)?))).collect()
     }
 
     /// What this node must do to its own volumes so they follow the records: delete copies of
@@ -1088,4 +1080,10 @@ pub struct CopyFact {
     pub of_this_content: bool,
     /// When the copy was last written or verified (unix ms).
     pub checked_ms: u64,
+}
+
+/// The replication backoff a live file's record holds, if any is set.
+pub(super) fn backoff_of(f: &FileRecord) -> Option<Backoff> {
+    let b = f.repl.as_ref().filter(|b| !f.removed && (b.attempts > 0 || b.next_at_ms > 0))?;
+    Some(Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms })
 }

@@ -226,6 +226,7 @@ impl Node {
         self.last_states.clear();
         self.own_volumes.clear();
         self.repl_tasks.clear();
+        self.repl_backlog.clear();
         self.chores.stop();
         self.working.clear();
         self.scrub_pending.clear();

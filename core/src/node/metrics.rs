@@ -43,6 +43,10 @@ pub struct NodeGauges {
     pub log_lag: Vec<(String, u64)>,
     pub repl_passes: u64,
     pub repl_dispatched: u64,
+    /// Of those, handed out from the backlog as other tasks ended.
+    pub repl_backlog_dispatched: u64,
+    /// Leader: files the last pass left for the task limits, still waiting for a slot.
+    pub repl_backlog: u64,
     pub repl_succeeded: u64,
     pub repl_failed: u64,
     pub repl_deferred: u64,
@@ -103,6 +107,8 @@ impl Node {
             log_lag: self.meta.peer_lag(now).into_iter().map(|(id, lag)| (id.to_string(), lag)).collect(),
             repl_passes: stats.passes,
             repl_dispatched: stats.dispatched,
+            repl_backlog_dispatched: stats.backlog_dispatched,
+            repl_backlog: self.repl_backlog.len() as u64,
             repl_succeeded: stats.succeeded,
             repl_failed: stats.failed,
             repl_deferred: stats.deferred,

@@ -394,6 +394,9 @@ pub struct Node {
     own_volumes: BTreeMap<crate::ids::VolumeId, String>,
     /// Leader: replication tasks in flight and their leases (`replication.rs`).
     repl_tasks: crate::storage::tasks::TaskLeases,
+    /// Leader: the files the last full planner pass left for the task limits, planned again
+    /// as tasks end (`chores.rs` `dispatch_backlog`).
+    repl_backlog: std::collections::VecDeque<String>,
     /// The latency matrix the leader gathered for site diversity, and when.
     latency: sched::LatencyCache,
     /// The event bus: the ring subscribers read, de-duplication, each peer's outbox.
@@ -504,6 +507,7 @@ impl Node {
             volume_reported: BTreeMap::new(),
             own_volumes: BTreeMap::new(),
             repl_tasks: Default::default(),
+            repl_backlog: Default::default(),
             latency: Default::default(),
             bus: crate::events::EventBus::new(),
             node_events_due: Millis::ZERO,

@@ -110,6 +110,7 @@ impl Node {
                 self.repl_outcome(wall, &task.path, outcome);
                 self.repl_count(outcome);
                 self.chores.kick(Chore::Plan, now);
+                self.dispatch_backlog(wall);
                 Ok(true)
             }
         }
@@ -123,6 +124,7 @@ impl Node {
         self.repl_outcome(wall, path, outcome);
         self.repl_count(outcome);
         self.chores.kick(Chore::Plan, now);
+        self.dispatch_backlog(wall);
     }
 
     /// From `handle_timeout`: leases that ran out fail their tasks; a node that is not the
@@ -133,13 +135,19 @@ impl Node {
         }
         if !self.meta.is_leader(now) {
             self.repl_tasks.clear();
+            self.repl_backlog.clear();
             return;
         }
-        for t in self.repl_tasks.expire(now) {
+        let expired = self.repl_tasks.expire(now);
+        if expired.is_empty() {
+            return;
+        }
+        for t in expired {
             self.repl_outcome(wall, &t.path, TaskOutcome::Failed);
             self.repl_stats.expired += 1;
             self.event(Event::ReplTaskExpired { path: t.path });
         }
+        self.dispatch_backlog(wall);
     }
 }
 

@@ -19,7 +19,10 @@
 //!   nodes than wanted: the copy on the fullest non-primary volume is dropped (`drop`). A copy
 //!   is never dropped unless `wanted` others remain, so the last healthy copy is never deleted.
 //!
-//! Limits: one task per file, 4 tasks per node, 16 in flight in all. A file whose tasks failed
+//! Limits: one task per file, 4 tasks per node, 16 in flight in all. The files a pass left for
+//! the limits (up to 4,096) are its backlog: as a task ends, [`plan_backlog`] plans those
+//! files again, so a repair of many files goes on at the pace tasks end instead of waiting for
+//! the next pass over every record. A file whose tasks failed
 //! waits 30 s, doubling per failure, and 1 h after 5 failures; that [`Backoff`] is data the
 //! caller keeps in replicated records, so it survives a change of leader (reference weakness 5).
 
@@ -30,7 +33,7 @@ use crate::meta::records::{FileRecord, LocationState, Volume};
 use crate::meta::state::MetaState;
 use crate::storage::placement::{fits, node_usable};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannerConfig {
@@ -207,6 +210,10 @@ pub struct Plan {
     pub mark_stale: Vec<CopyRef>,
     pub forget: Vec<CopyRef>,
     pub stats: PlanStats,
+    /// The paths of files a full pass left for the task limits, to plan again as tasks end
+    /// ([`plan_backlog`]); the leader keeps them, nobody else.
+    #[serde(skip)]
+    pub backlog: Vec<String>,
 }
 
 pub struct PlanInput<'a> {
@@ -285,60 +292,148 @@ impl Budget<'_> {
         *self.per_node.entry(n.clone()).or_default() += 1;
         self.total += 1;
     }
+    /// Whether some node is at its task limit (and was passed over as a target).
+    fn some_node_full(&self) -> bool {
+        self.per_node.values().any(|&c| c >= self.cfg.per_node_max)
+    }
 }
 
+/// The most files a pass keeps for [`plan_backlog`]: those it left for the task limits, in the
+/// order it met them.
+pub const BACKLOG_MAX: usize = 4096;
+/// The most backlog files one [`plan_backlog`] call plans again (those it passes over for the
+/// limits go to the back), so a task's end costs a bounded piece of the leader's time.
+pub const BACKLOG_STEP: usize = 256;
+
+/// Whether a file's plan was cut short by the task limits (it is worth planning again when a
+/// task ends) or decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Planned {
+    Decided,
+    LeftForLimits,
+}
+
+/// One planning: what it looks at once (the volumes, the targets, each node's disk), the
+/// limits as they fill, and its output.
+struct Pass<'a, 'c> {
+    state: &'a MetaState,
+    input: &'a PlanInput<'a>,
+    cfg: &'c PlannerConfig,
+    volumes: BTreeMap<&'a VolumeId, &'a Volume>,
+    /// Writable volumes on usable nodes, roomiest first.
+    targets: Vec<&'a Volume>,
+    /// Each target node's largest free fraction (the scorer's disk factor).
+    node_disk: BTreeMap<&'a NodeId, Option<f64>>,
+    busy: BTreeSet<&'a FileId>,
+    budget: Budget<'c>,
+    policy_cache: Option<(String, u32)>,
+    out: Plan,
+}
+
+/// A full pass over every file record: its tasks within the limits, and in
+/// [`Plan::backlog`] the files (up to [`BACKLOG_MAX`]) it left for the limits.
 pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Plan {
-    let volumes: BTreeMap<&VolumeId, &Volume> = state
-        .of_kind(crate::meta::records::RecordKind::Volume)
-        .filter_map(|r| match r {
-            crate::meta::records::Record::Volume(v) if !v.removed => Some((&v.id, v)),
-            _ => None,
-        })
-        .collect();
-    let usable = |n: &NodeId| input.nodes.get(n).is_some_and(|v| node_usable(v.state));
-    // Targets, roomiest first: writable volumes on usable nodes.
-    let mut targets: Vec<&Volume> =
-        volumes.values().copied().filter(|v| usable(&v.node_id) && crate::storage::placement::writable(v)).collect();
-    targets.sort_by(|a, b| b.free.cmp(&a.free).then_with(|| a.id.cmp(&b.id)));
-    // Each target node's state and its largest free fraction (the scorer's disk factor).
-    let mut node_disk: BTreeMap<&NodeId, Option<f64>> = BTreeMap::new();
-    for v in &targets {
-        let frac = (v.capacity > 0).then(|| v.free as f64 / v.capacity as f64);
-        let e = node_disk.entry(&v.node_id).or_insert(frac);
-        *e = match (*e, frac) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-    }
-    let cluster_nodes = input.nodes.len();
-
-    let busy: BTreeSet<&FileId> = input.in_flight.iter().map(|t| &t.file).collect();
-    let mut budget = Budget { per_node: BTreeMap::new(), total: 0, cfg };
-    for t in input.in_flight {
-        budget.take(&t.node);
-    }
-    let mut out = Plan::default();
-    out.stats.in_flight = input.in_flight.len() as u64;
-    let mut policy_cache: Option<(String, u32)> = None;
-
+    let mut pass = Pass::new(state, input, cfg);
     for f in state.files() {
-        if f.removed || f.is_dir {
-            continue;
+        if pass.file(f) == Planned::LeftForLimits && pass.out.backlog.len() < BACKLOG_MAX {
+            pass.out.backlog.push(f.path.clone());
         }
-        out.stats.files += 1;
-        let wanted = if f.replicas > 0 {
-            f.replicas
-        } else {
-            let parent = namespace::parent(&f.path).unwrap_or("/");
-            match &policy_cache {
-                Some((p, w)) if p == parent => *w,
-                _ => {
-                    let w = namespace::policy_for(state, &f.path);
-                    policy_cache = Some((parent.to_string(), w));
-                    w
-                }
+    }
+    pass.out
+}
+
+/// Plan again the files a pass left for the task limits (`backlog`, front first), so the tasks
+/// that fit now go out without a new pass over every record (a task ended, freeing its
+/// slot). Stops when the limits are full or after [`BACKLOG_STEP`] files; a file passed over
+/// again for the limits goes to the back, one that needs nothing now (healthy, removed,
+/// waiting on its backoff, busy) leaves the backlog. Exactly what a full pass would decide
+/// for those files with the tasks in flight now.
+pub fn plan_backlog(
+    state: &MetaState,
+    backlog: &mut VecDeque<String>,
+    input: &PlanInput<'_>,
+    cfg: &PlannerConfig,
+) -> Plan {
+    let mut pass = Pass::new(state, input, cfg);
+    let mut again = Vec::new();
+    for _ in 0..BACKLOG_STEP {
+        if pass.budget.full() {
+            break;
+        }
+        let Some(path) = backlog.pop_front() else { break };
+        let Some(f) = state.file(&path) else { continue };
+        if pass.file(f) == Planned::LeftForLimits {
+            again.push(path);
+        }
+    }
+    backlog.extend(again);
+    pass.out
+}
+
+impl<'a, 'c> Pass<'a, 'c> {
+    fn new(state: &'a MetaState, input: &'a PlanInput<'a>, cfg: &'c PlannerConfig) -> Pass<'a, 'c> {
+        let volumes: BTreeMap<&VolumeId, &Volume> = state
+            .of_kind(crate::meta::records::RecordKind::Volume)
+            .filter_map(|r| match r {
+                crate::meta::records::Record::Volume(v) if !v.removed => Some((&v.id, v)),
+                _ => None,
+            })
+            .collect();
+        let usable = |n: &NodeId| input.nodes.get(n).is_some_and(|v| node_usable(v.state));
+        let mut targets: Vec<&Volume> = volumes
+            .values()
+            .copied()
+            .filter(|v| usable(&v.node_id) && crate::storage::placement::writable(v))
+            .collect();
+        targets.sort_by(|a, b| b.free.cmp(&a.free).then_with(|| a.id.cmp(&b.id)));
+        let mut node_disk: BTreeMap<&NodeId, Option<f64>> = BTreeMap::new();
+        for v in &targets {
+            let frac = (v.capacity > 0).then(|| v.free as f64 / v.capacity as f64);
+            let e = node_disk.entry(&v.node_id).or_insert(frac);
+            *e = match (*e, frac) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let busy: BTreeSet<&FileId> = input.in_flight.iter().map(|t| &t.file).collect();
+        let mut budget = Budget { per_node: BTreeMap::new(), total: 0, cfg };
+        for t in input.in_flight {
+            budget.take(&t.node);
+        }
+        let mut out = Plan::default();
+        out.stats.in_flight = input.in_flight.len() as u64;
+        Pass { state, input, cfg, volumes, targets, node_disk, busy, budget, policy_cache: None, out }
+    }
+
+    fn usable(&self, n: &NodeId) -> bool {
+        self.input.nodes.get(n).is_some_and(|v| node_usable(v.state))
+    }
+
+    /// The copies `f` should have: its own count, or the nearest folder policy (looked up once
+    /// per folder while files of one folder follow each other).
+    fn wanted(&mut self, f: &FileRecord) -> usize {
+        if f.replicas > 0 {
+            return f.replicas as usize;
+        }
+        let parent = namespace::parent(&f.path).unwrap_or("/");
+        match &self.policy_cache {
+            Some((p, w)) if p == parent => *w as usize,
+            _ => {
+                let w = namespace::policy_for(self.state, &f.path);
+                self.policy_cache = Some((parent.to_string(), w));
+                w as usize
             }
-        } as usize;
+        }
+    }
+
+    /// Plan one file: at most one task, and the copies to re-label or forget.
+    fn file(&mut self, f: &'a FileRecord) -> Planned {
+        if f.removed || f.is_dir {
+            return Planned::Decided;
+        }
+        let (input, cfg) = (self.input, self.cfg);
+        self.out.stats.files += 1;
+        let wanted = self.wanted(f);
         let mut counted = 0usize; // healthy, not to be evacuated, not stale-by-absence
         let mut on_usable: Vec<(&Volume, &NodeId)> = Vec::new(); // counted copies on usable nodes
         let mut evac: Vec<(&Volume, &NodeId)> = Vec::new();
@@ -351,13 +446,17 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
             if l.state == LocationState::Dropped {
                 continue;
             }
-            let (Some(vol), Some(node)) = (volumes.get(&l.volume_id), input.nodes.get(&l.node_id)) else {
-                out.forget.push(CopyRef { path: f.path.clone(), volume: l.volume_id.clone(), node: l.node_id.clone() });
+            let (Some(vol), Some(node)) = (self.volumes.get(&l.volume_id).copied(), input.nodes.get(&l.node_id)) else {
+                self.out.forget.push(CopyRef {
+                    path: f.path.clone(),
+                    volume: l.volume_id.clone(),
+                    node: l.node_id.clone(),
+                });
                 continue;
             };
             if f.is_current(l) {
                 if node.state == NodeState::Offline && node.offline_for_ms >= cfg.stale_after_offline_ms {
-                    out.mark_stale.push(CopyRef {
+                    self.out.mark_stale.push(CopyRef {
                         path: f.path.clone(),
                         volume: l.volume_id.clone(),
                         node: l.node_id.clone(),
@@ -403,29 +502,29 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
             }
         }
         if !evac.is_empty() {
-            out.stats.evacuating += 1;
+            self.out.stats.evacuating += 1;
         }
         if counted < wanted {
-            out.stats.under += 1;
-            if busy.contains(&f.id) {
-                continue;
+            self.out.stats.under += 1;
+            if self.busy.contains(&f.id) {
+                return Planned::Decided;
             }
             if input.backoff.get(&f.id).is_some_and(|b| b.next_at_ms > input.now_ms) {
-                out.stats.waiting_backoff += 1;
-                continue;
+                self.out.stats.waiting_backoff += 1;
+                return Planned::Decided;
             }
-            if budget.full() {
-                out.stats.deferred += 1;
-                continue;
+            if self.budget.full() {
+                self.out.stats.deferred += 1;
+                return Planned::LeftForLimits;
             }
             let Some((src_vol, src_node)) = sources.first().copied() else {
-                out.stats.no_source += 1;
-                continue;
+                self.out.stats.no_source += 1;
+                return Planned::Decided;
             };
             let repair = stale_here.iter().copied().find(|v| {
-                usable(&v.node_id)
+                self.usable(&v.node_id)
                     && !holders.contains(&v.node_id)
-                    && budget.node_has_room(&v.node_id)
+                    && self.budget.node_has_room(&v.node_id)
                     && fits(v, f.size)
             });
             let (target, reason) = match repair {
@@ -434,18 +533,18 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                     // Each candidate node once, with its roomiest volume that fits.
                     let mut candidates: Vec<(&Volume, NodeState, Option<f64>)> = Vec::new();
                     let mut seen: BTreeSet<&NodeId> = BTreeSet::new();
-                    for v in targets.iter().copied() {
+                    for v in self.targets.iter().copied() {
                         if holders.contains(&v.node_id)
-                            || !budget.node_has_room(&v.node_id)
+                            || !self.budget.node_has_room(&v.node_id)
                             || !fits(v, f.size)
                             || !seen.insert(&v.node_id)
                         {
                             continue;
                         }
                         let state = input.nodes.get(&v.node_id).map_or(NodeState::Unknown, |n| n.state);
-                        candidates.push((v, state, node_disk.get(&v.node_id).copied().flatten()));
+                        candidates.push((v, state, self.node_disk.get(&v.node_id).copied().flatten()));
                     }
-                    let t = input.scoring.choose(&candidates, &holders, cluster_nodes, src_node);
+                    let t = input.scoring.choose(&candidates, &holders, input.nodes.len(), src_node);
                     let reason = if !evac.is_empty() && counted + evac.len() >= wanted {
                         Reason::Evacuate
                     } else {
@@ -455,11 +554,13 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                 }
             };
             let Some(target) = target else {
-                out.stats.no_target += 1;
-                continue;
+                self.out.stats.no_target += 1;
+                // Nodes at their task limit were passed over: one may take it once its task
+                // ends.
+                return if self.budget.some_node_full() { Planned::LeftForLimits } else { Planned::Decided };
             };
-            budget.take(&target.node_id);
-            out.tasks.push(Task {
+            self.budget.take(&target.node_id);
+            self.out.tasks.push(Task {
                 file: f.id.clone(),
                 path: f.path.clone(),
                 size: f.size,
@@ -472,11 +573,11 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
                 },
                 reason,
             });
-            continue;
+            return Planned::Decided;
         }
-        out.stats.healthy += 1;
-        if busy.contains(&f.id) {
-            continue;
+        self.out.stats.healthy += 1;
+        if self.busy.contains(&f.id) {
+            return Planned::Decided;
         }
         // The copy to let go, if any: a second copy on one node first (it adds nothing), then
         // an evacuating or draining copy once enough copies are elsewhere (on nodes reachable
@@ -486,11 +587,11 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         let candidate = if let Some((vol, node)) = duplicates.first().copied() {
             Some((vol, node, Reason::Drop))
         } else if let Some((vol, node)) =
-            evac.iter().copied().filter(|_| reachable_enough).find(|(_, n)| usable(n) || is_draining(input, n))
+            evac.iter().copied().filter(|_| reachable_enough).find(|(_, n)| self.usable(n) || is_draining(input, n))
         {
             Some((vol, node, Reason::Evacuate))
         } else if on_usable.len() > wanted {
-            out.stats.over += 1;
+            self.out.stats.over += 1;
             let primary = f.primary.as_ref();
             on_usable
                 .iter()
@@ -501,21 +602,22 @@ pub fn plan(state: &MetaState, input: &PlanInput<'_>, cfg: &PlannerConfig) -> Pl
         } else {
             None
         };
-        let Some((vol, node, reason)) = candidate else { continue };
+        let Some((vol, node, reason)) = candidate else { return Planned::Decided };
         // A drop that failed (the holder saw fewer copies than this plan did) backs off like a
         // pull, instead of being sent again at every pass.
         if input.backoff.get(&f.id).is_some_and(|b| b.next_at_ms > input.now_ms) {
-            out.stats.waiting_backoff += 1;
-            continue;
+            self.out.stats.waiting_backoff += 1;
+            return Planned::Decided;
         }
-        if budget.node_has_room(node) && !budget.full() {
-            budget.take(node);
-            out.tasks.push(drop_task(f, node, vol, reason));
+        if self.budget.node_has_room(node) && !self.budget.full() {
+            self.budget.take(node);
+            self.out.tasks.push(drop_task(f, node, vol, reason));
+            Planned::Decided
         } else {
-            out.stats.deferred += 1;
+            self.out.stats.deferred += 1;
+            Planned::LeftForLimits
         }
     }
-    out
 }
 
 fn is_draining(input: &PlanInput<'_>, n: &NodeId) -> bool {
