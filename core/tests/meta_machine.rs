@@ -1598,6 +1598,7 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
     assert_eq!(r.status(), 200, "{}", r.body);
     assert_eq!(r.body["lastSeq"], json!(last + 2), "the follower is past both entries");
+    assert_eq!(r.body["passedOver"], json!([last + 1]), "but names the one it passed over");
     net.collect(&id("b"));
     assert!(net.queue.is_empty(), "no catch-up is needed: {:?}", net.queue);
     assert_eq!(setting_of(net.meta("b"), "after").map(|s| s.value), Some(json!(7)));
@@ -1613,8 +1614,55 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     let node = net.node_mut("b");
     let r = node.meta.answer_append(now, &id("a"), &body, &mut node.hlc);
     assert_eq!(r.body["lastSeq"], json!(last + 3));
+    assert_eq!(r.body["passedOver"], json!([last + 1, last + 3]), "a leader that sends no heldThrough hears of all");
     assert_eq!(setting_of(net.meta("b"), "deep2"), None);
     assert_eq!(net.meta("b").status(now).json()["refused"], json!(2));
+    // A leader that holds the follower confirmed through last + 1 hears only of what is after.
+    let later = |held: u64| {
+        let body = append_text(&[entry_text(last + 4, "fine", "4", wall + 3)], last + 4);
+        [&body[..body.len() - 1], format!(r#","heldThrough":{held}}}"#).as_bytes()].concat()
+    };
+    let node = net.node_mut("b");
+    let r = node.meta.answer_append(now, &id("a"), &later(last + 1), &mut node.hlc);
+    assert_eq!((r.body["lastSeq"].clone(), r.body["passedOver"].clone()), (json!(last + 4), json!([last + 3])));
+    let r = node.meta.answer_append(now, &id("a"), &later(last + 3), &mut node.hlc);
+    assert!(r.body.get("passedOver").is_none(), "nothing passed over after last + 3: {}", r.body);
+}
+
+/// Issue 18: a follower of an earlier build passes over an entry it cannot read (a record kind
+/// it does not know), and its log's end still reaches past it. It names that position in its
+/// answer, so the leader does not count it holding that change: a leader's write that no other
+/// node could read is not acknowledged `replicated` (it was, when the leader counted the
+/// follower's log end). A later change the followers take is held as before.
+#[test]
+fn a_leaders_change_its_followers_passed_over_is_not_counted_held() {
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    net.write("a", "warm", json!(0));
+    let from = net.meta("a").write_mark();
+    let r = net.setting("a", "new-kind", json!(1));
+    net.submit("a", r);
+    let to = net.meta("a").write_mark();
+    for f in ["b", "c"] {
+        let mut m = net.take(|m| m.target == APPEND && m.to == id(f));
+        let text = String::from_utf8(m.body).unwrap();
+        assert!(text.contains(r#""heldThrough":"#), "the leader tells each follower how far it holds it: {text}");
+        m.body = text.replace(r#""kind":"setting""#, r#""kind":"from-a-newer-version""#).into_bytes();
+        let mark = net.trace.len();
+        net.deliver(m);
+        let d = &net.trace[mark];
+        assert_eq!(d.reply["lastSeq"], json!(net.meta("a").last_seq().0), "{f}'s log end is past the entry");
+        assert_eq!(d.reply["passedOver"], json!([net.meta("a").last_seq().0]), "{f} names it");
+    }
+    net.run();
+    assert_eq!(setting_of(net.meta("b"), "new-kind"), None);
+    assert!(!net.meta("a").mark_held(&from, &to), "no follower holds the change");
+    assert!(!net.meta("a").held_elsewhere(RecordKind::Setting, "new-kind"));
+
+    let from = net.meta("a").write_mark();
+    net.write("a", "later", json!(2));
+    let to = net.meta("a").write_mark();
+    assert!(net.meta("a").mark_held(&from, &to), "a later change the followers read is held");
+    assert!(net.meta("a").held_elsewhere(RecordKind::Setting, "later"));
 }
 
 /// A follower whose log follows another leader's numbering takes the records of an append

@@ -281,6 +281,16 @@ pub(super) struct LeaseBody {
     digest: String,
 }
 
+/// An append body shared by the peers sent one range, with this peer's `heldThrough` added
+/// (the body is one JSON object: its closing brace is replaced).
+pub(super) fn with_held_through(mut body: Vec<u8>, held: LogIndex) -> Vec<u8> {
+    if body.last() == Some(&b'}') {
+        body.pop();
+        body.extend_from_slice(format!(",\"heldThrough\":{}}}", held.0).as_bytes());
+    }
+    body
+}
+
 /// An append as sent (`E` = [`Entry`]) and as read (`E` = raw JSON, each entry decoded on its
 /// own by [`read_entries`]).
 #[derive(Serialize, Deserialize)]
@@ -289,6 +299,11 @@ pub(super) struct AppendBody<E> {
     lease: Lease,
     entries: Vec<E>,
     last_seq: LogIndex,
+    /// How far the leader holds this follower confirmed: the follower's answer names the
+    /// positions after it that it passed over (`passedOver`). 0 from a leader of an earlier
+    /// version (the follower then names all it still knows of).
+    #[serde(default)]
+    held_through: LogIndex,
 }
 
 /// A submit as sent (`R` = [`Record`]) and as read (raw JSON, each record decoded on its own).
@@ -422,10 +437,41 @@ pub(super) struct PeerAppend {
     /// Entries up to here are confirmed held by the peer under this lease: set only from its
     /// answers to our appends, never assumed (what an acknowledgement may rely on).
     held_through: LogIndex,
+    /// Positions up to `held_through` the peer said it passed over (an entry its build could
+    /// not read: a record kind from a newer version): it does not hold those, whatever its
+    /// log's end says. The newest [`PASSED_OVER_MAX`].
+    passed_over: BTreeSet<LogIndex>,
+    /// The newest position dropped from `passed_over` to keep it bounded: whether the peer
+    /// holds an entry at or below it is not known.
+    passed_over_forgotten: LogIndex,
     /// When the last append to this peer was sent (the append gap counts from it).
     last_sent: Option<Millis>,
     /// An append held back by the gap is due then.
     gap_due: Option<Millis>,
+}
+
+/// Most passed-over positions a leader remembers per peer ([`PeerAppend`]).
+const PASSED_OVER_MAX: usize = 4096;
+
+impl PeerAppend {
+    /// Whether the peer is confirmed to hold every entry numbered `first..=last`: its answers
+    /// reach `last`, and it passed over none of them.
+    fn holds(&self, first: LogIndex, last: LogIndex) -> bool {
+        self.held_through >= last
+            && first > self.passed_over_forgotten
+            && self.passed_over.range(first..=last).next().is_none()
+    }
+
+    /// The peer's answer named `positions` (of the append that carried entries up to
+    /// `through`) as passed over.
+    fn note_passed_over(&mut self, positions: Vec<LogIndex>, through: LogIndex) {
+        self.passed_over.extend(positions.into_iter().filter(|s| *s <= through));
+        while self.passed_over.len() > PASSED_OVER_MAX {
+            if let Some(s) = self.passed_over.pop_first() {
+                self.passed_over_forgotten = self.passed_over_forgotten.max(s);
+            }
+        }
+    }
 }
 
 /// What the shell read back from disk for the metadata store.
@@ -459,8 +505,9 @@ pub struct Meta {
     /// [`HeldProgress`].
     born: Millis,
     /// Pending ids of ours that went into our own log when we became leader: first id of each
-    /// such batch -> (last id, the log's end after them) (see [`Meta::mark_held`]); the last 64.
-    self_appended: BTreeMap<u64, (u64, LogIndex, Term)>,
+    /// such batch -> (last id, their first and last positions, the term) (see
+    /// [`Meta::mark_held`]); the last 64.
+    self_appended: BTreeMap<u64, (u64, LogIndex, LogIndex, Term)>,
     /// Pending ids of ours whose records the leader refused (named in a submit's answer): the
     /// changes stay on this node only, so no acknowledgement covering them may say they are
     /// held elsewhere ([`Meta::mark_refused`]); the last [`REFUSED_OWN_MAX`].
@@ -643,7 +690,7 @@ impl Meta {
             return true; // a follower's, submitted: that follower and this leader hold it
         }
         let alone = self.members.iter().all(|c| c.id == self.me);
-        alone || self.peers.values().any(|p| p.held_through >= entry.seq)
+        alone || self.peers.values().any(|p| p.holds(entry.seq, entry.seq))
     }
 
     pub fn is_leader(&self, now: Millis) -> bool {
@@ -685,19 +732,24 @@ impl Meta {
         // another term than the log's now are not known to be held (the log was replaced by a
         // new leader's snapshot, which sent this node's records back as new pending ones, or
         // the numbering started again): the request is answered `unconfirmed` at its bound.
+        // `need`: the newest such entry; `start`: the first position of the range it closes
+        // (a peer must have passed over none of them).
         let mut need = None;
+        let mut start = LogIndex(u64::MAX);
         let mut other_numbering = false;
         if to.led && to.seq > from.seq {
             if to.term != term {
                 other_numbering = true;
             } else {
                 need = self.newest_own_entry(from.seq, to.seq);
+                start = LogIndex(from.seq.0.saturating_add(1));
             }
         }
-        for (first, (last, end, at_term)) in &self.self_appended {
+        for (first, (last, begin, end, at_term)) in &self.self_appended {
             if *first < to.pending_before && *last >= from.pending_before {
                 other_numbering |= Some(*at_term) != term;
                 need = Some(need.map_or(*end, |n: LogIndex| n.max(*end)));
+                start = start.min(*begin);
             }
         }
         if other_numbering {
@@ -705,7 +757,7 @@ impl Meta {
         }
         let Some(need) = need else { return MarkState::Held };
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
-        if alone || (leads && self.peers.values().any(|p| p.held_through >= need)) {
+        if alone || (leads && self.peers.values().any(|p| p.holds(start.min(need), need))) {
             MarkState::Held
         } else {
             MarkState::Waiting
@@ -965,6 +1017,8 @@ impl Meta {
                 p.sent_through = last;
                 p.acked_through = last;
                 p.held_through = LogIndex(0);
+                p.passed_over.clear();
+                p.passed_over_forgotten = LogIndex(0);
             }
         }
     }
@@ -1089,6 +1143,8 @@ impl Meta {
                 sent_through: LogIndex(last.0.saturating_sub(1)),
                 acked_through: LogIndex(last.0.saturating_sub(1)),
                 held_through: LogIndex(0),
+                passed_over: BTreeSet::new(),
+                passed_over_forgotten: LogIndex(0),
                 last_sent: None,
                 gap_due: None,
             });
@@ -1131,6 +1187,7 @@ impl Meta {
             entry.in_flight = Some(self.now);
             entry.last_sent = Some(self.now);
             entry.sent_through = through;
+            let body = with_held_through(body, entry.held_through);
             self.send(&p, "POST", "/cluster/acn/meta/append".into(), body, MetaPurpose::Append { through });
         }
     }
@@ -1163,6 +1220,7 @@ impl Meta {
             // We became leader: our own pending changes go straight into the log.
             let pending = std::mem::take(&mut self.pending);
             let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
+            let begin = LogIndex(self.last_seq.0.saturating_add(1));
             for (id, rec) in pending {
                 self.pending_taken += 1;
                 let me = self.me.clone();
@@ -1171,7 +1229,7 @@ impl Meta {
             }
             if let Some((first, last)) = ids {
                 let term = self.log_term().unwrap_or_default();
-                self.self_appended.insert(first, (last, self.last_seq, term));
+                self.self_appended.insert(first, (last, begin, self.last_seq, term));
                 while self.self_appended.len() > 64 {
                     self.self_appended.pop_first();
                 }
@@ -1456,8 +1514,11 @@ mod tests {
         let (body, n) = json_batch(&head, "entries", entries.iter(), 500);
         assert_eq!(n, 3);
         let read: AppendBody<Entry> = serde_json::from_slice(&body).unwrap();
-        let expected = AppendBody { lease, entries, last_seq: LogIndex(9) };
+        let expected = AppendBody { lease, entries, last_seq: LogIndex(9), held_through: LogIndex(0) };
         assert_eq!(serde_json::to_value(&read).unwrap(), serde_json::to_value(&expected).unwrap());
+        let per_peer: AppendBody<Entry> = serde_json::from_slice(&with_held_through(body, LogIndex(7))).unwrap();
+        assert_eq!(per_peer.held_through, LogIndex(7));
+        assert_eq!(per_peer.entries.len(), 3);
     }
 
     #[test]

@@ -53,17 +53,22 @@ impl Meta {
             taken: Option<Vec<Option<LogIndex>>>,
             #[serde(default)]
             lease: Option<Lease>,
+            /// An append's answer: positions the follower passed over.
+            #[serde(default)]
+            passed_over: Vec<LogIndex>,
         }
         let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
         match purpose {
             MetaPurpose::LeasePush => {}
             MetaPurpose::Append { through } => {
-                let reported = answer(&body).and_then(|a| a.last_seq);
+                let (reported, passed_over) = answer(&body).map(|a| (a.last_seq, a.passed_over)).unwrap_or_default();
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
                     if carried_out {
                         p.acked_through = reported.unwrap_or(through);
-                        // Confirmed: no further than what this append carried.
+                        // Confirmed: no further than what this append carried, and none of the
+                        // positions it passed over.
+                        p.note_passed_over(passed_over, through);
                         p.held_through = p.held_through.max(reported.unwrap_or(through).min(through));
                         // A peer behind what we sent catches up by itself (log?after=N).
                     } else {
@@ -102,11 +107,11 @@ impl Meta {
                     if let Some(append) = append {
                         // Checked as any append is (the lease holder's, the right numbering,
                         // no gap); its own answer has no one to go to.
-                        let _ = self.answer_append(now, peer, append.get().as_bytes(), hlc);
+                        self.take_echoed_append(now, peer, append.get().as_bytes(), hlc);
                     } else if let (Some(taken), Some(lease), Some(last_seq)) = (taken, lease, last_seq) {
                         match self.rebuild_entries(&lease, taken, submitted) {
                             Some(entries) => {
-                                let _ = self.take_append(now, peer, lease, entries, last_seq, hlc);
+                                let _ = self.take_append(now, peer, lease, entries, last_seq, None, hlc);
                             }
                             // Not rebuilt (an answer that does not match what was sent): the
                             // range is read from the leader.

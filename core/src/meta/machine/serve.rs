@@ -76,11 +76,27 @@ impl Meta {
             Ok(b) => b,
             Err(e) => return bad(format!("append body: {e}")),
         };
-        self.take_append(now, from, b.lease, read_entries(b.entries), b.last_seq, hlc)
+        self.take_append(now, from, b.lease, read_entries(b.entries), b.last_seq, Some(b.held_through), hlc)
+    }
+
+    /// The entries a submit's answer carried, taken as an append from `from` is (its answer has
+    /// no one to go to, so it names nothing passed over).
+    pub(super) fn take_echoed_append(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) {
+        self.now = self.now.max(now);
+        let b: AppendBody<Box<RawValue>> = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return self.refused_by(from, "the append in a submit's answer", e.to_string()),
+        };
+        let _ = self.take_append(now, from, b.lease, read_entries(b.entries), b.last_seq, None, hlc);
     }
 
     /// Take `entries` sent by `from` as the holder of `lease`, whose log ends at `last_seq`:
-    /// an append, or the entries a submit's answer gave back ([`Meta::on_response`]).
+    /// an append, or the entries a submit's answer gave back ([`Meta::on_response`]). For an
+    /// append (`report_after`: how far the leader holds this node confirmed), the answer names
+    /// the positions after that which this node passed over (`passedOver`): its log's end
+    /// reaches past them, but it does not hold them, and an acknowledgement must not count
+    /// this node for a change it could not read.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn take_append(
         &mut self,
         now: Millis,
@@ -88,6 +104,7 @@ impl Meta {
         lease: Lease,
         entries: Vec<PeerEntry>,
         last_seq: LogIndex,
+        report_after: Option<LogIndex>,
         hlc: &mut Hlc,
     ) -> MetaReply {
         if &lease.holder != from {
@@ -119,7 +136,28 @@ impl Meta {
         } else if self.last_seq < last_seq {
             self.request_catch_up(&lease.holder);
         }
-        reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
+        let passed_over = report_after.map(|after| self.passed_over_after(after)).unwrap_or_default();
+        if passed_over.is_empty() {
+            reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
+        } else {
+            reply(None, json!({"ok": true, "lastSeq": self.last_seq, "passedOver": passed_over}))
+        }
+    }
+
+    /// The positions after `after`, up to this log's end, that this node passed over (holes in
+    /// its log: entries it could not read). Only positions its log still covers are known;
+    /// that is at most the kept entries plus one compaction's worth.
+    pub(super) fn passed_over_after(&self, after: LogIndex) -> Vec<LogIndex> {
+        let mut next = after.max(self.compacted_through).0.saturating_add(1);
+        let mut holes = Vec::new();
+        for (seq, _) in self.log.range(LogIndex(next)..=self.last_seq) {
+            holes.extend((next..seq.0).map(LogIndex));
+            next = seq.0.saturating_add(1);
+        }
+        if next <= self.last_seq.0 {
+            holes.extend((next..=self.last_seq.0).map(LogIndex));
+        }
+        holes
     }
 
     /// `POST meta/submit` (leader only).
@@ -233,7 +271,9 @@ impl Meta {
             return None; // over the byte bound: the ordinary append carries them in parts
         }
         self.peers.get_mut(peer).expect("looked up").sent_through = self.last_seq;
-        serde_json::to_value(AppendBody { lease, entries, last_seq: self.last_seq }).ok().map(Echo::Append)
+        serde_json::to_value(AppendBody { lease, entries, last_seq: self.last_seq, held_through: LogIndex(0) })
+            .ok()
+            .map(Echo::Append)
     }
 
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
