@@ -367,3 +367,55 @@ fn a_node_that_leaves_stops_its_runs() {
     assert_eq!(net.stops[1].iter().map(|s| &s.0).collect::<Vec<_>>(), [&id], "its run is stopped");
     assert!(net.nodes[1].jobs_running().is_empty());
 }
+
+/// A map/reduce parent is looked at every pass; its record carries every child's id and goes
+/// to every node each time it is written, so its progress is written only when it moves by a
+/// whole percent (150 partitions: each map's end moves it by 0.66 %; every pass wrote it).
+#[test]
+fn a_parent_of_many_partitions_writes_its_progress_once_per_whole_percent() {
+    use shoal_core::meta::job::JobKind;
+    use shoal_core::node::volumes::FolderFacts;
+    let mut net = cluster();
+    let at = net.clock(0);
+    let vol = net.nodes[0].volume_add(at, "/srv/a", &FolderFacts::default(), "", 1 << 40, 1 << 39).expect("volume").id;
+    let me = net.nodes[0].id().clone();
+    for i in 0..150 {
+        let path = format!("/data/f{i:03}");
+        net.nodes[0].file_publish(at, &path, 10, &"a".repeat(64), at.0, &[(vol.clone(), me.clone())]).expect("publish");
+    }
+    net.pump();
+    // As the cluster's root (the folder rules let an ordinary user read only their own files).
+    let s = JobSubmit { dataset: "/data/*".into(), partition_max: Some(1), ..script("x") };
+    let at = net.clock(0);
+    let parent = net.nodes[0].job_submit(at, shoal_core::identity::ROOT_NAME, s).expect("submit").id;
+    net.pump();
+    let mut progress_seen: Vec<f64> = Vec::new();
+    let mut maps_done = 0;
+    for _ in 0..3_000 {
+        let handed: Vec<(usize, JobId, u32)> = runs(&net);
+        for r in net.runs.iter_mut() {
+            r.clear();
+        }
+        // One run ends per pass, so the parent's progress moves at most once per pass.
+        for (node, job, attempt) in handed.into_iter().take(1) {
+            let kind = net.nodes[node].job_status(job.as_str()).expect("known").kind;
+            maps_done += usize::from(kind == JobKind::Map);
+            finish(&mut net, node, &job, attempt, ScriptEnd::Returned(json!(null)));
+        }
+        net.run_for(3 * SECOND_MS, SECOND_MS);
+        let p = net.nodes[1].job_status(parent.as_str()).expect("the parent reaches every node");
+        if progress_seen.last() != Some(&p.progress) {
+            progress_seen.push(p.progress);
+        }
+        if p.status.is_final() {
+            assert_eq!(p.status, JobStatus::Succeeded, "{}", p.error);
+            break;
+        }
+    }
+    assert_eq!(maps_done, 150);
+    assert!(
+        (90..=102).contains(&progress_seen.len()),
+        "one write per whole percent (and the end), not one per map: {} progress values",
+        progress_seen.len()
+    );
+}

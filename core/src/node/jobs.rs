@@ -573,9 +573,12 @@ impl Node {
                 queued.push(id);
                 continue;
             }
+            if kind == JobKind::Mapreduce {
+                self.job_coordinate(wall, &id);
+                continue;
+            }
             let Some(j) = self.job_record(&id).cloned() else { continue };
             match (kind, status) {
-                (JobKind::Mapreduce, _) => self.job_coordinate(wall, j),
                 (_, JobStatus::Queued) => self.job_end(
                     wall,
                     j,
@@ -831,43 +834,71 @@ impl Node {
     }
 
     /// A map/reduce parent: expand its dataset into map children, then the reduce, then end.
-    fn job_coordinate(&mut self, wall: Millis, j: Job) {
-        if j.state.children.is_empty() {
+    /// It is looked at every pass while it runs, so its children are read where they are and
+    /// the parent is copied only to be changed (a parent of 10,000 partitions was copied with
+    /// all its children every 3 s), and its progress is written when it moves by a whole
+    /// percent (its record, with up to 10,000 child ids, went to every node after every child).
+    fn job_coordinate(&mut self, wall: Millis, id: &JobId) {
+        enum Next {
+            Expand,
+            /// Cancel the children still open; end the parent too when `end`.
+            Cancel {
+                end: bool,
+            },
+            Wait,
+            Step(ParentStep),
+        }
+        let Some(j) = self.job_record(id) else { return };
+        let next = if j.state.children.is_empty() {
             if j.cancelled.is_some() {
-                return self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
+                Next::Cancel { end: true }
+            } else {
+                Next::Expand
             }
-            return self.job_expand(wall, j);
-        }
-        let children: Vec<Job> = j.state.children.iter().filter_map(|c| self.job_record(c).cloned()).collect();
-        if children.len() < j.state.children.len() {
+        } else {
+            let children: Vec<&Job> = j.state.children.iter().filter_map(|c| self.job_record(c)).collect();
+            let missing = children.len() < j.state.children.len();
             if j.cancelled.is_some() {
-                self.job_cancel_children(wall, &children);
-                return self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
-            }
-            return; // a child's record has not come back here yet
-        }
-        if j.cancelled.is_some() {
-            self.job_cancel_children(wall, &children);
-            if children.iter().all(|c| c.state.status.is_final()) {
-                self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
-            }
-            return;
-        }
-        let views: Vec<ChildView> = children
-            .iter()
-            .map(|c| ChildView { id: &c.id, kind: c.spec.kind, status: c.state.status, error: &c.state.error })
-            .collect();
-        match mapreduce::parent_step(&views) {
-            ParentStep::Wait { progress } => {
-                if (progress - j.state.progress).abs() > 1e-9 || j.state.status != JobStatus::Running {
-                    let mut state = j.state.clone();
-                    state.progress = progress;
-                    state.status = JobStatus::Running;
-                    self.job_write(wall, j, Some(state), None);
+                Next::Cancel { end: missing || children.iter().all(|c| c.state.status.is_final()) }
+            } else if missing {
+                Next::Wait // a child's record has not come back here yet
+            } else {
+                let views: Vec<ChildView> = children
+                    .iter()
+                    .map(|c| ChildView { id: &c.id, kind: c.spec.kind, status: c.state.status, error: &c.state.error })
+                    .collect();
+                match mapreduce::parent_step(&views) {
+                    ParentStep::Wait { progress }
+                        if whole_percent(progress) == whole_percent(j.state.progress)
+                            && j.state.status == JobStatus::Running =>
+                    {
+                        Next::Wait
+                    }
+                    step => Next::Step(step),
                 }
             }
-            ParentStep::Reduce => {
-                let maps: Vec<JobId> = children.iter().map(|c| c.id.clone()).collect();
+        };
+        if matches!(next, Next::Wait) {
+            return;
+        }
+        let j = j.clone();
+        match next {
+            Next::Wait => {}
+            Next::Expand => self.job_expand(wall, j),
+            Next::Cancel { end } => {
+                self.job_cancel_children(wall, &j.state.children);
+                if end {
+                    self.job_end(wall, j, JobStatus::Cancelled, Value::Null, String::new(), "cancelled".into());
+                }
+            }
+            Next::Step(ParentStep::Wait { progress }) => {
+                let mut state = j.state.clone();
+                state.progress = progress;
+                state.status = JobStatus::Running;
+                self.job_write(wall, j, Some(state), None);
+            }
+            Next::Step(ParentStep::Reduce) => {
+                let maps: Vec<JobId> = j.state.children.clone();
                 let id = JobId::new(self.rng.uuid_v4());
                 let mut spec = mapreduce::child_spec(&j.spec, &j.id, JobKind::Reduce, 0, None, wall.0);
                 spec.args = json!({"maps": maps, "args": j.spec.args});
@@ -877,13 +908,12 @@ impl Node {
                 state.reason = "reducing".into();
                 self.job_write(wall, j, Some(state), None);
             }
-            ParentStep::Succeed { reduce } => {
-                let output =
-                    children.iter().find(|c| c.id == reduce).map(|c| c.state.output.clone()).unwrap_or_default();
+            Next::Step(ParentStep::Succeed { reduce }) => {
+                let output = self.job_record(&reduce).map(|c| c.state.output.clone()).unwrap_or_default();
                 self.job_end(wall, j, JobStatus::Succeeded, output, String::new(), "finished".into());
             }
-            ParentStep::Fail { error } => {
-                self.job_cancel_children(wall, &children);
+            Next::Step(ParentStep::Fail { error }) => {
+                self.job_cancel_children(wall, &j.state.children);
                 self.job_end(wall, j, JobStatus::Failed, Value::Null, error.clone(), error);
             }
         }
@@ -926,9 +956,14 @@ impl Node {
         self.submit_record(wall, Record::Job(j));
     }
 
-    fn job_cancel_children(&mut self, wall: Millis, children: &[Job]) {
-        for c in children.iter().filter(|c| !c.state.status.is_final() && c.cancelled.is_none()) {
-            let mut c = c.clone();
+    fn job_cancel_children(&mut self, wall: Millis, children: &[JobId]) {
+        let open: Vec<Job> = children
+            .iter()
+            .filter_map(|c| self.job_record(c))
+            .filter(|c| !c.state.status.is_final() && c.cancelled.is_none())
+            .cloned()
+            .collect();
+        for mut c in open {
             c.cancelled = Some(self.hlc.next(wall));
             self.submit_record(wall, Record::Job(c));
         }
@@ -1443,4 +1478,9 @@ impl Node {
             _ => {}
         }
     }
+}
+
+/// A map/reduce parent's progress in whole percent: it is written again only when this moves.
+fn whole_percent(progress: f64) -> i64 {
+    (progress * 100.0).floor() as i64
 }
