@@ -1627,6 +1627,13 @@ fn an_entry_too_deep_to_read_is_refused_alone_and_the_log_goes_on_past_it() {
     assert_eq!((r.body["lastSeq"].clone(), r.body["passedOver"].clone()), (json!(last + 4), json!([last + 3])));
     let r = node.meta.answer_append(now, &id("a"), &later(last + 3), &mut node.hlc);
     assert!(r.body.get("passedOver").is_none(), "nothing passed over after last + 3: {}", r.body);
+    // A leader that holds the follower confirmed through its log's end (or past it, as a
+    // restarted follower's log may be shorter) hears of nothing, and nothing breaks.
+    for held in [last + 4, last + 9] {
+        let r = node.meta.answer_append(now, &id("a"), &later(held), &mut node.hlc);
+        assert_eq!(r.status(), 200);
+        assert!(r.body.get("passedOver").is_none(), "{}", r.body);
+    }
 }
 
 /// Issue 18: a follower of an earlier build passes over an entry it cannot read (a record kind

@@ -17,7 +17,9 @@ use serde_json::json;
 use shoal_core::hlc::Version;
 use shoal_core::ids::{FileId, JobId, NodeId, VolumeId};
 use shoal_core::meta::job::{JobLease, JobSpec, JobState, JobStatus};
-use shoal_core::meta::records::{FileRecord, Job, Location, LocationState, Policy, Record, Setting, Volume};
+use shoal_core::meta::records::{
+    FileRecord, Job, Location, LocationState, Policy, Record, ReplBackoff, Setting, Volume,
+};
 use shoal_core::meta::state::{MetaState, TOMBSTONE_TTL_MS};
 use shoal_core::time::{Millis, DAY_MS};
 use std::collections::BTreeMap;
@@ -423,6 +425,8 @@ enum FileStep {
         node: usize,
         removed: bool,
         copy: Option<(usize, bool, u64)>,
+        /// A replication backoff register: attempts, next try (0 or 1), its version's day.
+        backoff: Option<(u32, u64, u64)>,
     },
     Purge {
         days: u64,
@@ -431,16 +435,19 @@ enum FileStep {
 
 fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
     let copy = prop::option::of((0usize..2, prop::bool::ANY, 0u64..20));
-    let write = (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4), copy)
-        .prop_map(|(path, id, wall, counter, node, removed, copy)| FileStep::Write {
-            path,
-            id,
-            wall,
-            counter,
-            node,
-            removed,
-            copy,
-        });
+    let backoff = prop::option::of((0u32..2, 0u64..2, 0u64..20));
+    let write =
+        (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4), copy, backoff)
+            .prop_map(|(path, id, wall, counter, node, removed, copy, backoff)| FileStep::Write {
+                path,
+                id,
+                wall,
+                counter,
+                node,
+                removed,
+                copy,
+                backoff,
+            });
     let purge = (0u64..10).prop_map(|days| FileStep::Purge { days });
     prop::collection::vec(prop_oneof![6 => write, 1 => purge], 1..40)
 }
@@ -448,15 +455,15 @@ fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// The file-id index and the tombstone index answer exactly what a scan of every file
-    /// record answers, after any sequence of merges (an id replaced at a path by a newer write,
+    /// The file-id index, the tombstone index and the backoff index answer exactly what a scan
+    /// of every file record answers, after any sequence of merges (an id replaced at a path by a newer write,
     /// a tombstone over a live record and back) and purges.
     #[test]
     fn the_file_indexes_always_match_a_scan(steps in file_steps()) {
         let mut s = MetaState::new();
         for step in steps {
             match step {
-                FileStep::Write { path, id, wall, counter, node, removed, copy } => {
+                FileStep::Write { path, id, wall, counter, node, removed, copy, backoff } => {
                     let mut f = file_meta(ver(wall * DAY_MS, counter, node), 10, removed, 0, id as u8);
                     f.path = format!("/d/f{path}");
                     if let Some((volume, dropped, updated)) = copy {
@@ -467,6 +474,9 @@ proptest! {
                         }
                         f.locations = vec![l];
                     }
+                    f.repl = backoff.map(|(attempts, next, day)| {
+                        Box::new(ReplBackoff { attempts, next_at_ms: next, version: ver(day * DAY_MS, 1, node) })
+                    });
                     s.apply(&Record::File(f));
                 }
                 FileStep::Purge { days } => {
@@ -484,6 +494,13 @@ proptest! {
             let scanned: Vec<&str> =
                 s.files().filter(|f| f.removed).filter(with_copies).map(|f| f.path.as_str()).collect();
             prop_assert_eq!(removed, scanned);
+            let waiting: Vec<&str> = s.files_with_backoff().map(|f| f.path.as_str()).collect();
+            let scanned: Vec<&str> = s
+                .files()
+                .filter(|f| !f.removed && f.repl.as_ref().is_some_and(|b| b.attempts > 0 || b.next_at_ms > 0))
+                .map(|f| f.path.as_str())
+                .collect();
+            prop_assert_eq!(waiting, scanned);
         }
     }
 }

@@ -42,6 +42,10 @@ pub struct MetaState {
     /// dropped: the disk reconciler looks for copies still to delete or rename among them
     /// ([`MetaState::removed_files_with_copies`]) on every pass, which a remove starts at once.
     tombstones: BTreeSet<String>,
+    /// The paths of live files whose replication backoff is set (a failure counted or a wait):
+    /// the planner reads them on every pass, and `/metrics` counts them, without a walk over
+    /// every record ([`MetaState::files_with_backoff`]).
+    backoffs: BTreeSet<String>,
 }
 
 /// A record's share of the digest. Tombstones have none: two nodes that agree on every live
@@ -58,6 +62,11 @@ fn record_hash(r: &Record) -> [u8; 32] {
 
 fn tombstone_with_copies(f: &FileRecord) -> bool {
     f.removed && f.locations.iter().any(|l| l.state != LocationState::Dropped)
+}
+
+/// A live file whose replication backoff register holds anything back.
+pub fn backoff_set(f: &FileRecord) -> bool {
+    !f.removed && f.repl.as_ref().is_some_and(|b| b.attempts > 0 || b.next_at_ms > 0)
 }
 
 fn file_id(r: &Record) -> Option<&FileId> {
@@ -131,6 +140,11 @@ impl MetaState {
                     } else {
                         self.tombstones.remove(&f.path);
                     }
+                    if backoff_set(f) {
+                        self.backoffs.insert(f.path.clone());
+                    } else {
+                        self.backoffs.remove(&f.path);
+                    }
                 }
                 Some(existing)
             }
@@ -142,6 +156,9 @@ impl MetaState {
                     if tombstone_with_copies(f) {
                         self.tombstones.insert(f.path.clone());
                     }
+                    if backoff_set(f) {
+                        self.backoffs.insert(f.path.clone());
+                    }
                 }
                 xor_into(&mut self.digest, &record_hash(&record));
                 Some(slot.insert(record))
@@ -152,6 +169,11 @@ impl MetaState {
     /// The removed file records (tombstones) that list a copy not dropped yet, in path order.
     pub fn removed_files_with_copies(&self) -> impl Iterator<Item = &FileRecord> {
         self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| tombstone_with_copies(f))
+    }
+
+    /// The live files whose replication backoff is set, in path order.
+    pub fn files_with_backoff(&self) -> impl Iterator<Item = &FileRecord> {
+        self.backoffs.iter().filter_map(|p| self.file(p)).filter(|f| backoff_set(f))
     }
 
     /// The file records (live and removed) whose id is `id`, in path order.
@@ -184,6 +206,7 @@ impl MetaState {
                 if let Record::File(f) = &r {
                     self.by_id.remove(&(f.id.clone(), f.path.clone()));
                     self.tombstones.remove(&f.path);
+                    self.backoffs.remove(&f.path);
                 }
                 let v = r.main_version().clone();
                 self.remember_purged(k.clone(), v.clone());

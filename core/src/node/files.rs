@@ -696,7 +696,7 @@ impl Node {
 
     /// Every file's replication backoff, for the planner.
     pub fn repl_backoffs(&self) -> BTreeMap<FileId, Backoff> {
-        self.meta.state().files().filter_map(|f| Some((f.id.clone(), backoff_of(f)?))).collect()
+        self.meta.state().files_with_backoff().filter_map(|f| Some((f.id.clone(), backoff_of(f)?))).collect()
     }
 
     /// What this node must do to its own volumes so they follow the records: delete copies of
@@ -943,31 +943,31 @@ impl Node {
     /// longer than [`SCRUB_BOUND_MS`]: nonzero means the scrub's settings or this node's load
     /// broke the promise that every copy is re-checked within 14 days.
     pub fn scrub_overdue(&self, wall: Millis) -> u64 {
-        let own: std::collections::BTreeSet<VolumeId> = self.local_volumes().into_iter().map(|(v, _)| v).collect();
-        let mut n = 0;
-        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
-            n += f
-                .locations
-                .iter()
-                .filter(|l| f.is_current(l) && own.contains(&l.volume_id))
-                .filter(|l| wall.0.saturating_sub(l.updated.wall_ms) > SCRUB_BOUND_MS)
-                .count() as u64;
-        }
-        n
+        self.scrub_figures(wall).0
     }
 
     /// Age of the oldest check among this node's current copies (a check stamped by a clock
     /// ahead of ours counts as made now); `None` with no copies.
     pub fn scrub_oldest_age(&self, wall: Millis) -> Option<u64> {
+        self.scrub_figures(wall).1
+    }
+
+    /// [`Node::scrub_overdue`] and [`Node::scrub_oldest_age`] in one walk over the records
+    /// (`/metrics` reports both).
+    pub fn scrub_figures(&self, wall: Millis) -> (u64, Option<u64>) {
         let own: std::collections::BTreeSet<VolumeId> = self.local_volumes().into_iter().map(|(v, _)| v).collect();
-        self.meta
-            .state()
-            .files()
-            .filter(|f| !f.removed && !f.is_dir)
-            .flat_map(|f| f.locations.iter().filter(move |l| f.is_current(l)))
-            .filter(|l| own.contains(&l.volume_id))
-            .map(|l| wall.0.saturating_sub(l.updated.wall_ms))
-            .max()
+        if own.is_empty() {
+            return (0, None);
+        }
+        let (mut overdue, mut oldest) = (0, None);
+        for f in self.meta.state().files().filter(|f| !f.removed && !f.is_dir) {
+            for l in f.locations.iter().filter(|l| f.is_current(l) && own.contains(&l.volume_id)) {
+                let age = wall.0.saturating_sub(l.updated.wall_ms);
+                overdue += u64::from(age > SCRUB_BOUND_MS);
+                oldest = oldest.max(Some(age));
+            }
+        }
+        (overdue, oldest)
     }
 
     pub fn scrub_queue(&self, wall: Millis, min_age_ms: u64) -> Vec<LocalCopy> {
@@ -1084,6 +1084,6 @@ pub struct CopyFact {
 
 /// The replication backoff a live file's record holds, if any is set.
 pub(super) fn backoff_of(f: &FileRecord) -> Option<Backoff> {
-    let b = f.repl.as_ref().filter(|b| !f.removed && (b.attempts > 0 || b.next_at_ms > 0))?;
+    let b = f.repl.as_ref().filter(|_| crate::meta::state::backoff_set(f))?;
     Some(Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms })
 }

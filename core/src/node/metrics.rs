@@ -91,6 +91,7 @@ impl Node {
                 read_only: v.volume.read_only,
             })
             .collect();
+        let (scrub_overdue, scrub_oldest_age_ms) = self.scrub_figures(wall);
         NodeGauges {
             in_cluster: self.cluster().is_some(),
             members_by_state: by_state.into_iter().collect(),
@@ -119,8 +120,8 @@ impl Node {
             scrubbed_copies: stats.scrubbed_copies,
             scrubbed_bytes: stats.scrubbed_bytes,
             scrub_mismatches: stats.scrub_mismatches,
-            scrub_overdue: self.scrub_overdue(wall),
-            scrub_oldest_age_ms: self.scrub_oldest_age(wall),
+            scrub_overdue,
+            scrub_oldest_age_ms,
             volumes,
         }
     }

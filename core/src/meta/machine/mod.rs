@@ -459,7 +459,7 @@ impl PeerAppend {
     fn holds(&self, first: LogIndex, last: LogIndex) -> bool {
         self.held_through >= last
             && first > self.passed_over_forgotten
-            && self.passed_over.range(first..=last).next().is_none()
+            && (first > last || self.passed_over.range(first..=last).next().is_none())
     }
 
     /// The peer's answer named `positions` (of the append that carried entries up to

@@ -150,6 +150,9 @@ impl Meta {
     pub(super) fn passed_over_after(&self, after: LogIndex) -> Vec<LogIndex> {
         let mut next = after.max(self.compacted_through).0.saturating_add(1);
         let mut holes = Vec::new();
+        if next > self.last_seq.0 {
+            return holes; // (a range whose start is past its end panics)
+        }
         for (seq, _) in self.log.range(LogIndex(next)..=self.last_seq) {
             holes.extend((next..seq.0).map(LogIndex));
             next = seq.0.saturating_add(1);
