@@ -231,7 +231,7 @@ fn a_worker_renews_its_tasks_lease_on_the_nodes_timer_until_the_task_ends() {
     assert_eq!(n.repl_stats().expired, 1);
 }
 
-/// Tasks a pass left for the limits go out as other tasks end, without a new pass over every
+/// Tasks a pass left for the limits go out as other tasks end well, without a new pass over every
 /// record (a full pass at 200,000 records is spaced a second apart and costs the leader
 /// ~100 ms; a repair of many files would otherwise move at 16 tasks per pass).
 #[test]
@@ -290,4 +290,9 @@ fn a_finished_task_hands_out_the_next_one_from_the_backlog_without_a_pass() {
     assert_eq!(then.len(), 1);
     assert_eq!(then[0].path, gone[1], "the removed file was passed over");
     assert_eq!(n.gauges(at(4_000)).repl_backlog, 3);
+
+    // A task that failed hands out nothing (its target may be unreachable): the next pass does.
+    n.repl_finish(at(5_000), &first[2].file, &first[2].path, TaskOutcome::Failed);
+    assert!(dispatched(&outputs(&mut n)).is_empty());
+    assert_eq!(n.gauges(at(5_000)).repl_backlog, 3);
 }

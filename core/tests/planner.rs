@@ -542,4 +542,9 @@ fn files_waiting_on_a_busy_node_stay_in_the_backlog_and_a_call_is_bounded() {
     w.in_flight.clear();
     let p = w.plan();
     assert!(p.tasks.is_empty() && p.backlog.is_empty(), "{:?}", p.backlog.len());
+    // Nor when n1 is also at its task limit: it was not passed over for the limit.
+    w.in_flight =
+        (0..4).map(|i| InFlight { file: FileId::new(format!("other-{i}")), node: NodeId::new("n1") }).collect();
+    let p = w.plan();
+    assert!(p.tasks.is_empty() && p.backlog.is_empty(), "{:?}", p.backlog.len());
 }

@@ -33,6 +33,11 @@ pub struct LogMeta {
     pub last_seq: LogIndex,
     /// Entries at or below this were compacted away.
     pub compacted_through: LogIndex,
+    /// Positions at or below this that this node may not hold although its log passed them: a
+    /// snapshot it adopted carried records it could not read, or its log compacted away a
+    /// position it had passed over (so it can no longer name it).
+    #[serde(default)]
+    pub unread_through: LogIndex,
 }
 
 /// A submit waiting to reach the leader, persisted so it survives a restart.

@@ -158,12 +158,14 @@ impl Node {
         self.carry_out(wall, term, plan);
     }
 
-    /// Leader: a task ended (its slot is free): the backlog's files are planned again, without
-    /// a pass over every record, and the tasks that fit now go out. A full pass, still kicked
-    /// by the task's end, follows up on the file itself once its spacing allows; until then
-    /// the backlog keeps a repair of many files going at the pace its tasks end.
-    pub(super) fn dispatch_backlog(&mut self, wall: Millis) {
-        if self.repl_backlog.is_empty() {
+    /// Leader: a task ended well (its slot is free): the backlog's files are planned again,
+    /// without a pass over every record, and the tasks that fit now go out. A full pass, still
+    /// kicked by the task's end, follows up on the file itself once its spacing allows; until
+    /// then the backlog keeps a repair of many files going at the pace its tasks end. A task
+    /// that failed or was deferred hands out nothing here (an unreachable or busy target would
+    /// otherwise drain the backlog into failures at the network's pace); the next pass does.
+    pub(super) fn dispatch_backlog(&mut self, wall: Millis, ended: TaskOutcome) {
+        if self.repl_backlog.is_empty() || ended != TaskOutcome::Succeeded {
             return;
         }
         let Some(term) = self.leader_term(wall) else {

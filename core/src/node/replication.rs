@@ -110,7 +110,7 @@ impl Node {
                 self.repl_outcome(wall, &task.path, outcome);
                 self.repl_count(outcome);
                 self.chores.kick(Chore::Plan, now);
-                self.dispatch_backlog(wall);
+                self.dispatch_backlog(wall, outcome);
                 Ok(true)
             }
         }
@@ -124,13 +124,13 @@ impl Node {
         self.repl_outcome(wall, path, outcome);
         self.repl_count(outcome);
         self.chores.kick(Chore::Plan, now);
-        self.dispatch_backlog(wall);
+        self.dispatch_backlog(wall, outcome);
     }
 
     /// From `handle_timeout`: leases that ran out fail their tasks; a node that is not the
     /// leader keeps no table.
     pub(super) fn repl_tasks_timeout(&mut self, wall: Millis, now: Millis) {
-        if self.repl_tasks.is_empty() {
+        if self.repl_tasks.is_empty() && self.repl_backlog.is_empty() {
             return;
         }
         if !self.meta.is_leader(now) {
@@ -147,7 +147,6 @@ impl Node {
             self.repl_stats.expired += 1;
             self.event(Event::ReplTaskExpired { path: t.path });
         }
-        self.dispatch_backlog(wall);
     }
 }
 

@@ -20,7 +20,7 @@
 //!   is never dropped unless `wanted` others remain, so the last healthy copy is never deleted.
 //!
 //! Limits: one task per file, 4 tasks per node, 16 in flight in all. The files a pass left for
-//! the limits (up to 4,096) are its backlog: as a task ends, [`plan_backlog`] plans those
+//! the limits (up to 4,096) are its backlog: as a task ends well, [`plan_backlog`] plans those
 //! files again, so a repair of many files goes on at the pace tasks end instead of waiting for
 //! the next pass over every record. A file whose tasks failed
 //! waits 30 s, doubling per failure, and 1 h after 5 failures; that [`Backoff`] is data the
@@ -292,10 +292,6 @@ impl Budget<'_> {
         *self.per_node.entry(n.clone()).or_default() += 1;
         self.total += 1;
     }
-    /// Whether some node is at its task limit (and was passed over as a target).
-    fn some_node_full(&self) -> bool {
-        self.per_node.values().any(|&c| c >= self.cfg.per_node_max)
-    }
 }
 
 /// The most files a pass keeps for [`plan_backlog`]: those it left for the task limits, in the
@@ -521,11 +517,13 @@ impl<'a, 'c> Pass<'a, 'c> {
                 self.out.stats.no_source += 1;
                 return Planned::Decided;
             };
+            // Whether a node that could take the copy was passed over for its task limit.
+            let mut passed_for_room = false;
             let repair = stale_here.iter().copied().find(|v| {
-                self.usable(&v.node_id)
-                    && !holders.contains(&v.node_id)
-                    && self.budget.node_has_room(&v.node_id)
-                    && fits(v, f.size)
+                let could = self.usable(&v.node_id) && !holders.contains(&v.node_id) && fits(v, f.size);
+                let room = self.budget.node_has_room(&v.node_id);
+                passed_for_room |= could && !room;
+                could && room
             });
             let (target, reason) = match repair {
                 Some(v) => (Some(v), Reason::Repair),
@@ -534,11 +532,11 @@ impl<'a, 'c> Pass<'a, 'c> {
                     let mut candidates: Vec<(&Volume, NodeState, Option<f64>)> = Vec::new();
                     let mut seen: BTreeSet<&NodeId> = BTreeSet::new();
                     for v in self.targets.iter().copied() {
-                        if holders.contains(&v.node_id)
-                            || !self.budget.node_has_room(&v.node_id)
-                            || !fits(v, f.size)
-                            || !seen.insert(&v.node_id)
-                        {
+                        if holders.contains(&v.node_id) || !fits(v, f.size) || !seen.insert(&v.node_id) {
+                            continue;
+                        }
+                        if !self.budget.node_has_room(&v.node_id) {
+                            passed_for_room = true;
                             continue;
                         }
                         let state = input.nodes.get(&v.node_id).map_or(NodeState::Unknown, |n| n.state);
@@ -555,9 +553,8 @@ impl<'a, 'c> Pass<'a, 'c> {
             };
             let Some(target) = target else {
                 self.out.stats.no_target += 1;
-                // Nodes at their task limit were passed over: one may take it once its task
-                // ends.
-                return if self.budget.some_node_full() { Planned::LeftForLimits } else { Planned::Decided };
+                // A node at its task limit was passed over: it may take it once a task ends.
+                return if passed_for_room { Planned::LeftForLimits } else { Planned::Decided };
             };
             self.budget.take(&target.node_id);
             self.out.tasks.push(Task {

@@ -335,6 +335,10 @@ pub(super) struct LogPage<E> {
 pub(super) struct Snapshot {
     #[serde(flatten)]
     records: RecordSet,
+    /// Whatever else a page carries: records of kinds a newer version keeps, which this build
+    /// cannot read (their positions are then not held here: [`LogMeta::unread_through`]).
+    #[serde(flatten, skip_serializing)]
+    unknown: BTreeMap<String, Value>,
     last_seq: LogIndex,
     term: Term,
     #[serde(default)]
@@ -398,6 +402,15 @@ pub(super) struct SnapshotProgress {
     last_seq: LogIndex,
     term: Term,
     holder: Option<NodeId>,
+    /// A page carried records this build cannot read.
+    unread: bool,
+}
+
+impl Snapshot {
+    /// Whether the page carries records this build cannot read (a kind it does not know).
+    fn has_unknown(&self) -> bool {
+        self.unknown.values().any(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+    }
 }
 
 pub(super) fn encode_cursor(k: &RecordKey) -> String {
@@ -434,8 +447,9 @@ pub(super) struct PeerAppend {
     sent_through: LogIndex,
     /// The peer said it holds entries up to here.
     acked_through: LogIndex,
-    /// Entries up to here are confirmed held by the peer under this lease: set only from its
-    /// answers to our appends, never assumed (what an acknowledgement may rely on).
+    /// The peer's answers to our appends under this lease reached here: set only from them,
+    /// never assumed. What an acknowledgement may rely on is this less the positions below
+    /// ([`PeerAppend::holds`]).
     held_through: LogIndex,
     /// Positions up to `held_through` the peer said it passed over (an entry its build could
     /// not read: a record kind from a newer version): it does not hold those, whatever its
@@ -454,12 +468,20 @@ pub(super) struct PeerAppend {
 const PASSED_OVER_MAX: usize = 4096;
 
 impl PeerAppend {
-    /// Whether the peer is confirmed to hold every entry numbered `first..=last`: its answers
-    /// reach `last`, and it passed over none of them.
-    fn holds(&self, first: LogIndex, last: LogIndex) -> bool {
+    /// Whether the peer is confirmed to hold every entry numbered `first..=last` that `counts`
+    /// (this leader's own, for an acknowledgement): its answers reach `last`, and it passed
+    /// over none of them (another node's entry it could not read does not hold this leader's
+    /// acknowledgements back).
+    fn holds(&self, first: LogIndex, last: LogIndex, counts: impl Fn(LogIndex) -> bool) -> bool {
         self.held_through >= last
             && first > self.passed_over_forgotten
-            && (first > last || self.passed_over.range(first..=last).next().is_none())
+            && (first > last || !self.passed_over.range(first..=last).any(|s| counts(*s)))
+    }
+
+    /// The peer's answer says it may not hold positions at or below `unread` (a snapshot it
+    /// took carried records it could not read, or it compacted a position it passed over).
+    fn note_unread(&mut self, unread: LogIndex) {
+        self.passed_over_forgotten = self.passed_over_forgotten.max(unread);
     }
 
     /// The peer's answer named `positions` (of the append that carried entries up to
@@ -495,6 +517,8 @@ pub struct Meta {
     log_lease: Option<Lease>,
     last_seq: LogIndex,
     compacted_through: LogIndex,
+    /// See [`LogMeta::unread_through`]: named in append answers (`unreadThrough`).
+    unread_through: LogIndex,
     appends_since_compaction: u64,
     pending: BTreeMap<u64, Record>,
     next_pending_id: u64,
@@ -565,6 +589,7 @@ impl Meta {
             log_lease: None,
             last_seq: LogIndex(0),
             compacted_through: LogIndex(0),
+            unread_through: LogIndex(0),
             appends_since_compaction: 0,
             pending: BTreeMap::new(),
             next_pending_id: 1,
@@ -622,6 +647,7 @@ impl Meta {
             self.lease.note_term(m.term);
             self.last_seq = m.last_seq;
             self.compacted_through = m.compacted_through;
+            self.unread_through = m.unread_through;
             self.log_lease = m.holder.map(|holder| Lease { holder, term: m.term });
         }
         for e in r.entries {
@@ -690,7 +716,7 @@ impl Meta {
             return true; // a follower's, submitted: that follower and this leader hold it
         }
         let alone = self.members.iter().all(|c| c.id == self.me);
-        alone || self.peers.values().any(|p| p.holds(entry.seq, entry.seq))
+        alone || self.peers.values().any(|p| p.holds(entry.seq, entry.seq, |_| true))
     }
 
     pub fn is_leader(&self, now: Millis) -> bool {
@@ -757,7 +783,10 @@ impl Meta {
         }
         let Some(need) = need else { return MarkState::Held };
         let leads = self.log_lease.as_ref().is_some_and(|l| l.holder == self.me);
-        if alone || (leads && self.peers.values().any(|p| p.holds(start.min(need), need))) {
+        // A passed-over position counts if it held an entry of ours (or is no longer in the log,
+        // so it cannot tell).
+        let ours = |s: LogIndex| self.log.get(&s).is_none_or(|e| e.origin == self.me);
+        if alone || (leads && self.peers.values().any(|p| p.holds(start.min(need), need, ours))) {
             MarkState::Held
         } else {
             MarkState::Waiting
@@ -1029,6 +1058,7 @@ impl Meta {
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
             last_seq: self.last_seq,
             compacted_through: self.compacted_through,
+            unread_through: self.unread_through,
         };
         self.persist(MetaPersist::PutLogMeta(m));
     }
@@ -1118,8 +1148,13 @@ impl Meta {
             self.appends_since_compaction = 0;
             let keep_from = self.last_seq.0.saturating_sub(self.config.keep_entries);
             if keep_from > self.compacted_through.0 {
+                let kept = self.log.split_off(&LogIndex(keep_from.saturating_add(1)));
+                let gone = std::mem::replace(&mut self.log, kept);
+                if (gone.len() as u64) < keep_from - self.compacted_through.0 {
+                    // A position passed over goes with them: it can no longer be named.
+                    self.unread_through = self.unread_through.max(LogIndex(keep_from));
+                }
                 self.compacted_through = LogIndex(keep_from);
-                self.log = self.log.split_off(&LogIndex(keep_from.saturating_add(1)));
                 self.persist(MetaPersist::DeleteEntriesThrough(self.compacted_through));
                 self.persist_log_meta();
             }

@@ -53,15 +53,19 @@ impl Meta {
             taken: Option<Vec<Option<LogIndex>>>,
             #[serde(default)]
             lease: Option<Lease>,
-            /// An append's answer: positions the follower passed over.
+            /// An append's answer: positions the follower passed over, and at or below which
+            /// it may not hold entries.
             #[serde(default)]
             passed_over: Vec<LogIndex>,
+            #[serde(default)]
+            unread_through: Option<LogIndex>,
         }
         let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
         match purpose {
             MetaPurpose::LeasePush => {}
             MetaPurpose::Append { through } => {
-                let (reported, passed_over) = answer(&body).map(|a| (a.last_seq, a.passed_over)).unwrap_or_default();
+                let (reported, passed_over, unread) =
+                    answer(&body).map(|a| (a.last_seq, a.passed_over, a.unread_through)).unwrap_or_default();
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
                     if carried_out {
@@ -69,6 +73,9 @@ impl Meta {
                         // Confirmed: no further than what this append carried, and none of the
                         // positions it passed over.
                         p.note_passed_over(passed_over, through);
+                        if let Some(u) = unread {
+                            p.note_unread(u);
+                        }
                         p.held_through = p.held_through.max(reported.unwrap_or(through).min(through));
                         // A peer behind what we sent catches up by itself (log?after=N).
                     } else {
@@ -176,7 +183,12 @@ impl Meta {
                         last_seq: page.last_seq,
                         term: page.term,
                         holder: page.holder.clone(),
+                        unread: false,
                     });
+                }
+                let unread = page.has_unknown();
+                if let Some(p) = self.snapshot_progress.as_mut().filter(|p| &p.from == peer) {
+                    p.unread |= unread;
                 }
                 let Some(progress) = self.snapshot_progress.clone().filter(|p| &p.from == peer) else {
                     self.catch_up_in_flight = None;
@@ -268,6 +280,8 @@ impl Meta {
         self.persist(MetaPersist::DeleteEntriesThrough(LogIndex(u64::MAX)));
         self.last_seq = p.last_seq;
         self.compacted_through = p.last_seq;
+        // A new numbering: what this node could not read is known only of this snapshot.
+        self.unread_through = if p.unread { p.last_seq } else { LogIndex(0) };
         self.log_lease = Some(Lease { holder: p.holder.unwrap_or(p.from), term: p.term });
         self.persist_log_meta();
         self.submit_due = now;

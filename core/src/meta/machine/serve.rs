@@ -136,12 +136,17 @@ impl Meta {
         } else if self.last_seq < last_seq {
             self.request_catch_up(&lease.holder);
         }
-        let passed_over = report_after.map(|after| self.passed_over_after(after)).unwrap_or_default();
-        if passed_over.is_empty() {
-            reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
-        } else {
-            reply(None, json!({"ok": true, "lastSeq": self.last_seq, "passedOver": passed_over}))
+        let mut answer = json!({"ok": true, "lastSeq": self.last_seq});
+        if let Some(after) = report_after {
+            let passed_over = self.passed_over_after(after);
+            if !passed_over.is_empty() {
+                answer["passedOver"] = json!(passed_over);
+            }
+            if self.unread_through > after {
+                answer["unreadThrough"] = json!(self.unread_through);
+            }
         }
+        reply(None, answer)
     }
 
     /// The positions after `after`, up to this log's end, that this node passed over (holes in
@@ -328,6 +333,7 @@ impl Meta {
         }
         let snap = Snapshot {
             records,
+            unknown: BTreeMap::new(),
             last_seq: self.last_seq,
             term: self.log_lease.as_ref().map(|l| l.term).unwrap_or_default(),
             holder: self.log_lease.as_ref().map(|l| l.holder.clone()),
