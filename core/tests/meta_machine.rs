@@ -1952,3 +1952,44 @@ fn another_nodes_entry_a_follower_passed_over_does_not_hold_back_the_leaders_own
     assert!(net.meta("a").mark_held(&from, &to), "b holds a's own change");
     assert!(net.meta("a").held_elsewhere(RecordKind::Setting, "ours"));
 }
+
+/// A follower passes over the leader's change, its answer is lost, and its log compacts past
+/// that position before an answer gets through: it can no longer name the position, so it
+/// says up to where it cannot vouch (`unreadThrough`), and the change is not counted held.
+#[test]
+fn a_passed_over_position_compacted_before_an_answer_got_through_is_not_held() {
+    let mut net = cluster(&["a", "b"], small());
+    net.write("a", "warm", json!(0));
+    let from = net.meta("a").write_mark();
+    let r = net.setting("a", "new-kind", json!(1));
+    net.submit("a", r);
+    let to = net.meta("a").write_mark();
+    // b takes each append (the change always as a kind it cannot read), but no answer reaches
+    // a, until b has compacted past the change.
+    for i in 0..30 {
+        if i > 0 {
+            let r = net.setting("a", &format!("k{i:02}"), json!(i));
+            net.submit("a", r);
+        }
+        while let Some(mut m) = net.queue.pop_front() {
+            if m.target == APPEND && m.to == id("b") {
+                let text = String::from_utf8(m.body).unwrap();
+                m.body = text
+                    .replace(
+                        r#""kind":"setting","payload":{"key":"new-kind""#,
+                        r#""kind":"from-a-newer-version","payload":{"key":"new-kind""#,
+                    )
+                    .into_bytes();
+                let _ = net.answer(&m);
+                net.respond(&m, Err("the answer was lost".into()));
+            } else {
+                net.deliver(m);
+            }
+        }
+    }
+    assert_eq!(setting_of(net.meta("b"), "new-kind"), None);
+    assert!(net.meta("b").answer_log("after=1").status() == 410, "b compacted past the change");
+    net.write("a", "after", json!(true));
+    assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
+    assert!(!net.meta("a").mark_held(&from, &to), "b cannot vouch for the compacted position");
+}

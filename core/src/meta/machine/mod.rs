@@ -409,7 +409,11 @@ pub(super) struct SnapshotProgress {
 impl Snapshot {
     /// Whether the page carries records this build cannot read (a kind it does not know).
     fn has_unknown(&self) -> bool {
-        self.unknown.values().any(|v| v.as_array().is_none_or(|a| !a.is_empty()))
+        self.unknown.values().any(|v| match v {
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+            _ => false,
+        })
     }
 }
 

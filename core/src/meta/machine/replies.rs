@@ -76,7 +76,12 @@ impl Meta {
                         if let Some(u) = unread {
                             p.note_unread(u);
                         }
-                        p.held_through = p.held_through.max(reported.unwrap_or(through).min(through));
+                        // Only an answer that says how far the peer's log reaches confirms
+                        // anything (one that cannot be read, or says nothing, may have
+                        // named positions it passed over).
+                        if let Some(reported) = reported {
+                            p.held_through = p.held_through.max(reported.min(through));
+                        }
                         // A peer behind what we sent catches up by itself (log?after=N).
                     } else {
                         // Not delivered: resend from what the peer last acknowledged.
