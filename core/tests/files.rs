@@ -822,6 +822,14 @@ fn bytes_found_from_before_a_start_are_noted_once_and_not_adopted_until_overdue(
     // Aged from their mtime (20 s before they were found), not from the finding.
     let overdue = at(1_000 + LANDED_MAX_MS - 20_000 + 1);
     n.copy_adopt(overdue, "/p", &va, 10, &sum('a'), mtime).expect("adopted once the record is overdue");
+    // Found once per start: aged out on this node's clock, they are not noted again even when
+    // the file system's clock lags (it still says 10 s after the start), so nothing waits on
+    // them for ever.
+    let (mut n, va) = member(2);
+    n.landed_found(at(1_000), &va, "/q", &sum('a'), mtime, file_now);
+    assert!(n.landed_unsettled(at(1_000 + LANDED_MAX_MS - 20_000), &va, "/q"));
+    assert!(!n.landed_unsettled(at(1_000 + LANDED_MAX_MS), &va, "/q"), "aged out");
+    assert!(!n.landed_unknown(&va, "/q", mtime, started, file_now), "not found again");
 }
 
 // ---- 8. replication backoff ----

@@ -51,6 +51,12 @@ pub struct LandedBytes {
     entries: BTreeMap<(VolumeId, String), (String, Millis)>,
     /// (volume, path, checksum) of bytes kept aside under a kept name.
     kept: BTreeSet<(VolumeId, String, String)>,
+    /// The paths whose bytes from before this start were found and noted
+    /// ([`LandedBytes::note_found`]): once that note ages out they are settled, whatever the
+    /// file system's clock says (one behind this node's, as a network file system's or the
+    /// simulator's may be, made them look fresh again, noted again every ten minutes, and
+    /// a repair of that path was refused as busy for ever).
+    found: BTreeSet<(VolumeId, String)>,
     /// When the notes older than [`LANDED_MAX_MS`] are next swept out: a note is otherwise
     /// dropped only when someone asks about its path again, and most paths are never asked
     /// about again (one note per put, kept for the node's lifetime).
@@ -104,12 +110,16 @@ impl LandedBytes {
     /// there since are noted already (they are newer).
     pub fn note_found(&mut self, volume: &VolumeId, path: &str, checksum: &str, age_ms: u64, now: Millis) {
         let at = Millis(now.0.saturating_sub(age_ms));
-        self.entries.entry(key(volume, path)).or_insert_with(|| (checksum.to_ascii_lowercase(), at));
+        let k = key(volume, path);
+        self.found.insert(k.clone());
+        self.entries.entry(k).or_insert_with(|| (checksum.to_ascii_lowercase(), at));
     }
 
-    /// Whether bytes landed at `path` on `volume` are noted (settled ones are dropped as found).
+    /// Whether bytes landed at `path` on `volume` are noted (settled ones are dropped as found),
+    /// or bytes from before this start were found there once already.
     pub fn noted(&self, volume: &VolumeId, path: &str) -> bool {
-        self.entries.contains_key(&key(volume, path))
+        let k = key(volume, path);
+        self.entries.contains_key(&k) || self.found.contains(&k)
     }
 
     /// Forget bytes with `checksum` at `path` on `volume` (their write gave up), so they hold
