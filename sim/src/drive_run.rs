@@ -286,7 +286,9 @@ pub fn converged_copies(h: &Harness, acked: &Acked, n: usize, live: &[usize]) ->
 }
 
 /// With `SHOAL_SIM_DEBUG_PATH=/data/fN`: print, whenever it changes, which disks hold that
-/// file right and what each running node's record says of its copies.
+/// file right and what each running node's record says of its copies, with the first 8 hex
+/// digits of the acknowledged content's SHA-256, each disk's bytes' and the record's (file and
+/// copies); and each move to that path, from where.
 fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
     let Ok(path) = std::env::var("SHOAL_SIM_DEBUG_PATH") else { return };
     let right = acked.get(&path).map(|c| right_copies(h, &path, c));
@@ -309,7 +311,23 @@ fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
             None => format!("n{i}:-"),
         })
         .collect();
-    let now = format!("right {right:?} on disk {on_disk:?} records {}", recs.join(" "));
+    let sha = |b: &[u8]| {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b))[..8].to_string()
+    };
+    let disk_sums: Vec<String> =
+        on_disk.iter().map(|&i| format!("{i}:{}", sha(&h.stored(i, &path).unwrap_or_default()))).collect();
+    let want = acked.get(&path).map(|c| sha(&Harness::file_bytes(c)));
+    let rec_sum = (0..h.node_count()).find_map(|i| record(h, i, &path)).map(|f| {
+        (
+            f.checksum[..8.min(f.checksum.len())].to_string(),
+            f.locations.iter().map(|l| l.checksum[..8.min(l.checksum.len())].to_string()).collect::<Vec<_>>(),
+        )
+    });
+    let now = format!(
+        "right {right:?} on disk {on_disk:?} records {} | want {want:?} disk {disk_sums:?} rec {rec_sum:?}",
+        recs.join(" ")
+    );
     if now != *last {
         eprintln!("WATCH [{} ms] {now}", h.elapsed_ms());
         *last = now;
@@ -398,6 +416,9 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 let to = format!("/data/m{moved}");
                 let content = acked.remove(&from).expect("acknowledged");
                 let answer = h.api(via, "POST /v1/mv", Some(json!({"from": from, "to": to})));
+                if std::env::var("SHOAL_SIM_DEBUG_PATH").is_ok_and(|p| p == to) {
+                    eprintln!("WATCH mv {from} -> {to}, acknowledged content {}", &content[..content.len().min(16)]);
+                }
                 let crash = rng.below(3) == 0;
                 let outcome = match (&answer, h.last_ack.as_deref()) {
                     // No other node confirmed it within the bound: an unknown outcome, as the
