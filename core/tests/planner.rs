@@ -88,15 +88,18 @@ impl World {
         self.state.apply(&Record::Volume(vol));
     }
 
-    fn plan(&self) -> Plan {
-        let input = PlanInput {
+    fn input(&self) -> PlanInput<'_> {
+        PlanInput {
             now_ms: 1_000_000,
             nodes: &self.nodes,
             in_flight: &self.in_flight,
             backoff: &self.backoff,
             scoring: &self.scoring,
-        };
-        plan(&self.state, &input, &PlannerConfig::default())
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        plan(&self.state, &self.input(), &PlannerConfig::default())
     }
 }
 
@@ -459,14 +462,7 @@ fn a_degraded_target_is_held_back() {
 }
 
 fn backlog_plan(w: &World, backlog: &mut std::collections::VecDeque<String>) -> Plan {
-    let input = PlanInput {
-        now_ms: 1_000_000,
-        nodes: &w.nodes,
-        in_flight: &w.in_flight,
-        backoff: &w.backoff,
-        scoring: &w.scoring,
-    };
-    plan_backlog(&w.state, backlog, &input, &PlannerConfig::default())
+    plan_backlog(&w.state, backlog, &w.input(), &PlannerConfig::default())
 }
 
 fn in_flight_of(p: &Plan) -> Vec<InFlight> {

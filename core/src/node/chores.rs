@@ -9,8 +9,9 @@
 use super::files::LocalCopy;
 use super::{Node, Output};
 use crate::meta::records::LocationState;
+use crate::meta::state::MetaState;
 use crate::storage::chores::{scrub_rest_ms, Chore};
-use crate::storage::planner::{self, PlanInput, PlanStats, TaskOutcome};
+use crate::storage::planner::{self, PlanInput, PlanStats, PlannerConfig, TaskOutcome};
 use crate::time::Millis;
 use serde::Serialize;
 
@@ -138,20 +139,7 @@ impl Node {
     /// the files it left for the task limits become the backlog.
     fn plan_pass(&mut self, wall: Millis, term: u64) {
         self.gather_latency(wall);
-        let in_flight = self.repl_in_flight();
-        let mut plan = {
-            let nodes = self.planner_nodes(wall);
-            let backoff = self.repl_backoffs();
-            let scoring = self.planner_scoring(wall);
-            let input = PlanInput {
-                now_ms: wall.0,
-                nodes: &nodes,
-                in_flight: &in_flight,
-                backoff: &backoff,
-                scoring: &scoring,
-            };
-            planner::plan(self.meta.state(), &input, &self.planner_config())
-        };
+        let mut plan = self.with_plan_input(wall, planner::plan);
         self.repl_stats.passes += 1;
         self.repl_stats.last_plan = Some(plan.stats.clone());
         self.repl_backlog = std::mem::take(&mut plan.backlog).into();
@@ -172,29 +160,26 @@ impl Node {
             self.repl_backlog.clear();
             return;
         };
-        let in_flight = self.repl_in_flight();
         let mut backlog = std::mem::take(&mut self.repl_backlog);
-        let plan = {
-            let nodes = self.planner_nodes(wall);
-            let state = self.meta.state();
-            let backoff = backlog
-                .iter()
-                .filter_map(|p| state.file(p))
-                .filter_map(|f| Some((f.id.clone(), super::files::backoff_of(f)?)))
-                .collect();
-            let scoring = self.planner_scoring(wall);
-            let input = PlanInput {
-                now_ms: wall.0,
-                nodes: &nodes,
-                in_flight: &in_flight,
-                backoff: &backoff,
-                scoring: &scoring,
-            };
-            planner::plan_backlog(state, &mut backlog, &input, &self.planner_config())
-        };
+        let plan =
+            self.with_plan_input(wall, |state, input, cfg| planner::plan_backlog(state, &mut backlog, input, cfg));
         self.repl_backlog = backlog;
         self.repl_stats.backlog_dispatched += plan.tasks.len() as u64;
         self.carry_out(wall, term, plan);
+    }
+
+    /// What the planner reads, as this leader knows it now (the members, the tasks in flight,
+    /// the files' backoffs, the scorer's inputs, the config), handed to `plan`.
+    fn with_plan_input<R>(
+        &self,
+        wall: Millis,
+        plan: impl FnOnce(&MetaState, &PlanInput<'_>, &PlannerConfig) -> R,
+    ) -> R {
+        let (nodes, in_flight, backoff) = (self.planner_nodes(wall), self.repl_in_flight(), self.repl_backoffs());
+        let scoring = self.planner_scoring(wall);
+        let input =
+            PlanInput { now_ms: wall.0, nodes: &nodes, in_flight: &in_flight, backoff: &backoff, scoring: &scoring };
+        plan(self.meta.state(), &input, &self.planner_config())
     }
 
     /// Leader: what a plan decided is done. Copies to re-label are marked, and each task is

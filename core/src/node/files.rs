@@ -1083,7 +1083,7 @@ pub struct CopyFact {
 }
 
 /// The replication backoff a live file's record holds, if any is set.
-pub(super) fn backoff_of(f: &FileRecord) -> Option<Backoff> {
+fn backoff_of(f: &FileRecord) -> Option<Backoff> {
     let b = f.repl.as_ref().filter(|_| crate::meta::state::backoff_set(f))?;
     Some(Backoff { attempts: b.attempts, next_at_ms: b.next_at_ms })
 }
