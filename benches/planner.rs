@@ -83,6 +83,7 @@ fn build() -> (MetaState, BTreeMap<NodeId, NodeView>) {
             removed: false,
             version: v(),
             repl: None,
+            based_on: None,
         }));
     }
     (state, nodes)

@@ -1231,6 +1231,7 @@ fn record() -> impl Strategy<Value = Record> {
                 removed,
                 version,
                 repl: None,
+                based_on: None,
             })
         });
     let volume = ("[a-f0-9]{1,8}", "\\PC{0,20}", any::<bool>(), any::<u64>(), version_s(), version_s()).prop_map(

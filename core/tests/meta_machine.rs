@@ -1993,3 +1993,96 @@ fn a_passed_over_position_compacted_before_an_answer_got_through_is_not_held() {
     assert_eq!(net.meta("b").last_seq(), net.meta("a").last_seq());
     assert!(!net.meta("a").mark_held(&from, &to), "b cannot vouch for the compacted position");
 }
+
+/// A live file record at `path` written through `n` (content `c`, 64 hex digits).
+fn file_rec(net: &mut Net, n: &str, path: &str, c: char) -> shoal_core::meta::records::FileRecord {
+    let wall = net.wall();
+    let version = net.node_mut(n).hlc.next(wall);
+    serde_json::from_value(json!({
+        "id": "11111111-2222-4333-8444-555555555555", "path": path, "size": 1,
+        "checksum": c.to_string().repeat(64), "version": version,
+    }))
+    .expect("a file record")
+}
+
+/// The records of a move decided on `n` from `f`: the file at `to`, the tombstone at `f`'s path.
+fn move_recs(
+    net: &mut Net,
+    n: &str,
+    f: &shoal_core::meta::records::FileRecord,
+    to: &str,
+) -> (shoal_core::meta::records::FileRecord, shoal_core::meta::records::FileRecord) {
+    use shoal_core::meta::records::FileRecord;
+    let wall = net.wall();
+    let v1 = net.node_mut(n).hlc.next(wall);
+    let v2 = net.node_mut(n).hlc.next(wall);
+    let based_on = Some(f.based_on_this());
+    let moved = FileRecord { path: to.into(), version: v1, based_on: based_on.clone(), ..f.clone() };
+    let tomb = FileRecord { removed: true, version: v2, based_on, ..f.clone() };
+    (moved, tomb)
+}
+
+fn live_checksum(meta: &Meta, path: &str) -> Option<char> {
+    meta.state().file(path).filter(|f| !f.removed).and_then(|f| f.checksum.chars().next())
+}
+
+/// `BasedOn` at the leader: a move's two records are taken in either order (after a snapshot
+/// a follower sends its records back in key order, the tombstone first: the other record of
+/// the same decision is no change since); a leader that holds an older record at the source,
+/// or none, has not seen what the deciding node saw and takes the move; a leader that holds a
+/// newer one refuses both records by name, with its record at each key.
+#[test]
+fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
+    // Tombstone first, then the moved record, one submit: both taken.
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let f = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(f.clone()));
+    net.run();
+    let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
+    let now = net.now;
+    net.node_mut("b").meta.submit_all(now, vec![Record::File(tomb.clone()), Record::File(moved.clone())]);
+    net.collect(&id("b"));
+    net.run();
+    assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'), "the moved record is taken after its tombstone");
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None);
+    assert_eq!(net.meta("a").status(now).based_refused, 0);
+
+    // A leader with no record of the source (it never saw it): taken.
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let f = file_rec(&mut net, "b", "/d/f2", 'c');
+    let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m2");
+    let now = net.now;
+    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("b"));
+    net.run();
+    assert_eq!(live_checksum(net.meta("a"), "/d/m2"), Some('c'), "a leader behind takes it");
+    assert_eq!(net.meta("a").status(now).based_refused, 0);
+
+    // A leader holding newer content at the source (an overwrite b had not seen): refused.
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let f = file_rec(&mut net, "a", "/d/f3", 'a');
+    net.submit("a", Record::File(f.clone()));
+    net.run();
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f3", 'b');
+    let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m3");
+    let now = net.now;
+    net.node_mut("a").meta.submit(now, Record::File(over));
+    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("a"));
+    net.collect(&id("b"));
+    let submit = net.take(|m| m.target.ends_with("meta/submit"));
+    let answer = net.answer(&submit);
+    let refused = answer.body["refused"].as_array().cloned().unwrap_or_default();
+    assert_eq!(refused.len(), 2, "both records are refused: {}", answer.body);
+    assert!(refused.iter().all(|r| r["changed"] == json!(true)), "{refused:?}");
+    assert!(refused[1]["current"].to_string().contains(&"b".repeat(64)), "with the leader's record: {}", refused[1]);
+    assert_eq!(refused[0]["current"], Value::Null, "nothing at the new path");
+    assert_eq!(net.meta("a").status(now).based_refused, 2);
+    net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
+    net.run();
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f3"), Some('b'), "{n} holds the overwrite");
+        assert!(net.meta(n).state().file("/d/m3").is_none(), "{n} holds nothing at the new path");
+    }
+}

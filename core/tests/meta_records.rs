@@ -88,6 +88,7 @@ fn file_meta(version: Version, size: u64, removed: bool, replicas: u32, incarnat
         removed,
         version,
         repl: None,
+        based_on: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn file(path: &str) -> FileRecord {
         removed: false,
         version: version(1),
         repl: None,
+        based_on: None,
     }
 }
 

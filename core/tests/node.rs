@@ -461,6 +461,7 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
         removed: false,
         version: v.clone(),
         repl: None,
+        based_on: None,
     };
     let v0 = VolumeId::new("v0");
     // Node 2 up: its copy lets node 0 drop its own.
@@ -985,4 +986,132 @@ fn a_follower_places_its_own_copy_only_when_placement_puts_it_there() {
     net.run_for(10 * SECOND_MS, SECOND_MS);
     let at = net.clock(1);
     assert_eq!(net.nodes[1].place_here(at, 4096, None, &[]), None, "B's only volume is read-only");
+}
+
+/// The record of `path` as node `i` holds it: (removed, first 8 hex digits of the content).
+fn file_at(net: &Net, i: usize, path: &str) -> Option<(bool, String)> {
+    net.nodes[i].meta().state().file(path).map(|f| (f.removed, f.checksum.chars().take(8).collect()))
+}
+
+/// The found-and-fixed loss of an acknowledged overwrite (simulator `--drive --overwrites`
+/// seeds 3329 and 3357): a file overwritten through one node and acknowledged (`replicated`:
+/// the leader holds it), then moved or removed through a node whose records had not caught up
+/// yet. That node decided from the old content and wrote a tombstone (and, for a move, the new
+/// path's record) under versions newer than the overwrite's, so last-writer-wins dropped the
+/// acknowledged overwrite everywhere. Now such records carry what they were decided from
+/// (`BasedOn`); the leader refuses them by name while it holds a newer record there, the
+/// deciding node undoes its change and takes the leader's record, its client is told
+/// `Changed` (a 409), and nothing on disk follows the change before the leader takes it.
+/// Once the node's records have caught up, the same change is taken.
+#[test]
+fn a_move_or_remove_decided_from_records_behind_an_acknowledged_overwrite_is_refused_and_undone() {
+    use shoal_core::ids::VolumeId;
+    use shoal_core::node::AckReached;
+    for op in ["move", "remove"] {
+        let (mut net, volumes) = three_nodes_with_volumes("stale", |_| (1 << 40, 1 << 39));
+        let (l, f) = leader_and_follower(&net);
+        let s = (0..3).find(|&i| i != l && i != f).unwrap();
+        let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+        let (old, new) = ("a".repeat(64), "b".repeat(64));
+        let at = net.clock(f);
+        net.nodes[f].file_publish(at, "/data/f1", 10, &old, at.0, &copies).expect("put");
+        net.run_for(5 * SECOND_MS, SECOND_MS);
+        // The stale node is cut off while the file is overwritten through another, and the
+        // overwrite is acknowledged.
+        net.down[s] = true;
+        let from = net.nodes[f].ack_position();
+        let at = net.clock(f);
+        net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &copies).expect("overwrite");
+        let plan = net.nodes[f].ack_plan(from);
+        net.pump();
+        assert_eq!(net.nodes[f].ack_ready(net.clock(f), &plan), Some(AckReached::Replicated));
+        // It comes back and, before its records catch up, is asked to move or remove the file.
+        net.down[s] = false;
+        assert_eq!(file_at(&net, s, "/data/f1"), Some((false, "aaaaaaaa".into())), "{op}: its records lag");
+        let from = net.nodes[s].ack_position();
+        let at = net.clock(s);
+        match op {
+            "move" => drop(net.nodes[s].file_move(at, "/data/f1", "/data/m1").expect("decided here")),
+            _ => drop(net.nodes[s].file_remove(at, "/data/f1", false).expect("decided here")),
+        }
+        let plan = net.nodes[s].ack_plan(from);
+        assert!(
+            net.nodes[s].disk_actions().is_empty(),
+            "{op}: no copy is renamed or deleted before the leader takes it"
+        );
+        net.pump();
+        assert_eq!(net.nodes[s].ack_ready(net.clock(s), &plan), Some(AckReached::Changed), "{op}");
+        net.run_for(MINUTE_MS, SECOND_MS);
+        for i in 0..3 {
+            assert_eq!(
+                file_at(&net, i, "/data/f1"),
+                Some((false, "bbbbbbbb".into())),
+                "{op}: n{i} keeps the overwrite"
+            );
+            assert!(file_at(&net, i, "/data/m1").is_none(), "{op}: n{i} has nothing at the new path");
+        }
+        assert!(net.nodes[s].disk_actions().is_empty(), "{op}: nothing left to do on disk");
+        let digest = |i: usize| net.nodes[i].meta().state().digest();
+        assert!(digest(0) == digest(1) && digest(1) == digest(2), "{op}: the records agree");
+        // Caught up, the same change is taken.
+        let from = net.nodes[s].ack_position();
+        let at = net.clock(s);
+        match op {
+            "move" => drop(net.nodes[s].file_move(at, "/data/f1", "/data/m1").expect("move")),
+            _ => drop(net.nodes[s].file_remove(at, "/data/f1", false).expect("remove")),
+        }
+        let plan = net.nodes[s].ack_plan(from);
+        net.pump();
+        assert_eq!(net.nodes[s].ack_ready(net.clock(s), &plan), Some(AckReached::Replicated), "{op}");
+        net.run_for(10 * SECOND_MS, SECOND_MS);
+        for i in 0..3 {
+            assert_eq!(file_at(&net, i, "/data/f1").map(|r| r.0), Some(true), "{op}: n{i}");
+            let moved = file_at(&net, i, "/data/m1");
+            match op {
+                "move" => assert_eq!(moved, Some((false, "bbbbbbbb".into())), "n{i}: the overwrite moved"),
+                _ => assert!(moved.is_none()),
+            }
+        }
+    }
+}
+
+/// A second move decided on the stale node from the first (`f1 -> m1`, then `m1 -> m2`, the
+/// second waiting behind the first's submit) is undone with it when the leader refuses the
+/// first: the leader never held `m1` and would take the second, which would bring the old
+/// content back at `m2`.
+#[test]
+fn a_move_decided_from_a_refused_move_is_undone_with_it() {
+    use shoal_core::ids::VolumeId;
+    use shoal_core::node::AckReached;
+    let (mut net, volumes) = three_nodes_with_volumes("chain", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let s = (0..3).find(|&i| i != l && i != f).unwrap();
+    let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &copies).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    net.down[s] = true;
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &copies).expect("overwrite");
+    net.pump();
+    net.down[s] = false;
+    let mut plans = Vec::new();
+    for (from, to) in [("/data/f1", "/data/m1"), ("/data/m1", "/data/m2")] {
+        let mark = net.nodes[s].ack_position();
+        let at = net.clock(s);
+        net.nodes[s].file_move(at, from, to).expect("decided here");
+        plans.push(net.nodes[s].ack_plan(mark));
+    }
+    net.pump();
+    for plan in &plans {
+        assert_eq!(net.nodes[s].ack_ready(net.clock(s), plan), Some(AckReached::Changed));
+    }
+    net.run_for(MINUTE_MS, SECOND_MS);
+    for i in 0..3 {
+        assert_eq!(file_at(&net, i, "/data/f1"), Some((false, "bbbbbbbb".into())), "n{i} keeps the overwrite");
+        for p in ["/data/m1", "/data/m2"] {
+            assert!(file_at(&net, i, p).is_none(), "n{i} has nothing at {p}");
+        }
+    }
+    assert_eq!(net.nodes[s].meta_status(net.clock(s)).meta.pending, 0);
 }

@@ -67,6 +67,7 @@ impl World {
             removed: false,
             version: v(2),
             repl: None,
+            based_on: None,
         };
         self.state.apply(&Record::File(f));
     }

@@ -97,6 +97,7 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
                 removed: false,
                 version,
                 repl: None,
+                based_on: None,
             };
             n.submit_meta_record(now, Record::File(f))
         })

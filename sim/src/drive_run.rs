@@ -320,7 +320,13 @@ fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
     let want = acked.get(&path).map(|c| sha(&Harness::file_bytes(c)));
     let rec_sum = (0..h.node_count()).find_map(|i| record(h, i, &path)).map(|f| {
         (
-            f.checksum[..8.min(f.checksum.len())].to_string(),
+            format!(
+                "{}@{}.{}{}",
+                &f.checksum[..8.min(f.checksum.len())],
+                f.version.wall_ms,
+                f.version.counter,
+                if f.removed { " removed" } else { "" }
+            ),
             f.locations.iter().map(|l| l.checksum[..8.min(l.checksum.len())].to_string()).collect::<Vec<_>>(),
         )
     });
@@ -359,6 +365,12 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut moved = 0u64;
     let mut evacuated: Option<usize> = None;
     let mut watched = String::new();
+    // Paths whose last change was acknowledged `alone` (no other member reachable), with the
+    // node that made it: changed again only through that node during the chaos. Two nodes
+    // cut off from each other that change one file each acknowledge their own change, and
+    // last-writer-wins keeps one of them when they meet; no order is promised between them
+    // (README, "Acknowledgements"), so the workload does not ask for one.
+    let mut alone_via: BTreeMap<String, usize> = BTreeMap::new();
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
         for _ in 0..rng.below(5) {
@@ -374,6 +386,9 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
             // An answer other than 200 (no leader on this side, no volume reachable) is no
             // acknowledgement: nothing is promised for that file.
             if let Ok((200, _)) = h.put_file(via, &path, &content) {
+                if h.last_ack.as_deref() == Some("alone") {
+                    alone_via.insert(path.clone(), via);
+                }
                 acked.insert(path, content);
             }
         }
@@ -384,7 +399,8 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
             let via = rng.below(n as u64) as usize;
             let path = acked.keys().nth(rng.below(acked.len() as u64) as usize).cloned().expect("not empty");
             let crash = rng.below(2) == 0;
-            if h.is_running(via) && !moves.former.contains_key(&path) {
+            let elsewhere = alone_via.get(&path).is_some_and(|&x| x != via);
+            if h.is_running(via) && !moves.former.contains_key(&path) && !elsewhere {
                 writes += 1;
                 let new = format!("{seed}/{writes}/over:{}", "o".repeat(10 + rng.below(5_000) as usize));
                 let want = Harness::file_bytes(&new);
@@ -395,9 +411,17 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                         crashed = true;
                     }
                 });
-                if let (Ok((200, _)), false) = (&answer, crashed) {
+                // An overwrite acknowledged `alone` was made from this node's records only,
+                // which may lag (a node cut off may not hold the file's last change): when it
+                // meets the others, last-writer-wins keeps the newer of the two by version, and
+                // its clock never saw the other. The file holds the old or the new content.
+                let alone = h.last_ack.as_deref() == Some("alone");
+                if let (Ok((200, _)), false, false) = (&answer, crashed, alone) {
                     acked.insert(path, new);
                 } else {
+                    if alone {
+                        alone_via.insert(path.clone(), via);
+                    }
                     let old = acked.remove(&path).expect("acknowledged");
                     overwrites.push(UnknownOverwrite { path, old, new });
                 }
@@ -411,23 +435,35 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
             }
             let via = rng.below(n as u64) as usize;
             let from = acked.keys().nth(rng.below(acked.len() as u64) as usize).cloned().expect("not empty");
-            if h.is_running(via) {
+            if h.is_running(via) && alone_via.get(&from).is_none_or(|&x| x == via) {
                 moved += 1;
                 let to = format!("/data/m{moved}");
                 let content = acked.remove(&from).expect("acknowledged");
                 let answer = h.api(via, "POST /v1/mv", Some(json!({"from": from, "to": to})));
-                if std::env::var("SHOAL_SIM_DEBUG_PATH").is_ok_and(|p| p == to) {
-                    eprintln!("WATCH mv {from} -> {to}, acknowledged content {}", &content[..content.len().min(16)]);
+                if std::env::var("SHOAL_SIM_DEBUG_PATH").is_ok_and(|p| p == to || p == from) {
+                    eprintln!(
+                        "WATCH [{} ms] mv {from} -> {to} through n{via}: {:?} {:?}, acknowledged content {}",
+                        h.elapsed_ms(),
+                        answer.as_ref().map(|a| a.0),
+                        h.last_ack,
+                        &content[..content.len().min(16)]
+                    );
                 }
                 let crash = rng.below(3) == 0;
                 let outcome = match (&answer, h.last_ack.as_deref()) {
                     // No other node confirmed it within the bound: an unknown outcome, as the
                     // API says.
                     (Ok((200, _)), Some("unconfirmed")) => MoveOutcome::Unknown,
-                    // No other member was alive to take it (`alone`): safe from anything but
-                    // the crash of this node, which comes next. (Puts are held to more: every
-                    // 200 counts, and no crash follows one at once.)
-                    (Ok((200, _)), Some("alone")) if crash => MoveOutcome::Unknown,
+                    // No other member was alive to take it (`alone`): the leader checks it when
+                    // this node reaches it again, and refuses it if the file changed meanwhile
+                    // (this node's records may have lagged when it decided); and the crash of
+                    // this node may come next. (Puts are held to more: every 200 counts, and
+                    // no crash follows one at once.)
+                    (Ok((200, _)), Some("alone")) => {
+                        alone_via.insert(to.clone(), via);
+                        alone_via.insert(from.clone(), via);
+                        MoveOutcome::Unknown
+                    }
                     (Ok((200, _)), _) => MoveOutcome::Moved,
                     // A refusal the client can read (not found, a rename pending, no leader
                     // known): nothing was moved.

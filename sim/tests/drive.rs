@@ -368,12 +368,16 @@ fn drive_seed_sweep_keeps_every_acknowledged_file() {
 /// hour short of its third copy. Seed 3105 is the one whose restarted node found the bytes a
 /// crashed overwrite left, noted them as unsettled, and (the simulator's file clock standing
 /// still beside the nodes' clocks) found and noted them again each time the note aged out, so
-/// the file's repair was refused as busy for ever. `SEED=n` runs only seed n.
+/// the file's repair was refused as busy for ever. Seed 3329 is the one where an overwrite
+/// acknowledged through one node was lost to a move decided, in the same moment, through a node
+/// whose records had not caught up (the move's records now carry what they were decided from,
+/// and the leader refuses them); seed 3357 the one where two nodes, each cut off from the
+/// others, changed one file each and acknowledged it `alone`. `SEED=n` runs only seed n.
 #[test]
 fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![3007, 3001, 3105],
+        None => vec![3007, 3001, 3105, 3329, 3357],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

@@ -142,6 +142,25 @@ pub struct FileRecord {
     /// never overwrite a user's (reference weakness 5: it survives a change of leader).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repl: Option<Box<ReplBackoff>>,
+    /// The record a remove or a move was decided from (see [`BasedOn`]); `None` for any other
+    /// change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub based_on: Option<Box<BasedOn>>,
+}
+
+/// What a change made from a node's own records assumed: the file at `path` had the header
+/// `version`. A remove's tombstone and a move's two records carry it (the source's path and
+/// version). The leader takes such a record only while its own record at `path` still has
+/// that version: a node whose records lag (an overwrite acknowledged through another node has
+/// not reached it yet) would otherwise write a tombstone, newer by version, over content it
+/// never saw, and last-writer-wins would drop the acknowledged overwrite. The leader refuses
+/// it by name instead; the deciding node undoes it ([`crate::meta::machine::Meta`]) and its
+/// client gets a conflict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BasedOn {
+    pub path: String,
+    pub version: Version,
 }
 
 /// A file's replication failures, written by the leader.
@@ -155,6 +174,16 @@ pub struct ReplBackoff {
 }
 
 impl FileRecord {
+    /// A change decided from this record assumes it (see [`BasedOn`]).
+    pub fn based_on_this(&self) -> Box<BasedOn> {
+        Box::new(BasedOn { path: self.path.clone(), version: self.version.clone() })
+    }
+
+    /// Whether `self` (a record this node holds, `current`) is the record `based` assumed.
+    pub fn is_base_of(&self, based: &BasedOn) -> bool {
+        self.path == based.path && self.version == based.version
+    }
+
     /// A copy holding the file's current content: readable, and its checksum is the file's.
     pub fn is_current(&self, l: &Location) -> bool {
         l.state.is_healthy() && (l.checksum.is_empty() || l.checksum.eq_ignore_ascii_case(&self.checksum))

@@ -166,6 +166,24 @@ impl MetaState {
         }
     }
 
+    /// Set the record at `key` to `record` (`None`: no record), whatever the versions: the
+    /// undo of a change of this node's own that the leader refused and no other node holds
+    /// ([`crate::meta::machine::Meta`]). Never for a record from a peer: merges are
+    /// [`MetaState::apply`].
+    pub fn replace(&mut self, key: &RecordKey, record: Option<Record>) {
+        if let Some(old) = self.records.remove(key) {
+            xor_into(&mut self.digest, &record_hash(&old));
+            if let Record::File(f) = &old {
+                self.by_id.remove(&(f.id.clone(), f.path.clone()));
+                self.tombstones.remove(&f.path);
+                self.backoffs.remove(&f.path);
+            }
+        }
+        if let Some(r) = record.filter(|r| (r.kind(), r.key()) == *key) {
+            self.apply(&r);
+        }
+    }
+
     /// The removed file records (tombstones) that list a copy not dropped yet, in path order.
     pub fn removed_files_with_copies(&self) -> impl Iterator<Item = &FileRecord> {
         self.tombstones.iter().filter_map(|p| self.file(p)).filter(|f| tombstone_with_copies(f))

@@ -221,6 +221,9 @@ impl Node {
         let now = self.advance_clocks(wall);
         let ok = matches!(&hashed, Some((size, sum)) if *size == copy.size && *sum == copy.checksum);
         let read = hashed.as_ref().map_or(0, |h| h.0);
+        // A copy just moved here whose rename has not run yet (it waits for the leader to take
+        // the move) is not missing: it is still at the old path.
+        let unread_move = hashed.is_none() && self.copy_move_pending(&copy.path, &copy.volume);
         self.repl_stats.scrubbed_copies += 1;
         self.repl_stats.scrubbed_bytes += read;
         let state = if ok { LocationState::Verified } else { LocationState::Stale };
@@ -229,14 +232,16 @@ impl Node {
             .state()
             .file(&copy.path)
             .and_then(|f| f.locations.iter().find(|l| l.volume_id == copy.volume).map(|l| l.state));
-        self.copy_mark(wall, &copy.path, &copy.volume, state, &copy.checksum);
-        if before != Some(state) {
+        if !unread_move {
+            self.copy_mark(wall, &copy.path, &copy.volume, state, &copy.checksum);
+        }
+        if before != Some(state) && !unread_move {
             // An event when a copy's state changes, not for every re-check of a good copy.
             let kind = if ok { "replica.verified" } else { "replica.stale" };
             let data = serde_json::json!({"path": copy.path, "volume": copy.volume, "node": self.id});
             self.raise(wall, kind, data);
         }
-        if !ok {
+        if !ok && !unread_move {
             self.repl_stats.scrub_mismatches += 1;
             self.chores.kick(Chore::Plan, now);
         }
@@ -247,6 +252,6 @@ impl Node {
             rest = rest.max(SCRUB_IDLE_MS);
         }
         self.chores.done(Chore::Scrub, now, rest);
-        ok
+        ok || unread_move
     }
 }

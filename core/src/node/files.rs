@@ -375,6 +375,7 @@ impl Node {
                 .is_none()
                 .then(|| Box::new(ReplBackoff { attempts: 0, next_at_ms: 0, version: version.clone() })),
             version,
+            based_on: None,
         };
         let mut out = record.clone();
         out.canonicalize_locations();
@@ -419,6 +420,7 @@ impl Node {
             removed: false,
             version,
             repl: None,
+            based_on: None,
         };
         self.submit_record(wall, Record::File(record));
         Ok(FolderMade { path: p, created: true })
@@ -458,7 +460,8 @@ impl Node {
         let n = records.len();
         for f in records {
             let version = self.hlc.next(wall);
-            self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, ..f }));
+            let based_on = Some(f.based_on_this());
+            self.submit_record(wall, Record::File(FileRecord { removed: true, version, repl: None, based_on, ..f }));
         }
         self.raise(wall, "file.removed", json!({"path": p, "records": n}));
         Ok(FilesRemoved { path: p, removed: n })
@@ -510,10 +513,20 @@ impl Node {
                 next_at_ms: f.repl.as_ref().map_or(0, |b| b.next_at_ms),
                 version: version.clone(),
             }));
-            let moved = FileRecord { path: new_path, version: version.clone(), locations, repl, ..f.clone() };
+            // Both records were decided from this node's record at the old path: the leader
+            // takes them only while that is still its record there (`BasedOn`).
+            let based_on = Some(f.based_on_this());
+            let moved = FileRecord {
+                path: new_path,
+                version: version.clone(),
+                locations,
+                repl,
+                based_on: based_on.clone(),
+                ..f.clone()
+            };
             out.push(Record::File(moved));
             let version = self.hlc.next(wall);
-            out.push(Record::File(FileRecord { removed: true, version, repl: None, ..f }));
+            out.push(Record::File(FileRecord { removed: true, version, repl: None, based_on, ..f }));
         }
         self.submit_records(wall, out);
         self.raise(wall, "file.renamed", json!({"from": from, "to": to, "records": n}));
@@ -703,6 +716,14 @@ impl Node {
     /// removed files, rename copies of moved ones. A tombstone's copy is renamed when a live
     /// record of the same id lists this volume, and deleted only when none does.
     pub fn disk_actions(&self) -> Vec<DiskAction> {
+        self.disk_actions_asked(true)
+    }
+
+    /// [`Node::disk_actions`]; with `hold`, none for a remove or move the leader has not taken
+    /// yet (it may refuse it: [`crate::meta::records::BasedOn`]). Without, every action the
+    /// records ask for: where a copy is, or is to be (a rescan reads the bytes still at a
+    /// move's old path as the copy at its new one).
+    fn disk_actions_asked(&self, hold: bool) -> Vec<DiskAction> {
         let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
         if own.is_empty() {
             return vec![];
@@ -716,6 +737,7 @@ impl Node {
             .state()
             .removed_files_with_copies()
             .filter(|f| !f.is_dir)
+            .filter(|f| !hold || !self.meta.awaiting_leader(&f.path))
             .flat_map(|f| {
                 f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {
                     let folder = own.get(&l.volume_id)?;
@@ -752,6 +774,9 @@ impl Node {
         };
         let Some(folder) = self.local_volume(volume.as_str()).map(|v| v.subpath.clone()) else { return false };
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
+        if self.meta.awaiting_leader(path) {
+            return false;
+        }
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {
             return false;
         };
@@ -996,7 +1021,7 @@ impl Node {
         let mut facts = VolumeFacts::default();
         // The reconciler's own renames: a chain of moves (a → b → c before the rename ran)
         // leaves several old paths, any of which may hold the bytes.
-        for a in self.disk_actions() {
+        for a in self.disk_actions_asked(false) {
             if let DiskAction::Rename { volume: v, from, to, .. } = a {
                 if &v == volume {
                     facts.arriving.entry(to).or_default().push(from);

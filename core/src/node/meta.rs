@@ -363,6 +363,10 @@ pub enum AckReached {
     /// The leader refused a record of the change (its version too far ahead of the leader's
     /// clock, or out of bounds): it is made on this node only and will not travel as it is.
     Refused,
+    /// The leader refused a remove or a move because the file changed after this node decided
+    /// it (another node's change had not reached this node yet): undone here; the client gets
+    /// a conflict and may try again.
+    Changed,
 }
 
 /// Whether a client's request waits for its changes to be safe (`meta.ack`): every change but a
@@ -420,6 +424,9 @@ impl Node {
     pub fn ack_ready(&self, wall: Millis, plan: &AckPlan) -> Option<AckReached> {
         if self.cluster.is_none() {
             return Some(AckReached::Alone);
+        }
+        if self.meta.mark_changed(&plan.from, &plan.to) {
+            return Some(AckReached::Changed);
         }
         if self.meta.mark_refused(&plan.from, &plan.to) {
             return Some(AckReached::Refused);

@@ -265,6 +265,7 @@ mod tests {
             removed,
             version,
             repl: None,
+            based_on: None,
         })
     }
 

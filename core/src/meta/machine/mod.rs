@@ -165,6 +165,9 @@ pub struct MetaStatus {
     /// Entries and records refused as out of bounds, and the last reason.
     pub refused: u64,
     pub last_refusal: Option<String>,
+    /// Removes and moves this node refused, as leader, because the record they were decided
+    /// from had changed (the deciding node's records lagged): each a conflict its client saw.
+    pub based_refused: u64,
 }
 
 /// See [`Meta::write_mark`].
@@ -226,6 +229,30 @@ pub(super) fn take_bounded<'a, T: 'a>(
 /// into the body (no size pass, no clone). `head` is the JSON of the fields before the list,
 /// each followed by a comma (`"lease":{..},` say), or empty. Returns the body and how many
 /// items it holds.
+/// Where a batch of the first `n` of `records` must end so that it does not split the records
+/// of one decision (consecutive file records with the same `BasedOn`): before the group the
+/// batch's last record belongs to, when the record after it continues that group. `n` when no
+/// group is split, or when a group alone fills the batch.
+fn decision_cut<'r>(records: impl Iterator<Item = &'r Record>, n: usize) -> usize {
+    let based = |r: &Record| match r {
+        Record::File(f) => f.based_on.clone(),
+        _ => None,
+    };
+    let head: Vec<Option<Box<crate::meta::records::BasedOn>>> = records.take(n + 1).map(based).collect();
+    let (Some(Some(last)), Some(Some(next))) = (n.checked_sub(1).and_then(|i| head.get(i)), head.get(n)) else {
+        return n;
+    };
+    if last != next {
+        return n;
+    }
+    let start = head[..n].iter().rposition(|b| b.as_ref() != Some(last)).map_or(0, |i| i + 1);
+    if start == 0 {
+        n
+    } else {
+        start
+    }
+}
+
 pub(super) fn json_batch<T: Serialize>(
     head: &str,
     key: &str,
@@ -540,6 +567,14 @@ pub struct Meta {
     /// changes stay on this node only, so no acknowledgement covering them may say they are
     /// held elsewhere ([`Meta::mark_refused`]); the last [`REFUSED_OWN_MAX`].
     refused_own: BTreeSet<u64>,
+    /// Pending ids of ours the leader refused because the record they were decided from had
+    /// changed ([`crate::meta::records::BasedOn`]): undone here, and their acknowledgement is
+    /// a conflict ([`Meta::mark_changed`]); the last [`REFUSED_OWN_MAX`].
+    changed_own: BTreeSet<u64>,
+    /// Paths named by pending records of ours that carry a `BasedOn` (a remove's or a move's,
+    /// the record's path and the one it was decided from), with how many: until the leader
+    /// takes them, nothing on disk follows them ([`Meta::awaiting_leader`]).
+    based_pending: BTreeMap<String, u32>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -568,6 +603,8 @@ pub struct Meta {
     /// Entries and records refused (see the module doc), and the last reason.
     refused: u64,
     last_refusal: Option<String>,
+    /// See [`MetaStatus::based_refused`].
+    based_refused: u64,
     /// The lease seen at the last tick, and how often it changed since start (a metric).
     lease_seen: Option<Lease>,
     leader_changes: u64,
@@ -617,9 +654,12 @@ impl Meta {
             leader_changes: 0,
             self_appended: BTreeMap::new(),
             refused_own: BTreeSet::new(),
+            changed_own: BTreeSet::new(),
+            based_pending: BTreeMap::new(),
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
+            based_refused: 0,
             now,
             outputs: VecDeque::new(),
         }
@@ -666,7 +706,7 @@ impl Meta {
                 self.persist(MetaPersist::DeletePending(p.id));
                 continue;
             }
-            self.pending.insert(p.id, p.record);
+            self.pending_insert(p.id, p.record);
         }
     }
 
@@ -804,6 +844,125 @@ impl Meta {
         self.refused_own.range(from.pending_before..to.pending_before).next().is_some()
     }
 
+    /// Whether the leader refused a record of a change this node made between `from` and `to`
+    /// because the record it was decided from had changed meanwhile (another node's change
+    /// this node had not seen yet): the change is undone here, and its acknowledgement is a
+    /// conflict.
+    pub fn mark_changed(&self, from: &WriteMark, to: &WriteMark) -> bool {
+        self.changed_own.range(from.pending_before..to.pending_before).next().is_some()
+    }
+
+    /// Whether a remove or a move this node decided at `path` (from it or to it) waits for the
+    /// leader to take it: the leader may still refuse it ([`crate::meta::records::BasedOn`]),
+    /// so no copy on disk is deleted or renamed for it yet.
+    pub fn awaiting_leader(&self, path: &str) -> bool {
+        !self.based_pending.is_empty() && self.based_pending.contains_key(path)
+    }
+
+    fn based_paths(r: &Record) -> Option<[&str; 2]> {
+        match r {
+            Record::File(f) => f.based_on.as_ref().map(|b| [f.path.as_str(), b.path.as_str()]),
+            _ => None,
+        }
+    }
+
+    /// Queue a pending record (kept with [`Meta::based_pending`]).
+    pub(super) fn pending_insert(&mut self, id: u64, record: Record) {
+        for path in Self::based_paths(&record).into_iter().flatten() {
+            *self.based_pending.entry(path.to_string()).or_default() += 1;
+        }
+        if let Some(old) = self.pending.insert(id, record) {
+            self.forget_based(&old);
+        }
+    }
+
+    /// A pending record leaves the queue (taken or refused).
+    pub(super) fn pending_remove(&mut self, id: u64) -> Option<Record> {
+        let r = self.pending.remove(&id)?;
+        self.forget_based(&r);
+        Some(r)
+    }
+
+    fn forget_based(&mut self, r: &Record) {
+        for path in Self::based_paths(r).into_iter().flatten() {
+            if let Some(n) = self.based_pending.get_mut(path) {
+                *n -= 1;
+                if *n == 0 {
+                    self.based_pending.remove(path);
+                }
+            }
+        }
+    }
+
+    /// The leader refused pending record `id` as decided from a record that changed since
+    /// (see [`crate::meta::records::BasedOn`]); `current` is the leader's record at its key.
+    /// Undo it here ([`Meta::undo_own`]), then merge the leader's record in, so this node holds
+    /// what the leader holds (the change it refused over, which last-writer-wins had dropped
+    /// here, comes back). A refused record left in place would win over that change on this
+    /// node, and travel again in a snapshot's send-back.
+    pub(super) fn undo_changed(&mut self, id: u64, current: Option<Record>, hlc: &mut Hlc) {
+        self.undo_own(id);
+        if let Some(r) = current.filter(|r| r.shape_error().is_none()) {
+            self.apply_one(&r, hlc);
+        }
+        self.note_changed_own(id);
+    }
+
+    /// Undo pending record `id` (one with a `BasedOn`) on this node, if it is still what this
+    /// node holds at its key (nothing newer merged since): a tombstone goes back to the live
+    /// record it was made from (`BasedOn` names its version; the rest of the header is the
+    /// tombstone's own, copied from that record), a moved file's record at its new path goes
+    /// away. Changes this node decided later from the undone record (a move of the file's new
+    /// path) go first, newest first, and leave the queue: the leader, which never held that
+    /// record, would take them.
+    fn undo_own(&mut self, id: u64) {
+        let Some(Record::File(refused)) = self.pending.get(&id).cloned() else { return };
+        let Some(based) = refused.based_on.as_deref().cloned() else { return };
+        let later: Vec<u64> = self
+            .pending
+            .range(id.saturating_add(1)..)
+            .filter(|(_, r)| match r {
+                Record::File(g) => {
+                    g.based_on.as_deref().is_some_and(|b| b.path == refused.path && b.version == refused.version)
+                }
+                _ => false,
+            })
+            .map(|(k, _)| *k)
+            .rev()
+            .collect();
+        for l in later {
+            self.undo_own(l);
+            if self.pending_remove(l).is_some() {
+                self.persist(MetaPersist::DeletePending(l));
+            }
+            self.note_changed_own(l);
+        }
+        let key = (RecordKind::File, refused.path.clone());
+        let back = match self.state.file(&refused.path) {
+            Some(here) if here.version == refused.version => (refused.path == based.path).then(|| {
+                Record::File(crate::meta::records::FileRecord {
+                    removed: false,
+                    version: based.version.clone(),
+                    based_on: None,
+                    ..here.clone()
+                })
+            }),
+            _ => return,
+        };
+        self.state.replace(&key, back.clone());
+        match back {
+            Some(r) => self.persist(MetaPersist::PutRecord(r)),
+            None => self.persist(MetaPersist::DeleteRecord(key)),
+        }
+    }
+
+    fn note_changed_own(&mut self, id: u64) {
+        self.changed_own.insert(id);
+        while self.changed_own.len() > REFUSED_OWN_MAX {
+            self.changed_own.pop_first();
+        }
+    }
+
     /// The submitter's side of a refusal: remember the pending id (bounded).
     pub(super) fn note_refused_own(&mut self, id: u64) {
         self.refused_own.insert(id);
@@ -863,6 +1022,7 @@ impl Meta {
             snapshots_adopted: self.snapshots_adopted,
             refused: self.refused,
             last_refusal: self.last_refusal.clone(),
+            based_refused: self.based_refused,
         }
     }
 
@@ -1128,7 +1288,7 @@ impl Meta {
             } else {
                 let id = self.next_pending_id;
                 self.next_pending_id += 1;
-                self.pending.insert(id, record.clone());
+                self.pending_insert(id, record.clone());
                 self.persist(MetaPersist::PutPending(Pending { id, record }));
             }
             queued = true;
@@ -1258,6 +1418,7 @@ impl Meta {
             }
             // We became leader: our own pending changes go straight into the log.
             let pending = std::mem::take(&mut self.pending);
+            self.based_pending.clear();
             let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
             let begin = LogIndex(self.last_seq.0.saturating_add(1));
             for (id, rec) in pending {
@@ -1279,7 +1440,14 @@ impl Meta {
         while self.submit_room() {
             let submitting = &self.submitting;
             let unsent = || self.pending.iter().filter(|(id, _)| !submitting.contains(id));
-            let (body, n) = json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), self.config.batch_max);
+            let (mut body, mut n) =
+                json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), self.config.batch_max);
+            // The records of one decision (a move's two, from one `BasedOn`) go in one submit:
+            // the leader checks them together, so it takes both or neither.
+            let cut = decision_cut(unsent().map(|(_, r)| r), n);
+            if cut < n {
+                (body, n) = json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), cut);
+            }
             let ids: Vec<u64> = unsent().take(n).map(|(id, _)| *id).collect();
             let Some(first) = ids.first().copied() else { break };
             self.submitting.extend(ids.iter().copied());
@@ -1566,5 +1734,29 @@ mod tests {
         assert_eq!(m.answer_snapshot("after=zz").refused, Some(ErrorKind::Invalid));
         assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("nokind"))).refused, Some(ErrorKind::Invalid));
         assert_eq!(m.answer_snapshot(&format!("after={}", hex::encode("bogus\nk"))).refused, Some(ErrorKind::Invalid));
+    }
+
+    /// A submit never ends between the records of one decision (a move's record and its
+    /// tombstone): cut before the pair, unless the pair alone fills the batch.
+    #[test]
+    fn a_batch_does_not_split_the_records_of_one_decision() {
+        use crate::hlc::Version;
+        use crate::meta::records::{BasedOn, FileRecord};
+        let file = |path: &str, based: Option<&str>| {
+            let mut f: FileRecord = serde_json::from_value(json!({
+                "id": "11111111-2222-4333-8444-555555555555", "path": path, "version": Version::default(),
+            }))
+            .unwrap();
+            f.based_on = based.map(|b| Box::new(BasedOn { path: b.into(), version: Version::default() }));
+            Record::File(f)
+        };
+        let records = [file("/a", None), file("/m", Some("/f")), file("/f", Some("/f")), file("/b", None)];
+        for (n, cut) in [(1, 1), (2, 1), (3, 3), (4, 4)] {
+            assert_eq!(decision_cut(records.iter(), n), cut, "a batch of {n}");
+        }
+        let pair = [file("/m", Some("/f")), file("/f", Some("/f"))];
+        assert_eq!(decision_cut(pair.iter(), 1), 1, "a pair bigger than the batch goes as it can");
+        let two_decisions = [file("/m", Some("/f")), file("/f", Some("/f")), file("/n", Some("/g"))];
+        assert_eq!(decision_cut(two_decisions.iter(), 2), 2);
     }
 }

@@ -102,14 +102,24 @@ impl Meta {
                         a.map(|a| (a.refused, a.append, a.taken, a.lease, a.last_seq)).unwrap_or_default();
                     for r in refused_records {
                         let index = r.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
-                        if let Some(&id) = index.and_then(|i| ids.get(i)) {
+                        let id = index.and_then(|i| ids.get(i)).copied();
+                        if r.get("changed").and_then(Value::as_bool) == Some(true) {
+                            // Decided from a record the leader no longer holds: a conflict, not
+                            // a fault; undone here.
+                            if let Some(id) = id {
+                                let current = r.get("current").and_then(|c| Record::deserialize(c).ok());
+                                self.undo_changed(id, current, hlc);
+                            }
+                            continue;
+                        }
+                        if let Some(id) = id {
                             self.note_refused_own(id);
                         }
                         self.refused_by(peer, "our submitted record", r.to_string());
                     }
                     let mut submitted = Vec::with_capacity(ids.len());
                     for id in ids {
-                        let p = self.pending.remove(&id);
+                        let p = self.pending_remove(id);
                         if p.is_some() {
                             self.pending_taken += 1;
                             self.persist(MetaPersist::DeletePending(id));
@@ -272,7 +282,7 @@ impl Meta {
         for r in send_back {
             let id = self.next_pending_id;
             self.next_pending_id += 1;
-            self.pending.insert(id, r.clone());
+            self.pending_insert(id, r.clone());
             self.persist(MetaPersist::PutPending(Pending { id, record: r }));
         }
     }

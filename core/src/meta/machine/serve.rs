@@ -168,6 +168,33 @@ impl Meta {
         holes
     }
 
+    /// What a submitted record was decided from, when that changed since: the record carries
+    /// a [`crate::meta::records::BasedOn`], its header is new here (a copy of a record taken
+    /// already is not checked again), and this leader's record at the based-on path is newer
+    /// than what it was decided from (another node's change the deciding node had not seen;
+    /// not the other record of the same decision), or that path's record was refused earlier in this very submit (`refused_paths`: a move
+    /// of a file whose own move was just refused). A leader that holds an older record there,
+    /// or none, has not seen what the deciding node saw (a new leader still catching up):
+    /// the change is taken.
+    fn base_gone<'r>(
+        &self,
+        r: &'r Record,
+        refused_paths: &BTreeSet<String>,
+    ) -> Option<&'r crate::meta::records::BasedOn> {
+        let Record::File(f) = r else { return None };
+        let based = f.based_on.as_deref()?;
+        if self.state.file(&f.path).is_some_and(|here| here.version >= f.version) {
+            return None;
+        }
+        // The other record of the same decision (a move's tombstone, taken first when records
+        // come back in key order after a snapshot) is no change since.
+        let sibling = |here: &crate::meta::records::FileRecord| {
+            here.based_on.as_deref() == Some(based) && here.version.node == f.version.node
+        };
+        let newer = self.state.file(&based.path).is_some_and(|here| here.version > based.version && !sibling(here));
+        (newer || refused_paths.contains(&based.path)).then_some(based)
+    }
+
     /// `POST meta/submit` (leader only).
     pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
         self.now = self.now.max(now);
@@ -189,6 +216,7 @@ impl Meta {
         let mut refused = Vec::new();
         let first_new = LogIndex(self.last_seq.0.saturating_add(1));
         let mut taken: Vec<Option<LogIndex>> = vec![None; b.records.len()];
+        let mut refused_paths = BTreeSet::new();
         for (i, raw) in b.records.into_iter().enumerate() {
             let r = match serde_json::from_str::<Record>(raw.get()) {
                 Ok(r) => match r.shape_error() {
@@ -219,6 +247,16 @@ impl Meta {
                 );
                 self.refuse(Some(from.clone()), format!("submitted record {}/{}", r.kind().as_str(), r.key()), &why);
                 refused.push(json!({"index": i, "why": why}));
+                continue;
+            }
+            if let Some(based) = self.base_gone(&r, &refused_paths) {
+                // Decided from a record this leader no longer holds: refused by name, with
+                // this leader's record at its key, so the submitter undoes it.
+                let why = format!("cluster:{} changed after the submitting node decided from it", based.path);
+                let current = self.state.get(r.kind(), &r.key());
+                refused.push(json!({"index": i, "why": why, "changed": true, "current": current}));
+                self.based_refused += 1;
+                refused_paths.insert(r.key());
                 continue;
             }
             if self.apply_one(&r, hlc) {

@@ -60,16 +60,54 @@ pub(super) async fn files_delete<E: Env>(
     }
     let r = s.with_node(|n, now| {
         let before = n.file_copies_under(&path);
-        n.file_remove(now, &path, q.recursive).map(|v| (v, before))
+        let from = n.ack_position();
+        n.file_remove(now, &path, q.recursive).map(|v| (v, before, AckSpan(from, n.ack_position())))
     });
     match r {
-        Ok((v, before)) => {
+        Ok((v, before, span)) => {
+            if let Err(e) = taken_unless_changed(&s, &span).await {
+                return crate::wire::error::api_error_response(e);
+            }
             let mut v = json_of(v);
             v["deletedNow"] = json!(crate::services::replication::delete_now(&s, before).await);
-            api_result(Ok(v))
+            with_span(api_result(Ok(v)), span)
         }
         Err(e) => crate::wire::error::api_error_response(e),
     }
+}
+
+/// A remove or a move decided on this node is checked by the leader against its own records
+/// (`BasedOn`: the file must not have changed since this node's records showed it), and no
+/// copy on disk follows it before the leader takes it. Wait for that, within `meta.ack_wait`
+/// (not at all with `meta.ack = local`): the copies are then deleted or renamed before the
+/// answer, as before, and a change the leader refused is answered 409 `changed` (undone on
+/// this node; nothing was removed or moved).
+async fn taken_unless_changed<E: Env>(s: &Shared<E>, span: &AckSpan) -> Result<(), ApiError> {
+    use shoal_core::node::{AckMode, AckReached};
+    let plan = s.read_node(|n, _| n.ack_plan_between(span.0.clone(), span.1.clone()));
+    if plan.mode == AckMode::Local {
+        return Ok(());
+    }
+    let mut got = None;
+    s.wait_for_held(plan.wait_ms, |n, now| {
+        got = n.ack_ready(now, &plan);
+        got.is_some()
+    })
+    .await;
+    match got {
+        Some(AckReached::Changed) => Err(ApiError::conflict(
+            "changed",
+            "the file changed on another node after this node's records showed it (its records lagged); \
+             nothing was removed or moved: look again and retry",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The answer, acknowledged for exactly the changes of `span` (see [`AckSpan`]).
+fn with_span(mut resp: Response, span: AckSpan) -> Response {
+    resp.extensions_mut().insert(span);
+    resp
 }
 
 #[derive(Deserialize)]
@@ -87,14 +125,21 @@ pub(super) async fn files_move<E: Env>(State(s): S<E>, Extension(a): Extension<A
     if let Err(e) = may(&s, &a, &b.from, Mode::Write).and_then(|_| may(&s, &a, &b.to, Mode::Write)) {
         return crate::wire::error::api_error_response(e);
     }
-    let moved = match s.with_node(|n, now| n.file_move(now, &b.from, &b.to)) {
+    let moved = s.with_node(|n, now| {
+        let from = n.ack_position();
+        n.file_move(now, &b.from, &b.to).map(|m| (m, AckSpan(from, n.ack_position())))
+    });
+    let (moved, span) = match moved {
         Ok(m) => m,
         Err(e) => return crate::wire::error::api_error_response(e),
     };
+    if let Err(e) = taken_unless_changed(&s, &span).await {
+        return crate::wire::error::api_error_response(e);
+    }
     let mut v = json_of(&moved);
     let pairs = moved.files.into_iter().map(|f| (f.from, f.to, f.copies)).collect();
     v["renamedNow"] = json!(crate::services::replication::rename_now(&s, pairs).await);
-    api_result(Ok(v))
+    with_span(api_result(Ok(v)), span)
 }
 
 #[derive(Deserialize)]

@@ -251,6 +251,9 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
             let (_, flushed) = tokio::join!(replicated, committed);
             match (got, mode, flushed) {
                 (Some(AckReached::Refused), _, _) => "refused",
+                // Answered 409 by the handlers that make such changes (a remove, a move),
+                // which wait for it first; anywhere else it reads as a refusal.
+                (Some(AckReached::Changed), _, _) => "refused",
                 (Some(AckReached::Unconfirmed), _, _) => "unconfirmed",
                 (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
                 (Some(AckReached::Alone), _, _) => "alone",
