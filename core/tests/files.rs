@@ -416,7 +416,7 @@ fn volume_record(n: &mut Node, wall: Millis, id: &VolumeId, node: &NodeId, usage
 
 #[test]
 fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
-    let (mut n, va) = member(1);
+    let (mut n, va, _) = leader(1);
     let me = n.id().clone();
     let dir = folder(1);
     // Another member's volume, known by record, and a record that names this node for a folder
@@ -478,7 +478,7 @@ fn a_node_deletes_and_renames_only_its_own_copies_as_its_records_say() {
 /// this volume, and `mv /a /b` then `put /b` had the old bytes renamed over the new ones.
 #[test]
 fn a_delete_or_rename_found_earlier_leaves_a_newer_put_at_that_path_alone() {
-    let (mut n, va) = member(1);
+    let (mut n, va, _) = leader(1);
     let me = n.id().clone();
     let dir = folder(1);
     let here = [(va.clone(), me.clone())];
@@ -955,7 +955,7 @@ fn a_copy_mark_for_older_content_changes_nothing() {
 /// a rename from that path is pending, or the rename must survive.
 #[test]
 fn a_new_file_at_a_moved_files_old_path_keeps_the_rename_pending() {
-    let (mut n, va) = member(1);
+    let (mut n, va, _) = leader(1);
     let me = n.id().clone();
     let (vb, nb) = far(2);
     publish(&mut n, at(1_000), "/a", 'a', &[(va.clone(), me.clone())]);
@@ -1012,7 +1012,7 @@ fn a_re_created_file_starts_without_the_old_files_backoff() {
 /// the copy at the old name is superseded, so it is deleted, never renamed over the new bytes.
 #[test]
 fn a_copy_overwritten_at_its_new_name_is_not_renamed_over() {
-    let (mut n, va) = member(1);
+    let (mut n, va, _) = leader(1);
     let me = n.id().clone();
     publish(&mut n, at(1_000), "/a", 'a', &[(va.clone(), me.clone())]);
     n.file_move(at(2_000), "/a", "/b").unwrap();

@@ -221,9 +221,11 @@ impl Node {
         let now = self.advance_clocks(wall);
         let ok = matches!(&hashed, Some((size, sum)) if *size == copy.size && *sum == copy.checksum);
         let read = hashed.as_ref().map_or(0, |h| h.0);
-        // A copy just moved here whose rename has not run yet (it waits for the leader to take
-        // the move) is not missing: it is still at the old path.
-        let unread_move = hashed.is_none() && self.copy_move_pending(&copy.path, &copy.volume);
+        // A copy just moved here whose rename waits for the leader to take the move is not
+        // missing: it is still at the old path.
+        let unread_move = hashed.is_none()
+            && self.meta.awaiting_leader(&copy.path)
+            && self.copy_move_pending(&copy.path, &copy.volume);
         self.repl_stats.scrubbed_copies += 1;
         self.repl_stats.scrubbed_bytes += read;
         let state = if ok { LocationState::Verified } else { LocationState::Stale };

@@ -609,7 +609,8 @@ impl Node {
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume).cloned() else { return false };
         let version = self.hlc.next(wall);
         let loc = Location { state, updated: version, ..l };
-        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], ..f }));
+        // A copy's change is no decision from the header (`based_on` stays with the decision).
+        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..f }));
         true
     }
 
@@ -634,7 +635,8 @@ impl Node {
             checksum: f.checksum.clone(),
             updated: version,
         };
-        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], ..f }));
+        // A copy's change is no decision from the header (`based_on` stays with the decision).
+        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..f }));
         true
     }
 
@@ -704,7 +706,8 @@ impl Node {
         };
         let version = self.hlc.next(wall);
         let repl = ReplBackoff { attempts: next.attempts, next_at_ms: next.next_at_ms, version };
-        self.submit_record(wall, Record::File(FileRecord { repl: Some(Box::new(repl)), locations: vec![], ..f }));
+        let backoff = FileRecord { repl: Some(Box::new(repl)), locations: vec![], based_on: None, ..f };
+        self.submit_record(wall, Record::File(backoff));
     }
 
     /// Every file's replication backoff, for the planner.

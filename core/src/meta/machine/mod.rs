@@ -224,11 +224,6 @@ pub(super) fn take_bounded<'a, T: 'a>(
     out
 }
 
-/// A JSON body `{HEAD"KEY":[item,item,...]}` holding as many of `items` as `count` and
-/// [`BATCH_MAX_BYTES`] of their JSON allow (always at least one), each serialised once, straight
-/// into the body (no size pass, no clone). `head` is the JSON of the fields before the list,
-/// each followed by a comma (`"lease":{..},` say), or empty. Returns the body and how many
-/// items it holds.
 /// Where a batch of the first `n` of `records` must end so that it does not split the records
 /// of one decision (consecutive file records with the same `BasedOn`): before the group the
 /// batch's last record belongs to, when the record after it continues that group. `n` when no
@@ -253,6 +248,11 @@ fn decision_cut<'r>(records: impl Iterator<Item = &'r Record>, n: usize) -> usiz
     }
 }
 
+/// A JSON body `{HEAD"KEY":[item,item,...]}` holding as many of `items` as `count` and
+/// [`BATCH_MAX_BYTES`] of their JSON allow (always at least one), each serialised once, straight
+/// into the body (no size pass, no clone). `head` is the JSON of the fields before the list,
+/// each followed by a comma (`"lease":{..},` say), or empty. Returns the body and how many
+/// items it holds.
 pub(super) fn json_batch<T: Serialize>(
     head: &str,
     key: &str,
@@ -918,6 +918,9 @@ impl Meta {
     fn undo_own(&mut self, id: u64) {
         let Some(Record::File(refused)) = self.pending.get(&id).cloned() else { return };
         let Some(based) = refused.based_on.as_deref().cloned() else { return };
+        if refused.version.node != self.me {
+            return; // only a decision of this node's own is undone here
+        }
         let later: Vec<u64> = self
             .pending
             .range(id.saturating_add(1)..)

@@ -279,7 +279,12 @@ impl Meta {
                 send_back.push(r.clone());
             }
         }
-        for r in send_back {
+        for mut r in send_back {
+            // Sent back as held, not as a decision: the leader must not check (or refuse) it
+            // again against records it may lack.
+            if let Record::File(f) = &mut r {
+                f.based_on = None;
+            }
             let id = self.next_pending_id;
             self.next_pending_id += 1;
             self.pending_insert(id, r.clone());

@@ -179,10 +179,14 @@ impl Meta {
     fn base_gone<'r>(
         &self,
         r: &'r Record,
+        from: &NodeId,
         refused_paths: &BTreeSet<String>,
     ) -> Option<&'r crate::meta::records::BasedOn> {
         let Record::File(f) = r else { return None };
         let based = f.based_on.as_deref()?;
+        if &f.version.node != from {
+            return None; // another node's record, passed on: not the submitter's decision
+        }
         if self.state.file(&f.path).is_some_and(|here| here.version >= f.version) {
             return None;
         }
@@ -249,7 +253,7 @@ impl Meta {
                 refused.push(json!({"index": i, "why": why}));
                 continue;
             }
-            if let Some(based) = self.base_gone(&r, &refused_paths) {
+            if let Some(based) = self.base_gone(&r, from, &refused_paths) {
                 // Decided from a record this leader no longer holds: refused by name, with
                 // this leader's record at its key, so the submitter undoes it.
                 let why = format!("cluster:{} changed after the submitting node decided from it", based.path);

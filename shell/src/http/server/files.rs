@@ -97,8 +97,8 @@ async fn taken_unless_changed<E: Env>(s: &Shared<E>, span: &AckSpan) -> Result<(
     match got {
         Some(AckReached::Changed) => Err(ApiError::conflict(
             "changed",
-            "the file changed on another node after this node's records showed it (its records lagged); \
-             nothing was removed or moved: look again and retry",
+            "a file changed on another node after this node's records showed it (its records lagged): \
+             what changed was not removed or moved (in a folder, the rest was); look again and retry",
         )),
         _ => Ok(()),
     }
