@@ -1691,10 +1691,12 @@ fn an_append_under_another_numbering_confirms_no_position() {
         .replace(r#""node":"a""#, r#""node":"c""#);
     let body = format!(r#"{{"lease":{{"holder":"c","term":7}},"entries":[{entry}],"lastSeq":1}}"#);
     let now = net.now;
+    assert!(!net.meta("b").records_settling(), "on the leader's numbering");
     let node = net.node_mut("b");
     let r = node.meta.answer_append(now, &id("c"), body.as_bytes(), &mut node.hlc);
     assert_eq!(r.status(), 200, "{}", r.body);
     assert_eq!(r.body["lastSeq"], json!(0), "no position of c's numbering is held");
+    assert!(net.meta("b").records_settling(), "a suffix of another numbering may hold half a move");
     assert!(setting_of(net.meta("b"), "from-c").is_some(), "the record itself is taken");
     net.collect(&id("b"));
     assert!(net.queue.iter().any(|m| m.to == id("c") && m.target.starts_with(SNAPSHOT)), "b asks c for a snapshot");

@@ -372,12 +372,14 @@ fn drive_seed_sweep_keeps_every_acknowledged_file() {
 /// acknowledged through one node was lost to a move decided, in the same moment, through a node
 /// whose records had not caught up (the move's records now carry what they were decided from,
 /// and the leader refuses them); seed 3357 the one where two nodes, each cut off from the
-/// others, changed one file each and acknowledged it `alone`. `SEED=n` runs only seed n.
+/// others, changed one file each and acknowledged it `alone`; seed 3356 the one where a new
+/// leader's first append carried a move's tombstone without the record at its new path, and the
+/// holders deleted their copies instead of renaming them. `SEED=n` runs only seed n.
 #[test]
 fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![3007, 3001, 3105, 3329, 3357],
+        None => vec![3007, 3001, 3105, 3329, 3357, 3356],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

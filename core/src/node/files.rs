@@ -723,12 +723,13 @@ impl Node {
     }
 
     /// [`Node::disk_actions`]; with `hold`, none for a remove or move the leader has not taken
-    /// yet (it may refuse it: [`crate::meta::records::BasedOn`]). Without, every action the
+    /// yet (it may refuse it: [`crate::meta::records::BasedOn`]), and none at all while the
+    /// records may hold half a decision ([`crate::meta::machine::Meta::records_settling`]). Without, every action the
     /// records ask for: where a copy is, or is to be (a rescan reads the bytes still at a
     /// move's old path as the copy at its new one).
     fn disk_actions_asked(&self, hold: bool) -> Vec<DiskAction> {
         let own: BTreeMap<VolumeId, String> = self.local_volumes().into_iter().collect();
-        if own.is_empty() {
+        if own.is_empty() || (hold && self.meta.records_settling()) {
             return vec![];
         }
         // The copies of removed files still on this node's volumes: usually none or few, so
@@ -777,7 +778,7 @@ impl Node {
         };
         let Some(folder) = self.local_volume(volume.as_str()).map(|v| v.subpath.clone()) else { return false };
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
-        if self.meta.awaiting_leader(path) {
+        if self.meta.awaiting_leader(path) || self.meta.records_settling() {
             return false;
         }
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {
