@@ -993,6 +993,18 @@ fn file_at(net: &Net, i: usize, path: &str) -> Option<(bool, String)> {
     net.nodes[i].meta().state().file(path).map(|f| (f.removed, f.checksum.chars().take(8).collect()))
 }
 
+/// `mv /data/f1 /data/m1` (`op` "move") or `rm /data/f1` through node `s`: what its
+/// acknowledgement waits for.
+fn move_or_remove(net: &mut Net, s: usize, op: &str) -> shoal_core::node::meta::AckPlan {
+    let from = net.nodes[s].ack_position();
+    let at = net.clock(s);
+    match op {
+        "move" => drop(net.nodes[s].file_move(at, "/data/f1", "/data/m1").expect("move")),
+        _ => drop(net.nodes[s].file_remove(at, "/data/f1", false).expect("remove")),
+    }
+    net.nodes[s].ack_plan(from)
+}
+
 /// The found-and-fixed loss of an acknowledged overwrite (simulator `--drive --overwrites`
 /// seeds 3329 and 3357): a file overwritten through one node and acknowledged (`replicated`:
 /// the leader holds it), then moved or removed through a node whose records had not caught up
@@ -1028,13 +1040,7 @@ fn a_move_or_remove_decided_from_records_behind_an_acknowledged_overwrite_is_ref
         // It comes back and, before its records catch up, is asked to move or remove the file.
         net.down[s] = false;
         assert_eq!(file_at(&net, s, "/data/f1"), Some((false, "aaaaaaaa".into())), "{op}: its records lag");
-        let from = net.nodes[s].ack_position();
-        let at = net.clock(s);
-        match op {
-            "move" => drop(net.nodes[s].file_move(at, "/data/f1", "/data/m1").expect("decided here")),
-            _ => drop(net.nodes[s].file_remove(at, "/data/f1", false).expect("decided here")),
-        }
-        let plan = net.nodes[s].ack_plan(from);
+        let plan = move_or_remove(&mut net, s, op);
         assert!(
             net.nodes[s].disk_actions().is_empty(),
             "{op}: no copy is renamed or deleted before the leader takes it"
@@ -1054,13 +1060,7 @@ fn a_move_or_remove_decided_from_records_behind_an_acknowledged_overwrite_is_ref
         let digest = |i: usize| net.nodes[i].meta().state().digest();
         assert!(digest(0) == digest(1) && digest(1) == digest(2), "{op}: the records agree");
         // Caught up, the same change is taken.
-        let from = net.nodes[s].ack_position();
-        let at = net.clock(s);
-        match op {
-            "move" => drop(net.nodes[s].file_move(at, "/data/f1", "/data/m1").expect("move")),
-            _ => drop(net.nodes[s].file_remove(at, "/data/f1", false).expect("remove")),
-        }
-        let plan = net.nodes[s].ack_plan(from);
+        let plan = move_or_remove(&mut net, s, op);
         net.pump();
         assert_eq!(net.nodes[s].ack_ready(net.clock(s), &plan), Some(AckReached::Replicated), "{op}");
         net.run_for(10 * SECOND_MS, SECOND_MS);
