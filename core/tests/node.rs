@@ -1115,3 +1115,50 @@ fn a_move_decided_from_a_refused_move_is_undone_with_it() {
     }
     assert_eq!(net.nodes[s].meta_status(net.clock(s)).meta.pending, 0);
 }
+
+/// The scrub of a copy whose move waits for the leader: the node moved `/data/f1` to
+/// `/data/m1` while the leader could not be reached, so its copy's bytes stay at the old path
+/// until the leader takes the move (a refused move must not have renamed them). The scrub,
+/// asked to check the copy at the new path, finds no bytes there; it must not mark that copy
+/// stale (the planner would then repair or drop a good copy), while a copy of a file whose
+/// bytes really are missing is marked stale as before.
+#[test]
+fn the_scrub_does_not_mark_stale_a_copy_whose_move_waits_for_the_leader() {
+    use shoal_core::ids::VolumeId;
+    use shoal_core::meta::records::LocationState;
+    use shoal_core::node::files::LocalCopy;
+    let (mut net, volumes) = three_nodes_with_volumes("scrub-move", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+    let sum = "a".repeat(64);
+    for path in ["/data/f1", "/data/f2"] {
+        let at = net.clock(f);
+        net.nodes[f].file_publish(at, path, 10, &sum, at.0, &copies).expect("put");
+    }
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    net.down[l] = true;
+    let at = net.clock(f);
+    net.nodes[f].file_move(at, "/data/f1", "/data/m1").expect("decided here");
+    net.pump();
+    assert!(net.nodes[f].meta().awaiting_leader("/data/m1"), "the move waits for the leader");
+    let state = |net: &Net, path: &str| {
+        let rec = net.nodes[f].meta().state().file(path).cloned().expect("a record");
+        rec.locations.iter().find(|c| c.volume_id == volumes[f].id).map(|c| c.state)
+    };
+    let before = state(&net, "/data/m1");
+    assert_ne!(before, Some(LocationState::Stale));
+    let copy = |path: &str| LocalCopy {
+        path: path.into(),
+        file: net.nodes[f].meta().state().file(path).expect("a record").id.clone(),
+        volume: volumes[f].id.clone(),
+        folder: format!("/srv/n{f}"),
+        size: 10,
+        checksum: sum.clone(),
+    };
+    let (moved, missing) = (copy("/data/m1"), copy("/data/f2"));
+    let at = net.clock(f);
+    assert!(net.nodes[f].scrub_result(at, &moved, None), "the moved copy is not missing");
+    assert_eq!(state(&net, "/data/m1"), before, "nor marked stale");
+    assert!(!net.nodes[f].scrub_result(at, &missing, None), "a copy that is gone is missing");
+    assert_eq!(state(&net, "/data/f2"), Some(LocationState::Stale), "and is marked stale");
+}

@@ -341,7 +341,9 @@ fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
 }
 
 fn fail(h: &Harness, seed: u64, why: String) -> String {
-    let tail: Vec<String> = h.log.iter().rev().take(40).rev().cloned().collect();
+    // `SHOAL_SIM_TAIL=n` shows the last n events instead of 40 (a story that began early).
+    let keep = std::env::var("SHOAL_SIM_TAIL").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let tail: Vec<String> = h.log.iter().rev().take(keep).rev().cloned().collect();
     format!("drive seed {seed} failed (replay with SEED={seed} --drive): {why}\nlast events:\n{}", tail.join("\n"))
 }
 

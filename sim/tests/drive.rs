@@ -691,3 +691,43 @@ fn a_node_alone_crashed_right_after_a_move_keeps_its_disk_in_step_with_its_recor
     });
     assert_eq!(at, "/data/g", "the move's records were written before its copy was renamed, so it outlived the crash");
 }
+
+/// `mv` and `rm` through a node whose records lag an acknowledged overwrite, over the real
+/// API: the node was cut off while the file was overwritten through another node, and is asked
+/// to move it (then to remove it) the moment it is back, before its records caught up. The
+/// leader refuses the change, the client gets 409 `changed`, and the overwrite stays where it
+/// was, readable through every node; asked again once the node caught up, the move is made.
+#[test]
+fn a_move_or_remove_through_a_node_whose_records_lag_an_overwrite_answers_409_changed() {
+    let mut h = drive_cluster(11, 3, 1);
+    let leader = h.read(0, |n, now| n.meta_leader(now).map(|l| l.holder)).flatten().expect("a leader");
+    let l = index_of(&h, &leader);
+    let (f, s) = match l {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    let (st, v) = h.put_file(f, "/data/f1", "the first bytes").unwrap();
+    assert_eq!(st, 200, "{v}");
+    wait(&mut h, 30_000, "every node holds the record", |h| (0..3).all(|i| record(h, i, "/data/f1").is_some()));
+    for (op, call, body) in [
+        ("mv", "POST /v1/mv", Some(json!({"from": "/data/f1", "to": "/data/m1"}))),
+        ("rm", "DELETE /v1/files/data/f1", None),
+    ] {
+        h.partition(s, l);
+        h.partition(s, f);
+        let content = format!("overwritten before {op}");
+        let (st, v) = h.put_file(f, "/data/f1", &content).unwrap();
+        assert_eq!((st, h.last_ack.as_deref()), (200, Some("replicated")), "{op}: {v}");
+        h.heal_network();
+        let (st, v) = h.api(s, call, body.clone()).unwrap();
+        assert_eq!((st, v["error"]["code"].as_str()), (409, Some("changed")), "{op}: {v}");
+        h.run_checked(10_000).unwrap();
+        for i in 0..3 {
+            assert_eq!(h.get_file(i, "/data/f1").unwrap().as_deref(), Some(content.as_str()), "{op}: through n{i}");
+            assert!(record(&h, i, "/data/m1").is_none_or(|r| r.removed), "{op}: nothing at the new path on n{i}");
+        }
+    }
+    let (st, v) = h.api(s, "POST /v1/mv", Some(json!({"from": "/data/f1", "to": "/data/m1"}))).unwrap();
+    assert_eq!((st, h.last_ack.as_deref()), (200, Some("replicated")), "caught up, the move is made: {v}");
+}
