@@ -1697,6 +1697,7 @@ fn an_append_under_another_numbering_confirms_no_position() {
     assert_eq!(r.status(), 200, "{}", r.body);
     assert_eq!(r.body["lastSeq"], json!(0), "no position of c's numbering is held");
     assert!(net.meta("b").records_settling(), "a suffix of another numbering may hold half a move");
+    assert!(net.meta("b").status(net.now).records_settling, "and its status says so");
     assert!(setting_of(net.meta("b"), "from-c").is_some(), "the record itself is taken");
     net.collect(&id("b"));
     assert!(net.queue.iter().any(|m| m.to == id("c") && m.target.starts_with(SNAPSHOT)), "b asks c for a snapshot");

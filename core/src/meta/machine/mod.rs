@@ -168,6 +168,11 @@ pub struct MetaStatus {
     /// Removes and moves this node refused, as leader, because the record they were decided
     /// from had changed (the deciding node's records lagged): each a conflict its client saw.
     pub based_refused: u64,
+    /// This node's records may hold half of a decision ([`Meta::records_settling`]: a snapshot
+    /// being adopted, or the log following another numbering than the lease holder's): until a
+    /// snapshot settles it, the node renames and deletes no copies. Lasting, it says the node
+    /// gets no snapshot from the leader.
+    pub records_settling: bool,
 }
 
 /// See [`Meta::write_mark`].
@@ -1039,6 +1044,7 @@ impl Meta {
             refused: self.refused,
             last_refusal: self.last_refusal.clone(),
             based_refused: self.based_refused,
+            records_settling: self.records_settling(),
         }
     }
 
