@@ -1116,14 +1116,16 @@ fn a_move_decided_from_a_refused_move_is_undone_with_it() {
     assert_eq!(net.nodes[s].meta_status(net.clock(s)).meta.pending, 0);
 }
 
-/// The scrub of a copy whose move waits for the leader: the node moved `/data/f1` to
-/// `/data/m1` while the leader could not be reached, so its copy's bytes stay at the old path
-/// until the leader takes the move (a refused move must not have renamed them). The scrub,
-/// asked to check the copy at the new path, finds no bytes there; it must not mark that copy
-/// stale (the planner would then repair or drop a good copy), while a copy of a file whose
-/// bytes really are missing is marked stale as before.
+/// The scrub of a copy whose rename has not run: the node moved `/data/f1` to `/data/m1`
+/// while the leader could not be reached, so its copy's bytes stay at the old path until the
+/// leader takes the move (a refused move must not have renamed them), and after that until the
+/// reconciler's next pass renames them. The scrub, asked to check the copy at the new path,
+/// finds no bytes there; it must not mark that copy stale meanwhile (every holder doing so left
+/// a file with no current copy while its bytes were right: simulator seed 7484), while a copy
+/// of a file whose bytes really are missing is marked stale, and so is the moved copy once the
+/// reconciler's pass found nothing to rename.
 #[test]
-fn the_scrub_does_not_mark_stale_a_copy_whose_move_waits_for_the_leader() {
+fn the_scrub_does_not_mark_stale_a_copy_whose_rename_has_not_run() {
     use shoal_core::ids::VolumeId;
     use shoal_core::meta::records::LocationState;
     use shoal_core::node::files::LocalCopy;
@@ -1161,4 +1163,15 @@ fn the_scrub_does_not_mark_stale_a_copy_whose_move_waits_for_the_leader() {
     assert_eq!(state(&net, "/data/m1"), before, "nor marked stale");
     assert!(!net.nodes[f].scrub_result(at, &missing, None), "a copy that is gone is missing");
     assert_eq!(state(&net, "/data/f2"), Some(LocationState::Stale), "and is marked stale");
+    // The leader takes the move; the rename has not run yet.
+    net.down[l] = false;
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    assert!(!net.nodes[f].meta().awaiting_leader("/data/m1"), "the leader took the move");
+    let at = net.clock(f);
+    assert!(net.nodes[f].scrub_result(at, &moved, None), "not missing before the rename ran");
+    assert_ne!(state(&net, "/data/m1"), Some(LocationState::Stale));
+    // The reconciler found nothing at the old path to rename: the copy is missing now.
+    assert!(net.nodes[f].removed_copy_dropped(at, "/data/f1", &volumes[f].id));
+    assert!(!net.nodes[f].scrub_result(at, &moved, None), "missing once no rename is left");
+    assert_eq!(state(&net, "/data/m1"), Some(LocationState::Stale));
 }

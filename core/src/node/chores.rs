@@ -221,11 +221,12 @@ impl Node {
         let now = self.advance_clocks(wall);
         let ok = matches!(&hashed, Some((size, sum)) if *size == copy.size && *sum == copy.checksum);
         let read = hashed.as_ref().map_or(0, |h| h.0);
-        // A copy just moved here whose rename waits for the leader to take the move is not
-        // missing: it is still at the old path.
-        let unread_move = hashed.is_none()
-            && self.meta.awaiting_leader(&copy.path)
-            && self.copy_move_pending(&copy.path, &copy.volume);
+        // A copy just moved here whose rename has not run yet is not missing: it is still at
+        // the old path. The rename waits for the leader to take the move, for the records to
+        // settle ([`crate::meta::machine::Meta::records_settling`]), or for the reconciler's
+        // next pass; one whose old path holds nothing is dropped by that pass, and a miss
+        // after it counts.
+        let unread_move = hashed.is_none() && self.copy_move_pending(&copy.path, &copy.volume);
         self.repl_stats.scrubbed_copies += 1;
         self.repl_stats.scrubbed_bytes += read;
         let state = if ok { LocationState::Verified } else { LocationState::Stale };
