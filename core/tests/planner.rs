@@ -361,6 +361,31 @@ fn backoff_really_escalates_and_holds_the_file_back() {
     assert_eq!(p.stats.waiting_backoff, 1);
 }
 
+fn pull_source(p: &Plan) -> Vec<String> {
+    p.tasks
+        .iter()
+        .filter_map(|t| match &t.action {
+            Action::Pull { source_node, .. } => Some(source_node.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A pull reads from a verified copy first, and after each failed attempt from the next
+/// copy: a source that cannot serve (its rename held, its bytes rotten) does not hold the file
+/// back while another could (simulator seed 7541).
+#[test]
+fn a_pull_reads_a_verified_copy_first_and_another_after_a_failure() {
+    let mut w = World::new(4, 100 * G);
+    w.policy("/", 3);
+    w.file("/a", &[(0, Committed), (1, Verified)]);
+    assert_eq!(pull_source(&w.plan()), vec!["n1".to_string()], "the verified copy first");
+    w.backoff.insert(FileId::new("id-/a"), Backoff { attempts: 1, next_at_ms: 999_999 });
+    assert_eq!(pull_source(&w.plan()), vec!["n0".to_string()], "after one failure, the other");
+    w.backoff.insert(FileId::new("id-/a"), Backoff { attempts: 2, next_at_ms: 999_999 });
+    assert_eq!(pull_source(&w.plan()), vec!["n1".to_string()], "and back");
+}
+
 /// The nearest folder policy decides; a file's own count overrides it.
 #[test]
 fn the_nearest_folder_policy_decides_the_copy_count() {

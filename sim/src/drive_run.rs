@@ -330,9 +330,43 @@ fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
             f.locations.iter().map(|l| l.checksum[..8.min(l.checksum.len())].to_string()).collect::<Vec<_>>(),
         )
     });
+    // Each running node's view of the lease, and whether its records are settling (`~`).
+    let leases: Vec<String> = (0..h.node_count())
+        .filter_map(|i| {
+            h.read(i, |n, now| {
+                let m = n.meta_status(now).meta;
+                let leader = m.leader.map_or(99, |l| index_of(h, &l).unwrap_or(99));
+                format!("n{i}:L{leader}/t{}{}", m.term.0, if m.records_settling { "~" } else { "" })
+            })
+        })
+        .collect();
+    // The leader's plan for this path now (tasks, stale marks), and the file's backoff.
+    let plan = (0..h.node_count())
+        .find_map(|i| {
+            h.read(i, |n, now| {
+                n.meta_leader(now).filter(|l| &l.holder == n.id()).map(|_| {
+                    let p = n.replication_plan(now, &[]).plan;
+                    let tasks: Vec<String> = p
+                        .tasks
+                        .iter()
+                        .filter(|t| t.path == path)
+                        .map(|t| format!("{:?}/{:?}", t.action, t.reason))
+                        .collect();
+                    let backoff = n.meta().state().file(&path).and_then(|f| f.repl.clone());
+                    let mut text = format!("plan {tasks:?} backoff {backoff:?}");
+                    for (j, id) in h.ids.iter().enumerate() {
+                        text = text.replace(id.as_str(), &format!("n{j}"));
+                    }
+                    text
+                })
+            })
+            .flatten()
+        })
+        .unwrap_or_default();
     let now = format!(
-        "right {right:?} on disk {on_disk:?} records {} | want {want:?} disk {disk_sums:?} rec {rec_sum:?}",
-        recs.join(" ")
+        "right {right:?} on disk {on_disk:?} records {} | want {want:?} disk {disk_sums:?} rec {rec_sum:?} | {} | {plan}",
+        recs.join(" "),
+        leases.join(" ")
     );
     if now != *last {
         eprintln!("WATCH [{} ms] {now}", h.elapsed_ms());

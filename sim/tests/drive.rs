@@ -364,12 +364,15 @@ fn drive_seed_sweep_keeps_every_acknowledged_file() {
 /// a node moved a file while cut off from the leader, and its scrub, and later every holder's,
 /// found no bytes at the new path before the rename had run (held for the leader, then for the
 /// records to settle) and marked the copies stale; after heal the renamed bytes were right but
-/// no copy was current, so nothing could repair the file. `SEED=n` runs only seed n.
+/// no copy was current, so nothing could repair the file. Seed 7541: the planner pulled every
+/// repair from the first copy in volume order, whose rename was held (unsettled bytes at the
+/// old path), while a verified copy sat on another node, until the file's backoff reached an
+/// hour. `SEED=n` runs only seed n.
 #[test]
 fn drive_seeds_that_once_failed_keep_every_acknowledged_file() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![7484],
+        None => vec![7484, 7541],
     };
     let opts = shoal_sim::DriveOptions::default();
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

@@ -433,7 +433,8 @@ impl<'a, 'c> Pass<'a, 'c> {
         let mut counted = 0usize; // healthy, not to be evacuated, not stale-by-absence
         let mut on_usable: Vec<(&Volume, &NodeId)> = Vec::new(); // counted copies on usable nodes
         let mut evac: Vec<(&Volume, &NodeId)> = Vec::new();
-        let mut sources: Vec<(&VolumeId, &NodeId)> = Vec::new();
+        // Copies to pull from, with whether a scrub has verified them since they were written.
+        let mut sources: Vec<(&VolumeId, &NodeId, bool)> = Vec::new();
         let mut holders: BTreeSet<&NodeId> = BTreeSet::new();
         let mut stale_here: Vec<&Volume> = Vec::new();
         // Further current copies on a node that holds one already: they count once.
@@ -482,7 +483,7 @@ impl<'a, 'c> Pass<'a, 'c> {
                 }
                 // DRAINING nodes take no new copies but still serve reads.
                 if node_usable(node.state) || node.state == NodeState::Draining {
-                    sources.push((&l.volume_id, &l.node_id));
+                    sources.push((&l.volume_id, &l.node_id, l.state == LocationState::Verified));
                 }
                 if vol.evacuating || node.state == NodeState::Draining {
                     evac.push((vol, &l.node_id));
@@ -513,10 +514,18 @@ impl<'a, 'c> Pass<'a, 'c> {
                 self.out.stats.deferred += 1;
                 return Planned::LeftForLimits;
             }
-            let Some((src_vol, src_node)) = sources.first().copied() else {
+            if sources.is_empty() {
                 self.out.stats.no_source += 1;
                 return Planned::Decided;
-            };
+            }
+            // Verified copies first, then the others, each in volume order; after each failed
+            // attempt the next one, so a source that cannot serve the copy (its bytes not yet
+            // where the records say, or rotten) does not hold the file back while another
+            // could (simulator seed 7541: every pull went to a copy whose rename was held, the
+            // file's backoff grew to an hour, and a verified copy was never asked).
+            sources.sort_by_key(|(_, _, verified)| !verified);
+            let attempts = input.backoff.get(&f.id).map_or(0, |b| b.attempts as usize);
+            let (src_vol, src_node, _) = sources[attempts % sources.len()];
             // Whether a node that could take the copy was passed over for its task limit.
             let mut passed_for_room = false;
             let repair = stale_here.iter().copied().find(|v| {
