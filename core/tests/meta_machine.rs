@@ -2089,3 +2089,35 @@ fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
         assert!(net.meta(n).state().file("/d/m3").is_none(), "{n} holds nothing at the new path");
     }
 }
+
+/// `POST meta/based` (a new leader's check of its own queued removes and moves): a member names
+/// its record at each path asked about when it is newer than the version given, nothing else;
+/// it changes nothing; a body that is not the check's shape is a 400.
+#[test]
+fn a_member_names_its_newer_records_at_the_paths_a_new_leader_asks_about() {
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let old = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(old.clone()));
+    net.run();
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f1", 'b');
+    net.submit("a", Record::File(over.clone()));
+    net.run();
+    let ask = |version: &shoal_core::hlc::Version, path: &str| {
+        json!({"based": [{"path": path, "version": version}]}).to_string()
+    };
+    let digest = net.meta("b").state().digest();
+    let r = net.meta("b").answer_based(ask(&old.version, "/d/f1").as_bytes());
+    assert_eq!(r.status(), 200, "{}", r.body);
+    let named = r.body["records"].as_array().cloned().unwrap_or_default();
+    assert_eq!(named.len(), 1, "{}", r.body);
+    assert!(named[0].to_string().contains(&"b".repeat(64)), "the overwrite: {}", named[0]);
+    let r = net.meta("b").answer_based(ask(&over.version, "/d/f1").as_bytes());
+    assert_eq!(r.body["records"], json!([]), "nothing newer than the overwrite");
+    let r = net.meta("b").answer_based(ask(&old.version, "/d/none").as_bytes());
+    assert_eq!(r.body["records"], json!([]), "nothing at an unknown path");
+    assert_eq!(net.meta("b").state().digest(), digest, "a read only");
+    for bad in [&b"{"[..], b"[]", br#"{"based":[{"path":"/d/f1"}]}"#, br#"{"based":[],"x":1}"#] {
+        assert_eq!(net.meta("b").answer_based(bad).status(), 400, "{}", String::from_utf8_lossy(bad));
+    }
+}

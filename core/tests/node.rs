@@ -1175,3 +1175,53 @@ fn the_scrub_does_not_mark_stale_a_copy_whose_rename_has_not_run() {
     assert!(!net.nodes[f].scrub_result(at, &moved, None), "missing once no rename is left");
     assert_eq!(state(&net, "/data/m1"), Some(LocationState::Stale));
 }
+
+/// A node whose records lag decides a move while the leader is unreachable, then becomes the
+/// leader itself (the old one died) with the move still queued: it must check the move against
+/// what the other members hold before it goes into its log, as the old leader would have
+/// (simulator seed 3630: the move went in unchecked, and its tombstone, newer by version,
+/// dropped an acknowledged overwrite everywhere). Each of the two followers plays the stale
+/// node once; whichever of them leads next, the overwrite is kept everywhere and the move is
+/// answered `Changed`.
+#[test]
+fn a_node_that_becomes_leader_checks_its_queued_moves_against_the_others_records() {
+    use shoal_core::ids::VolumeId;
+    use shoal_core::node::AckReached;
+    let mut stale_led = 0;
+    for pick in 0..2 {
+        let (mut net, volumes) = three_nodes_with_volumes("new-leader", |_| (1 << 40, 1 << 39));
+        let (l, _) = leader_and_follower(&net);
+        let others: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+        let (s, f) = (others[pick], others[1 - pick]);
+        let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+        let at = net.clock(f);
+        net.nodes[f].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &copies).expect("put");
+        net.run_for(5 * SECOND_MS, SECOND_MS);
+        // The overwrite is acknowledged while the stale node hears nothing.
+        net.down[s] = true;
+        let from = net.nodes[f].ack_position();
+        let at = net.clock(f);
+        net.nodes[f].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &copies).expect("overwrite");
+        let plan = net.nodes[f].ack_plan(from);
+        net.pump();
+        assert_eq!(net.nodes[f].ack_ready(net.clock(f), &plan), Some(AckReached::Replicated));
+        // The leader dies; the stale node moves the file from its old record.
+        net.down[l] = true;
+        net.down[s] = false;
+        assert_eq!(file_at(&net, s, "/data/f1"), Some((false, "aaaaaaaa".into())), "its records lag");
+        let plan = move_or_remove(&mut net, s, "move");
+        net.run_for(2 * MINUTE_MS, SECOND_MS);
+        let leader = net.nodes[s].meta_status(net.clock(s)).meta.leader.expect("a new leader");
+        assert_ne!(leader, net.id(l));
+        if leader == net.id(s) {
+            stale_led += 1;
+            assert!(net.nodes[s].meta_status(net.clock(s)).meta.based_refused >= 1, "the check refused it");
+        }
+        assert_eq!(net.nodes[s].ack_ready(net.clock(s), &plan), Some(AckReached::Changed), "pick {pick}");
+        for i in [s, f] {
+            assert_eq!(file_at(&net, i, "/data/f1"), Some((false, "bbbbbbbb".into())), "n{i} keeps the overwrite");
+            assert!(file_at(&net, i, "/data/m1").is_none(), "n{i} has nothing at the new path");
+        }
+    }
+    assert_eq!(stale_led, 1, "the stale node led in one of the two runs");
+}

@@ -393,12 +393,15 @@ fn drive_seeds_that_once_failed_keep_every_acknowledged_file() {
 /// and the leader refuses them); seed 3357 the one where two nodes, each cut off from the
 /// others, changed one file each and acknowledged it `alone`; seed 3356 the one where a new
 /// leader's first append carried a move's tombstone without the record at its new path, and the
-/// holders deleted their copies instead of renaming them. `SEED=n` runs only seed n.
+/// holders deleted their copies instead of renaming them; seeds 3630 and 3057 the ones where a
+/// node moved a file from records that lagged an acknowledged overwrite, then became the leader
+/// with the move still queued and put it into its log unchecked (and served it in snapshots).
+/// `SEED=n` runs only seed n.
 #[test]
 fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![3007, 3001, 3105, 3329, 3357, 3356],
+        None => vec![3007, 3001, 3105, 3329, 3357, 3356, 3630, 3057],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

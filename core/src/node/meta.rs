@@ -142,6 +142,7 @@ impl Node {
             "meta/append" => self.meta.answer_append(now, sender, body, &mut self.hlc),
             "meta/submit" => self.meta.answer_submit(now, sender, body, &mut self.hlc),
             "meta/log" => self.meta.answer_log(query),
+            "meta/based" => self.meta.answer_based(body),
             _ => self.meta.answer_snapshot(query),
         };
         self.drain_meta(wall, now);

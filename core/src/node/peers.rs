@@ -22,6 +22,7 @@ pub const ACN_ENDPOINTS: &[(&str, &str)] = &[
     ("meta/lease", "POST"),
     ("meta/append", "POST"),
     ("meta/submit", "POST"),
+    ("meta/based", "POST"),
     ("store/place", "POST"),
     ("events/publish", "POST"),
     ("jobs/run", "POST"),
@@ -82,7 +83,7 @@ impl Node {
             "events/publish" => self.answer_events(&sender, body),
             "jobs/run" | "jobs/renew" | "jobs/done" => self.answer_jobs(wall, now, endpoint, &sender, body),
             "meta/file" => self.answer_file_exists(target),
-            "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" => {
+            "meta/lease" | "meta/append" | "meta/submit" | "meta/log" | "meta/snapshot" | "meta/based" => {
                 let query = target.split_once('?').map(|(_, q)| q).unwrap_or("");
                 self.answer_meta(wall, now, endpoint, &sender, query, body)
             }

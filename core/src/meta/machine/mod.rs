@@ -123,6 +123,9 @@ pub enum MetaPurpose {
     Snapshot {
         after: Option<String>,
     },
+    /// A new leader asks what a member holds at the paths its own queued removes and moves
+    /// were decided from ([`Meta::own_based_checked`]).
+    Based,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -173,6 +176,15 @@ pub struct MetaStatus {
     /// snapshot settles it, the node renames and deletes no copies. Lasting, it says the node
     /// gets no snapshot from the leader.
     pub records_settling: bool,
+}
+
+/// A new leader's check of its own queued removes and moves ([`Meta::own_based_checked`]).
+#[derive(Debug)]
+struct BasedCheck {
+    /// The members asked that have not answered yet.
+    waiting: BTreeSet<NodeId>,
+    /// The answers are waited for until then.
+    due: Millis,
 }
 
 /// See [`Meta::write_mark`].
@@ -580,6 +592,9 @@ pub struct Meta {
     /// the record's path and the one it was decided from), with how many: until the leader
     /// takes them, nothing on disk follows them ([`Meta::awaiting_leader`]).
     based_pending: BTreeMap<String, u32>,
+    /// Leader: the members asked what they hold at the paths of this node's own queued removes
+    /// and moves, before those go into the log ([`Meta::own_based_checked`]).
+    based_check: Option<BasedCheck>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -661,6 +676,7 @@ impl Meta {
             refused_own: BTreeSet::new(),
             changed_own: BTreeSet::new(),
             based_pending: BTreeMap::new(),
+            based_check: None,
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -1085,6 +1101,9 @@ impl Meta {
         if let Some((due, _)) = &self.catch_up_due {
             t = t.min(*due);
         }
+        if let Some(c) = &self.based_check {
+            t = t.min(c.due);
+        }
         if let Some(due) = self.peers.values().filter_map(|p| p.gap_due).min() {
             t = t.min(due);
         }
@@ -1433,9 +1452,15 @@ impl Meta {
             return;
         }
         let Some(leader) = self.leader(now).map(|l| l.holder.clone()) else { return };
+        if leader != self.me {
+            self.based_check = None;
+        }
         if leader == self.me {
             if !self.submits.is_empty() {
                 // Submits to the old leader are answered (or time out) first.
+                return;
+            }
+            if !self.own_based_checked(now) {
                 return;
             }
             // We became leader: our own pending changes go straight into the log.
@@ -1476,6 +1501,115 @@ impl Meta {
             self.submits.insert(first, (now, ids.clone()));
             self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });
         }
+    }
+
+    /// A node that becomes leader with removes or moves of its own still queued (decided as a
+    /// follower, from records that may have lagged the old leader's: an overwrite the old
+    /// leader acknowledged, held by another member, that this node never saw) first asks every
+    /// other member what it holds at the paths they were decided from, as the old leader would
+    /// have checked them ([`Meta::base_gone`]). An answer naming a newer record undoes the
+    /// change it refutes (its acknowledgement is `Changed`) and the record is merged and
+    /// appended; the rest go into the log once every member answered (or failed to) or
+    /// `request_timeout_ms` passed. Without it, such a change went into the new leader's log
+    /// unchecked, and its tombstone, newer by version, dropped the acknowledged overwrite
+    /// everywhere (simulator seed 3630). Returns whether the queue may go into the log now.
+    fn own_based_checked(&mut self, now: Millis) -> bool {
+        let based: Vec<&crate::meta::records::BasedOn> =
+            self.pending.values().filter_map(|r| Self::based_of(r)).collect();
+        if based.is_empty() {
+            self.based_check = None;
+            return true;
+        }
+        match &self.based_check {
+            None => {
+                let others = self.other_members();
+                if others.is_empty() {
+                    return true;
+                }
+                let body = serde_json::to_vec(&json!({ "based": based })).expect("serialise");
+                for p in &others {
+                    self.send(p, "POST", "/cluster/acn/meta/based".into(), body.clone(), MetaPurpose::Based);
+                }
+                let due = now.plus(self.config.request_timeout_ms);
+                self.based_check = Some(BasedCheck { waiting: others.into_iter().collect(), due });
+                false
+            }
+            Some(c) if !c.waiting.is_empty() && now < c.due => {
+                // Answers call again as they come; the timer only for the deadline.
+                self.submit_due = c.due;
+                false
+            }
+            Some(_) => {
+                self.based_check = None;
+                true
+            }
+        }
+    }
+
+    /// Whether this node leads with removes or moves of its own queued that have not passed
+    /// [`Meta::own_based_checked`] yet. Its records then hold them applied, so it serves no
+    /// snapshot meanwhile: a member adopting one would take such a change before the check
+    /// (and drop, by last-writer-wins, the newer record the check is to find on it).
+    pub(super) fn own_changes_unchecked(&self) -> bool {
+        self.lease.known().is_some_and(|l| l.holder == self.me)
+            && self.pending.values().any(|r| Self::based_of(r).is_some())
+    }
+
+    /// What a record of a remove or a move was decided from, if it is one.
+    fn based_of(r: &Record) -> Option<&crate::meta::records::BasedOn> {
+        match r {
+            Record::File(f) => f.based_on.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// A member's answer to [`Meta::own_based_checked`]: `records` are its records at the
+    /// paths asked about that are newer than what the queued changes were decided from.
+    pub(super) fn take_based_answer(&mut self, now: Millis, peer: &NodeId, records: Vec<Record>, hlc: &mut Hlc) {
+        let leading = self.is_leader(now);
+        for r in records {
+            let Record::File(newer) = &r else { continue };
+            if r.shape_error().is_some() || !believable(&r, hlc) {
+                continue;
+            }
+            let refuted: Vec<u64> = self
+                .pending
+                .iter()
+                .filter_map(|(id, p)| {
+                    let Record::File(f) = p else { return None };
+                    let b = f.based_on.as_deref()?;
+                    // Not the other record of the same decision (a move's, held there).
+                    let sibling = newer.based_on.as_deref() == Some(b) && newer.version.node == f.version.node;
+                    (f.version.node == self.me && b.path == newer.path && newer.version > b.version && !sibling)
+                        .then_some(*id)
+                })
+                .collect();
+            if refuted.is_empty() {
+                continue;
+            }
+            for id in refuted {
+                if !self.pending.contains_key(&id) {
+                    continue; // undone already, with an earlier one
+                }
+                self.undo_changed(id, Some(r.clone()), hlc);
+                if self.pending_remove(id).is_some() {
+                    self.persist(MetaPersist::DeletePending(id));
+                }
+                self.based_refused += 1;
+            }
+            if leading {
+                // Held by that member (the old leader acknowledged it): now in our log too.
+                self.append_as_leader(r.clone(), peer.clone());
+            }
+        }
+        if let Some(c) = &mut self.based_check {
+            c.waiting.remove(peer);
+        }
+        if leading {
+            self.pump_appends();
+        }
+        self.submit_due = now;
+        self.try_submit(now);
     }
 
     pub(super) fn request_catch_up(&mut self, leader: &NodeId) {

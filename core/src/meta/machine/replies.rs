@@ -33,6 +33,7 @@ impl Meta {
                 MetaPurpose::Submit { .. } => "our submit",
                 MetaPurpose::CatchUp => "our catch-up request",
                 MetaPurpose::Snapshot { .. } => "our snapshot request",
+                MetaPurpose::Based => "our check of queued removes and moves",
             };
             self.refused_by(peer, what, answer_message(&body));
         }
@@ -151,6 +152,22 @@ impl Meta {
                     }
                 }
                 self.try_submit(now);
+            }
+            MetaPurpose::Based => {
+                #[derive(Deserialize)]
+                struct BasedAnswer {
+                    #[serde(default)]
+                    records: Vec<Box<RawValue>>,
+                }
+                // A peer that cannot answer (down, or a build without the endpoint) counts as
+                // one that holds nothing newer.
+                let raw = if carried_out {
+                    serde_json::from_slice::<BasedAnswer>(&body).map(|a| a.records).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                let records = raw.iter().filter_map(|r| serde_json::from_str::<Record>(r.get()).ok()).collect();
+                self.take_based_answer(now, peer, records, hlc);
             }
             MetaPurpose::CatchUp => {
                 self.catch_up_in_flight = None;

@@ -326,6 +326,32 @@ impl Meta {
             .map(Echo::Append)
     }
 
+    /// `POST meta/based`: a new leader asks, before it appends its own queued removes and
+    /// moves, what this node holds at the paths they were decided from
+    /// ([`Meta::own_based_checked`]). The answer names this node's record at each path that is
+    /// newer than the version given. Only a read: nothing here changes.
+    pub fn answer_based(&self, body: &[u8]) -> MetaReply {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct BasedBody {
+            based: Vec<crate::meta::records::BasedOn>,
+        }
+        let b: BasedBody = match serde_json::from_slice(body) {
+            Ok(b) => b,
+            Err(e) => return bad(format!("based body: {e}")),
+        };
+        if b.based.len() > self.config.batch_max * 4 {
+            return bad("too many paths in one check");
+        }
+        let records: Vec<Record> = b
+            .based
+            .iter()
+            .filter_map(|based| self.state.file(&based.path).filter(|here| here.version > based.version))
+            .map(|f| Record::File(f.clone()))
+            .collect();
+        reply(None, json!({ "records": records }))
+    }
+
     /// `GET meta/log?after=N`: at most one page, read from the range asked for only.
     pub fn answer_log(&self, query: &str) -> MetaReply {
         let after =
@@ -355,6 +381,12 @@ impl Meta {
     /// made while the pages are read arrive again through the log after that position, and
     /// records merge, so a page that is newer than the first one does no harm.
     pub fn answer_snapshot(&self, query: &str) -> MetaReply {
+        if self.own_changes_unchecked() {
+            return reply(
+                Some(ErrorKind::Unavailable),
+                json!({"error": {"code": "settling", "message": "this new leader is checking its own queued changes; ask again shortly"}}),
+            );
+        }
         let after = match query.split('&').find_map(|kv| kv.strip_prefix("after=")) {
             Some(c) => match decode_cursor(c) {
                 Some(k) => Some(k),
