@@ -1225,3 +1225,50 @@ fn a_node_that_becomes_leader_checks_its_queued_moves_against_the_others_records
     }
     assert_eq!(stale_led, 1, "the stale node led in one of the two runs");
 }
+
+/// A node whose records are settling (its log follows another numbering than the lease
+/// holder's, until a snapshot puts it on the leader's) decides no remove or move: a record
+/// there may be one made from a copy mark alone, listing some of the file's copies, and a move
+/// decided from it told the holders of the others to delete theirs (simulator seed 7050). The
+/// refusal changes nothing; once settled, the same move is made.
+#[test]
+fn a_node_whose_records_are_settling_decides_no_remove_or_move() {
+    use shoal_core::ids::VolumeId;
+    let (mut net, volumes) = three_nodes_with_volumes("settling", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let x = (0..3).find(|&i| i != l && i != f).unwrap();
+    let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &copies).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    // x appends under a higher term: f takes it, and follows another numbering until it has
+    // x's snapshot (not delivered here).
+    let xid = net.id(x);
+    let wall = net.clock(x).0;
+    let version = json!({"wallMs": wall, "counter": 0, "node": xid});
+    let entry = json!({"seq": 1, "term": 9, "kind": "setting",
+        "payload": {"key": "from-x", "value": 1, "version": version}, "version": version, "origin": xid});
+    let body = json!({"lease": {"holder": xid, "term": 9}, "entries": [entry], "lastSeq": 1}).to_string();
+    let target = "/cluster/acn/meta/append";
+    let headers = net.signed(x, "POST", target, body.as_bytes());
+    let at = net.clock(f);
+    let r = net.nodes[f].handle_acn(at, "POST", target, Some(&headers), body.as_bytes());
+    assert_eq!(r.status(), 200, "{}", String::from_utf8_lossy(&body_bytes(&r)));
+    assert!(net.nodes[f].meta_status(at).meta.records_settling, "f's records are settling");
+    for op in ["move", "remove"] {
+        let err = match op {
+            "move" => net.nodes[f].file_move(at, "/data/f1", "/data/m1").map(|_| ()),
+            _ => net.nodes[f].file_remove(at, "/data/f1", false).map(|_| ()),
+        }
+        .expect_err(op);
+        assert_eq!(err.code, "records_settling", "{op}");
+    }
+    assert_eq!(file_at(&net, f, "/data/f1"), Some((false, "aaaaaaaa".into())), "nothing changed");
+    assert!(file_at(&net, f, "/data/m1").is_none());
+    // x leads from now on: f takes its snapshot and settles, and the move is made.
+    net.down[l] = true;
+    net.run_for(2 * MINUTE_MS, SECOND_MS);
+    let at = net.clock(f);
+    assert!(!net.nodes[f].meta_status(at).meta.records_settling, "settled");
+    net.nodes[f].file_move(at, "/data/f1", "/data/m1").expect("the move is made once settled");
+}

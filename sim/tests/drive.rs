@@ -367,12 +367,14 @@ fn drive_seed_sweep_keeps_every_acknowledged_file() {
 /// no copy was current, so nothing could repair the file. Seed 7541: the planner pulled every
 /// repair from the first copy in volume order, whose rename was held (unsettled bytes at the
 /// old path), while a verified copy sat on another node, until the file's backoff reached an
-/// hour. `SEED=n` runs only seed n.
+/// hour. Seed 7050: a node whose records were settling (a record there made from a copy mark
+/// alone, naming one copy of three) moved the file, the leader took the move, and the holders
+/// of the other two copies deleted theirs; the one left was rotten. `SEED=n` runs only seed n.
 #[test]
 fn drive_seeds_that_once_failed_keep_every_acknowledged_file() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![7484, 7541],
+        None => vec![7484, 7541, 7050],
     };
     let opts = shoal_sim::DriveOptions::default();
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

@@ -197,6 +197,22 @@ impl Node {
         })
     }
 
+    /// A remove or a move is decided from this node's records, and lists the copies they know:
+    /// not while those may hold half of what the leader holds
+    /// ([`crate::meta::machine::Meta::records_settling`]: a record made from a copy mark alone,
+    /// without the copies its full record lists). A move decided from such a record named one
+    /// copy of three, the leader took it, and the holders of the other two deleted theirs;
+    /// the one left was rotten (simulator seed 7050).
+    fn check_records_settled(&self) -> Result<(), ApiError> {
+        if self.meta.records_settling() {
+            return Err(ApiError::conflict(
+                "records_settling",
+                "this node is catching up with the leader's records; nothing was changed, retry shortly",
+            ));
+        }
+        Ok(())
+    }
+
     fn check_no_pending_rename(&self, path: &str) -> Result<(), ApiError> {
         let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return Ok(()) };
         let pending = old.locations.iter().filter(|l| l.state != LocationState::Dropped).any(|l| {
@@ -445,6 +461,7 @@ impl Node {
     /// Each node then deletes its own copies (see [`Node::disk_actions`]).
     pub fn file_remove(&mut self, wall: Millis, path: &str, recursive: bool) -> Result<FilesRemoved, ApiError> {
         self.in_cluster()?;
+        self.check_records_settled()?;
         let p = normalize(path).map_err(bad_path)?;
         if p == "/" {
             return Err(ApiError::invalid("bad_path", "the root cannot be removed"));
@@ -471,6 +488,7 @@ impl Node {
     /// old paths tombstones; each holder then renames its copies on disk.
     pub fn file_move(&mut self, wall: Millis, from: &str, to: &str) -> Result<Moved, ApiError> {
         self.in_cluster()?;
+        self.check_records_settled()?;
         let from = normalize(from).map_err(bad_path)?;
         let to = normalize(to).map_err(bad_path)?;
         if from == "/" || to == "/" {

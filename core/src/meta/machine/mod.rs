@@ -1506,7 +1506,7 @@ impl Meta {
     /// A node that becomes leader with removes or moves of its own still queued (decided as a
     /// follower, from records that may have lagged the old leader's: an overwrite the old
     /// leader acknowledged, held by another member, that this node never saw) first asks every
-    /// other member what it holds at the paths they were decided from, as the old leader would
+    /// member it can reach what it holds at the paths they were decided from, as the old leader would
     /// have checked them ([`Meta::base_gone`]). An answer naming a newer record undoes the
     /// change it refutes (its acknowledgement is `Changed`) and the record is merged and
     /// appended; the rest go into the log once every member answered (or failed to) or
@@ -1522,7 +1522,10 @@ impl Meta {
         }
         match &self.based_check {
             None => {
-                let others = self.other_members();
+                // The members this node can reach (ONLINE or DEGRADED): one that is down would
+                // only hold the check up until the deadline.
+                let others: Vec<NodeId> =
+                    self.members.iter().filter(|c| c.id != self.me && c.eligible).map(|c| c.id.clone()).collect();
                 if others.is_empty() {
                     return true;
                 }
