@@ -1216,6 +1216,9 @@ fn a_node_that_becomes_leader_checks_its_queued_moves_against_the_others_records
         if leader == net.id(s) {
             stale_led += 1;
             assert!(net.nodes[s].meta_status(net.clock(s)).meta.based_refused >= 1, "the check refused it");
+            // The check is over: no timer left due (a check left behind spun the driver).
+            let at = net.clock(s);
+            assert!(net.nodes[s].poll_timeout().is_some_and(|d| d > at), "no timer overdue on n{s}");
         }
         assert_eq!(net.nodes[s].ack_ready(net.clock(s), &plan), Some(AckReached::Changed), "pick {pick}");
         for i in [s, f] {

@@ -30,6 +30,10 @@ pub const SCRUB_RATE_DEFAULT: f64 = 20.0 * 1024.0 * 1024.0;
 /// How long a copy goes unchecked before the scrub re-hashes it, when `storage.scrub_min_age`
 /// is not set.
 pub const SCRUB_MIN_AGE_DEFAULT_MS: u64 = 24 * 3_600_000;
+
+/// How long after a move the scrub reads its copy's missing bytes as a rename still to run
+/// (the reconciler renames within a minute unless the rename is held).
+pub const RENAME_GRACE_MS: u64 = 10 * 60_000;
 /// How long the scrub rests when no copy is due, and after each batch.
 pub const SCRUB_IDLE_MS: u64 = 60_000;
 /// The shortest interval a config key can give a chore (zero would run it back to back).
@@ -224,9 +228,15 @@ impl Node {
         // A copy just moved here whose rename has not run yet is not missing: it is still at
         // the old path. The rename waits for the leader to take the move, for the records to
         // settle ([`crate::meta::machine::Meta::records_settling`]), or for the reconciler's
-        // next pass; one whose old path holds nothing is dropped by that pass, and a miss
-        // after it counts.
-        let unread_move = hashed.is_none() && self.copy_move_pending(&copy.path, &copy.volume);
+        // next pass (one whose old path holds nothing is dropped by that pass, and a miss after
+        // it counts). Past [`RENAME_GRACE_MS`] without such a hold, a rename that keeps failing
+        // no longer hides a missing copy.
+        let unread_move = hashed.is_none()
+            && self.copy_moved_at(&copy.path, &copy.volume).is_some_and(|at| {
+                self.meta.awaiting_leader(&copy.path)
+                    || self.meta.records_settling()
+                    || wall.0.saturating_sub(at) < RENAME_GRACE_MS
+            });
         self.repl_stats.scrubbed_copies += 1;
         self.repl_stats.scrubbed_bytes += read;
         let state = if ok { LocationState::Verified } else { LocationState::Stale };

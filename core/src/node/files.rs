@@ -189,12 +189,23 @@ impl Node {
     /// Whether the copy on `volume` of the live file at `path` is still to be renamed there from
     /// the path it was moved from (its holder has not renamed it on disk yet).
     pub fn copy_move_pending(&self, path: &str, volume: &VolumeId) -> bool {
-        let Some(f) = self.live_file(path) else { return false };
-        self.meta.state().files_with_id(&f.id).any(|g| {
-            g.removed
-                && g.path != f.path
-                && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
-        })
+        self.copy_moved_at(path, volume).is_some()
+    }
+
+    /// When the move whose rename would bring the copy on `volume` to `path` was decided (wall
+    /// ms of its tombstone), if that rename has not run yet.
+    pub fn copy_moved_at(&self, path: &str, volume: &VolumeId) -> Option<u64> {
+        let f = self.live_file(path)?;
+        self.meta
+            .state()
+            .files_with_id(&f.id)
+            .filter(|g| {
+                g.removed
+                    && g.path != f.path
+                    && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
+            })
+            .map(|g| g.version.wall_ms)
+            .max()
     }
 
     /// A remove or a move is decided from this node's records, and lists the copies they know:
@@ -203,8 +214,11 @@ impl Node {
     /// without the copies its full record lists). A move decided from such a record named one
     /// copy of three, the leader took it, and the holders of the other two deleted theirs;
     /// the one left was rotten (simulator seed 7050).
+    /// Nor on a new leader while its own queued removes and moves are unchecked
+    /// ([`crate::meta::machine::Meta::own_changes_unchecked`]): a change decided from one of
+    /// them would go into the log at once and outlive its undo.
     fn check_records_settled(&self) -> Result<(), ApiError> {
-        if self.meta.records_settling() {
+        if self.meta.records_settling() || self.meta.own_changes_unchecked() {
             return Err(ApiError::conflict(
                 "records_settling",
                 "this node is catching up with the leader's records; nothing was changed, retry shortly",

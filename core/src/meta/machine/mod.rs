@@ -207,6 +207,9 @@ pub type MetaReply = Reply;
 /// Most bytes of records in one submit or append (well under the 64 MiB request limit).
 pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 
+/// Most paths one `meta/based` check names ([`Meta::own_based_checked`]).
+pub const BASED_ASK_MAX: usize = 100_000;
+
 /// Where the changes between two write marks stand ([`Meta::mark_held`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MarkState {
@@ -1101,7 +1104,7 @@ impl Meta {
         if let Some((due, _)) = &self.catch_up_due {
             t = t.min(*due);
         }
-        if let Some(c) = &self.based_check {
+        if let Some(c) = self.based_check.as_ref().filter(|_| self.own_changes_unchecked()) {
             t = t.min(c.due);
         }
         if let Some(due) = self.peers.values().filter_map(|p| p.gap_due).min() {
@@ -1448,6 +1451,10 @@ impl Meta {
     }
 
     pub(super) fn try_submit(&mut self, now: Millis) {
+        if self.based_check.is_some() && !(self.is_leader(now) && self.own_changes_unchecked()) {
+            // Nothing left to check (every queued change refuted), or no longer leading.
+            self.based_check = None;
+        }
         if self.pending.is_empty() || now < self.submit_due {
             return;
         }
@@ -1514,8 +1521,9 @@ impl Meta {
     /// unchecked, and its tombstone, newer by version, dropped the acknowledged overwrite
     /// everywhere (simulator seed 3630). Returns whether the queue may go into the log now.
     fn own_based_checked(&mut self, now: Millis) -> bool {
-        let based: Vec<&crate::meta::records::BasedOn> =
-            self.pending.values().filter_map(|r| Self::based_of(r)).collect();
+        // A move's two records name the same base: asked once.
+        let based: BTreeSet<(&str, &Version)> =
+            self.pending.values().filter_map(|r| Self::based_of(r)).map(|b| (b.path.as_str(), &b.version)).collect();
         if based.is_empty() {
             self.based_check = None;
             return true;
@@ -1529,6 +1537,8 @@ impl Meta {
                 if others.is_empty() {
                     return true;
                 }
+                let based: Vec<Value> =
+                    based.iter().map(|(path, version)| json!({"path": path, "version": version})).collect();
                 let body = serde_json::to_vec(&json!({ "based": based })).expect("serialise");
                 for p in &others {
                     self.send(p, "POST", "/cluster/acn/meta/based".into(), body.clone(), MetaPurpose::Based);
@@ -1553,7 +1563,7 @@ impl Meta {
     /// [`Meta::own_based_checked`] yet. Its records then hold them applied, so it serves no
     /// snapshot meanwhile: a member adopting one would take such a change before the check
     /// (and drop, by last-writer-wins, the newer record the check is to find on it).
-    pub(super) fn own_changes_unchecked(&self) -> bool {
+    pub fn own_changes_unchecked(&self) -> bool {
         self.lease.known().is_some_and(|l| l.holder == self.me)
             && self.pending.values().any(|r| Self::based_of(r).is_some())
     }
@@ -1570,6 +1580,9 @@ impl Meta {
     /// paths asked about that are newer than what the queued changes were decided from.
     pub(super) fn take_based_answer(&mut self, now: Millis, peer: &NodeId, records: Vec<Record>, hlc: &mut Hlc) {
         let leading = self.is_leader(now);
+        if !leading || !self.based_check.as_ref().is_some_and(|c| c.waiting.contains(peer)) {
+            return; // late (the check ended, or this node no longer leads)
+        }
         for r in records {
             let Record::File(newer) = &r else { continue };
             if r.shape_error().is_some() || !believable(&r, hlc) {
@@ -1583,8 +1596,8 @@ impl Meta {
                     let b = f.based_on.as_deref()?;
                     // Not the other record of the same decision (a move's, held there).
                     let sibling = newer.based_on.as_deref() == Some(b) && newer.version.node == f.version.node;
-                    (f.version.node == self.me && b.path == newer.path && newer.version > b.version && !sibling)
-                        .then_some(*id)
+                    let mine = f.version.node == self.me && !self.submitting.contains(id);
+                    (mine && b.path == newer.path && newer.version > b.version && !sibling).then_some(*id)
                 })
                 .collect();
             if refuted.is_empty() {
@@ -1596,21 +1609,20 @@ impl Meta {
                 }
                 self.undo_changed(id, Some(r.clone()), hlc);
                 if self.pending_remove(id).is_some() {
+                    // Settled (refused): counted as the submit path counts it, so whoever waits
+                    // on this change hears at once.
+                    self.pending_taken += 1;
                     self.persist(MetaPersist::DeletePending(id));
                 }
                 self.based_refused += 1;
             }
-            if leading {
-                // Held by that member (the old leader acknowledged it): now in our log too.
-                self.append_as_leader(r.clone(), peer.clone());
-            }
+            // Held by that member (the old leader acknowledged it): now in our log too.
+            self.append_as_leader(r.clone(), peer.clone());
         }
         if let Some(c) = &mut self.based_check {
             c.waiting.remove(peer);
         }
-        if leading {
-            self.pump_appends();
-        }
+        self.pump_appends();
         self.submit_due = now;
         self.try_submit(now);
     }

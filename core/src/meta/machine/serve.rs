@@ -340,7 +340,8 @@ impl Meta {
             Ok(b) => b,
             Err(e) => return bad(format!("based body: {e}")),
         };
-        if b.based.len() > self.config.batch_max * 4 {
+        // A lookup each: bounded well above any queue a node builds while cut off.
+        if b.based.len() > BASED_ASK_MAX {
             return bad("too many paths in one check");
         }
         let records: Vec<Record> = b
