@@ -1229,6 +1229,88 @@ fn a_node_that_becomes_leader_checks_its_queued_moves_against_the_others_records
     assert_eq!(stale_led, 1, "the stale node led in one of the two runs");
 }
 
+/// A node cut off from everyone leads alone (the others' lease lapsed on it); on the other
+/// side a new leader acknowledges an overwrite of `/data/f1` it never hears of. Its move of
+/// `/data/f1`, decided from its old record, must wait in its queue and be checked against the
+/// others' records when it meets them, as a follower's is checked by the leader: before, it
+/// went into its log at once, and its tombstone, newer by version, dropped the acknowledged
+/// overwrite everywhere when they met (simulator seed 3408). A move of a file nobody changed
+/// meanwhile waits too, and is made when they meet; its copy reads at the new path meanwhile,
+/// from the bytes still at the old one. A leader in touch with every member it can reach
+/// puts its moves into its log at once.
+#[test]
+fn a_node_leading_alone_checks_its_moves_when_it_meets_the_others() {
+    use shoal_core::ids::VolumeId;
+    use shoal_core::node::AckReached;
+    let (mut net, volumes) = three_nodes_with_volumes("alone", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+    for path in ["/data/f1", "/data/f2", "/data/f3"] {
+        let at = net.clock(l);
+        net.nodes[l].file_publish(at, path, 10, &"a".repeat(64), at.0, &copies).expect("put");
+    }
+    net.run_for(15 * SECOND_MS, SECOND_MS);
+    // In touch: a move goes into the log at once.
+    assert!(!net.nodes[l].meta().leader_may_lag(net.clock(l)), "in touch with both");
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f3", "/data/m3").expect("move");
+    assert_eq!(net.nodes[l].meta_status(at).meta.pending, 0, "appended at once");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    // Cut off: the others elect a leader of their own, which acknowledges an overwrite.
+    net.isolated[l] = true;
+    net.run_for(2 * MINUTE_MS, SECOND_MS);
+    let other = net.nodes[f].meta_status(net.clock(f)).meta.leader.expect("a leader on the other side");
+    assert_ne!(other, net.id(l));
+    assert_eq!(net.nodes[l].meta_status(net.clock(l)).meta.leader, Some(net.id(l)), "l leads alone");
+    let from = net.nodes[f].ack_position();
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &copies).expect("overwrite");
+    let plan = net.nodes[f].ack_plan(from);
+    net.run_for(2 * SECOND_MS, SECOND_MS);
+    assert_eq!(net.nodes[f].ack_ready(net.clock(f), &plan), Some(AckReached::Replicated));
+    // l moves both files from its own records; each waits in its queue, answered `alone`.
+    assert!(net.nodes[l].meta().leader_may_lag(net.clock(l)), "alone, l may lag");
+    let refuted = move_or_remove(&mut net, l, "move");
+    let from = net.nodes[l].ack_position();
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f2", "/data/m2").expect("move");
+    let kept = net.nodes[l].ack_plan(from);
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    assert_eq!(net.nodes[l].ack_ready(at, &kept), Some(AckReached::Alone));
+    assert_eq!(net.nodes[l].meta_status(at).meta.pending, 4, "both moves wait (two records each)");
+    assert!(net.nodes[l].meta().awaiting_leader("/data/m2"), "nothing on disk follows them yet");
+    let (_, sources) = net.nodes[l].file_sources("/data/m2", at).expect("readable at the new path");
+    let local = sources.iter().find(|s| s.folder.is_some()).expect("a local copy");
+    assert_eq!(local.moved_from.as_deref(), Some("/data/f2"), "read from the old path meanwhile");
+    assert!(net.nodes[l].poll_timeout().is_some_and(|d| d > at), "no timer overdue while alone");
+    // Its snapshot serves those records as they were before the moves: a member adopting it
+    // must not take an unchecked move (and drop the newer record the check is to find on it).
+    let target = "/cluster/acn/meta/snapshot";
+    let headers = net.signed(f, "GET", target, b"");
+    let r = net.nodes[l].handle_acn(at, "GET", target, Some(&headers), b"");
+    assert_eq!(r.status(), 200, "{}", String::from_utf8_lossy(&body_bytes(&r)));
+    let snap: serde_json::Value = serde_json::from_slice(&body_bytes(&r)).expect("json");
+    let files = snap["files"].as_array().expect("files").clone();
+    let served = |p: &str| files.iter().find(|x| x["path"] == p).map(|x| x["removed"].as_bool().unwrap_or(false));
+    for (path, want) in [("/data/f1", Some(false)), ("/data/f2", Some(false)), ("/data/m1", None), ("/data/m2", None)] {
+        assert_eq!(served(path), want, "{path} as served");
+    }
+    assert_eq!(served("/data/f3"), Some(true), "a checked move is served as made");
+    // They meet: l's check finds the overwrite and undoes the first move; the second is made.
+    net.isolated[l] = false;
+    net.run_for(2 * MINUTE_MS, SECOND_MS);
+    let at = net.clock(l);
+    assert_eq!(net.nodes[l].ack_ready(at, &refuted), Some(AckReached::Changed));
+    assert_eq!(net.nodes[l].meta_status(at).meta.pending, 0);
+    for i in 0..3 {
+        assert_eq!(file_at(&net, i, "/data/f1"), Some((false, "bbbbbbbb".into())), "n{i} keeps the overwrite");
+        assert!(file_at(&net, i, "/data/m1").is_none(), "n{i} has nothing at /data/m1");
+        assert_eq!(file_at(&net, i, "/data/m2"), Some((false, "aaaaaaaa".into())), "n{i} has the moved file");
+        assert_eq!(file_at(&net, i, "/data/f2").map(|r| r.0), Some(true), "n{i}: moved away");
+    }
+}
+
 /// A node whose records are settling (its log follows another numbering than the lease
 /// holder's, until a snapshot puts it on the leader's) decides no remove or move: a record
 /// there may be one made from a copy mark alone, listing some of the file's copies, and a move

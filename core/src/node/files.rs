@@ -39,6 +39,12 @@ pub struct Source {
     /// The volume's folder when the copy is on this node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
+    /// Where on this node's volume the copy's bytes are while a move's rename has not run yet
+    /// (held until the leader takes the move, [`crate::meta::machine::Meta::awaiting_leader`]):
+    /// the path it was moved from. Read there first, then at the file's path (the rename may
+    /// have run since).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
 }
 
 /// Where a put lands: the canonical path, the id an overwrite keeps, the primary to prefer and
@@ -183,9 +189,6 @@ impl Node {
         Ok(())
     }
 
-    /// 409 while a removed file at `path` still has a copy to be renamed to where it moved: a
-    /// new file there would take the old path's record, and with it the only trace of that
-    /// rename (the holder renames within seconds once it hears of the move).
     /// Whether the copy on `volume` of the live file at `path` is still to be renamed there from
     /// the path it was moved from (its holder has not renamed it on disk yet).
     pub fn copy_move_pending(&self, path: &str, volume: &VolumeId) -> bool {
@@ -195,6 +198,12 @@ impl Node {
     /// When the move whose rename would bring the copy on `volume` to `path` was decided (wall
     /// ms of its tombstone), if that rename has not run yet.
     pub fn copy_moved_at(&self, path: &str, volume: &VolumeId) -> Option<u64> {
+        self.copy_moved(path, volume).map(|g| g.version.wall_ms)
+    }
+
+    /// The tombstone of the newest move whose rename would bring the copy on `volume` to
+    /// `path`, if that rename has not run yet: the copy's bytes are still at its path.
+    fn copy_moved(&self, path: &str, volume: &VolumeId) -> Option<&FileRecord> {
         let f = self.live_file(path)?;
         self.meta
             .state()
@@ -204,8 +213,7 @@ impl Node {
                     && g.path != f.path
                     && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
             })
-            .map(|g| g.version.wall_ms)
-            .max()
+            .max_by(|a, b| a.version.cmp(&b.version))
     }
 
     /// A remove or a move is decided from this node's records, and lists the copies they know:
@@ -213,12 +221,11 @@ impl Node {
     /// ([`crate::meta::machine::Meta::records_settling`]: a record made from a copy mark alone,
     /// without the copies its full record lists). A move decided from such a record named one
     /// copy of three, the leader took it, and the holders of the other two deleted theirs;
-    /// the one left was rotten (simulator seed 7050).
-    /// Nor on a new leader while its own queued removes and moves are unchecked
-    /// ([`crate::meta::machine::Meta::own_changes_unchecked`]): a change decided from one of
-    /// them would go into the log at once and outlive its undo.
+    /// the one left was rotten (simulator seed 7050). (A leader whose own removes and moves
+    /// wait for their check queues the next ones behind them, where the check's undo reaches
+    /// them: [`crate::meta::machine::Meta::leader_may_lag`].)
     fn check_records_settled(&self) -> Result<(), ApiError> {
-        if self.meta.records_settling() || self.meta.own_changes_unchecked() {
+        if self.meta.records_settling() {
             return Err(ApiError::conflict(
                 "records_settling",
                 "this node is catching up with the leader's records; nothing was changed, retry shortly",
@@ -227,6 +234,9 @@ impl Node {
         Ok(())
     }
 
+    /// 409 while a removed file at `path` still has a copy to be renamed to where it moved: a
+    /// new file there would take the old path's record, and with it the only trace of that
+    /// rename (the holder renames within seconds once it hears of the move).
     fn check_no_pending_rename(&self, path: &str) -> Result<(), ApiError> {
         let Some(old) = self.meta.state().file(path).filter(|f| f.removed) else { return Ok(()) };
         let pending = old.locations.iter().filter(|l| l.state != LocationState::Dropped).any(|l| {
@@ -604,9 +614,15 @@ impl Node {
             .filter_map(|l| {
                 let local = self.local_volume(l.volume_id.as_str());
                 if let Some(v) = local {
+                    let moved_from = self.copy_moved(&f.path, &l.volume_id).map(|g| g.path.clone());
                     return Some((
                         0,
-                        Source { node_id: l.node_id.clone(), volume_id: l.volume_id.clone(), folder: Some(v.subpath) },
+                        Source {
+                            node_id: l.node_id.clone(),
+                            volume_id: l.volume_id.clone(),
+                            folder: Some(v.subpath),
+                            moved_from,
+                        },
                     ));
                 }
                 let rec = self.members.get(&l.node_id).filter(|r| !r.removed)?;
@@ -615,7 +631,8 @@ impl Node {
                     crate::membership::NodeState::Offline => 3,
                     _ => 2,
                 };
-                Some((rank, Source { node_id: l.node_id.clone(), volume_id: l.volume_id.clone(), folder: None }))
+                let (node_id, volume_id) = (l.node_id.clone(), l.volume_id.clone());
+                Some((rank, Source { node_id, volume_id, folder: None, moved_from: None }))
             })
             .collect();
         ranked.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.node_id.cmp(&b.1.node_id)));

@@ -72,6 +72,9 @@ pub struct Net {
     pub sent: Vec<Vec<Sent>>,
     /// Nodes that are switched off: no timers, unreachable.
     pub down: Vec<bool>,
+    /// Nodes cut off from the others: their timers run, but nothing they send arrives and
+    /// nothing reaches them.
+    pub isolated: Vec<bool>,
     /// Job runs handed to each node's shell (`Output::JobRun`) and stops asked of it.
     pub runs: Vec<Vec<shoal_core::node::jobs::JobRun>>,
     pub stops: Vec<Vec<(shoal_core::ids::JobId, u32)>>,
@@ -91,6 +94,7 @@ impl Net {
             persisted: vec![Vec::new(); n],
             sent: vec![Vec::new(); n],
             down: vec![false; n],
+            isolated: vec![false; n],
             runs: vec![Vec::new(); n],
             stops: vec![Vec::new(); n],
         }
@@ -115,7 +119,7 @@ impl Net {
                         Output::Send(req) => {
                             let target = (0..self.nodes.len()).find(|&j| url_of(j) == req.url);
                             let result = match target {
-                                Some(j) if j != i && !self.down[j] => {
+                                Some(j) if j != i && !self.down[j] && !self.isolated[i] && !self.isolated[j] => {
                                     assert_eq!(self.nodes[j].id(), &req.to, "{} is addressed to {}", req.url, req.to);
                                     let at = self.clock(j);
                                     let r = self.nodes[j].handle_acn(

@@ -109,9 +109,17 @@ pub async fn read_piece_unchecked<E: Env>(
     len: u64,
 ) -> Result<ReadPiece, ApiError> {
     if let Some(folder) = &src.folder {
-        let (folder, path) = (PathBuf::from(folder), path.to_string());
+        let (folder, path, moved_from) = (PathBuf::from(folder), path.to_string(), src.moved_from.clone());
         return s
             .blocking(move || {
+                // A moved copy whose rename waits for the leader is still at its old path.
+                if let Some(from) = moved_from {
+                    let file = confined_path(&folder, &from, false)?;
+                    match crate::disk::read_at(&file, offset, len) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        read => return read.map(|r| r.1).map_err(|e| io_api("read copy", e)),
+                    }
+                }
                 let file = confined_path(&folder, &path, false)?;
                 crate::disk::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
             })

@@ -123,8 +123,8 @@ pub enum MetaPurpose {
     Snapshot {
         after: Option<String>,
     },
-    /// A new leader asks what a member holds at the paths its own queued removes and moves
-    /// were decided from ([`Meta::own_based_checked`]).
+    /// A leader asks what a member holds at the paths its own queued removes and moves were
+    /// decided from ([`Meta::own_based_checked`]).
     Based,
 }
 
@@ -178,14 +178,22 @@ pub struct MetaStatus {
     pub records_settling: bool,
 }
 
-/// A new leader's check of its own queued removes and moves ([`Meta::own_based_checked`]).
+/// A leader's check of its own queued removes and moves ([`Meta::own_based_checked`]).
 #[derive(Debug)]
 struct BasedCheck {
+    /// What was asked: each path with the version its changes were decided from.
+    asked: BTreeSet<(String, Version)>,
     /// The members asked that have not answered yet.
     waiting: BTreeSet<NodeId>,
+    /// The members whose ask failed (no answer came): asked again in a later round.
+    failed: BTreeSet<NodeId>,
     /// The answers are waited for until then.
     due: Millis,
 }
+
+/// This leader's own removes and moves waiting for their check, by path and version, with what
+/// each was decided from ([`Meta::unchecked_own`]).
+pub(super) type UncheckedOwn<'a> = BTreeMap<(&'a str, &'a Version), &'a crate::meta::records::BasedOn>;
 
 /// See [`Meta::write_mark`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -598,6 +606,9 @@ pub struct Meta {
     /// Leader: the members asked what they hold at the paths of this node's own queued removes
     /// and moves, before those go into the log ([`Meta::own_based_checked`]).
     based_check: Option<BasedCheck>,
+    /// Leader: when each member last answered a lease push or an append with its records
+    /// settled on this leader's numbering ([`Meta::leader_may_lag`]).
+    in_touch: BTreeMap<NodeId, Millis>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -680,6 +691,7 @@ impl Meta {
             changed_own: BTreeSet::new(),
             based_pending: BTreeMap::new(),
             based_check: None,
+            in_touch: BTreeMap::new(),
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -979,14 +991,7 @@ impl Meta {
         }
         let key = (RecordKind::File, refused.path.clone());
         let back = match self.state.file(&refused.path) {
-            Some(here) if here.version == refused.version => (refused.path == based.path).then(|| {
-                Record::File(crate::meta::records::FileRecord {
-                    removed: false,
-                    version: based.version.clone(),
-                    based_on: None,
-                    ..here.clone()
-                })
-            }),
+            Some(here) if here.version == refused.version => Self::record_before(here, &based),
             _ => return,
         };
         self.state.replace(&key, back.clone());
@@ -994,6 +999,56 @@ impl Meta {
             Some(r) => self.persist(MetaPersist::PutRecord(r)),
             None => self.persist(MetaPersist::DeleteRecord(key)),
         }
+    }
+
+    /// What this node held at a remove's or a move's path before the change `here`, decided
+    /// from `based`: the live record it was made from for a tombstone (`based` names its
+    /// version; the rest of the header is the tombstone's own, copied from that record),
+    /// nothing for a moved file's record at its new path.
+    fn record_before(
+        here: &crate::meta::records::FileRecord,
+        based: &crate::meta::records::BasedOn,
+    ) -> Option<Record> {
+        (here.path == based.path).then(|| {
+            Record::File(crate::meta::records::FileRecord {
+                removed: false,
+                version: based.version.clone(),
+                based_on: None,
+                ..here.clone()
+            })
+        })
+    }
+
+    /// A record as a snapshot serves it: while this leader's own removes and moves wait for
+    /// their check ([`Meta::own_changes_unchecked`]), a record one of them made goes out as it
+    /// was before it (a moved file's record at its new path not at all): a member adopting the
+    /// snapshot would otherwise take the change before the check, and drop, by
+    /// last-writer-wins, the newer record the check is to find on it (simulator seed 3630). The
+    /// change reaches it through the log once checked.
+    pub(super) fn as_served(&self, r: &Record, unchecked: &UncheckedOwn) -> Option<Record> {
+        let mut cur = r.clone();
+        loop {
+            let Record::File(f) = &cur else { return Some(cur) };
+            let Some(based) = unchecked.get(&(f.path.as_str(), &f.version)) else { return Some(cur) };
+            cur = Self::record_before(f, based)?;
+        }
+    }
+
+    /// The path and version of each of this node's own removes and moves waiting for their
+    /// check (empty unless [`Meta::own_changes_unchecked`]).
+    pub(super) fn unchecked_own(&self) -> UncheckedOwn<'_> {
+        if !self.own_changes_unchecked() {
+            return BTreeMap::new();
+        }
+        self.pending
+            .values()
+            .filter_map(|r| match r {
+                Record::File(f) if f.version.node == self.me => {
+                    Some(((f.path.as_str(), &f.version), f.based_on.as_deref()?))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     fn note_changed_own(&mut self, id: u64) {
@@ -1293,9 +1348,12 @@ impl Meta {
         self.linger_due = None;
         if leader {
             self.pump_appends();
-        } else {
-            self.try_submit(now);
+            if self.own_changes_unchecked() {
+                // A remove or a move queued for the check ([`Meta::leader_may_lag`]).
+                self.submit_due = self.submit_due.min(now);
+            }
         }
+        self.try_submit(now);
     }
 
     /// A local change that need not travel at once (an audit entry): applied and queued as
@@ -1312,9 +1370,12 @@ impl Meta {
     }
 
     /// Apply local changes and queue them to travel: into the log as leader, as pending on a
-    /// follower. Whether any was queued.
+    /// follower. A leader that may lag the others ([`Meta::leader_may_lag`]) queues its removes
+    /// and moves as pending too, for [`Meta::own_based_checked`]. Whether any was queued.
     fn queue(&mut self, leader: bool, records: Vec<Record>) -> bool {
         let mut queued = false;
+        // Decided once for all the records of one decision (a move's two travel together).
+        let check_based = leader && self.leader_may_lag(self.now);
         for record in records {
             if let Some(why) = record.shape_error() {
                 // The commands check their input first; this is the last guard that keeps every
@@ -1326,7 +1387,7 @@ impl Meta {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
             }
-            if leader {
+            if leader && !(check_based && Self::based_of(&record).is_some()) {
                 let origin = self.me.clone();
                 self.append_as_leader(record, origin);
             } else {
@@ -1510,24 +1571,59 @@ impl Meta {
         }
     }
 
-    /// A node that becomes leader with removes or moves of its own still queued (decided as a
-    /// follower, from records that may have lagged the old leader's: an overwrite the old
-    /// leader acknowledged, held by another member, that this node never saw) first asks every
-    /// member it can reach what it holds at the paths they were decided from, as the old leader would
-    /// have checked them ([`Meta::base_gone`]). An answer naming a newer record undoes the
-    /// change it refutes (its acknowledgement is `Changed`) and the record is merged and
-    /// appended; the rest go into the log once every member answered (or failed to) or
-    /// `request_timeout_ms` passed. Without it, such a change went into the new leader's log
-    /// unchecked, and its tombstone, newer by version, dropped the acknowledged overwrite
-    /// everywhere (simulator seed 3630). Returns whether the queue may go into the log now.
+    /// Whether this leader's records may lag what another member holds, so that a remove or
+    /// a move it decides is queued and checked ([`Meta::own_based_checked`]) rather than
+    /// appended at once: it has other members and one of those it can reach (ONLINE or
+    /// DEGRADED) has not answered a lease push or an append, with its records settled on this
+    /// leader's numbering, within one lease period (it may follow another leader by now, whose
+    /// acknowledged writes this node has not seen: a leader's lease lapses on a member one
+    /// lease period after the member last heard it), or it reaches none of them (it leads
+    /// alone: the others may have gone on without it), or removes and moves of its own wait for
+    /// a check already (the later ones may be decided from them, and must stay where the
+    /// check's undo reaches them). Before, a node leading alone put its moves into its log at
+    /// once; decided from records behind an overwrite the others acknowledged, the move's
+    /// tombstone, newer by version, dropped that overwrite when they met (simulator seed 3408).
+    pub fn leader_may_lag(&self, now: Millis) -> bool {
+        let mut others = self.members.iter().filter(|c| c.id != self.me).peekable();
+        if others.peek().is_none() {
+            return false;
+        }
+        if self.own_changes_unchecked() {
+            return true;
+        }
+        let lease_ms = self.config.lease.lease_ms;
+        let reachable: Vec<&Candidate> = others.filter(|c| c.eligible).collect();
+        reachable.is_empty()
+            || reachable.iter().any(|c| self.in_touch.get(&c.id).is_none_or(|at| now.since(*at) > lease_ms))
+    }
+
+    /// A leader with removes or moves of its own queued (decided as a follower, from records
+    /// that may have lagged the old leader's: an overwrite the old leader acknowledged, held by
+    /// another member, that this node never saw; or decided as a leader that may lag,
+    /// [`Meta::leader_may_lag`]) first asks every member it can reach what it holds at the
+    /// paths they were decided from, as a leader checks a follower's ([`Meta::base_gone`]). An
+    /// answer naming a newer record undoes the change it refutes (its acknowledgement is
+    /// `Changed`) and the record is merged and appended; the rest go into the log once every
+    /// member asked answered. A member whose ask failed (no answer by `request_timeout_ms`) is
+    /// asked again `submit_retry_ms` later, with the others; while it reaches no member, the
+    /// queue waits (it is looked at every lease tick). Changes queued after a round's asks went
+    /// out are asked about in a round of their own. Without it, such a change went into the
+    /// leader's log unchecked, and its tombstone, newer by version, dropped the acknowledged
+    /// overwrite everywhere (simulator seeds 3630 and 3408). Returns whether the queue may go
+    /// into the log now.
     fn own_based_checked(&mut self, now: Millis) -> bool {
         // A move's two records name the same base: asked once.
-        let based: BTreeSet<(&str, &Version)> =
-            self.pending.values().filter_map(|r| Self::based_of(r)).map(|b| (b.path.as_str(), &b.version)).collect();
+        let based: BTreeSet<(String, Version)> = self
+            .pending
+            .values()
+            .filter_map(|r| Self::based_of(r))
+            .map(|b| (b.path.clone(), b.version.clone()))
+            .collect();
         if based.is_empty() {
             self.based_check = None;
             return true;
         }
+        let has_others = self.members.iter().any(|c| c.id != self.me);
         match &self.based_check {
             None => {
                 // The members this node can reach (ONLINE or DEGRADED): one that is down would
@@ -1535,16 +1631,22 @@ impl Meta {
                 let others: Vec<NodeId> =
                     self.members.iter().filter(|c| c.id != self.me && c.eligible).map(|c| c.id.clone()).collect();
                 if others.is_empty() {
+                    if has_others {
+                        // Alone: the queue waits for a member to come back (each lease tick).
+                        self.submit_due = now.plus(self.config.lease.tick_ms);
+                        return false;
+                    }
                     return true;
                 }
-                let based: Vec<Value> =
+                let asks: Vec<Value> =
                     based.iter().map(|(path, version)| json!({"path": path, "version": version})).collect();
-                let body = serde_json::to_vec(&json!({ "based": based })).expect("serialise");
+                let body = serde_json::to_vec(&json!({ "based": asks })).expect("serialise");
                 for p in &others {
                     self.send(p, "POST", "/cluster/acn/meta/based".into(), body.clone(), MetaPurpose::Based);
                 }
                 let due = now.plus(self.config.request_timeout_ms);
-                self.based_check = Some(BasedCheck { waiting: others.into_iter().collect(), due });
+                self.based_check =
+                    Some(BasedCheck { asked: based, waiting: others.into_iter().collect(), failed: BTreeSet::new(), due });
                 false
             }
             Some(c) if !c.waiting.is_empty() && now < c.due => {
@@ -1552,17 +1654,28 @@ impl Meta {
                 self.submit_due = c.due;
                 false
             }
-            Some(_) => {
+            Some(c) => {
+                let unanswered = !c.failed.is_empty() || !c.waiting.is_empty();
+                let unasked = based.iter().any(|b| !c.asked.contains(b));
                 self.based_check = None;
+                if unanswered {
+                    // A member this node counts as reachable did not answer: asked again, with
+                    // the others, a retry period later.
+                    self.submit_due = now.plus(self.config.submit_retry_ms);
+                    return false;
+                }
+                if unasked {
+                    // Queued while the asks were out: a round of their own, at once.
+                    return self.own_based_checked(now);
+                }
                 true
             }
         }
     }
 
     /// Whether this node leads with removes or moves of its own queued that have not passed
-    /// [`Meta::own_based_checked`] yet. Its records then hold them applied, so it serves no
-    /// snapshot meanwhile: a member adopting one would take such a change before the check
-    /// (and drop, by last-writer-wins, the newer record the check is to find on it).
+    /// [`Meta::own_based_checked`] yet. Its records then hold them applied, so its snapshots
+    /// serve those records as they were before them ([`Meta::as_served`]).
     pub fn own_changes_unchecked(&self) -> bool {
         self.lease.known().is_some_and(|l| l.holder == self.me)
             && self.pending.values().any(|r| Self::based_of(r).is_some())
@@ -1578,11 +1691,27 @@ impl Meta {
 
     /// A member's answer to [`Meta::own_based_checked`]: `records` are its records at the
     /// paths asked about that are newer than what the queued changes were decided from.
-    pub(super) fn take_based_answer(&mut self, now: Millis, peer: &NodeId, records: Vec<Record>, hlc: &mut Hlc) {
+    pub(super) fn take_based_answer(
+        &mut self,
+        now: Millis,
+        peer: &NodeId,
+        answer: Option<Vec<Record>>,
+        hlc: &mut Hlc,
+    ) {
         let leading = self.is_leader(now);
         if !leading || !self.based_check.as_ref().is_some_and(|c| c.waiting.contains(peer)) {
             return; // late (the check ended, or this node no longer leads)
         }
+        let Some(records) = answer else {
+            // No answer came: the member is asked again in the next round.
+            if let Some(c) = &mut self.based_check {
+                c.waiting.remove(peer);
+                c.failed.insert(peer.clone());
+            }
+            self.submit_due = now;
+            self.try_submit(now);
+            return;
+        };
         for r in records {
             let Record::File(newer) = &r else { continue };
             if r.shape_error().is_some() || !believable(&r, hlc) {

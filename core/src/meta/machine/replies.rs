@@ -13,6 +13,7 @@ impl Meta {
         hlc: &mut Hlc,
     ) {
         self.now = self.now.max(now);
+        let no_answer = result.is_err();
         // A transport failure reads as a peer failure with no body.
         let PeerAnswer { refused, body } =
             result.unwrap_or_else(|_| PeerAnswer::refused(ErrorKind::PeerFailed, Vec::new()));
@@ -60,13 +61,25 @@ impl Meta {
             passed_over: Vec<LogIndex>,
             #[serde(default)]
             unread_through: Option<LogIndex>,
+            /// A lease push's or an append's answer: the peer's records are not settled on
+            /// our numbering yet ([`Meta::records_settling`]).
+            #[serde(default)]
+            settling: bool,
         }
         let answer = |body: &[u8]| serde_json::from_slice::<Answer>(body).ok();
+        let mut follower_answer =
+            matches!(purpose, MetaPurpose::LeasePush | MetaPurpose::Append { .. }).then(|| answer(&body)).flatten();
+        if carried_out && follower_answer.as_ref().is_some_and(|a| !a.settling) {
+            // The peer follows this node's numbering and heard it now ([`Meta::leader_may_lag`]).
+            self.in_touch.insert(peer.clone(), now);
+        }
         match purpose {
             MetaPurpose::LeasePush => {}
             MetaPurpose::Append { through } => {
-                let (reported, passed_over, unread) =
-                    answer(&body).map(|a| (a.last_seq, a.passed_over, a.unread_through)).unwrap_or_default();
+                let (reported, passed_over, unread) = follower_answer
+                    .take()
+                    .map(|a| (a.last_seq, a.passed_over, a.unread_through))
+                    .unwrap_or_default();
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
                     if carried_out {
@@ -159,15 +172,16 @@ impl Meta {
                     #[serde(default)]
                     records: Vec<Box<RawValue>>,
                 }
-                // A peer that cannot answer (down, or a build without the endpoint) counts as
-                // one that holds nothing newer.
+                // No answer (the peer is unreachable after all): it is asked again. A peer that
+                // answers with a refusal (a build without the endpoint) counts as one that
+                // holds nothing newer.
                 let raw = if carried_out {
                     serde_json::from_slice::<BasedAnswer>(&body).map(|a| a.records).unwrap_or_default()
                 } else {
                     Vec::new()
                 };
                 let records = raw.iter().filter_map(|r| serde_json::from_str::<Record>(r.get()).ok()).collect();
-                self.take_based_answer(now, peer, records, hlc);
+                self.take_based_answer(now, peer, (!no_answer).then_some(records), hlc);
             }
             MetaPurpose::CatchUp => {
                 self.catch_up_in_flight = None;

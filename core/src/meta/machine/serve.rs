@@ -26,7 +26,7 @@ impl Meta {
             PushVerdict::Refused(k) => reply(Some(ErrorKind::Conflict), json!({"lease": k})),
             PushVerdict::Accepted { .. } => {
                 self.follow(&b.lease, b.last_seq, &b.digest, now);
-                reply(None, json!({"ok": true, "lastSeq": self.last_seq}))
+                reply(None, json!({"ok": true, "lastSeq": self.last_seq, "settling": self.records_settling()}))
             }
         }
     }
@@ -128,7 +128,7 @@ impl Meta {
             // leader's entries we hold (a number past the leader's own made it count entries
             // we never received as confirmed, and never send them again). None, until the
             // snapshot puts us on its numbering.
-            return reply(None, json!({"ok": true, "lastSeq": LogIndex(0)}));
+            return reply(None, json!({"ok": true, "lastSeq": LogIndex(0), "settling": true}));
         } else if !self.take_entries(from, entries, hlc) {
             self.request_catch_up(&lease.holder);
         } else if !self.ahead.is_empty() {
@@ -136,7 +136,7 @@ impl Meta {
         } else if self.last_seq < last_seq {
             self.request_catch_up(&lease.holder);
         }
-        let mut answer = json!({"ok": true, "lastSeq": self.last_seq});
+        let mut answer = json!({"ok": true, "lastSeq": self.last_seq, "settling": self.records_settling()});
         if let Some(after) = report_after {
             let passed_over = self.passed_over_after(after);
             if !passed_over.is_empty() {
@@ -326,7 +326,7 @@ impl Meta {
             .map(Echo::Append)
     }
 
-    /// `POST meta/based`: a new leader asks, before it appends its own queued removes and
+    /// `POST meta/based`: a leader asks, before it appends its own queued removes and
     /// moves, what this node holds at the paths they were decided from
     /// ([`Meta::own_based_checked`]). The answer names this node's record at each path that is
     /// newer than the version given. Only a read: nothing here changes.
@@ -382,12 +382,6 @@ impl Meta {
     /// made while the pages are read arrive again through the log after that position, and
     /// records merge, so a page that is newer than the first one does no harm.
     pub fn answer_snapshot(&self, query: &str) -> MetaReply {
-        if self.own_changes_unchecked() {
-            return reply(
-                Some(ErrorKind::Unavailable),
-                json!({"error": {"code": "settling", "message": "this new leader is checking its own queued changes; ask again shortly"}}),
-            );
-        }
         let after = match query.split('&').find_map(|kv| kv.strip_prefix("after=")) {
             Some(c) => match decode_cursor(c) {
                 Some(k) => Some(k),
@@ -398,12 +392,17 @@ impl Meta {
         let mut records = RecordSet::default();
         let mut last_key = None;
         let mut more = false;
+        let unchecked = self.unchecked_own();
         for (taken, (k, r)) in self.state.records_after(after.as_ref()).enumerate() {
             if taken == self.config.snapshot_page_max.max(1) {
                 more = true;
                 break;
             }
-            records.push(r.clone());
+            if unchecked.is_empty() {
+                records.push(r.clone());
+            } else if let Some(r) = self.as_served(r, &unchecked) {
+                records.push(r);
+            }
             last_key = Some(k.clone());
         }
         let snap = Snapshot {

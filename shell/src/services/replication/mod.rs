@@ -268,7 +268,8 @@ async fn pull<E: Env>(s: &Arc<Shared<E>>, task: &Task) -> Result<(), ApiError> {
         return Err(ApiError::conflict("volume_read_only", "the target volume takes no new copies"));
     }
     let src_folder = s.read_node(|n, _| n.local_volume(source_volume.as_str())).map(|v| v.subpath);
-    let src = Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder };
+    let src =
+        Source { node_id: source_node.clone(), volume_id: source_volume.clone(), folder: src_folder, moved_from: None };
     let (folder, path) = (PathBuf::from(&vol.subpath), task.path.clone());
     let tag = format!("repl{:016x}", s.env.seed());
     let (dest, part) = s
