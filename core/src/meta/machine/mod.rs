@@ -1005,10 +1005,7 @@ impl Meta {
     /// from `based`: the live record it was made from for a tombstone (`based` names its
     /// version; the rest of the header is the tombstone's own, copied from that record),
     /// nothing for a moved file's record at its new path.
-    fn record_before(
-        here: &crate::meta::records::FileRecord,
-        based: &crate::meta::records::BasedOn,
-    ) -> Option<Record> {
+    fn record_before(here: &crate::meta::records::FileRecord, based: &crate::meta::records::BasedOn) -> Option<Record> {
         (here.path == based.path).then(|| {
             Record::File(crate::meta::records::FileRecord {
                 removed: false,
@@ -1645,8 +1642,12 @@ impl Meta {
                     self.send(p, "POST", "/cluster/acn/meta/based".into(), body.clone(), MetaPurpose::Based);
                 }
                 let due = now.plus(self.config.request_timeout_ms);
-                self.based_check =
-                    Some(BasedCheck { asked: based, waiting: others.into_iter().collect(), failed: BTreeSet::new(), due });
+                self.based_check = Some(BasedCheck {
+                    asked: based,
+                    waiting: others.into_iter().collect(),
+                    failed: BTreeSet::new(),
+                    due,
+                });
                 false
             }
             Some(c) if !c.waiting.is_empty() && now < c.due => {
@@ -1691,13 +1692,7 @@ impl Meta {
 
     /// A member's answer to [`Meta::own_based_checked`]: `records` are its records at the
     /// paths asked about that are newer than what the queued changes were decided from.
-    pub(super) fn take_based_answer(
-        &mut self,
-        now: Millis,
-        peer: &NodeId,
-        answer: Option<Vec<Record>>,
-        hlc: &mut Hlc,
-    ) {
+    pub(super) fn take_based_answer(&mut self, now: Millis, peer: &NodeId, answer: Option<Vec<Record>>, hlc: &mut Hlc) {
         let leading = self.is_leader(now);
         if !leading || !self.based_check.as_ref().is_some_and(|c| c.waiting.contains(peer)) {
             return; // late (the check ended, or this node no longer leads)

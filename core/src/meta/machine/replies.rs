@@ -76,10 +76,8 @@ impl Meta {
         match purpose {
             MetaPurpose::LeasePush => {}
             MetaPurpose::Append { through } => {
-                let (reported, passed_over, unread) = follower_answer
-                    .take()
-                    .map(|a| (a.last_seq, a.passed_over, a.unread_through))
-                    .unwrap_or_default();
+                let (reported, passed_over, unread) =
+                    follower_answer.take().map(|a| (a.last_seq, a.passed_over, a.unread_through)).unwrap_or_default();
                 if let Some(p) = self.peers.get_mut(peer) {
                     p.in_flight = None;
                     if carried_out {
