@@ -397,13 +397,16 @@ fn drive_seeds_that_once_failed_keep_every_acknowledged_file() {
 /// leader's first append carried a move's tombstone without the record at its new path, and the
 /// holders deleted their copies instead of renaming them; seeds 3630 and 3057 the ones where a
 /// node moved a file from records that lagged an acknowledged overwrite, then became the leader
-/// with the move still queued and put it into its log unchecked (and served it in snapshots).
-/// `SEED=n` runs only seed n.
+/// with the move still queued and put it into its log unchecked (and served it in snapshots);
+/// seed 3408 the one where a node leading alone moved a file from records behind an overwrite
+/// acknowledged on the other side, and put the move into its log unchecked; seed 3433 the one
+/// where a read of a moved file took the bytes still at the old path, a copy stale before the
+/// move, over the repaired copy at the new one. `SEED=n` runs only seed n.
 #[test]
 fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![3007, 3001, 3105, 3329, 3357, 3356, 3630, 3057],
+        None => vec![3007, 3001, 3105, 3329, 3357, 3356, 3630, 3057, 3408, 3433],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();
@@ -754,4 +757,39 @@ fn a_move_or_remove_through_a_node_whose_records_lag_an_overwrite_answers_409_ch
     }
     let (st, v) = h.api(s, "POST /v1/mv", Some(json!({"from": "/data/f1", "to": "/data/m1"}))).unwrap();
     assert_eq!((st, h.last_ack.as_deref()), (200, Some("replicated")), "caught up, the move is made: {v}");
+}
+
+/// A node cut off from everyone leads alone; a move through it waits in its queue (its
+/// records may lag what the others acknowledged meanwhile) and nothing on its disk follows it
+/// yet, but the file reads at its new path through that node all the same, from the bytes
+/// still at the old one. When the node meets the others, the move is checked and made: the
+/// file reads at its new path through every node, and its old path is gone.
+#[test]
+fn a_file_moved_through_a_node_leading_alone_reads_at_its_new_path_and_moves_when_they_meet() {
+    let mut h = drive_cluster(13, 3, 3);
+    let leader = h.read(0, |n, now| n.meta_leader(now).map(|l| l.holder)).flatten().expect("a leader");
+    let l = index_of(&h, &leader);
+    let content = "moved while alone";
+    let (st, v) = h.put_file(l, "/data/f1", content).unwrap();
+    assert_eq!(st, 200, "{v}");
+    wait(&mut h, 60_000, "every node holds a current copy", |h| {
+        (0..3).all(|i| record(h, i, "/data/f1").is_some_and(|r| r.locations.len() == 3))
+    });
+    for i in (0..3).filter(|&i| i != l) {
+        h.partition(l, i);
+    }
+    h.run_checked(120_000).unwrap();
+    let (st, v) = h.api(l, "POST /v1/mv", Some(json!({"from": "/data/f1", "to": "/data/m1"}))).unwrap();
+    assert_eq!((st, h.last_ack.as_deref()), (200, Some("alone")), "{v}");
+    h.run_checked(5_000).unwrap();
+    assert!(h.read(l, |n, _| n.meta().awaiting_leader("/data/m1")).unwrap(), "the move waits for its check");
+    assert_eq!(h.get_file(l, "/data/m1").unwrap().as_deref(), Some(content), "read at the new path, alone");
+    h.heal_network();
+    wait(&mut h, 120_000, "the move is made everywhere", |h| {
+        (0..3).all(|i| record(h, i, "/data/f1").is_some_and(|r| r.removed) && record(h, i, "/data/m1").is_some())
+    });
+    h.run_checked(30_000).unwrap();
+    for i in 0..3 {
+        assert_eq!(h.get_file(i, "/data/m1").unwrap().as_deref(), Some(content), "through n{i}");
+    }
 }

@@ -39,10 +39,10 @@ pub struct Source {
     /// The volume's folder when the copy is on this node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
-    /// Where on this node's volume the copy's bytes are while a move's rename has not run yet
-    /// (held until the leader takes the move, [`crate::meta::machine::Meta::awaiting_leader`]):
-    /// the path it was moved from. Read there first, then at the file's path (the rename may
-    /// have run since).
+    /// Where on this node's volume the copy's bytes may still be while a move's rename has not
+    /// run yet (held until the leader takes the move,
+    /// [`crate::meta::machine::Meta::awaiting_leader`]): the path it was moved from, when the
+    /// copy it had there has this content. Read there when nothing is at the file's path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moved_from: Option<String>,
 }
@@ -614,7 +614,18 @@ impl Node {
             .filter_map(|l| {
                 let local = self.local_volume(l.volume_id.as_str());
                 if let Some(v) = local {
-                    let moved_from = self.copy_moved(&f.path, &l.volume_id).map(|g| g.path.clone());
+                    // Only where the bytes left behind are this content (not those of a copy
+                    // that was stale before the move and has been repaired at the new path).
+                    let moved_from = self
+                        .copy_moved(&f.path, &l.volume_id)
+                        .filter(|g| {
+                            g.locations.iter().any(|m| {
+                                m.volume_id == l.volume_id
+                                    && m.checksum == l.checksum
+                                    && m.state != LocationState::Stale
+                            })
+                        })
+                        .map(|g| g.path.clone());
                     return Some((
                         0,
                         Source {

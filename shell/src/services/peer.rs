@@ -112,16 +112,15 @@ pub async fn read_piece_unchecked<E: Env>(
         let (folder, path, moved_from) = (PathBuf::from(folder), path.to_string(), src.moved_from.clone());
         return s
             .blocking(move || {
-                // A moved copy whose rename waits for the leader is still at its old path.
-                if let Some(from) = moved_from {
-                    let file = confined_path(&folder, &from, false)?;
-                    match crate::disk::read_at(&file, offset, len) {
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        read => return read.map(|r| r.1).map_err(|e| io_api("read copy", e)),
-                    }
-                }
                 let file = confined_path(&folder, &path, false)?;
-                crate::disk::read_at(&file, offset, len).map(|r| r.1).map_err(|e| io_api("read copy", e))
+                let read = match (crate::disk::read_at(&file, offset, len), moved_from) {
+                    // A moved copy whose rename waits for the leader is still at its old path.
+                    (Err(e), Some(from)) if e.kind() == std::io::ErrorKind::NotFound => {
+                        crate::disk::read_at(&confined_path(&folder, &from, false)?, offset, len)
+                    }
+                    (read, _) => read,
+                };
+                read.map(|r| r.1).map_err(|e| io_api("read copy", e))
             })
             .await
             .map(|bytes| ReadPiece { bytes, claimed: None });
