@@ -1252,6 +1252,7 @@ fn a_node_leading_alone_checks_its_moves_when_it_meets_the_others() {
     net.run_for(15 * SECOND_MS, SECOND_MS);
     // In touch: a move goes into the log at once.
     assert!(!net.nodes[l].meta().leader_may_lag(net.clock(l)), "in touch with both");
+    assert!(!net.nodes[l].meta_status(net.clock(l)).meta.leader_may_lag);
     let at = net.clock(l);
     net.nodes[l].file_move(at, "/data/f3", "/data/m3").expect("move");
     assert_eq!(net.nodes[l].meta_status(at).meta.pending, 0, "appended at once");
@@ -1270,6 +1271,7 @@ fn a_node_leading_alone_checks_its_moves_when_it_meets_the_others() {
     assert_eq!(net.nodes[f].ack_ready(net.clock(f), &plan), Some(AckReached::Replicated));
     // l moves both files from its own records; each waits in its queue, answered `alone`.
     assert!(net.nodes[l].meta().leader_may_lag(net.clock(l)), "alone, l may lag");
+    assert!(net.nodes[l].meta_status(net.clock(l)).meta.leader_may_lag, "and its status says so");
     let refuted = move_or_remove(&mut net, l, "move");
     let from = net.nodes[l].ack_position();
     let at = net.clock(l);

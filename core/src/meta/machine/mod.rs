@@ -176,6 +176,10 @@ pub struct MetaStatus {
     /// snapshot settles it, the node renames and deletes no copies. Lasting, it says the node
     /// gets no snapshot from the leader.
     pub records_settling: bool,
+    /// Leader: its records may lag another member's ([`Meta::leader_may_lag`]: it leads alone,
+    /// or a member it reaches has not answered it within a lease period), so its own removes
+    /// and moves wait for a check against the others' records before they go into its log.
+    pub leader_may_lag: bool,
 }
 
 /// A leader's check of its own queued removes and moves ([`Meta::own_based_checked`]).
@@ -1116,6 +1120,7 @@ impl Meta {
             last_refusal: self.last_refusal.clone(),
             based_refused: self.based_refused,
             records_settling: self.records_settling(),
+            leader_may_lag: leader.is_some_and(|l| l.holder == self.me) && self.leader_may_lag(now),
         }
     }
 
@@ -1372,7 +1377,8 @@ impl Meta {
     fn queue(&mut self, leader: bool, records: Vec<Record>) -> bool {
         let mut queued = false;
         // Decided once for all the records of one decision (a move's two travel together).
-        let check_based = leader && self.leader_may_lag(self.now);
+        let check_based =
+            leader && records.iter().any(|r| Self::based_of(r).is_some()) && self.leader_may_lag(self.now);
         for record in records {
             if let Some(why) = record.shape_error() {
                 // The commands check their input first; this is the last guard that keeps every
