@@ -135,6 +135,29 @@ async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], 
     })
     .await;
     assert!(applied, "mode {mode} applied");
+    settle(c, urls, tokens).await;
+}
+
+/// Waits (up to 60 s) until the writes of the row before have settled: nothing pending on any
+/// node, every node's log at the same end. A row that starts while the one before still
+/// replicates its tail (`local` answers before the others hold a write, so 16 clients leave a
+/// backlog) would measure part of that row too.
+async fn settle(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) {
+    let settled = wait_until(Duration::from_secs(60), async || {
+        let mut ends = Vec::new();
+        for i in 0..urls.len() {
+            let (s, v) = call(c, &urls[i], &tokens[i], "GET", "/v1/meta/status", vec![]).await;
+            if s != 200 || v["pending"].as_u64() != Some(0) {
+                return false;
+            }
+            ends.push(v["lastSeq"].clone());
+        }
+        ends.windows(2).all(|w| w[0] == w[1])
+    })
+    .await;
+    if !settled {
+        println!("(the cluster did not settle within 60 s; measuring anyway)");
+    }
 }
 
 fn print_row(name: &str, clients: usize, r: &Row) {
