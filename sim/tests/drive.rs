@@ -674,12 +674,13 @@ fn with_three_sites_the_second_copy_lands_in_another_site() {
 }
 
 /// A node left alone (the others crashed) moves a file and is crashed right after it answered.
-/// Its store writes behind, and `alone` promises nothing against its own crash, but its disk
-/// must never run ahead of its records: it renamed its copy at once and, when the move's
-/// records had not been written yet, came back with the file's record at the old path and its
-/// only copy at the new one, so no right copy was where any record pointed (drive seeds 40
-/// and 90 of the sweep with moves). Now a copy is renamed only once the records asking for it
-/// are on disk: the file comes back at one of its paths, with its copy there.
+/// Its store writes behind, but its disk must never run ahead of its records: it renamed its
+/// copy at once and, when the move's records had not been written yet, came back with the
+/// file's record at the old path and its only copy at the new one, so no right copy was where
+/// any record pointed (drive seeds 40 and 90 of the sweep with moves). Now a copy is renamed
+/// only once the records asking for it are on disk (and a node leading alone renames it only
+/// once the others checked the move), and an `alone` answer waits for the commit that holds the
+/// change: the move outlives the crash, and is made when the others are back.
 #[test]
 fn a_node_alone_crashed_right_after_a_move_keeps_its_disk_in_step_with_its_records() {
     use shoal_core::membership::NodeState;

@@ -248,14 +248,20 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
                 mode != AckMode::Durable
                     || s.meta_store.wait_flushed(through, std::time::Duration::from_millis(plan.wait_ms)).await
             };
-            let (_, flushed) = tokio::join!(replicated, committed);
+            let (_, mut flushed) = tokio::join!(replicated, committed);
+            if got == Some(AckReached::Alone) && mode != AckMode::Durable {
+                // No other node holds it: `alone` means as safe as this node's disk, so the
+                // commit that holds it is waited for (writes arriving together share it). A
+                // node alone that crashed right after answering lost what it had answered.
+                flushed = s.meta_store.wait_flushed(through, std::time::Duration::from_millis(plan.wait_ms)).await;
+            }
             match (got, mode, flushed) {
                 (Some(AckReached::Refused), _, _) => "refused",
                 // Answered 409 by the handlers that make such changes (a remove, a move),
                 // which wait for it first; anywhere else it reads as a refusal.
                 (Some(AckReached::Changed), _, _) => "refused",
                 (Some(AckReached::Unconfirmed), _, _) => "unconfirmed",
-                (_, AckMode::Durable, false) | (None, _, _) => "unconfirmed",
+                (_, AckMode::Durable, false) | (Some(AckReached::Alone), _, false) | (None, _, _) => "unconfirmed",
                 (Some(AckReached::Alone), _, _) => "alone",
                 (Some(AckReached::Replicated), AckMode::Durable, true) => "durable",
                 (Some(AckReached::Replicated), _, _) => "replicated",
