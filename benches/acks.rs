@@ -13,7 +13,8 @@
 //! (`/proc`), per write: the same machine's cost of a write in each store.
 //! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16",
 //! SHOAL_BIN=path of another shoal build to measure instead of this one, e.g. a baseline;
-//! ETCD=0 to leave etcd out; SET="meta.submit_window=2 ..." to declare config keys first).
+//! ETCD=0 to leave etcd out; SET="meta.submit_window=2 ..." to declare config keys first;
+//! SETTLE=0 to start each row without waiting for the row before to settle).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -142,7 +143,11 @@ async fn set_mode(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String], 
 /// node, every node's log at the same end. A row that starts while the one before still
 /// replicates its tail (`local` answers before the others hold a write, so 16 clients leave a
 /// backlog) would measure part of that row too.
+/// `SETTLE=0` starts each row at once, as before.
 async fn settle(c: &HttpClient<TokioEnv>, urls: &[String], tokens: &[String]) {
+    if std::env::var("SETTLE").is_ok_and(|v| v == "0") {
+        return;
+    }
     let settled = wait_until(Duration::from_secs(60), async || {
         let mut ends = Vec::new();
         for i in 0..urls.len() {
