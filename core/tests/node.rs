@@ -1313,6 +1313,43 @@ fn a_node_leading_alone_checks_its_moves_when_it_meets_the_others() {
     }
 }
 
+/// A remove or a move is not decided by a node that holds bytes of a newer write of the file
+/// its records do not account for yet (an overwrite's copy landed on its volume, the record on
+/// its way from the node that took the put): 409 `write_in_flight`, nothing changed. Simulator
+/// seed 3920: the leader moved the file from its old record; the move named the old content's
+/// copies, which the overwrite was retiring, and its tombstone dropped the overwrite. Once the
+/// records account for the bytes, the move is made.
+#[test]
+fn a_node_holding_bytes_of_a_write_its_records_lack_decides_no_remove_or_move() {
+    use shoal_core::ids::VolumeId;
+    let (mut net, volumes) = three_nodes_with_volumes("landed", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let copies: Vec<(VolumeId, NodeId)> = volumes.iter().map(|v| (v.id.clone(), v.node_id.clone())).collect();
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &copies).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    // An overwrite's bytes land on the leader's volume; its record has not come.
+    let new = "b".repeat(64);
+    let at = net.clock(l);
+    net.nodes[l].landed_note(at, &volumes[l].id, "/data/f1", &new);
+    for op in ["move", "remove"] {
+        let err = match op {
+            "move" => net.nodes[l].file_move(at, "/data/f1", "/data/m1").map(|_| ()),
+            _ => net.nodes[l].file_remove(at, "/data/f1", false).map(|_| ()),
+        }
+        .expect_err(op);
+        assert_eq!(err.code, "write_in_flight", "{op}");
+    }
+    assert_eq!(file_at(&net, l, "/data/f1"), Some((false, "aaaaaaaa".into())), "nothing changed");
+    // The overwrite's record comes (through the follower that took the put): the move is made.
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &copies).expect("overwrite");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("the records account for the bytes now");
+    assert_eq!(file_at(&net, l, "/data/m1"), Some((false, "bbbbbbbb".into())));
+}
+
 /// A node whose records are settling (its log follows another numbering than the lease
 /// holder's, until a snapshot puts it on the leader's) decides no remove or move: a record
 /// there may be one made from a copy mark alone, listing some of the file's copies, and a move
