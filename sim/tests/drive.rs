@@ -401,12 +401,14 @@ fn drive_seeds_that_once_failed_keep_every_acknowledged_file() {
 /// seed 3408 the one where a node leading alone moved a file from records behind an overwrite
 /// acknowledged on the other side, and put the move into its log unchecked; seed 3433 the one
 /// where a read of a moved file took the bytes still at the old path, a copy stale before the
-/// move, over the repaired copy at the new one. `SEED=n` runs only seed n.
+/// move, over the repaired copy at the new one; seed 3920 the one where the leader moved a file
+/// while an overwrite's copy sat on its volume, its record not taken yet, and neither content
+/// survived. `SEED=n` runs only seed n.
 #[test]
 fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![3007, 3001, 3105, 3329, 3357, 3356, 3630, 3057, 3408, 3433],
+        None => vec![3007, 3001, 3105, 3329, 3357, 3356, 3630, 3057, 3408, 3433, 3920],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();
