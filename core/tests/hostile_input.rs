@@ -1433,8 +1433,8 @@ fn leader() -> (Meta, Hlc) {
         T,
         WALL,
         vec![
-            Candidate { id: me.clone(), joined: 1, eligible: true },
-            Candidate { id: NodeId::new("b"), joined: 2, eligible: true },
+            Candidate { id: me.clone(), joined: 1, eligible: true, reachable: true },
+            Candidate { id: NodeId::new("b"), joined: 2, eligible: true, reachable: true },
         ],
     );
     let mut hlc = Hlc::new(me);
@@ -1458,8 +1458,8 @@ fn leader_bodies(r: &Record) -> (Vec<u8>, Vec<u8>) {
         T.plus(1),
         WALL,
         vec![
-            Candidate { id: NodeId::new("a"), joined: 1, eligible: true },
-            Candidate { id: NodeId::new("b"), joined: 2, eligible: true },
+            Candidate { id: NodeId::new("a"), joined: 1, eligible: true, reachable: true },
+            Candidate { id: NodeId::new("b"), joined: 2, eligible: true, reachable: true },
         ],
     );
     let (mut lease, mut append) = (None, None);

@@ -166,7 +166,12 @@ impl Net {
         self.node(n)
             .view
             .iter()
-            .map(|(m, eligible)| Candidate { id: m.clone(), joined: self.nodes[m].joined, eligible: *eligible })
+            .map(|(m, eligible)| Candidate {
+                id: m.clone(),
+                joined: self.nodes[m].joined,
+                eligible: *eligible,
+                reachable: *eligible,
+            })
             .collect()
     }
 

@@ -831,7 +831,7 @@ fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a
     let me = node(0);
     let removed_at = ver(1_000, 0, 1);
     let pairs = live_and_tombstone_of_every_kind(ver(0, 0, 0), removed_at.clone());
-    let members = || vec![Candidate { id: node(0), joined: 1, eligible: true }];
+    let members = || vec![Candidate { id: node(0), joined: 1, eligible: true, reachable: true }];
     let persisted = |m: &mut Meta| {
         let mut out = Vec::new();
         while let Some(o) = m.poll_output() {

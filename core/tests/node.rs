@@ -1299,6 +1299,26 @@ fn a_node_leading_alone_checks_its_moves_when_it_meets_the_others() {
         assert_eq!(served(path), want, "{path} as served");
     }
     assert_eq!(served("/data/f3"), Some(true), "a checked move is served as made");
+    // Nor does a 409 `changed` hand a submitter the unchecked change: a remove of /data/f2 that
+    // f decided from the record l's own queued move was decided from gets that record back.
+    {
+        use shoal_core::hlc::Version;
+        use shoal_core::meta::records::{FileRecord, Record};
+        let f2 = net.nodes[f].meta().state().file("/data/f2").cloned().expect("f holds /data/f2");
+        let version = Version { wall_ms: net.clock(f).0, counter: 0, node: net.id(f) };
+        let rm = FileRecord { removed: true, version, based_on: Some(f2.based_on_this()), ..f2 };
+        let body = json!({"records": [Record::File(rm)]}).to_string();
+        let target = "/cluster/acn/meta/submit";
+        let headers = net.signed(f, "POST", target, body.as_bytes());
+        let r = net.nodes[l].handle_acn(at, "POST", target, Some(&headers), body.as_bytes());
+        assert_eq!(r.status(), 200, "{}", String::from_utf8_lossy(&body_bytes(&r)));
+        let answer: serde_json::Value = serde_json::from_slice(&body_bytes(&r)).expect("json");
+        let refused = &answer["refused"][0];
+        assert_eq!(refused["changed"], true, "{answer}");
+        let current = &refused["current"];
+        assert_eq!(current["payload"]["path"], "/data/f2", "{answer}");
+        assert!(!current["payload"]["removed"].as_bool().unwrap_or(false), "handed back live: {answer}");
+    }
     // They meet: l's check finds the overwrite and undoes the first move; the second is made.
     net.isolated[l] = false;
     net.run_for(2 * MINUTE_MS, SECOND_MS);

@@ -63,6 +63,10 @@ pub struct Candidate {
     pub joined: u64,
     /// ONLINE or DEGRADED in this node's view (for this node itself: not in an admin state).
     pub eligible: bool,
+    /// Alive and heard from lately, whatever its admin state (a member in maintenance or
+    /// draining still follows the log): whom a leader asks and waits for
+    /// ([`crate::meta::machine::Meta::leader_may_lag`]).
+    pub reachable: bool,
 }
 
 /// What the lease wants done after a tick.
@@ -245,7 +249,12 @@ mod tests {
 
     fn members(list: &[(&str, u64, bool)]) -> Vec<Candidate> {
         list.iter()
-            .map(|(id, joined, eligible)| Candidate { id: n(id), joined: *joined, eligible: *eligible })
+            .map(|(id, joined, eligible)| Candidate {
+                id: n(id),
+                joined: *joined,
+                eligible: *eligible,
+                reachable: *eligible,
+            })
             .collect()
     }
 

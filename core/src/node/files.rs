@@ -648,7 +648,7 @@ impl Node {
                         .filter(|g| {
                             g.locations.iter().any(|m| {
                                 m.volume_id == l.volume_id
-                                    && m.checksum == l.checksum
+                                    && m.checksum.eq_ignore_ascii_case(&l.checksum)
                                     && m.state != LocationState::Stale
                             })
                         })

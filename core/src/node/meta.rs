@@ -90,6 +90,9 @@ impl Node {
                 .records()
                 .filter(|r| !r.removed)
                 .map(|r| {
+                    let reachable = r.id == self.id
+                        || (matches!(self.members.liveness(&r.id, now), NodeState::Online | NodeState::Degraded)
+                            && now.since(self.members.last_seen(&r.id)) <= heard_within);
                     let eligible = if r.id == self.id {
                         relaxed || r.admin_state == AdminState::Active
                     } else {
@@ -101,7 +104,7 @@ impl Node {
                         let heard = relaxed || now.since(self.members.last_seen(&r.id)) <= heard_within;
                         matches!(st, NodeState::Online | NodeState::Degraded) && heard
                     };
-                    Candidate { id: r.id.clone(), joined: r.joined, eligible }
+                    Candidate { id: r.id.clone(), joined: r.joined, eligible, reachable }
                 })
                 .collect()
         };

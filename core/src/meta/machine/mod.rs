@@ -613,6 +613,9 @@ pub struct Meta {
     /// Leader: when each member last answered a lease push or an append with its records
     /// settled on this leader's numbering ([`Meta::leader_may_lag`]).
     in_touch: BTreeMap<NodeId, Millis>,
+    /// Leader: a round of [`Meta::own_based_checked`] that some member did not answer is asked
+    /// again at this time (a new remove or move does not bring it forward).
+    based_retry_due: Option<Millis>,
     /// The submits in flight: first pending id of each -> (when it was sent, the ids it carries).
     submits: BTreeMap<u64, (Millis, Vec<u64>)>,
     /// Every pending id some submit in flight carries.
@@ -696,6 +699,7 @@ impl Meta {
             based_pending: BTreeMap::new(),
             based_check: None,
             in_touch: BTreeMap::new(),
+            based_retry_due: None,
             snapshot_progress: None,
             refused: 0,
             last_refusal: None,
@@ -1210,6 +1214,7 @@ impl Meta {
             }
         }
         self.peers.retain(|id, _| self.members.iter().any(|c| &c.id == id));
+        self.in_touch.retain(|id, _| self.members.iter().any(|c| &c.id == id));
         if let Some((_, leader)) = self.catch_up_due.take_if(|(due, _)| now >= *due) {
             if !self.ahead.is_empty() {
                 self.request_catch_up(&leader);
@@ -1304,6 +1309,8 @@ impl Meta {
     pub(super) fn on_lease_taken(&mut self, l: &Lease) {
         self.drop_held_back();
         if self.log_lease.as_ref() != Some(l) {
+            // Answers to an earlier lease say nothing of who follows this one.
+            self.in_touch.clear();
             self.log_lease = Some(l.clone());
             self.persist_log_meta();
             let last = self.last_seq;
@@ -1343,6 +1350,7 @@ impl Meta {
     pub fn submit_all(&mut self, now: Millis, records: Vec<Record>) {
         self.now = self.now.max(now);
         let leader = self.is_leader(now);
+        let has_based = records.iter().any(|r| Self::based_of(r).is_some());
         if !self.queue(leader, records) {
             return;
         }
@@ -1350,7 +1358,8 @@ impl Meta {
         self.linger_due = None;
         if leader {
             self.pump_appends();
-            if self.own_changes_unchecked() {
+            let retry_waits = self.based_retry_due.is_some_and(|due| now < due);
+            if has_based && self.own_changes_unchecked() && !retry_waits {
                 // A remove or a move queued for the check ([`Meta::leader_may_lag`]).
                 self.submit_due = self.submit_due.min(now);
             }
@@ -1576,8 +1585,8 @@ impl Meta {
 
     /// Whether this leader's records may lag what another member holds, so that a remove or
     /// a move it decides is queued and checked ([`Meta::own_based_checked`]) rather than
-    /// appended at once: it has other members and one of those it can reach (ONLINE or
-    /// DEGRADED) has not answered a lease push or an append, with its records settled on this
+    /// appended at once: it has other members and one of those it can reach (alive and heard
+    /// from lately, whatever its admin state) has not answered a lease push or an append, with its records settled on this
     /// leader's numbering, within one lease period (it may follow another leader by now, whose
     /// acknowledged writes this node has not seen: a leader's lease lapses on a member one
     /// lease period after the member last heard it), or it reaches none of them (it leads
@@ -1595,7 +1604,7 @@ impl Meta {
             return true;
         }
         let lease_ms = self.config.lease.lease_ms;
-        let reachable: Vec<&Candidate> = others.filter(|c| c.eligible).collect();
+        let reachable: Vec<&Candidate> = others.filter(|c| c.reachable).collect();
         reachable.is_empty()
             || reachable.iter().any(|c| self.in_touch.get(&c.id).is_none_or(|at| now.since(*at) > lease_ms))
     }
@@ -1607,8 +1616,10 @@ impl Meta {
     /// paths they were decided from, as a leader checks a follower's ([`Meta::base_gone`]). An
     /// answer naming a newer record undoes the change it refutes (its acknowledgement is
     /// `Changed`) and the record is merged and appended; the rest go into the log once every
-    /// member asked answered. A member whose ask failed (no answer by `request_timeout_ms`) is
-    /// asked again `submit_retry_ms` later, with the others; while it reaches no member, the
+    /// member asked answered. A member whose ask failed (no answer by `request_timeout_ms`, or
+    /// a refusal other than a build without the endpoint) is asked again `submit_retry_ms`
+    /// later, with the others; one round names at most [`BASED_ASK_MAX`] paths, the rest go
+    /// in the rounds after it; while it reaches no member, the
     /// queue waits (it is looked at every lease tick). Changes queued after a round's asks went
     /// out are asked about in a round of their own. Without it, such a change went into the
     /// leader's log unchecked, and its tombstone, newer by version, dropped the acknowledged
@@ -1629,10 +1640,10 @@ impl Meta {
         let has_others = self.members.iter().any(|c| c.id != self.me);
         match &self.based_check {
             None => {
-                // The members this node can reach (ONLINE or DEGRADED): one that is down would
-                // only hold the check up until the deadline.
+                // The members this node can reach (alive and heard from lately, whatever their
+                // admin state): one that is down would only hold the check up.
                 let others: Vec<NodeId> =
-                    self.members.iter().filter(|c| c.id != self.me && c.eligible).map(|c| c.id.clone()).collect();
+                    self.members.iter().filter(|c| c.id != self.me && c.reachable).map(|c| c.id.clone()).collect();
                 if others.is_empty() {
                     if has_others {
                         // Alone: the queue waits for a member to come back (each lease tick).
@@ -1641,6 +1652,9 @@ impl Meta {
                     }
                     return true;
                 }
+                // At most what one answer may name: the rest in the rounds after this one.
+                let based: BTreeSet<(String, Version)> = based.into_iter().take(BASED_ASK_MAX).collect();
+                self.based_retry_due = None;
                 let asks: Vec<Value> =
                     based.iter().map(|(path, version)| json!({"path": path, "version": version})).collect();
                 let body = serde_json::to_vec(&json!({ "based": asks })).expect("serialise");
@@ -1668,7 +1682,9 @@ impl Meta {
                 if unanswered {
                     // A member this node counts as reachable did not answer: asked again, with
                     // the others, a retry period later.
-                    self.submit_due = now.plus(self.config.submit_retry_ms);
+                    let due = now.plus(self.config.submit_retry_ms);
+                    self.submit_due = due;
+                    self.based_retry_due = Some(due);
                     return false;
                 }
                 if unasked {

@@ -170,16 +170,17 @@ impl Meta {
                     #[serde(default)]
                     records: Vec<Box<RawValue>>,
                 }
-                // No answer (the peer is unreachable after all): it is asked again. A peer that
-                // answers with a refusal (a build without the endpoint) counts as one that
-                // holds nothing newer.
+                // No answer (the peer is unreachable after all), or a refusal (busy, a key it
+                // does not know yet, a body it will not read): it is asked again. Only a build
+                // without the endpoint (404) counts as one that holds nothing newer.
+                let answered = !no_answer && (carried_out || refused == Some(ErrorKind::NotFound));
                 let raw = if carried_out {
                     serde_json::from_slice::<BasedAnswer>(&body).map(|a| a.records).unwrap_or_default()
                 } else {
                     Vec::new()
                 };
                 let records = raw.iter().filter_map(|r| serde_json::from_str::<Record>(r.get()).ok()).collect();
-                self.take_based_answer(now, peer, (!no_answer).then_some(records), hlc);
+                self.take_based_answer(now, peer, answered.then_some(records), hlc);
             }
             MetaPurpose::CatchUp => {
                 self.catch_up_in_flight = None;

@@ -255,9 +255,13 @@ impl Meta {
             }
             if let Some(based) = self.base_gone(&r, from, &refused_paths) {
                 // Decided from a record this leader no longer holds: refused by name, with
-                // this leader's record at its key, so the submitter undoes it.
+                // this leader's record at its key, so the submitter undoes it. (As a snapshot
+                // serves it: a change of this leader's own still waiting for its check does not
+                // leave it here, or the submitter would take it and drop the newer record the
+                // check is to find on it.)
                 let why = format!("cluster:{} changed after the submitting node decided from it", based.path);
-                let current = self.state.get(r.kind(), &r.key());
+                let unchecked = self.unchecked_own();
+                let current = self.state.get(r.kind(), &r.key()).and_then(|c| self.as_served(c, &unchecked));
                 refused.push(json!({"index": i, "why": why, "changed": true, "current": current}));
                 self.based_refused += 1;
                 refused_paths.insert(r.key());
