@@ -1586,8 +1586,8 @@ impl Meta {
     /// Whether this leader's records may lag what another member holds, so that a remove or
     /// a move it decides is queued and checked ([`Meta::own_based_checked`]) rather than
     /// appended at once: it has other members and one of those it can reach (alive and heard
-    /// from lately, whatever its admin state) has not answered a lease push or an append, with its records settled on this
-    /// leader's numbering, within one lease period (it may follow another leader by now, whose
+    /// from lately, whatever its admin state) has not answered a lease push or an append, with
+    /// its records settled on this leader's numbering, within one lease period (it may follow another leader by now, whose
     /// acknowledged writes this node has not seen: a leader's lease lapses on a member one
     /// lease period after the member last heard it), or it reaches none of them (it leads
     /// alone: the others may have gone on without it), or removes and moves of its own wait for

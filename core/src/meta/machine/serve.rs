@@ -402,9 +402,7 @@ impl Meta {
                 more = true;
                 break;
             }
-            if unchecked.is_empty() {
-                records.push(r.clone());
-            } else if let Some(r) = self.as_served(r, &unchecked) {
+            if let Some(r) = self.as_served(r, &unchecked) {
                 records.push(r);
             }
             last_key = Some(k.clone());

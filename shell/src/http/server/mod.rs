@@ -238,7 +238,7 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
             // Both waits at once, under one bound: the commit (`durable`) runs while the
             // changes travel to another node, rather than after (issue 18).
             let through = s.meta_store.queued_through();
-            let started = tokio::time::Instant::now();
+            let started = s.env.monotonic();
             let mut got = None;
             let p = plan.clone();
             let replicated = s.wait_for_held(plan.wait_ms, |n, now| {
@@ -254,7 +254,8 @@ async fn acknowledge_when_safe<E: Env>(s: &Shared<E>, from: WriteMark, resp: &mu
                 // No other node holds it: `alone` means as safe as this node's disk, so the
                 // commit that holds it is waited for (writes arriving together share it). A
                 // node alone that crashed right after answering lost what it had answered.
-                let left = std::time::Duration::from_millis(plan.wait_ms).saturating_sub(started.elapsed());
+                let spent = s.env.monotonic().since(started);
+                let left = std::time::Duration::from_millis(plan.wait_ms.saturating_sub(spent));
                 flushed = s.meta_store.wait_flushed(through, left).await;
             }
             match (got, mode, flushed) {
