@@ -1416,3 +1416,64 @@ fn a_node_whose_records_are_settling_decides_no_remove_or_move() {
     assert!(!net.nodes[f].meta_status(at).meta.records_settling, "settled");
     net.nodes[f].file_move(at, "/data/f1", "/data/m1").expect("the move is made once settled");
 }
+
+/// An overwrite that raced a move of its file (issue 18, "Acknowledged means safe"). A
+/// follower holding the file's only copy takes an overwrite: its bytes land there (the old
+/// ones kept aside), its record goes to the leader; meanwhile the leader, which holds no byte
+/// of it, moves the file. Left to last-writer-wins the overwrite, answered `replicated`, lost
+/// to the newer tombstone (or, newer itself, brought the old path back with the moved file's
+/// id): the follower was to delete the new bytes under the tombstone and drop the old ones it
+/// kept, which the moved record named, and both contents were gone. Now the leader orders
+/// them as the put, then the move: the moved file takes the overwrite's content, the follower
+/// renames the new bytes to the new path and drops the old ones. Both orders of the two
+/// versions (the follower's clock behind or ahead of the leader's).
+#[test]
+fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
+    for ahead_ms in [0i64, 5_000] {
+        let (mut net, volumes) = three_nodes_with_volumes("race", |_| (1 << 40, 1 << 39));
+        let (l, f) = leader_and_follower(&net);
+        net.offsets_ms[f] = ahead_ms;
+        let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+        let (old, new) = ("a".repeat(64), "b".repeat(64));
+        let at = net.clock(l);
+        net.nodes[l].file_publish(at, "/data/f1", 10, &old, at.0, &on_f).expect("put");
+        net.run_for(5 * SECOND_MS, SECOND_MS);
+        let at = net.clock(f);
+        net.nodes[f].landed_note(at, &volumes[f].id, "/data/f1", &new);
+        net.nodes[f].kept_note(&volumes[f].id, "/data/f1", &old);
+        let from = net.nodes[f].ack_position();
+        net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &on_f).expect("overwrite");
+        let plan = net.nodes[f].ack_plan(from);
+        // The leader moves the file before the overwrite's record reaches it.
+        let at = net.clock(l).plus(5);
+        net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+        net.pump();
+        let at = net.clock(f);
+        let ack = net.nodes[f].ack_ready(at, &plan);
+        assert_eq!(ack, Some(shoal_core::node::AckReached::Replicated), "ahead {ahead_ms}");
+        net.run_for(30 * SECOND_MS, SECOND_MS);
+        for i in 0..3 {
+            assert_eq!(file_at(&net, i, "/data/f1").map(|r| r.0), Some(true), "n{i} ahead {ahead_ms}: moved away");
+            let m1 = net.nodes[i].meta().state().file("/data/m1").cloned().expect("moved");
+            assert!(!m1.removed && m1.checksum == new, "n{i} ahead {ahead_ms}: the moved file holds the overwrite");
+            assert!(m1.locations.iter().any(|c| c.volume_id == volumes[f].id && m1.is_current(c)), "n{i}: its copy");
+        }
+        let at = net.clock(f);
+        let folder = volumes[f].subpath.clone();
+        let renamed = shoal_core::node::files::DiskAction::Rename {
+            volume: volumes[f].id.clone(),
+            folder: folder.clone(),
+            from: "/data/f1".into(),
+            to: "/data/m1".into(),
+        };
+        assert_eq!(net.nodes[f].disk_actions(), vec![renamed], "ahead {ahead_ms}: the new bytes go to the new path");
+        assert!(!net.nodes[f].landed_unsettled(at, &volumes[f].id, "/data/f1"), "the records account for them");
+        let dropped = shoal_core::node::landed::KeptAction::Drop {
+            volume: volumes[f].id.clone(),
+            folder,
+            path: "/data/f1".into(),
+            checksum: old,
+        };
+        assert_eq!(net.nodes[f].kept_actions(at), vec![dropped], "ahead {ahead_ms}: the replaced bytes go");
+    }
+}

@@ -228,11 +228,21 @@ impl LandedBytes {
 
 /// Whether `state` accounts for bytes with `sum` at the normalised `path` on `volume`: a live
 /// record with this copy, or a removal of that very content (written after the bytes: a later
-/// remove knows of them).
+/// remove knows of them), or a move that renames them: the tombstone lists this copy with
+/// this content and so does the moved file's record at its new path (an overwrite the leader
+/// carried along a move it raced: [`crate::meta::machine::Meta`]).
 fn accounts_for(state: &MetaState, volume: &VolumeId, path: &str, sum: &str) -> bool {
+    let lists = |f: &crate::meta::records::FileRecord| {
+        f.locations.iter().any(|l| {
+            &l.volume_id == volume
+                && l.checksum.eq_ignore_ascii_case(sum)
+                && l.state != crate::meta::records::LocationState::Dropped
+        })
+    };
     state.file(path).is_some_and(|f| {
         (!f.removed && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(sum)))
             || (f.removed && f.checksum.eq_ignore_ascii_case(sum))
+            || (f.removed && lists(f) && state.files_with_id(&f.id).any(|g| !g.removed && g.path != f.path && lists(g)))
     })
 }
 

@@ -2,6 +2,7 @@
 //! log pages and snapshots, each entry read on its own so one bad entry is refused alone.
 
 use super::*;
+use crate::meta::records::{FileRecord, Location};
 
 /// What the answer to a submit carries back of the entries that took its records.
 enum Echo {
@@ -199,6 +200,92 @@ impl Meta {
         (newer || refused_paths.contains(&based.path)).then_some(based)
     }
 
+    /// An overwrite that raced a move of its file (issue 18, "Acknowledged means safe"): the
+    /// submitted record `r` is a put over the file at its path (same id), decided before its
+    /// node heard of a move this leader took meanwhile (the move's tombstone there was decided
+    /// from an older record: it never saw this content), and the moved file still holds content
+    /// older than `r`'s (its record was made from that path, at a version before `r`'s). Returns
+    /// the move's tombstone and the moved file's record.
+    ///
+    /// Left to last-writer-wins, the overwrite lost to the newer tombstone and the move kept the
+    /// old content: the put was answered `replicated` and its content was gone, and the node
+    /// that took it deleted its bytes (they sat at the old path under a tombstone) and dropped
+    /// the old ones it had kept aside, which the moved file's record named (a 1-copy file lost
+    /// both contents). Or, newer than the tombstone, the overwrite brought the old path back
+    /// with the moved file's id, and no copy was ever renamed to the new path. The leader orders
+    /// them instead as the put, then the move ([`Meta::carry_overwrite`]). Not for a move still
+    /// waiting for this leader's own check ([`Meta::leader_may_lag`]): the check finds the
+    /// overwrite on its node and refuses the move.
+    fn moved_away_under(&self, r: &Record) -> Option<(FileRecord, FileRecord)> {
+        let Record::File(put) = r else { return None };
+        if put.removed || put.is_dir || put.based_on.is_some() {
+            return None;
+        }
+        let older_base = |b: &Option<Box<crate::meta::records::BasedOn>>| {
+            b.as_deref().is_some_and(|b| b.path == put.path && b.version < put.version)
+        };
+        let tomb = self.state.file(&put.path).filter(|t| {
+            t.removed && !t.is_dir && t.id == put.id && t.version != put.version && older_base(&t.based_on)
+        })?;
+        let moved = self
+            .state
+            .files_with_id(&put.id)
+            .filter(|g| !g.removed && !g.is_dir && g.path != put.path && older_base(&g.based_on))
+            .max_by(|a, b| a.version.cmp(&b.version))?;
+        let unchecked = self.unchecked_own();
+        if unchecked.contains_key(&(tomb.path.as_str(), &tomb.version))
+            || unchecked.contains_key(&(moved.path.as_str(), &moved.version))
+        {
+            return None;
+        }
+        Some((tomb.clone(), moved.clone()))
+    }
+
+    /// The overwrite `put` took effect before the move (`tomb` at its path, `moved` the file at
+    /// its new one; [`Meta::moved_away_under`]): the moved file's record takes the overwrite's
+    /// content and copies (newer than every copy mark there), and records that it carries the
+    /// content `put` made at its path (`based_on`: a later, newer overwrite that raced the same
+    /// move is carried too; this one again is not). Should the put have brought the old path
+    /// back (its version newer than the tombstone's), the tombstone is written again, newer.
+    /// Each holder's copy at the old path, the overwrite's bytes, is then renamed to the new
+    /// path ([`crate::node::DiskAction::Rename`]: the tombstone and the moved record list it
+    /// with the same content), and the bytes it replaced there go.
+    fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
+        if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed) {
+            let again = FileRecord {
+                removed: true,
+                version: hlc.next_seen(),
+                repl: None,
+                locations: here.locations.clone(),
+                ..tomb
+            };
+            let again = Record::File(again);
+            if self.apply_one(&again, hlc) {
+                self.append_as_leader(again, self.me.clone());
+            }
+        }
+        let version = hlc.next_seen();
+        let mut carried = FileRecord {
+            size: put.size,
+            mod_time: put.mod_time,
+            checksum: put.checksum.clone(),
+            primary: put.primary.clone(),
+            based_on: Some(Box::new(crate::meta::records::BasedOn {
+                path: put.path.clone(),
+                version: put.version.clone(),
+            })),
+            version: version.clone(),
+            ..moved
+        };
+        for l in &put.locations {
+            carried.upsert_location(Location { updated: version.clone(), ..l.clone() });
+        }
+        let carried = Record::File(carried);
+        if self.apply_one(&carried, hlc) {
+            self.append_as_leader(carried, self.me.clone());
+        }
+    }
+
     /// `POST meta/submit` (leader only).
     pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
         self.now = self.now.max(now);
@@ -267,9 +354,13 @@ impl Meta {
                 refused_paths.insert(r.key());
                 continue;
             }
+            let carried = self.moved_away_under(&r);
             if self.apply_one(&r, hlc) {
-                self.append_as_leader(r, from.clone());
+                self.append_as_leader(r.clone(), from.clone());
                 taken[i] = Some(self.last_seq);
+            }
+            if let (Some((tomb, moved)), Record::File(put)) = (carried, &r) {
+                self.carry_overwrite(put, tomb, moved, hlc);
             }
         }
         let took = (first_new, taken.iter().flatten().count());
