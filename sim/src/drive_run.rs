@@ -42,11 +42,25 @@ pub struct DriveOptions {
     /// 3007 converge: the old bytes come back, but the repairs refused while the new ones were
     /// unsettled leave the file's pull backoff at an hour, so a missing copy waits past the bound).
     pub overwrites: bool,
+    /// Now and then overwrite an acknowledged file through one node while moving it through
+    /// another, at once (`--races`): the file ends with the new content at the new path (the
+    /// leader carried the overwrite along the move), or the new content at the old path and
+    /// the old at the new (the put came after the move), or the new at the old path alone (the
+    /// move refused); an unacknowledged put may lose its content, never the old one with it.
+    pub races: bool,
 }
 
 impl Default for DriveOptions {
     fn default() -> Self {
-        DriveOptions { nodes_min: 3, nodes_max: 5, chaos_ms: 180_000, big_every: 0, nat: 0, overwrites: false }
+        DriveOptions {
+            nodes_min: 3,
+            nodes_max: 5,
+            chaos_ms: 180_000,
+            big_every: 0,
+            nat: 0,
+            overwrites: false,
+            races: false,
+        }
     }
 }
 
@@ -212,6 +226,74 @@ pub struct UnknownOverwrite {
     pub path: String,
     pub old: String,
     pub new: String,
+}
+
+/// An overwrite and a move of one acknowledged file made at once (`--races`), and what their
+/// answers promised: `put_acked` (200, and neither `alone` nor `unconfirmed`), `moved` (200
+/// clean: `Some(true)`; refused with a 4xx: `Some(false)`; unknown: `None`).
+#[derive(Clone, Debug)]
+pub struct Race {
+    pub from: String,
+    pub to: String,
+    pub old: String,
+    pub new: String,
+    pub put_acked: bool,
+    pub moved: Option<bool>,
+}
+
+/// After the heal: every live node's records of each race's two paths agree, and they are an
+/// outcome its answers allow ([`DriveOptions::races`]); returned as acknowledged files to
+/// converge and read back.
+fn races_settled(h: &Harness, races: &[Race], live: &[usize]) -> Result<Acked, String> {
+    use sha2::{Digest, Sha256};
+    let sum = |c: &str| hex::encode(Sha256::digest(Harness::file_bytes(c)));
+    let mut out = Acked::new();
+    for r in races {
+        let (old, new) = (sum(&r.old), sum(&r.new));
+        let named = |path: &str| -> Result<Option<String>, String> {
+            let seen: Vec<Option<String>> = live
+                .iter()
+                .map(|&i| record(h, i, path).filter(|f| !f.removed).map(|f| f.checksum.to_ascii_lowercase()))
+                .collect();
+            if seen.iter().any(|s| s != &seen[0]) {
+                return Err(format!("the nodes disagree on {path}: {seen:?}"));
+            }
+            Ok(seen[0].clone())
+        };
+        let kind = |c: Option<String>| match c {
+            None => Ok("none"),
+            Some(c) if c == old => Ok("old"),
+            Some(c) if c == new => Ok("new"),
+            Some(c) => Err(c),
+        };
+        let (at_from, at_to) = (named(&r.from)?, named(&r.to)?);
+        let outcome = match (kind(at_from), kind(at_to)) {
+            (Ok(f), Ok(t)) => (f, t),
+            other => return Err(format!("race {} -> {}: content neither old nor new: {other:?}", r.from, r.to)),
+        };
+        let allowed: &[(&str, &str)] = match (r.put_acked, r.moved) {
+            (true, Some(true)) => &[("none", "new"), ("new", "old")],
+            (true, Some(false)) => &[("new", "none")],
+            (true, None) => &[("none", "new"), ("new", "old"), ("new", "none")],
+            (false, Some(true)) => &[("none", "new"), ("new", "old"), ("none", "old")],
+            (false, Some(false)) => &[("new", "none"), ("old", "none")],
+            (false, None) => &[("none", "new"), ("new", "old"), ("new", "none"), ("none", "old"), ("old", "none")],
+        };
+        if !allowed.contains(&outcome) {
+            return Err(format!(
+                "race {} -> {} (put acknowledged {}, moved {:?}) ended as {outcome:?} (at the old path, at the new)",
+                r.from, r.to, r.put_acked, r.moved
+            ));
+        }
+        for (path, what) in [(&r.from, outcome.0), (&r.to, outcome.1)] {
+            match what {
+                "old" => out.insert(path.clone(), r.old.clone()),
+                "new" => out.insert(path.clone(), r.new.clone()),
+                _ => None,
+            };
+        }
+    }
+    Ok(out)
 }
 
 /// Each overwrite of unknown outcome keeps a right copy of its old or its new content.
@@ -395,6 +477,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let mut acked = Acked::new();
     let mut moves = Moves::default();
     let mut overwrites: Vec<UnknownOverwrite> = Vec::new();
+    let mut races: Vec<Race> = Vec::new();
     let none = BTreeSet::new();
     let mut faults = 0usize;
     let mut writes = 0u64;
@@ -461,6 +544,36 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     let old = acked.remove(&path).expect("acknowledged");
                     overwrites.push(UnknownOverwrite { path, old, new });
                 }
+            }
+        }
+        // An overwrite and a move of one acknowledged file at once, through two nodes: the
+        // move is asked once the put is under way (`--races`).
+        if opts.races && rng.below(4) == 0 && !acked.is_empty() {
+            let (a, b) = (rng.below(n as u64) as usize, rng.below(n as u64) as usize);
+            let from = acked.keys().nth(rng.below(acked.len() as u64) as usize).cloned().expect("not empty");
+            let wait_ms = rng.below(200);
+            if h.is_running(a) && h.is_running(b) && !moves.former.contains_key(&from) && !alone_via.contains_key(&from)
+            {
+                writes += 1;
+                moved += 1;
+                let to = format!("/data/m{moved}");
+                let new = format!("{seed}/{writes}/race:{}", "r".repeat(10 + rng.below(5_000) as usize));
+                let put_call = format!("PUT /v1/files{from}");
+                let put = h.api_start(a, &put_call, Some(json!(new))).map_err(|e| fail(&h, seed, e))?;
+                h.step_for(wait_ms).map_err(|e| fail(&h, seed, e))?;
+                let mv = h.api(b, "POST /v1/mv", Some(json!({"from": from, "to": to})));
+                let mv_ack = h.last_ack.clone();
+                let put = h.api_wait(a, &put_call, put, |_| {});
+                let put_acked = matches!(put, Ok((200, _)))
+                    && !matches!(h.last_ack.as_deref(), Some("alone") | Some("unconfirmed"));
+                let moved_clean = match (&mv, mv_ack.as_deref()) {
+                    (Ok((200, _)), Some("alone") | Some("unconfirmed")) => None,
+                    (Ok((200, _)), _) => Some(true),
+                    (Ok((s, _)), _) if (400..500).contains(s) => Some(false),
+                    _ => None,
+                };
+                let old = acked.remove(&from).expect("acknowledged");
+                races.push(Race { from, to, old, new, put_acked, moved: moved_clean });
             }
         }
         // A move of an acknowledged file, now and then, through a random node; sometimes that
@@ -619,7 +732,8 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
         let settled = moves.settled(h, &live).and_then(|unknown| {
             converged_copies(h, &acked, policy, &live)?;
             converged_copies(h, &unknown, policy, &live)?;
-            converged_copies(h, &overwrites_settled(h, &overwrites, &live)?, policy, &live)
+            converged_copies(h, &overwrites_settled(h, &overwrites, &live)?, policy, &live)?;
+            converged_copies(h, &races_settled(h, &races, &live)?, policy, &live)
         });
         match settled {
             Ok(()) => Ok(true),
@@ -633,6 +747,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     let unknown = moves.settled(&h, &live).map_err(|e| fail(&h, seed, e))?;
     acked.extend(unknown);
     acked.extend(overwrites_settled(&h, &overwrites, &live).map_err(|e| fail(&h, seed, e))?);
+    acked.extend(races_settled(&h, &races, &live).map_err(|e| fail(&h, seed, e))?);
     for (path, content) in &acked {
         let via = rng.below(n as u64) as usize;
         let got = h.get_file(via, path).map_err(|e| fail(&h, seed, e))?;
@@ -644,6 +759,18 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
         return Err(fail(&h, seed, "no write was acknowledged".into()));
     }
     if std::env::var("SHOAL_SIM_VERBOSE").is_ok() {
+        for r in &races {
+            let at = |p: &str| acked.get(p).map(|c| if c == &r.new { "new" } else { "old" }).unwrap_or("none");
+            eprintln!(
+                "race {} -> {}: put acknowledged {}, moved {:?}: {} at the old path, {} at the new",
+                r.from,
+                r.to,
+                r.put_acked,
+                r.moved,
+                at(&r.from),
+                at(&r.to)
+            );
+        }
         eprintln!(
             "drive seed {seed}: {n} nodes, policy {policy}, {} of {writes} writes acknowledged, {} of {moved} moves, {} unknown, {faults} faults",
             acked.len(),

@@ -50,10 +50,34 @@ impl SimConfig {
     }
 }
 
-type ApiCall = (String, String, String, Option<Value>);
+/// Base URL, token, `"METHOD /path"`, body, and whether it runs beside the calls after it
+/// ([`Harness::api_start`]) instead of before them.
+type ApiCall = (String, String, String, Option<Value>, bool);
 type ApiResult = Result<(u16, Value), String>;
 /// An answer as the control client got it: status, body, and its `x-shoal-ack` header.
 type Answered = Result<(u16, Value, Option<String>), String>;
+
+/// A call under way ([`Harness::api_start`]).
+pub struct Started(mpsc::Receiver<Answered>);
+
+/// One call of the control client: its answer as the client got it.
+async fn control_call(
+    client: &HttpClient<SimEnv>,
+    base: &str,
+    token: &str,
+    call: &str,
+    body: Option<Value>,
+) -> Answered {
+    let (method, path) = call.split_once(' ').unwrap_or(("GET", call));
+    let auth = format!("Bearer {token}");
+    let body = body.map(|b| serde_json::to_vec(&b).expect("json")).unwrap_or_default();
+    let r = client.request(base, method, path, &[("authorization", &auth)], body, 30_000).await;
+    r.map(|resp| {
+        let ack = resp.header("x-shoal-ack").map(str::to_string);
+        (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null), ack)
+    })
+    .map_err(|e| e.to_string())
+}
 
 struct SimNode {
     name: String,
@@ -182,18 +206,15 @@ impl Harness {
         let ctl_env = SimEnv::new(Arc::new(Mutex::new(ClockFault::default())), sim_ms.clone(), rng.next_u64());
         sim.client(CTL, async move {
             let client = HttpClient::new(ctl_env);
-            while let Some(((base, token, call, body), reply)) = ctl_rx.recv().await {
-                let (method, path) = call.split_once(' ').unwrap_or(("GET", call.as_str()));
-                let auth = format!("Bearer {token}");
-                let body = body.map(|b| serde_json::to_vec(&b).expect("json")).unwrap_or_default();
-                let r = client.request(&base, method, path, &[("authorization", &auth)], body, 30_000).await;
-                let r = r
-                    .map(|resp| {
-                        let ack = resp.header("x-shoal-ack").map(str::to_string);
-                        (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null), ack)
-                    })
-                    .map_err(|e| e.to_string());
-                let _ = reply.send(r);
+            while let Some(((base, token, call, body, beside), reply)) = ctl_rx.recv().await {
+                if beside {
+                    let client = client.clone();
+                    tokio::task::spawn_local(async move {
+                        let _ = reply.send(control_call(&client, &base, &token, &call, body).await);
+                    });
+                } else {
+                    let _ = reply.send(control_call(&client, &base, &token, &call, body).await);
+                }
             }
             Ok(())
         });
@@ -289,35 +310,66 @@ impl Harness {
         i: usize,
         call: &str,
         body: Option<Value>,
-        mut between: impl FnMut(&mut Harness),
+        between: impl FnMut(&mut Harness),
     ) -> ApiResult {
+        let rx = self.send_call(i, call, body, false)?;
+        self.api_wait(i, call, rx, between)
+    }
+
+    /// Start a call that runs beside the ones made after it (each of those waits only for its
+    /// own answer): a put still under way while a move of its file is made, say. Its answer
+    /// comes from [`Harness::api_wait`].
+    pub fn api_start(&mut self, i: usize, call: &str, body: Option<Value>) -> Result<Started, String> {
+        self.send_call(i, call, body, true)
+    }
+
+    fn send_call(&mut self, i: usize, call: &str, body: Option<Value>, beside: bool) -> Result<Started, String> {
         let token = std::fs::read_to_string(self.nodes[i].dir.join(shoal_shell::persist::identity::TOKEN_FILE))
             .map_err(|e| format!("token of {}: {e}", self.nodes[i].name))?;
         let base = format!("http://{}:{PORT}", self.nodes[i].name);
         let (tx, rx) = mpsc::channel();
         self.ctl_tx
-            .send(((base, token.trim().to_string(), call.to_string(), body), tx))
+            .send(((base, token.trim().to_string(), call.to_string(), body, beside), tx))
             .map_err(|_| "control client stopped".to_string())?;
+        Ok(Started(rx))
+    }
+
+    /// The answer to call `call` on node `i` (sent as `rx`), stepping the simulation until it
+    /// comes (at most 60 s), and calling `between` after each step.
+    pub fn api_wait(
+        &mut self,
+        i: usize,
+        call: &str,
+        Started(rx): Started,
+        mut between: impl FnMut(&mut Harness),
+    ) -> ApiResult {
+        if let Ok(r) = rx.try_recv() {
+            return self.answered(i, call, r);
+        }
         for _ in 0..(60_000 / self.cfg.tick_ms) {
             self.sim.step().map_err(|e| format!("simulation error: {e}"))?;
             self.sim_ms.store(self.elapsed_ms(), Ordering::SeqCst);
             between(self);
             if let Ok(r) = rx.try_recv() {
-                self.note(format!(
-                    "api n{i} {call} -> {}",
-                    r.as_ref()
-                        .map(|(s, _, ack)| match ack {
-                            Some(ack) => format!("{s} ({ack})"),
-                            None => s.to_string(),
-                        })
-                        .unwrap_or_else(|e| e.clone())
-                ));
-                self.last_ack = r.as_ref().ok().and_then(|(_, _, ack)| ack.clone());
-                return r.map(|(s, v, _)| (s, v));
+                return self.answered(i, call, r);
             }
         }
         self.last_ack = None;
         Err(format!("no answer to {call} on n{i} within 60 s"))
+    }
+
+    fn answered(&mut self, i: usize, call: &str, r: Answered) -> ApiResult {
+        self.note(format!(
+            "api n{i} {call} -> {}",
+            r.as_ref()
+                .map(|(s, _, ack)| match ack {
+                    Some(ack) => format!("{s} ({ack})"),
+                    None => s.to_string(),
+                })
+                .unwrap_or_else(|e| e.clone())
+        ));
+        self.last_ack = r.as_ref().ok().and_then(|(_, _, ack)| ack.clone());
+        r.map(|(s, v, _)| (s, v))
     }
 
     fn api_ok(&mut self, i: usize, call: &str, body: Option<Value>) -> Result<Value, String> {

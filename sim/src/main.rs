@@ -1,4 +1,4 @@
-//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] [--nat K] [--overwrites] | --config | --jobs]`:
+//! `cargo run -p shoal-sim -- --seeds 1000 [--from S] [--drive [--big N] [--chaos-ms MS] [--nat K] [--overwrites] [--races] | --config | --jobs]`:
 //! a long seed sweep (membership and metadata; with `--drive` the cluster drive, one write in N
 //! over 4 MiB, faults for MS simulated milliseconds, the last K nodes behind NAT; with `--config` a rolling upgrade of the
 //! configuration plane under faults; with `--jobs` jobs and a word count map/reduce under faults).
@@ -26,6 +26,7 @@ fn main() {
         opts.nat = nat as usize;
     }
     opts.overwrites = args.iter().any(|a| a == "--overwrites");
+    opts.races = args.iter().any(|a| a == "--races");
     let started = Instant::now();
     let mut failed = 0u64;
     for seed in from..from + count {
