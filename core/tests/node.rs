@@ -1444,6 +1444,9 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
         let from = net.nodes[f].ack_position();
         net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &on_f).expect("overwrite");
         let plan = net.nodes[f].ack_plan(from);
+        // Its copy verified (a scrub), marked before the follower hears of the move.
+        let verified = shoal_core::meta::records::LocationState::Verified;
+        assert!(net.nodes[f].copy_mark(at, "/data/f1", &volumes[f].id, verified, &new), "marked");
         // The leader moves the file before the overwrite's record reaches it.
         let at = net.clock(l).plus(5);
         net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
@@ -1456,7 +1459,9 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
             assert_eq!(file_at(&net, i, "/data/f1").map(|r| r.0), Some(true), "n{i} ahead {ahead_ms}: moved away");
             let m1 = net.nodes[i].meta().state().file("/data/m1").cloned().expect("moved");
             assert!(!m1.removed && m1.checksum == new, "n{i} ahead {ahead_ms}: the moved file holds the overwrite");
-            assert!(m1.locations.iter().any(|c| c.volume_id == volumes[f].id && m1.is_current(c)), "n{i}: its copy");
+            let copy = m1.locations.iter().find(|c| c.volume_id == volumes[f].id).expect("its copy");
+            assert!(m1.is_current(copy), "n{i}: its copy");
+            assert_eq!(copy.state, verified, "n{i} ahead {ahead_ms}: the copy's mark is carried too");
         }
         let at = net.clock(f);
         let folder = volumes[f].subpath.clone();

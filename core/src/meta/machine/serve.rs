@@ -204,8 +204,9 @@ impl Meta {
     /// submitted record `r` is a put over the file at its path (same id), decided before its
     /// node heard of a move this leader took meanwhile (the move's tombstone there was decided
     /// from an older record: it never saw this content), and the moved file still holds content
-    /// older than `r`'s (its record was made from that path, at a version before `r`'s). Returns
-    /// the move's tombstone and the moved file's record.
+    /// older than `r`'s (its record was made from that path, at a version before `r`'s), or
+    /// `r`'s own, carried already (then `r` is a copy of it marked on its node meanwhile, or
+    /// the put again). Returns the move's tombstone and the moved file's record.
     ///
     /// Left to last-writer-wins, the overwrite lost to the newer tombstone and the move kept the
     /// old content: the put was answered `replicated` and its content was gone, and the node
@@ -221,17 +222,22 @@ impl Meta {
         if put.removed || put.is_dir || put.based_on.is_some() {
             return None;
         }
-        let older_base = |b: &Option<Box<crate::meta::records::BasedOn>>| {
-            b.as_deref().is_some_and(|b| b.path == put.path && b.version < put.version)
+        let based_here = |b: &Option<Box<crate::meta::records::BasedOn>>, carried: bool| {
+            b.as_deref().is_some_and(|b| {
+                b.path == put.path && (b.version < put.version || (carried && b.version == put.version))
+            })
         };
         let tomb = self.state.file(&put.path).filter(|t| {
-            t.removed && !t.is_dir && t.id == put.id && t.version != put.version && older_base(&t.based_on)
+            t.removed && !t.is_dir && t.id == put.id && t.version != put.version && based_here(&t.based_on, false)
         })?;
         let moved = self
             .state
             .files_with_id(&put.id)
-            .filter(|g| !g.removed && !g.is_dir && g.path != put.path && older_base(&g.based_on))
+            .filter(|g| !g.removed && !g.is_dir && g.path != put.path && based_here(&g.based_on, true))
             .max_by(|a, b| a.version.cmp(&b.version))?;
+        if moved.based_on.as_deref().is_some_and(|b| b.version == put.version) && moved.checksum != put.checksum {
+            return None;
+        }
         let unchecked = self.unchecked_own();
         if unchecked.contains_key(&(tomb.path.as_str(), &tomb.version))
             || unchecked.contains_key(&(moved.path.as_str(), &moved.version))
@@ -245,8 +251,10 @@ impl Meta {
     /// its new one; [`Meta::moved_away_under`]): the moved file's record takes the overwrite's
     /// content and copies (newer than every copy mark there), and records that it carries the
     /// content `put` made at its path (`based_on`: a later, newer overwrite that raced the same
-    /// move is carried too; this one again is not). Should the put have brought the old path
-    /// back (its version newer than the tombstone's), the tombstone is written again, newer.
+    /// move is carried too). A record of content carried already brings its copies alone (a
+    /// copy its node marked before it heard of the move). Should the put have brought the old
+    /// path back (its version newer than the tombstone's), the tombstone is written again,
+    /// newer.
     /// Each holder's copy at the old path, the overwrite's bytes, is then renamed to the new
     /// path ([`crate::node::DiskAction::Rename`]: the tombstone and the moved record list it
     /// with the same content), and the bytes it replaced there go.
@@ -265,17 +273,22 @@ impl Meta {
             }
         }
         let version = hlc.next_seen();
-        let mut carried = FileRecord {
-            size: put.size,
-            mod_time: put.mod_time,
-            checksum: put.checksum.clone(),
-            primary: put.primary.clone(),
-            based_on: Some(Box::new(crate::meta::records::BasedOn {
-                path: put.path.clone(),
-                version: put.version.clone(),
-            })),
-            version: version.clone(),
-            ..moved
+        let copies_only = moved.based_on.as_deref().is_some_and(|b| b.version == put.version);
+        let mut carried = if copies_only {
+            moved
+        } else {
+            FileRecord {
+                size: put.size,
+                mod_time: put.mod_time,
+                checksum: put.checksum.clone(),
+                primary: put.primary.clone(),
+                based_on: Some(Box::new(crate::meta::records::BasedOn {
+                    path: put.path.clone(),
+                    version: put.version.clone(),
+                })),
+                version: version.clone(),
+                ..moved
+            }
         };
         for l in &put.locations {
             carried.upsert_location(Location { updated: version.clone(), ..l.clone() });
