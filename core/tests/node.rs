@@ -1482,3 +1482,44 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
         assert_eq!(net.nodes[f].kept_actions(at), vec![dropped], "ahead {ahead_ms}: the replaced bytes go");
     }
 }
+
+/// An overwrite that never reached the records (refused, or given up) while a move of its file
+/// was taken: its bytes sit at the old path on the copy's node, the old content kept aside.
+/// The move's rename must carry the old content, not the landed bytes: the kept bytes go back
+/// in place first, and only then is the copy renamed (simulator `--races` seed 5093: the put
+/// was refused, both holders renamed the refused bytes to the new path and dropped the kept
+/// ones, and the moved file had no right copy left).
+#[test]
+fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
+    use shoal_core::node::files::DiskAction;
+    use shoal_core::node::landed::KeptAction;
+    let (mut net, volumes) = three_nodes_with_volumes("kept", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let (old, new) = ("a".repeat(64), "b".repeat(64));
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &old, at.0, &on_f).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
+    let at = net.clock(f);
+    net.nodes[f].landed_note(at, &vol, "/data/f1", &new);
+    net.nodes[f].kept_note(&vol, "/data/f1", &old);
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(f);
+    assert_eq!(net.nodes[f].disk_actions(), vec![], "no rename while the moved copy's bytes are kept aside");
+    assert_eq!(net.nodes[f].kept_actions(at), vec![], "nothing while the landed bytes may be a write on its way");
+    // The overwrite gives up: its bytes are forgotten, and the kept ones go back in place.
+    net.nodes[f].landed_forget(&vol, "/data/f1", &new);
+    let restore = KeptAction::Restore {
+        volume: vol.clone(),
+        folder: folder.clone(),
+        path: "/data/f1".into(),
+        checksum: old.clone(),
+    };
+    assert_eq!(net.nodes[f].kept_actions(at), vec![restore], "the moved copy's bytes go back first");
+    assert!(!net.nodes[f].kept_restored(at, &vol, "/data/f1", &old, &old), "no live file there to publish");
+    let rename = DiskAction::Rename { volume: vol, folder, from: "/data/f1".into(), to: "/data/m1".into() };
+    assert_eq!(net.nodes[f].disk_actions(), vec![rename], "then the rename carries them");
+}

@@ -850,8 +850,18 @@ impl Node {
         }
         pending
             .into_iter()
+            .filter(|(f, l, _)| !self.rename_waits_for_kept(f, l))
             .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied()))
             .collect()
+    }
+
+    /// Whether the copy `l` of the moved or removed file `f` is bytes an overwrite kept aside
+    /// at its path (bytes landed over them since, their write refused or lost to the move):
+    /// nothing is renamed or deleted there until they are back in place
+    /// ([`crate::storage::landed::KeptFate::Restore`]), or the rename would carry the landed
+    /// bytes to the new path as the moved file's copy and the kept ones would go.
+    fn rename_waits_for_kept(&self, f: &FileRecord, l: &Location) -> bool {
+        self.landed.keeps(&l.volume_id, &f.path, &l.checksum)
     }
 
     /// Whether `action` (from [`Node::disk_actions`], some time ago) is still what the records
@@ -871,6 +881,9 @@ impl Node {
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {
             return false;
         };
+        if self.rename_waits_for_kept(f, l) {
+            return false;
+        }
         // As `disk_actions` finds it: the last live record of the id with a copy on the volume.
         let live = self
             .meta

@@ -29,6 +29,7 @@
 
 use crate::ids::VolumeId;
 use crate::meta::path::normalize;
+use crate::meta::records::{FileRecord, LocationState};
 use crate::meta::state::MetaState;
 use crate::time::Millis;
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,7 +70,10 @@ pub enum KeptFate {
     /// Not yet: the bytes landed over them are unsettled, or this node's records may lag.
     Wait,
     /// The records still name their content at the path, with a copy on the volume: the
-    /// overwrite never took effect, and they go back in place.
+    /// overwrite never took effect, and they go back in place. Or a move's tombstone there
+    /// names them as the copy its rename carries to the new path (the overwrite, refused, or
+    /// lost to the move, never reached the records): they go back so the rename takes them,
+    /// not the bytes landed over them ([`moved_copy`]).
     Restore,
     /// The records moved on (a newer content, a removal, a move): they go.
     Drop,
@@ -151,6 +155,12 @@ impl LandedBytes {
         self.kept.iter()
     }
 
+    /// Whether bytes with `checksum` are kept aside at `path` on `volume`.
+    pub fn keeps(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
+        let (v, p) = key(volume, path);
+        self.kept.contains(&(v, p, checksum.to_ascii_lowercase()))
+    }
+
     /// What becomes of the bytes with `checksum` kept aside at `path` on `volume`, given this
     /// node's records `state` and whether they are `current` (a leader known, nothing of this
     /// node's waiting for it, every entry applied): while they may lag, nothing is decided, as
@@ -171,14 +181,9 @@ impl LandedBytes {
         }
         let (_, p) = key(volume, path);
         let named = state.file(&p).is_some_and(|f| {
-            !f.removed
-                && !f.is_dir
-                && f.checksum.eq_ignore_ascii_case(checksum)
-                && f.locations.iter().any(|l| {
-                    &l.volume_id == volume
-                        && l.checksum.eq_ignore_ascii_case(checksum)
-                        && l.state != crate::meta::records::LocationState::Dropped
-                })
+            !f.is_dir
+                && ((!f.removed && f.checksum.eq_ignore_ascii_case(checksum) && lists_copy(f, volume, checksum))
+                    || moved_copy(state, f, volume, checksum))
         });
         if named {
             KeptFate::Restore
@@ -232,18 +237,27 @@ impl LandedBytes {
 /// this content and so does the moved file's record at its new path (an overwrite the leader
 /// carried along a move it raced: [`crate::meta::machine::Meta`]).
 fn accounts_for(state: &MetaState, volume: &VolumeId, path: &str, sum: &str) -> bool {
-    let lists = |f: &crate::meta::records::FileRecord| {
-        f.locations.iter().any(|l| {
-            &l.volume_id == volume
-                && l.checksum.eq_ignore_ascii_case(sum)
-                && l.state != crate::meta::records::LocationState::Dropped
-        })
-    };
     state.file(path).is_some_and(|f| {
         (!f.removed && f.locations.iter().any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(sum)))
             || (f.removed && f.checksum.eq_ignore_ascii_case(sum))
-            || (f.removed && lists(f) && state.files_with_id(&f.id).any(|g| !g.removed && g.path != f.path && lists(g)))
+            || moved_copy(state, f, volume, sum)
     })
+}
+
+/// Whether `f` lists a copy on `volume` with content `sum` (not dropped).
+fn lists_copy(f: &FileRecord, volume: &VolumeId, sum: &str) -> bool {
+    f.locations
+        .iter()
+        .any(|l| &l.volume_id == volume && l.checksum.eq_ignore_ascii_case(sum) && l.state != LocationState::Dropped)
+}
+
+/// Whether bytes with `sum` on `volume` at the path of `f`, a move's tombstone, are the copy the
+/// move renames: the tombstone lists that copy with that content and so does the moved file's
+/// record at its new path.
+pub fn moved_copy(state: &MetaState, f: &FileRecord, volume: &VolumeId, sum: &str) -> bool {
+    f.removed
+        && lists_copy(f, volume, sum)
+        && state.files_with_id(&f.id).any(|g| !g.removed && g.path != f.path && lists_copy(g, volume, sum))
 }
 
 #[cfg(test)]
