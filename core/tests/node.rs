@@ -1488,7 +1488,8 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
 /// The move's rename must carry the old content, not the landed bytes: the kept bytes go back
 /// in place first, and only then is the copy renamed (simulator `--races` seed 5093: the put
 /// was refused, both holders renamed the refused bytes to the new path and dropped the kept
-/// ones, and the moved file had no right copy left).
+/// ones, and the moved file had no right copy left; seed 5181: the mover's own rename request
+/// took a refused put's bytes the same way).
 #[test]
 fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     use shoal_core::node::files::DiskAction;
@@ -1509,6 +1510,8 @@ fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     net.run_for(5 * SECOND_MS, SECOND_MS);
     let at = net.clock(f);
     assert_eq!(net.nodes[f].disk_actions(), vec![], "no rename while the moved copy's bytes are kept aside");
+    let asked = net.nodes[f].authorize_rename(&vol, "/data/f1", "/data/m1").expect_err("the mover's rename waits too");
+    assert_eq!(asked.code, "kept_first");
     assert_eq!(net.nodes[f].kept_actions(at), vec![], "nothing while the landed bytes may be a write on its way");
     // The overwrite gives up: its bytes are forgotten, and the kept ones go back in place.
     net.nodes[f].landed_forget(&vol, "/data/f1", &new);
@@ -1520,6 +1523,7 @@ fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     };
     assert_eq!(net.nodes[f].kept_actions(at), vec![restore], "the moved copy's bytes go back first");
     assert!(!net.nodes[f].kept_restored(at, &vol, "/data/f1", &old, &old), "no live file there to publish");
-    let rename = DiskAction::Rename { volume: vol, folder, from: "/data/f1".into(), to: "/data/m1".into() };
+    let rename = DiskAction::Rename { volume: vol.clone(), folder, from: "/data/f1".into(), to: "/data/m1".into() };
     assert_eq!(net.nodes[f].disk_actions(), vec![rename], "then the rename carries them");
+    assert!(net.nodes[f].authorize_rename(&vol, "/data/f1", "/data/m1").is_ok());
 }

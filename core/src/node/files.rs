@@ -988,7 +988,19 @@ impl Node {
         match (old, new) {
             // The same file, and the copy at the new name still this content: a put over the
             // new name since the move is other bytes, which the old ones must not replace.
-            (Some((a, o)), Some((b, n))) if a == b && o.checksum.eq_ignore_ascii_case(&n.checksum) => Ok(vol.subpath),
+            // Unless the copy's bytes are kept aside there, an overwrite's landed over them
+            // (`rename_waits_for_kept`): they go back in place first, or the landed ones would
+            // be renamed as the moved file's copy (simulator `--races` seed 5181: the mover's
+            // rename took a refused put's bytes).
+            (Some((a, o)), Some((b, n))) if a == b && o.checksum.eq_ignore_ascii_case(&n.checksum) => {
+                if self.landed.keeps(volume, &from, &o.checksum) {
+                    return Err(ApiError::conflict(
+                        "kept_first",
+                        "the copy's bytes are kept aside at the old name and go back in place first",
+                    ));
+                }
+                Ok(vol.subpath)
+            }
             _ => Err(ApiError::conflict("not_authorized", "this node's records do not show that move (yet)")),
         }
     }
