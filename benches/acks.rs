@@ -14,7 +14,8 @@
 //! `cargo bench --bench acks` (env WRITES=10000, MODES="local replicated durable", CLIENTS="1 16",
 //! SHOAL_BIN=path of another shoal build to measure instead of this one, e.g. a baseline;
 //! ETCD=0 to leave etcd out; SET="meta.submit_window=2 ..." to declare config keys first;
-//! SETTLE=0 to start each row without waiting for the row before to settle).
+//! SETTLE=0 to start each row without waiting for the row before to settle; SINGLE=1 to measure
+//! a single-node install instead, where every write is `alone`, without etcd).
 
 use base64::Engine;
 use serde_json::{json, Value};
@@ -218,22 +219,29 @@ fn main() {
         let mut kids = Kill(Vec::new());
         // SHOAL_BIN: another build of shoal to measure (e.g. a baseline), instead of this one.
         let bin = std::env::var("SHOAL_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_shoal").to_string());
-        let (urls, tokens) = common::three_nodes(&bin, root.path(), &mut kids).await;
+        // SINGLE=1: a single-node install (always alone: `replicated` waits for the node's own
+        // commit), without etcd.
+        let single = std::env::var("SINGLE").is_ok_and(|v| v == "1");
+        let (urls, tokens) = common::nodes(&bin, root.path(), &mut kids, if single { 1 } else { 3 }).await;
         let pids: Vec<u32> = kids.0.iter().map(|c| c.id()).collect();
         let c = HttpClient::new(TokioEnv::default());
-        let at = follower(&c, &urls, &tokens).await;
-        println!("{writes} writes per row through a follower (node {at}) of 3, one Rust client per connection");
+        let at = if single { 0 } else { follower(&c, &urls, &tokens).await };
+        if single {
+            println!("{writes} writes per row into a single-node install, one Rust client per connection");
+        } else {
+            println!("{writes} writes per row through a follower (node {at}) of 3, one Rust client per connection");
+        }
         println!(
             "{:10} {:>7} {:>10} {:>8} {:>8} {:>6}  answers",
             "meta.ack", "clients", "writes/s", "p50 ms", "p99 ms", "errors"
         );
         let mut etcd_kids = Kill(Vec::new());
-        let member = match etcd_members(root.path(), &mut etcd_kids) {
+        let member = match etcd_members(root.path(), &mut etcd_kids).filter(|_| !single) {
             Some(members) => etcd_follower(&c, &members).await,
             None => None,
         };
         let etcd_pids: Vec<u32> = etcd_kids.0.iter().map(|c| c.id()).collect();
-        if member.is_none() {
+        if member.is_none() && !single {
             println!("etcd: skipped (no etcd binary on PATH, or it did not start; `apt-get install etcd-server`)");
         }
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -286,11 +294,7 @@ fn main() {
                         .enumerate()
                         .map(|(i, (a, b))| format!("n{i} {:.0}", (a - b) as f64 * 10_000.0 / writes as f64))
                         .collect();
-                    println!(
-                        "{:10} {n:>7} CPU of the three nodes: {cpu_us:.0} µs per write ({})",
-                        "",
-                        split.join(", ")
-                    );
+                    println!("{:10} {n:>7} CPU of the nodes: {cpu_us:.0} µs per write ({})", "", split.join(", "));
                     println!("{:10} {n:>7} node-to-node meta requests: {sent}", "");
                     rates.push((mode.to_string(), r.rate));
                 }

@@ -135,18 +135,24 @@ pub fn member_threads(members: usize) -> usize {
 /// [`member_threads`]: their URLs and admin tokens.
 #[allow(dead_code)]
 pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> (Vec<String>, Vec<String>) {
+    nodes(bin, root, kids, 3).await
+}
+
+/// [`three_nodes`] with `count` nodes (1: a single-node install).
+#[allow(dead_code)]
+pub async fn nodes(bin: &str, root: &std::path::Path, kids: &mut Kill, count: usize) -> (Vec<String>, Vec<String>) {
     use serde_json::json;
     use std::process::{Command, Stdio};
     use std::time::Duration;
     let (mut urls, mut tokens) = (Vec::new(), Vec::new());
-    for i in 0..3 {
+    for i in 0..count {
         let dir = root.join(format!("n{i}"));
         let p = port();
         kids.0.push(
             Command::new(bin)
                 .args(["serve", "--data", dir.to_str().unwrap(), "--listen", &format!("127.0.0.1:{p}")])
                 .env("SHOAL_LOG", "error")
-                .env("SHOAL_THREADS", member_threads(3).to_string())
+                .env("SHOAL_THREADS", member_threads(count).to_string())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -160,14 +166,14 @@ pub async fn three_nodes(bin: &str, root: &std::path::Path, kids: &mut Kill) -> 
     }
     let c = shoal_shell::net::client::HttpClient::new(shoal_shell::env::TokioEnv::default());
     assert_eq!(call(&c, &urls[0], &tokens[0], "POST", "/v1/cluster/create", j(json!({"name": "b"}))).await.0, 200);
-    for i in 1..3 {
+    for i in 1..count {
         let t =
             call(&c, &urls[0], &tokens[0], "POST", "/v1/tokens", vec![]).await.1["token"].as_str().unwrap().to_string();
         assert_eq!(call(&c, &urls[i], &tokens[i], "POST", "/v1/cluster/join", j(json!({ "token": t }))).await.0, 200);
     }
     let led = wait_until(Duration::from_secs(120), async || {
         let mut ok = true;
-        for i in 0..3 {
+        for i in 0..count {
             ok &= call(&c, &urls[i], &tokens[i], "GET", "/v1/meta/status", vec![]).await.1["leader"].is_string();
         }
         ok

@@ -254,7 +254,7 @@ fn lists_copy(f: &FileRecord, volume: &VolumeId, sum: &str) -> bool {
 /// Whether bytes with `sum` on `volume` at the path of `f`, a move's tombstone, are the copy the
 /// move renames: the tombstone lists that copy with that content and so does the moved file's
 /// record at its new path.
-pub fn moved_copy(state: &MetaState, f: &FileRecord, volume: &VolumeId, sum: &str) -> bool {
+fn moved_copy(state: &MetaState, f: &FileRecord, volume: &VolumeId, sum: &str) -> bool {
     f.removed
         && lists_copy(f, volume, sum)
         && state.files_with_id(&f.id).any(|g| !g.removed && g.path != f.path && lists_copy(g, volume, sum))

@@ -2,7 +2,7 @@
 //! log pages and snapshots, each entry read on its own so one bad entry is refused alone.
 
 use super::*;
-use crate::meta::records::{FileRecord, Location};
+use crate::meta::records::{BasedOn, FileRecord, Location};
 
 /// What the answer to a submit carries back of the entries that took its records.
 enum Echo {
@@ -222,7 +222,7 @@ impl Meta {
         if put.removed || put.is_dir || put.based_on.is_some() {
             return None;
         }
-        let based_here = |b: &Option<Box<crate::meta::records::BasedOn>>, carried: bool| {
+        let based_here = |b: &Option<Box<BasedOn>>, carried: bool| {
             b.as_deref().is_some_and(|b| {
                 b.path == put.path && (b.version < put.version || (carried && b.version == put.version))
             })
@@ -255,8 +255,9 @@ impl Meta {
     /// copy its node marked before it heard of the move). Should the put have brought the old
     /// path back (its version newer than the tombstone's), the tombstone is written again,
     /// newer.
+    ///
     /// Each holder's copy at the old path, the overwrite's bytes, is then renamed to the new
-    /// path ([`crate::node::DiskAction::Rename`]: the tombstone and the moved record list it
+    /// path ([`crate::node::files::DiskAction::Rename`]: the tombstone and the moved record list it
     /// with the same content), and the bytes it replaced there go.
     fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
         if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed) {
@@ -282,10 +283,7 @@ impl Meta {
                 mod_time: put.mod_time,
                 checksum: put.checksum.clone(),
                 primary: put.primary.clone(),
-                based_on: Some(Box::new(crate::meta::records::BasedOn {
-                    path: put.path.clone(),
-                    version: put.version.clone(),
-                })),
+                based_on: Some(Box::new(BasedOn { path: put.path.clone(), version: put.version.clone() })),
                 version: version.clone(),
                 ..moved
             }
