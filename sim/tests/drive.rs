@@ -422,12 +422,15 @@ fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
 /// right copies. Seed 5018 is the one where the overwrite, answered `replicated`, reached the
 /// leader after the move: last-writer-wins dropped it, and its node deleted the new bytes and
 /// dropped the old ones it had kept aside, which the moved file's record named, so the moved
-/// file had no copy left. `SEED=n` runs only seed n.
+/// file had no copy left. Seeds 5093 and 5181 are the ones where the overwrite was refused
+/// after its bytes landed over a copy (the old ones kept aside): the move's rename, by the
+/// holder's reconciler (5093) or at the mover's request (5181), took the landed bytes to the
+/// new path as the moved file's copy and the kept ones were dropped. `SEED=n` runs only seed n.
 #[test]
 fn drive_race_sweep_keeps_an_overwrite_that_raced_a_move() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![5018, 5000, 5001, 5002, 5003, 5004],
+        None => vec![5018, 5093, 5181, 5000, 5001, 5002],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, races: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();
