@@ -565,9 +565,9 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 let mv_ack = h.last_ack.clone();
                 let put = h.api_wait(a, &put_call, put, |_| {});
                 let put_acked = matches!(put, Ok((200, _)))
-                    && !matches!(h.last_ack.as_deref(), Some("alone") | Some("unconfirmed"));
+                    && !matches!(h.last_ack.as_deref(), Some("alone") | Some("unconfirmed") | Some("refused"));
                 let moved_clean = match (&mv, mv_ack.as_deref()) {
-                    (Ok((200, _)), Some("alone") | Some("unconfirmed")) => None,
+                    (Ok((200, _)), Some("alone") | Some("unconfirmed") | Some("refused")) => None,
                     (Ok((200, _)), _) => Some(true),
                     (Ok((s, _)), _) if (400..500).contains(s) => Some(false),
                     _ => None,
@@ -603,6 +603,10 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     // No other node confirmed it within the bound: an unknown outcome, as the
                     // API says.
                     (Ok((200, _)), Some("unconfirmed")) => MoveOutcome::Unknown,
+                    // The leader refused its records (a clock far ahead): made on that node
+                    // only, "treat it as not done"; what that node does with it later is not
+                    // promised either way.
+                    (Ok((200, _)), Some("refused")) => MoveOutcome::Unknown,
                     // No other member was alive to take it (`alone`): the leader checks it when
                     // this node reaches it again, and refuses it if the file changed meanwhile
                     // (this node's records may have lagged when it decided); and the crash of

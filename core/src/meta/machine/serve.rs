@@ -365,13 +365,17 @@ impl Meta {
                 refused_paths.insert(r.key());
                 continue;
             }
-            let carried = self.moved_away_under(&r);
+            // (Cloned only when carried: this is every put's record on its way in.)
+            let carried = self.moved_away_under(&r).and_then(|c| match &r {
+                Record::File(put) => Some((put.clone(), c)),
+                _ => None,
+            });
             if self.apply_one(&r, hlc) {
-                self.append_as_leader(r.clone(), from.clone());
+                self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);
             }
-            if let (Some((tomb, moved)), Record::File(put)) = (carried, &r) {
-                self.carry_overwrite(put, tomb, moved, hlc);
+            if let Some((put, (tomb, moved))) = carried {
+                self.carry_overwrite(&put, tomb, moved, hlc);
             }
         }
         let took = (first_new, taken.iter().flatten().count());
