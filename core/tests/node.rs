@@ -615,6 +615,23 @@ fn leader_and_follower(net: &Net) -> (usize, usize) {
     (l, (0..3).find(|&i| i != l).unwrap())
 }
 
+/// Issue 18 "Acknowledged means safe": on a single-node install no other node can hold a change,
+/// so it is answered `alone` (the shell waits for the store's commit), never `replicated` at once
+/// (it was, before anything was on the node's disk: the log counts a lone leader's entries held).
+#[test]
+fn a_single_node_install_acknowledges_alone() {
+    use shoal_core::node::AckReached;
+    let mut net = Net::new(&[0]);
+    let at = net.clock(0);
+    net.nodes[0].create_cluster(at, "one").expect("create");
+    net.run_for(MINUTE_MS, SECOND_MS);
+    let from = net.nodes[0].ack_position();
+    let at = net.clock(0);
+    net.nodes[0].setting_set(at, "on.one", Some(json!(1))).expect("set");
+    let plan = net.nodes[0].ack_plan(from);
+    assert_eq!(net.nodes[0].ack_ready(at, &plan), Some(AckReached::Alone));
+}
+
 /// Issue 18 "Acknowledged means safe": a change is ready to acknowledge only once another node
 /// holds it — through a follower, once the leader took its submit; through the leader, once a
 /// follower answered the append carrying it — and at once when no other member is alive.

@@ -197,6 +197,27 @@ fn seed_332_every_node_in_an_admin_state_still_gets_a_leader() {
     shoal_sim::run_seed(332).unwrap();
 }
 
+/// Issue 18 "Acknowledged means safe": a single-node install is always alone, so with the
+/// default `meta.ack` each write is answered `alone` once the node's store has committed it, and
+/// its crash right after the answers (the simulator's crash drops the unflushed write buffer)
+/// loses nothing acknowledged. Before, it answered `replicated` at once (its log counts a lone
+/// leader's entries held), with the write still in the 50 ms write-behind buffer.
+#[test]
+fn a_single_node_install_loses_nothing_acknowledged_when_it_crashes() {
+    let mut h = formed(SimConfig::new(419, 1));
+    for round in 0..3 {
+        for k in 0..12 {
+            let key = format!("one.r{round}.k{k}");
+            assert!(h.write_setting(0, &key, json!(k)).unwrap(), "{key} acknowledged");
+            assert_eq!(h.last_ack.as_deref(), Some("alone"), "{key}");
+        }
+        h.crash(0);
+        h.bounce(0);
+        wait_one_leader(&mut h, 3 * LEASE);
+        wait_meta_converged(&mut h, 120_000);
+    }
+}
+
 /// Issue 18 "Acknowledged means safe": with `meta.ack = durable` an answer waits until the
 /// write is fsynced in the acknowledging node's journal (group commit) as well as held by
 /// another node, so losing power on every node right after the answers (the simulator's crash

@@ -435,6 +435,12 @@ impl Node {
         if self.meta.mark_refused(&plan.from, &plan.to) {
             return Some(AckReached::Refused);
         }
+        // A single-member cluster: no other node can ever hold it (the log counts it held at
+        // once), so it is `alone`, answered once this node's store has committed it. Before,
+        // such an install answered `replicated` at once, before anything was on its disk.
+        if !self.members.records().any(|r| !r.removed && r.id != self.id) {
+            return Some(AckReached::Alone);
+        }
         if self.meta.mark_held(&plan.from, &plan.to) {
             return Some(AckReached::Replicated);
         }
