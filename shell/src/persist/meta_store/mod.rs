@@ -190,6 +190,9 @@ pub struct MetaStore {
     /// committed flush holds: what a durable acknowledgement waits for.
     queued: AtomicU64,
     flushed: tokio::sync::watch::Sender<u64>,
+    /// Flushes that failed so far: a wait for a commit gives up at the first one, rather than
+    /// wait out its bound while the disk is full (the answer says `unconfirmed` at once).
+    flush_failures: tokio::sync::watch::Sender<u64>,
     /// Wakes the flusher for a flush now (a durable acknowledgement waits): the writes that
     /// arrive together share that one commit (group commit).
     kick: tokio::sync::Notify,
@@ -243,6 +246,7 @@ impl MetaStore {
             on_health: std::sync::OnceLock::new(),
             queued: AtomicU64::new(0),
             flushed: tokio::sync::watch::Sender::new(0),
+            flush_failures: tokio::sync::watch::Sender::new(0),
             kick: tokio::sync::Notify::new(),
             #[cfg(test)]
             before_commit: Mutex::new(None),
@@ -323,11 +327,20 @@ impl MetaStore {
     }
 
     /// Ask the flusher to commit now, and wait (up to `within`) until a commit holds every op
-    /// queued before `through`. Whether it did.
+    /// queued before `through`. Whether it did (false as soon as a flush fails meanwhile).
     pub async fn wait_flushed(&self, through: u64, within: std::time::Duration) -> bool {
         let mut rx = self.flushed.subscribe();
+        let mut failures = self.flush_failures.subscribe();
+        failures.borrow_and_update();
         self.kick.notify_one();
-        tokio::time::timeout(within, rx.wait_for(|f| *f >= through)).await.is_ok_and(|r| r.is_ok())
+        let committed = async {
+            tokio::select! {
+                r = rx.wait_for(|f| *f >= through) => r.is_ok(),
+                // A flush failed (a full disk, say): not committed now; no use waiting.
+                _ = failures.changed() => *self.flushed.borrow() >= through,
+            }
+        };
+        tokio::time::timeout(within, committed).await.unwrap_or(false)
     }
 
     /// Coalesced ops waiting for the next flush.
@@ -395,6 +408,8 @@ impl MetaStore {
                 let newer = std::mem::take(&mut *buf);
                 *buf = batch;
                 buf.absorb(newer);
+                drop(buf);
+                self.flush_failures.send_modify(|n| *n += 1);
                 Err(e)
             }
         }
