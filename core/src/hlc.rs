@@ -91,12 +91,6 @@ impl Hlc {
         Version { wall_ms: self.wall_ms, counter: self.counter, node: self.node.clone() }
     }
 
-    /// A new version for a change this node makes of its own accord, at the latest physical
-    /// time it was told of: newer than every version it has made or seen.
-    pub fn next_seen(&mut self) -> Version {
-        self.next(Millis(self.physical_ms))
-    }
-
     /// Advance past a version seen from a peer (ignored when not [`Hlc::acceptable`]).
     pub fn observe(&mut self, v: &Version) {
         if !self.acceptable(v) {

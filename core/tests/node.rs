@@ -1544,3 +1544,59 @@ fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     assert_eq!(net.nodes[f].disk_actions(), vec![rename], "then the rename carries them");
     assert!(net.nodes[f].authorize_rename(&vol, "/data/f1", "/data/m1").is_ok());
 }
+
+/// A cluster whose follower `f` holds the only copy of /data/f1 (content "a…"): (net, volumes,
+/// leader, follower).
+fn one_copy_on_a_follower(name: &str) -> (Net, Vec<shoal_core::meta::records::Volume>, usize, usize) {
+    let (mut net, volumes) = three_nodes_with_volumes(name, |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_f).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    (net, volumes, l, f)
+}
+
+/// The records a carried overwrite makes are versioned just above the records they order, not
+/// at the leader's clock when the overwrite arrives: a write decided after them and still on its
+/// way (a new file at the old path, an overwrite at the new one) stays newer, as it would have
+/// been without the carry. Here the overwrite reaches the leader 20 s late.
+#[test]
+fn a_carried_overwrite_is_versioned_just_above_what_it_orders() {
+    let (mut net, volumes, l, f) = one_copy_on_a_follower("late");
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let new = "b".repeat(64);
+    net.isolated[f] = true;
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &on_f).expect("overwrite");
+    let at = net.clock(l).plus(5);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    let moved_at = net.nodes[l].meta().state().file("/data/m1").expect("moved").version.clone();
+    net.run_for(20 * SECOND_MS, SECOND_MS);
+    net.isolated[f] = false;
+    net.run_for(30 * SECOND_MS, SECOND_MS);
+    let m1 = net.nodes[l].meta().state().file("/data/m1").cloned().expect("moved");
+    assert_eq!(m1.checksum, new, "carried");
+    assert_eq!(
+        (m1.version.wall_ms, m1.version.counter),
+        (moved_at.wall_ms, moved_at.counter + 1),
+        "just above the move"
+    );
+}
+
+/// A put of the content the move took (a move back to the old path, sent back after a snapshot
+/// without what it was decided from, reads as one) is not carried: the moved record stays as
+/// the move made it.
+#[test]
+fn a_put_of_the_moved_content_is_not_carried() {
+    let (mut net, volumes, l, f) = one_copy_on_a_follower("same");
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_f).expect("the same content again");
+    let at = net.clock(l).plus(5);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    let moved = net.nodes[l].meta().state().file("/data/m1").cloned().expect("moved");
+    net.run_for(10 * SECOND_MS, SECOND_MS);
+    let m1 = net.nodes[l].meta().state().file("/data/m1").cloned().expect("moved");
+    assert_eq!((m1.version, m1.based_on), (moved.version, moved.based_on), "the move's record, as it made it");
+}

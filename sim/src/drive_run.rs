@@ -279,6 +279,12 @@ fn races_settled(h: &Harness, races: &[Race], live: &[usize]) -> Result<Acked, S
             (false, Some(false)) => &[("new", "none"), ("old", "none")],
             (false, None) => &[("none", "new"), ("new", "old"), ("new", "none"), ("none", "old"), ("old", "none")],
         };
+        // Two live files are two files: the same id at both paths is the old path brought back
+        // over a move whose copies then never reach the new one.
+        let ids = |path: &str| record(h, live[0], path).filter(|f| !f.removed).map(|f| f.id);
+        if outcome.0 != "none" && outcome.1 != "none" && ids(&r.from) == ids(&r.to) {
+            return Err(format!("race {} -> {}: both paths live with one file id", r.from, r.to));
+        }
         if !allowed.contains(&outcome) {
             return Err(format!(
                 "race {} -> {} (put acknowledged {}, moved {:?}) ended as {outcome:?} (at the old path, at the new)",

@@ -438,7 +438,8 @@ impl Node {
         // A single-member cluster: no other node can ever hold it (the log counts it held at
         // once), so it is `alone`, answered once this node's store has committed it. Before,
         // such an install answered `replicated` at once, before anything was on its disk.
-        if !self.members.records().any(|r| !r.removed && r.id != self.id) {
+        // (`durable` waits for that commit anyway, and says `durable` as before.)
+        if plan.mode != AckMode::Durable && !self.members.records().any(|r| !r.removed && r.id != self.id) {
             return Some(AckReached::Alone);
         }
         if self.meta.mark_held(&plan.from, &plan.to) {

@@ -235,7 +235,14 @@ impl Meta {
             .files_with_id(&put.id)
             .filter(|g| !g.removed && !g.is_dir && g.path != put.path && based_here(&g.based_on, true))
             .max_by(|a, b| a.version.cmp(&b.version))?;
-        if moved.based_on.as_deref().is_some_and(|b| b.version == put.version) && moved.checksum != put.checksum {
+        let carried_already = moved.based_on.as_deref().is_some_and(|b| b.version == put.version);
+        if carried_already && moved.checksum != put.checksum {
+            return None;
+        }
+        // Content the move took already, or the moved file holds: nothing to carry. (A move
+        // back to the old path, sent back after a snapshot without what it was decided from,
+        // looks like a put over the old path: carried, it would undo the move back.)
+        if !carried_already && (put.checksum == tomb.checksum || put.checksum == moved.checksum) {
             return None;
         }
         let unchecked = self.unchecked_own();
@@ -259,11 +266,15 @@ impl Meta {
     /// Each holder's copy at the old path, the overwrite's bytes, is then renamed to the new
     /// path ([`crate::node::files::DiskAction::Rename`]: the tombstone and the moved record list it
     /// with the same content), and the bytes it replaced there go.
+    ///
+    /// The versions written are just above those of the records they order (not the leader's
+    /// clock now): a write decided after them and still on its way (a new file at the old path,
+    /// an overwrite at the new one) stays newer and wins, as it would have without the carry.
     fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
         if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed) {
             let again = FileRecord {
                 removed: true,
-                version: hlc.next_seen(),
+                version: self.just_above(put.version.clone().max(tomb.version.clone())),
                 repl: None,
                 locations: here.locations.clone(),
                 ..tomb
@@ -273,12 +284,25 @@ impl Meta {
                 self.append_as_leader(again, self.me.clone());
             }
         }
-        let version = hlc.next_seen();
         let copies_only = moved.based_on.as_deref().is_some_and(|b| b.version == put.version);
-        let mut carried = if copies_only {
-            moved
+        let carried = if copies_only {
+            // A mark of a carried copy made after the put (before its node heard of the move)
+            // lands just above the carry's own (a mark made since at the new path, which saw
+            // the carry, stays newer); the put's own copies, sent again, add nothing.
+            let mut carried = moved;
+            for l in put.locations.iter().filter(|l| l.updated > put.version) {
+                let updated = self.just_above(l.updated.clone().max(carried.version.clone()));
+                carried.upsert_location(Location { updated, ..l.clone() });
+            }
+            carried
         } else {
-            FileRecord {
+            // The put's copies replace the moved record's there (those named the old content):
+            // newer than any mark of them.
+            let vols = |l: &&Location| put.locations.iter().any(|p| p.volume_id == l.volume_id);
+            let newest = moved.locations.iter().filter(vols).map(|l| l.updated.clone()).max();
+            let headers = put.version.clone().max(moved.version.clone());
+            let version = self.just_above(newest.map_or(headers.clone(), |n| n.max(headers)));
+            let mut carried = FileRecord {
                 size: put.size,
                 mod_time: put.mod_time,
                 checksum: put.checksum.clone(),
@@ -286,14 +310,23 @@ impl Meta {
                 based_on: Some(Box::new(BasedOn { path: put.path.clone(), version: put.version.clone() })),
                 version: version.clone(),
                 ..moved
+            };
+            for l in &put.locations {
+                carried.upsert_location(Location { updated: version.clone(), ..l.clone() });
             }
+            carried
         };
-        for l in &put.locations {
-            carried.upsert_location(Location { updated: version.clone(), ..l.clone() });
-        }
         let carried = Record::File(carried);
         if self.apply_one(&carried, hlc) {
             self.append_as_leader(carried, self.me.clone());
+        }
+    }
+
+    /// The smallest version of this node's after `v`.
+    fn just_above(&self, v: Version) -> Version {
+        match v.counter.checked_add(1) {
+            Some(counter) => Version { wall_ms: v.wall_ms, counter, node: self.me.clone() },
+            None => Version { wall_ms: v.wall_ms.saturating_add(1), counter: 0, node: self.me.clone() },
         }
     }
 
