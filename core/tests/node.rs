@@ -1447,14 +1447,10 @@ fn a_node_whose_records_are_settling_decides_no_remove_or_move() {
 #[test]
 fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
     for ahead_ms in [0i64, 5_000] {
-        let (mut net, volumes) = three_nodes_with_volumes("race", |_| (1 << 40, 1 << 39));
-        let (l, f) = leader_and_follower(&net);
+        let (mut net, volumes, l, f) = one_copy_on_a_follower("race");
         net.offsets_ms[f] = ahead_ms;
         let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
         let (old, new) = ("a".repeat(64), "b".repeat(64));
-        let at = net.clock(l);
-        net.nodes[l].file_publish(at, "/data/f1", 10, &old, at.0, &on_f).expect("put");
-        net.run_for(5 * SECOND_MS, SECOND_MS);
         let at = net.clock(f);
         net.nodes[f].landed_note(at, &volumes[f].id, "/data/f1", &new);
         net.nodes[f].kept_note(&volumes[f].id, "/data/f1", &old);
@@ -1511,13 +1507,8 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
 fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     use shoal_core::node::files::DiskAction;
     use shoal_core::node::landed::KeptAction;
-    let (mut net, volumes) = three_nodes_with_volumes("kept", |_| (1 << 40, 1 << 39));
-    let (l, f) = leader_and_follower(&net);
-    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let (mut net, volumes, l, f) = one_copy_on_a_follower("kept");
     let (old, new) = ("a".repeat(64), "b".repeat(64));
-    let at = net.clock(l);
-    net.nodes[l].file_publish(at, "/data/f1", 10, &old, at.0, &on_f).expect("put");
-    net.run_for(5 * SECOND_MS, SECOND_MS);
     let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
     let at = net.clock(f);
     net.nodes[f].landed_note(at, &vol, "/data/f1", &new);

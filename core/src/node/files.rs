@@ -850,18 +850,18 @@ impl Node {
         }
         pending
             .into_iter()
-            .filter(|(f, l, _)| !self.rename_waits_for_kept(f, l))
+            .filter(|(f, l, _)| !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
             .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied()))
             .collect()
     }
 
-    /// Whether the copy `l` of the moved or removed file `f` is bytes an overwrite kept aside
-    /// at its path (bytes landed over them since, their write refused or lost to the move):
-    /// nothing is renamed or deleted there until they are back in place
+    /// Whether the copy with `checksum` on `volume` of the moved or removed file at `path` is
+    /// bytes an overwrite kept aside there (bytes landed over them since, their write refused
+    /// or lost to the move): nothing is renamed or deleted there until they are back in place
     /// ([`crate::storage::landed::KeptFate::Restore`]), or the rename would carry the landed
     /// bytes to the new path as the moved file's copy and the kept ones would go.
-    fn rename_waits_for_kept(&self, f: &FileRecord, l: &Location) -> bool {
-        self.landed.keeps(&l.volume_id, &f.path, &l.checksum)
+    fn rename_waits_for_kept(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
+        self.landed.keeps(volume, path, checksum)
     }
 
     /// Whether `action` (from [`Node::disk_actions`], some time ago) is still what the records
@@ -881,7 +881,7 @@ impl Node {
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {
             return false;
         };
-        if self.rename_waits_for_kept(f, l) {
+        if self.rename_waits_for_kept(volume, path, &l.checksum) {
             return false;
         }
         // As `disk_actions` finds it: the last live record of the id with a copy on the volume.
@@ -993,7 +993,7 @@ impl Node {
             // be renamed as the moved file's copy (simulator `--races` seed 5181: the mover's
             // rename took a refused put's bytes).
             (Some((a, o)), Some((b, n))) if a == b && o.checksum.eq_ignore_ascii_case(&n.checksum) => {
-                if self.landed.keeps(volume, &from, &o.checksum) {
+                if self.rename_waits_for_kept(volume, &from, &o.checksum) {
                     return Err(ApiError::conflict(
                         "kept_first",
                         "the copy's bytes are kept aside at the old name and go back in place first",
