@@ -66,6 +66,7 @@ fn build() -> (MetaState, BTreeMap<NodeId, NodeView>) {
                     state: LocationState::Verified,
                     checksum: String::new(),
                     updated: v(),
+                    content: None,
                 }
             })
             .collect();

@@ -1189,8 +1189,8 @@ fn canonical_path() -> impl Strategy<Value = String> {
 
 fn record() -> impl Strategy<Value = Record> {
     let location =
-        ("[a-f0-9]{1,8}", "[a-f0-9]{1,8}", 0usize..7, "[a-f0-9]{0,64}", version_s()).prop_map(|(v, n, s, c, u)| {
-            Location {
+        ("[a-f0-9]{1,8}", "[a-f0-9]{1,8}", 0usize..7, "[a-f0-9]{0,64}", version_s(), proptest::option::of(version_s()))
+            .prop_map(|(v, n, s, c, u, content)| Location {
                 volume_id: VolumeId::new(v),
                 node_id: NodeId::new(n),
                 state: [
@@ -1204,8 +1204,8 @@ fn record() -> impl Strategy<Value = Record> {
                 ][s],
                 checksum: c,
                 updated: u,
-            }
-        });
+                content,
+            });
     let file = (
         canonical_path(),
         any::<u64>(),

@@ -63,12 +63,14 @@ fn one_per_version<K: Ord, T>(writes: Vec<T>, key: impl Fn(&T) -> K) -> Vec<T> {
 
 // ---- generators, one per kind; every record of a batch has the same key ----
 
-fn location(volume: usize, updated: Version, state: usize, checksum: u8) -> Location {
+/// A copy's write; `content`, when given, makes it a re-label of older content.
+fn location(volume: usize, updated: Version, state: usize, checksum: u8, content: Option<Version>) -> Location {
     Location {
         volume_id: VolumeId::new(VOLUMES[volume]),
         node_id: node(volume),
         state: STATES[state],
         checksum: format!("{checksum:02x}"),
+        content: content.filter(|c| *c < updated),
         updated,
     }
 }
@@ -97,7 +99,10 @@ fn file_meta(version: Version, size: u64, removed: bool, replicas: u32, incarnat
 /// batch, in any order with a volume maybe listed twice, as a careless or hostile peer may send.
 fn file_batch() -> impl Strategy<Value = Vec<Record>> {
     let meta = prop::collection::vec((version(), 0u64..1000, prop::bool::weighted(0.25), 0u32..4, 0u8..2), 1..6);
-    let locs = prop::collection::vec((0..VOLUMES.len(), version(), 0..STATES.len(), any::<u8>(), any::<u8>()), 0..10);
+    let locs = prop::collection::vec(
+        (0..VOLUMES.len(), version(), 0..STATES.len(), any::<u8>(), any::<u8>(), prop::option::of(version())),
+        0..10,
+    );
     (meta, locs, prop::bool::weighted(0.3)).prop_map(|(meta, locs, raw)| {
         let meta = one_per_version(meta, |m| m.0.clone());
         let locs = one_per_version(locs, |l| (l.0, l.1.clone()));
@@ -106,10 +111,11 @@ fn file_batch() -> impl Strategy<Value = Vec<Record>> {
             .map(|(i, (v, size, removed, replicas, inc))| {
                 let mut f = file_meta(v, size, removed, replicas, inc);
                 // The carriers mask says which records hold a write (bit i, wrapping).
-                let carried = locs
-                    .iter()
-                    .filter(|(.., carriers)| carriers & (1 << (i % 8)) != 0)
-                    .map(|(volume, updated, state, checksum, _)| location(*volume, updated.clone(), *state, *checksum));
+                let carried = locs.iter().filter(|(.., carriers, _)| carriers & (1 << (i % 8)) != 0).map(
+                    |(volume, updated, state, checksum, _, content)| {
+                        location(*volume, updated.clone(), *state, *checksum, content.clone())
+                    },
+                );
                 if raw {
                     f.locations = carried.collect();
                 } else {
@@ -252,7 +258,7 @@ fn expected(batch: &[Record]) -> Record {
             let mut locations: BTreeMap<VolumeId, Location> = BTreeMap::new();
             for l in files.iter().flat_map(|f| &f.locations) {
                 match locations.get(&l.volume_id) {
-                    Some(have) if have.updated >= l.updated => {}
+                    Some(have) if have.order() >= l.order() => {}
                     _ => {
                         locations.insert(l.volume_id.clone(), l.clone());
                     }
@@ -469,7 +475,7 @@ proptest! {
                     f.path = format!("/d/f{path}");
                     if let Some((volume, dropped, updated)) = copy {
                         // A copy listed, or marked dropped (its bytes deleted), by a newer write.
-                        let mut l = location(volume, ver(updated * DAY_MS, 0, node), 2, 1);
+                        let mut l = location(volume, ver(updated * DAY_MS, 0, node), 2, 1, None);
                         if dropped {
                             l.state = LocationState::Dropped;
                         }
@@ -518,9 +524,9 @@ fn file_at(version: Version, locations: Vec<Location>) -> FileRecord {
 fn copy_locations_published_by_different_nodes_are_all_kept() {
     // n1 publishes the file with its copy on v1; n2, having pulled a copy, publishes v2 with a
     // newer metadata version that does not know of v1's copy, and n3 publishes v3.
-    let by_n1 = file_at(ver(10, 0, 0), vec![location(0, ver(10, 0, 0), 2, 1)]);
-    let by_n2 = file_at(ver(20, 0, 1), vec![location(1, ver(20, 0, 1), 3, 1)]);
-    let by_n3 = file_at(ver(15, 0, 2), vec![location(2, ver(15, 0, 2), 2, 1)]);
+    let by_n1 = file_at(ver(10, 0, 0), vec![location(0, ver(10, 0, 0), 2, 1, None)]);
+    let by_n2 = file_at(ver(20, 0, 1), vec![location(1, ver(20, 0, 1), 3, 1, None)]);
+    let by_n3 = file_at(ver(15, 0, 2), vec![location(2, ver(15, 0, 2), 2, 1, None)]);
     let records = [Record::File(by_n1), Record::File(by_n2.clone()), Record::File(by_n3)];
     for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0]] {
         let s = applied(&order.map(|i| records[i].clone()));
@@ -535,9 +541,10 @@ fn copy_locations_published_by_different_nodes_are_all_kept() {
 /// that copy.
 #[test]
 fn a_newer_state_of_one_copy_replaces_only_that_copy() {
-    let published = file_at(ver(10, 0, 0), vec![location(0, ver(10, 0, 0), 3, 1), location(1, ver(11, 0, 1), 3, 1)]);
-    let marked_stale = file_at(ver(10, 0, 0), vec![location(0, ver(30, 0, 2), 4, 1)]);
-    let older_copy = file_at(ver(10, 0, 0), vec![location(0, ver(5, 0, 0), 2, 1)]);
+    let published =
+        file_at(ver(10, 0, 0), vec![location(0, ver(10, 0, 0), 3, 1, None), location(1, ver(11, 0, 1), 3, 1, None)]);
+    let marked_stale = file_at(ver(10, 0, 0), vec![location(0, ver(30, 0, 2), 4, 1, None)]);
+    let older_copy = file_at(ver(10, 0, 0), vec![location(0, ver(5, 0, 0), 2, 1, None)]);
     for records in [
         [Record::File(published.clone()), Record::File(marked_stale.clone()), Record::File(older_copy.clone())],
         [Record::File(older_copy.clone()), Record::File(marked_stale.clone()), Record::File(published.clone())],
@@ -550,14 +557,53 @@ fn a_newer_state_of_one_copy_replaces_only_that_copy() {
     }
 }
 
+/// Simulator `--races` seed 6001: a node whose records lag (they hold the file's older
+/// content) marks the copy it knows of stale, later by its clock than an overwrite's copy of
+/// newer content on the same volume that it has not seen yet. The mark is about bytes the
+/// volume no longer holds: the overwrite's copy stays, in every order. A mark of the new
+/// content still applies, and a later write of the volume's content still replaces it.
+#[test]
+fn a_mark_of_older_content_never_beats_a_copy_of_newer_content() {
+    let first = location(0, ver(10, 0, 0), 2, 1, None);
+    let overwrite = location(0, ver(20, 0, 1), 2, 2, None);
+    let lagging_mark = first.relabeled(LocationState::Stale, ver(30, 0, 2));
+    assert_eq!(lagging_mark.content_version(), &ver(10, 0, 0), "a re-label keeps its content's version");
+    let records = [
+        Record::File(file_at(ver(10, 0, 0), vec![first])),
+        Record::File(file_at(ver(20, 0, 1), vec![overwrite.clone()])),
+        Record::File(file_at(ver(10, 0, 0), vec![lagging_mark])),
+    ];
+    for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+        let s = applied(&order.map(|i| records[i].clone()));
+        let f = s.file(FILE_PATH).expect("the file is there");
+        assert_eq!(f.locations, [overwrite.clone()], "order {order:?}");
+    }
+    // The new content's own marks order by their clock, as before.
+    let scrubbed = overwrite.relabeled(LocationState::Stale, ver(25, 0, 0));
+    let verified_later = overwrite.relabeled(LocationState::Verified, ver(26, 0, 1));
+    for pair in [[scrubbed.clone(), verified_later.clone()], [verified_later.clone(), scrubbed.clone()]] {
+        let s = applied(&pair.map(|l| Record::File(file_at(ver(20, 0, 1), vec![l]))));
+        assert_eq!(s.file(FILE_PATH).expect("the file is there").locations, [verified_later.clone()]);
+    }
+    // A copy written again (a replication's pull, a move's record) is newer content.
+    let pulled = location(0, ver(27, 0, 2), 3, 2, None);
+    let s = applied(&[
+        Record::File(file_at(ver(20, 0, 1), vec![verified_later])),
+        Record::File(file_at(ver(20, 0, 1), vec![pulled.clone()])),
+    ]);
+    assert_eq!(s.file(FILE_PATH).expect("the file is there").locations, [pulled]);
+}
+
 /// Reference-facts.md "FileRecord" (`locations[...]`, one per volume) and weakness 10 (any
 /// member can push records): a record whose copies arrive unsorted, or with a volume listed
 /// twice, is stored in canonical form, so every delivery order still converges.
 #[test]
 fn a_record_whose_copies_arrive_unsorted_or_repeated_converges_anyway() {
-    let unsorted = file_at(ver(10, 0, 0), vec![location(1, ver(10, 0, 0), 2, 1), location(0, ver(10, 0, 0), 2, 1)]);
-    let repeated = file_at(ver(10, 0, 0), vec![location(0, ver(11, 0, 0), 2, 1), location(0, ver(13, 0, 1), 4, 1)]);
-    let stale_v1 = file_at(ver(10, 0, 0), vec![location(0, ver(12, 0, 2), 3, 1)]);
+    let unsorted =
+        file_at(ver(10, 0, 0), vec![location(1, ver(10, 0, 0), 2, 1, None), location(0, ver(10, 0, 0), 2, 1, None)]);
+    let repeated =
+        file_at(ver(10, 0, 0), vec![location(0, ver(11, 0, 0), 2, 1, None), location(0, ver(13, 0, 1), 4, 1, None)]);
+    let stale_v1 = file_at(ver(10, 0, 0), vec![location(0, ver(12, 0, 2), 3, 1, None)]);
     let records = [Record::File(unsorted), Record::File(repeated), Record::File(stale_v1)];
     let want = expected(&records);
     for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {

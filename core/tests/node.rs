@@ -446,6 +446,7 @@ fn a_drop_does_not_count_a_copy_on_an_unknown_or_offline_node() {
         state: LocationState::Verified,
         checksum: "a".repeat(64),
         updated: v.clone(),
+        content: None,
     };
     let f = FileRecord {
         id: FileId::new("f1"),
@@ -1590,4 +1591,36 @@ fn a_put_of_the_moved_content_is_not_carried() {
     net.run_for(10 * SECOND_MS, SECOND_MS);
     let m1 = net.nodes[l].meta().state().file("/data/m1").cloned().expect("moved");
     assert_eq!((m1.version, m1.based_on), (moved.version, moved.based_on), "the move's record, as it made it");
+}
+
+/// Simulator `--races` seed 6001: a node whose records lag (it was cut off while the file was
+/// overwritten) marks the copy it knows of, the older content, stale; its mark is later by the
+/// clock than the overwrite's copy on the same volume. The mark is a re-label of the older
+/// content ([`shoal_core::meta::records::Location::relabeled`]), so once the records meet the
+/// copy is still the overwrite's, current, on every node: before, the mark won and the
+/// acknowledged overwrite had no current copy anywhere.
+#[test]
+fn a_copy_mark_from_lagging_records_does_not_hide_a_newer_overwrite() {
+    use shoal_core::meta::records::LocationState;
+    let (mut net, volumes, l, f) = one_copy_on_a_follower("lagging-mark");
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let lagging = (0..3).find(|&i| i != l && i != f).unwrap();
+    net.isolated[lagging] = true;
+    let new = "b".repeat(64);
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &new, at.0, &on_f).expect("overwrite");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(lagging);
+    assert!(
+        net.nodes[lagging].copy_mark(at, "/data/f1", &volumes[f].id, LocationState::Stale, &"a".repeat(64)),
+        "the lagging node marks the copy it knows of"
+    );
+    net.isolated[lagging] = false;
+    net.run_for(30 * SECOND_MS, SECOND_MS);
+    for i in 0..3 {
+        let file = net.nodes[i].meta().state().file("/data/f1").cloned().expect("the file");
+        assert_eq!(file.checksum, new, "node {i}");
+        let copy = file.locations.iter().find(|c| c.volume_id == volumes[f].id).expect("the copy");
+        assert!(file.is_current(copy), "node {i}: the overwrite's copy is current: {copy:?}");
+    }
 }

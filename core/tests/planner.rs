@@ -51,6 +51,7 @@ impl World {
                 state: *st,
                 checksum: "c".into(),
                 updated: v(2),
+                content: None,
             })
             .collect();
         let f = FileRecord {

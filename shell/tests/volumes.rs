@@ -92,6 +92,7 @@ async fn volumes_are_added_listed_switched_read_only_and_removed() {
                     state: LocationState::Verified,
                     checksum: "abc".into(),
                     updated: version.clone(),
+                    content: None,
                 }],
                 replicas: 0,
                 removed: false,

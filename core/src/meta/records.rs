@@ -106,6 +106,39 @@ pub struct Location {
     #[serde(default)]
     pub checksum: String,
     pub updated: Version,
+    /// The write that put this content on the volume, when it is older than `updated`: a
+    /// re-label (a copy mark, a put marking an older copy stale) keeps the version of the
+    /// content it describes. `None`: `updated` is that write. The per-volume register orders by
+    /// this first ([`Location::order`]), so a node whose records lag, marking the copy it knows
+    /// of (older content), never beats a location of newer content it has not seen yet: the
+    /// mark's clock is later, but it is about bytes the volume no longer holds (simulator
+    /// `--races` seed 6001 lost an acknowledged overwrite that way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Version>,
+}
+
+impl Location {
+    /// The write that put the content this location describes on its volume.
+    pub fn content_version(&self) -> &Version {
+        self.content.as_ref().unwrap_or(&self.updated)
+    }
+
+    /// The register's order: the newer content first, then the newer label of it.
+    pub fn order(&self) -> (&Version, &Version) {
+        (self.content_version(), &self.updated)
+    }
+
+    /// This copy re-labelled `state` at `updated`, still about the same content.
+    pub fn relabeled(&self, state: LocationState, updated: Version) -> Location {
+        let content = Some(self.content_version().clone()).filter(|c| *c != updated);
+        Location { state, updated, content, ..self.clone() }
+    }
+
+    /// This copy written again at `updated` (a move's record at its new path, a leader's
+    /// carry): a new write of the content, ordered as one.
+    pub fn restamped(&self, updated: Version) -> Location {
+        Location { updated, content: None, ..self.clone() }
+    }
 }
 
 /// A file or directory of the namespace, keyed by its normalised path.
@@ -189,11 +222,12 @@ impl FileRecord {
         l.state.is_healthy() && (l.checksum.is_empty() || l.checksum.eq_ignore_ascii_case(&self.checksum))
     }
 
-    /// Put a location in place (newer `updated` wins per volume), keeping the list sorted.
+    /// Put a location in place (per volume, the newer [`Location::order`] wins: newer content,
+    /// then the newer label), keeping the list sorted.
     pub fn upsert_location(&mut self, loc: Location) -> bool {
         match self.locations.binary_search_by(|l| l.volume_id.cmp(&loc.volume_id)) {
             Ok(i) => {
-                if loc.updated > self.locations[i].updated {
+                if loc.order() > self.locations[i].order() {
                     self.locations[i] = loc;
                     true
                 } else {
@@ -208,7 +242,7 @@ impl FileRecord {
     }
 
     /// Put `locations` in the form the merge keeps them in (sorted by volume id, one per volume,
-    /// the newest `updated` of each), whatever order a peer sent them in. Without this, a record
+    /// the newest of each by [`Location::order`]), whatever order a peer sent them in. Without this, a record
     /// arriving with its copies unsorted or a volume listed twice is stored as is, the binary
     /// searches of [`FileRecord::upsert_location`] go wrong on it, and nodes that saw it first
     /// never converge with nodes that saw it later. Returns whether anything changed.

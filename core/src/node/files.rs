@@ -287,7 +287,7 @@ impl Node {
         old.locations
             .iter()
             .filter(|l| l.state != LocationState::Dropped && !skip.contains(&l.volume_id))
-            .map(|l| Location { state: LocationState::Stale, updated: version.clone(), ..l.clone() })
+            .map(|l| Location { state: LocationState::Stale, ..l.restamped(version.clone()) })
             .collect()
     }
 
@@ -402,6 +402,7 @@ impl Node {
                 state: LocationState::Committed,
                 checksum: checksum.to_string(),
                 updated: version.clone(),
+                content: None,
             })
             .collect();
         let written: Vec<VolumeId> = copies.iter().map(|(v, _)| v.clone()).collect();
@@ -415,7 +416,7 @@ impl Node {
                 }
                 let same = l.checksum.eq_ignore_ascii_case(checksum);
                 if !same && l.state.is_healthy() {
-                    locations.push(Location { state: LocationState::Stale, updated: version.clone(), ..l.clone() });
+                    locations.push(l.relabeled(LocationState::Stale, version.clone()));
                 }
             }
         }
@@ -573,8 +574,7 @@ impl Node {
         for f in records {
             let new_path = format!("{to}{}", &f.path[from.len()..]);
             let version = self.hlc.next(wall);
-            let mut locations: Vec<Location> =
-                f.locations.iter().map(|l| Location { updated: version.clone(), ..l.clone() }).collect();
+            let mut locations: Vec<Location> = f.locations.iter().map(|l| l.restamped(version.clone())).collect();
             let moved_vols: Vec<VolumeId> = locations.iter().map(|l| l.volume_id.clone()).collect();
             locations.extend(self.leftover_copies(&new_path, &version, &moved_vols));
             let repl = Some(Box::new(ReplBackoff {
@@ -695,7 +695,7 @@ impl Node {
         }
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume).cloned() else { return false };
         let version = self.hlc.next(wall);
-        let loc = Location { state, updated: version, ..l };
+        let loc = l.relabeled(state, version);
         // A copy's change is no decision from the header (`based_on` stays with the decision).
         self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..f }));
         true
@@ -721,6 +721,7 @@ impl Node {
             state: LocationState::Verified,
             checksum: f.checksum.clone(),
             updated: version,
+            content: None,
         };
         // A copy's change is no decision from the header (`based_on` stays with the decision).
         self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..f }));

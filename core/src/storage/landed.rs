@@ -284,6 +284,7 @@ mod tests {
                 checksum: sum.into(),
                 state: LocationState::Committed,
                 updated: version.clone(),
+                content: None,
             }],
             replicas: 0,
             removed,

@@ -292,7 +292,7 @@ impl Meta {
             let mut carried = moved;
             for l in put.locations.iter().filter(|l| l.updated > put.version) {
                 let updated = self.just_above(l.updated.clone().max(carried.version.clone()));
-                carried.upsert_location(Location { updated, ..l.clone() });
+                carried.upsert_location(l.restamped(updated));
             }
             carried
         } else {
@@ -312,7 +312,7 @@ impl Meta {
                 ..moved
             };
             for l in &put.locations {
-                carried.upsert_location(Location { updated: version.clone(), ..l.clone() });
+                carried.upsert_location(l.restamped(version.clone()));
             }
             carried
         };
