@@ -227,14 +227,19 @@ impl Node {
         let read = hashed.as_ref().map_or(0, |h| h.0);
         // A copy just moved here whose rename has not run yet is not missing: it is still at
         // the old path. The rename waits for the leader to take the move, for the records to
-        // settle ([`crate::meta::machine::Meta::records_settling`]), or for the reconciler's
-        // next pass (one whose old path holds nothing is dropped by that pass, and a miss after
-        // it counts). Past [`RENAME_GRACE_MS`] without such a hold, a rename that keeps failing
-        // no longer hides a missing copy.
+        // settle ([`crate::meta::machine::Meta::records_settling`]), for bytes an overwrite
+        // kept aside at the old path to go back first (at the latest once the bytes landed
+        // over them settle, 10 minutes after they landed or after a restart found them: seed
+        // 6396 marked a moved file's only copy stale while its rename waited so, and the file
+        // had no current copy once it ran), or for the reconciler's next pass (one whose old
+        // path holds nothing is dropped by that pass, and a miss after it counts). Past
+        // [`RENAME_GRACE_MS`] without such a hold, a rename that keeps failing no longer hides
+        // a missing copy.
         let unread_move = hashed.is_none()
             && self.copy_moved_at(&copy.path, &copy.volume).is_some_and(|at| {
                 self.meta.awaiting_leader(&copy.path)
                     || self.meta.records_settling()
+                    || self.copy_move_waits_for_kept(&copy.path, &copy.volume)
                     || wall.0.saturating_sub(at) < RENAME_GRACE_MS
             });
         self.repl_stats.scrubbed_copies += 1;

@@ -201,6 +201,19 @@ impl Node {
         self.copy_moved(path, volume).map(|g| g.version.wall_ms)
     }
 
+    /// Whether the rename that would bring the copy on `volume` to `path` waits for bytes an
+    /// overwrite kept aside at the move's old path ([`Node::rename_waits_for_kept`]): they go
+    /// back in place first, at the latest once the bytes landed over them settle.
+    pub fn copy_move_waits_for_kept(&self, path: &str, volume: &VolumeId) -> bool {
+        self.copy_moved(path, volume).is_some_and(|g| {
+            g.locations.iter().any(|l| {
+                &l.volume_id == volume
+                    && l.state != LocationState::Dropped
+                    && self.rename_waits_for_kept(volume, &g.path, &l.checksum)
+            })
+        })
+    }
+
     /// The tombstone of the newest move whose rename would bring the copy on `volume` to
     /// `path`, if that rename has not run yet: the copy's bytes are still at its path.
     fn copy_moved(&self, path: &str, volume: &VolumeId) -> Option<&FileRecord> {
