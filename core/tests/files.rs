@@ -1073,7 +1073,7 @@ fn replication_task_leases_are_granted_renewed_adopted_ended_and_expired_in_the_
 }
 
 /// A worker's report of a deferred pull (its target refused while another write's bytes were
-/// unsettled there) ends the task and makes the file wait one base delay with no failure
+/// unsettled there, or its source while the copy waited for its rename) ends the task and makes the file wait one base delay with no failure
 /// counted; which refusals are deferrals is the core's (`TaskOutcome::of_pull_error`); the
 /// report's `deferred` flag is sent only when set (a node of the previous version, whose
 /// reports reject unknown fields, still reads every other report).
@@ -1087,6 +1087,8 @@ fn a_deferred_pull_report_ends_the_task_without_counting_a_failure() {
 
     assert_eq!(TaskOutcome::of_pull_error("busy"), TaskOutcome::Deferred);
     assert_eq!(TaskOutcome::of_pull_error("write_conflict"), TaskOutcome::Deferred);
+    // The source's copy still at the path it was moved from, its rename waiting for kept bytes.
+    assert_eq!(TaskOutcome::of_pull_error("rename_pending"), TaskOutcome::Deferred);
     for code in ["short_copy", "checksum_mismatch", "file_changed", "io", ""] {
         assert_eq!(TaskOutcome::of_pull_error(code), TaskOutcome::Failed, "{code}");
     }

@@ -1558,6 +1558,10 @@ fn the_scrub_does_not_mark_stale_a_moved_copy_whose_rename_waits_for_kept_bytes(
     net.run_for(5 * SECOND_MS, SECOND_MS);
     let id = net.nodes[f].meta().state().file("/data/m1").expect("moved").id.clone();
     let moved = LocalCopy { path: "/data/m1".into(), file: id, volume: vol.clone(), folder, size: 10, checksum: old };
+    // Its rename is pending, and its bytes are not read at the old path (the landed ones are
+    // there): a peer's read of it is refused as `rename_pending` for now.
+    assert!(net.nodes[f].copy_move_pending("/data/m1", &vol));
+    assert_eq!(net.nodes[f].moved_copy_source("/data/m1", &vol), None);
     let late = net.clock(f).plus(RENAME_GRACE_MS + MINUTE_MS);
     assert!(net.nodes[f].scrub_result(late, &moved, None), "the moved copy is not missing");
     net.run_for(5 * SECOND_MS, SECOND_MS);
@@ -1566,6 +1570,9 @@ fn the_scrub_does_not_mark_stale_a_moved_copy_whose_rename_waits_for_kept_bytes(
         let copy = m1.locations.iter().find(|c| c.volume_id == vol).expect("the copy");
         assert_ne!(copy.state, LocationState::Stale, "node {i}");
     }
+    // The kept bytes are back: the copy is read at the old path until its rename runs.
+    net.nodes[f].kept_done(&vol, "/data/f1", &"a".repeat(64));
+    assert_eq!(net.nodes[f].moved_copy_source("/data/m1", &vol).as_deref(), Some("/data/f1"));
 }
 
 /// A cluster whose follower `f` holds the only copy of /data/f1 (content "a…"): (net, volumes,

@@ -195,6 +195,27 @@ impl Node {
         self.copy_moved_at(path, volume).is_some()
     }
 
+    /// Where the bytes of the copy on `volume` of the live file at `path` lie while its move's
+    /// rename has not run: the path it was moved from. Only where the bytes left there are
+    /// this content: not those of a copy that was stale before the move and has been repaired
+    /// at the new path since, nor bytes landed over content an overwrite kept aside there (the
+    /// kept bytes go back first: [`Node::copy_move_waits_for_kept`]). A local read and a peer's
+    /// `store/read` of such a copy read it there.
+    pub fn moved_copy_source(&self, path: &str, volume: &VolumeId) -> Option<String> {
+        let f = self.live_file(path)?;
+        let l = f.locations.iter().find(|l| &l.volume_id == volume)?;
+        self.copy_moved(path, volume)
+            .filter(|g| {
+                g.locations.iter().any(|m| {
+                    &m.volume_id == volume
+                        && m.checksum.eq_ignore_ascii_case(&l.checksum)
+                        && m.state != LocationState::Stale
+                        && !self.rename_waits_for_kept(volume, &g.path, &m.checksum)
+                })
+            })
+            .map(|g| g.path.clone())
+    }
+
     /// When the move whose rename would bring the copy on `volume` to `path` was decided (wall
     /// ms of its tombstone), if that rename has not run yet.
     pub fn copy_moved_at(&self, path: &str, volume: &VolumeId) -> Option<u64> {
@@ -654,18 +675,7 @@ impl Node {
             .filter_map(|l| {
                 let local = self.local_volume(l.volume_id.as_str());
                 if let Some(v) = local {
-                    // Only where the bytes left behind are this content (not those of a copy
-                    // that was stale before the move and has been repaired at the new path).
-                    let moved_from = self
-                        .copy_moved(&f.path, &l.volume_id)
-                        .filter(|g| {
-                            g.locations.iter().any(|m| {
-                                m.volume_id == l.volume_id
-                                    && m.checksum.eq_ignore_ascii_case(&l.checksum)
-                                    && m.state != LocationState::Stale
-                            })
-                        })
-                        .map(|g| g.path.clone());
+                    let moved_from = self.moved_copy_source(&f.path, &l.volume_id);
                     return Some((
                         0,
                         Source {

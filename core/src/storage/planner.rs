@@ -122,14 +122,17 @@ pub enum TaskOutcome {
     Deferred,
 }
 
-/// The codes a pull's target refuses with while another write's bytes at the path are
-/// unsettled: `busy` (found before or after the copy was taken) and `write_conflict` (found
-/// under the landing lock).
-const UNSETTLED_REFUSALS: [&str; 2] = ["busy", "write_conflict"];
+/// The codes a pull is refused with while the bytes at a path are unsettled: from its target,
+/// `busy` (another write's bytes found before or after the copy was taken) and
+/// `write_conflict` (found under the landing lock); from its source, `rename_pending` (the
+/// copy is still at the path it was moved from, its rename waiting for bytes an overwrite kept
+/// aside there to go back first: at most until the bytes landed over them settle).
+const UNSETTLED_REFUSALS: [&str; 3] = ["busy", "write_conflict", "rename_pending"];
 
 impl TaskOutcome {
     /// How a pull that failed with error `code` ended: a refusal because the target path is
-    /// busy with unsettled bytes is deferred, anything else failed.
+    /// busy with unsettled bytes, or the source's copy still waits for its rename, is
+    /// deferred; anything else failed.
     pub fn of_pull_error(code: &str) -> TaskOutcome {
         if UNSETTLED_REFUSALS.contains(&code) {
             TaskOutcome::Deferred

@@ -68,6 +68,9 @@ pub fn answered_error(r: &crate::net::client::Response, what: &str) -> ApiError 
     if r.status == 409 && v["error"]["code"] == "write_conflict" {
         return ApiError::conflict("write_conflict", format!("{what}: {msg}"));
     }
+    if r.status == 409 && v["error"]["code"] == "rename_pending" {
+        return ApiError::conflict("rename_pending", format!("{what}: {msg}"));
+    }
     if r.status == 507 {
         return ApiError::storage_full("insufficient_storage", format!("{what}: {msg}"));
     }

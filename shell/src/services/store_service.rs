@@ -538,7 +538,31 @@ fn answer<E: Env>(
                     if let Err(e) = transfer::check_read(length) {
                         return transfer_error(e);
                     }
-                    let read = read_at(&file, offset, length);
+                    let read = match read_at(&file, offset, length) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            // A moved copy whose rename has not run is still at its old path.
+                            let (cluster_path, vid) =
+                                (shoal_core::meta::namespace::normalize(path).ok(), VolumeId::new(volume));
+                            let moved = cluster_path.as_ref().map(|p| {
+                                s.read_node(|n, _| (n.moved_copy_source(p, &vid), n.copy_move_pending(p, &vid)))
+                            });
+                            match moved {
+                                Some((Some(from), _)) => match confined_path(Path::new(&vol.subpath), &from, false) {
+                                    Ok(old) => read_at(&old, offset, length),
+                                    Err(e) => return api_error(e),
+                                },
+                                Some((None, true)) => {
+                                    return error_response(
+                                        409,
+                                        "rename_pending",
+                                        "this copy is still at the path it was moved from, waiting to be renamed; try again shortly",
+                                    )
+                                }
+                                _ => Err(e),
+                            }
+                        }
+                        read => read,
+                    };
                     match read {
                         Ok((size, buf)) => {
                             let sha = sha_hex(&buf);
