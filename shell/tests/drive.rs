@@ -948,3 +948,57 @@ async fn a_node_restarted_after_an_overwrite_that_never_published_puts_the_old_b
         d.shutdown().await;
     }
 }
+
+/// After a restart, bytes an overwrite kept aside are known only once a rescan walked the
+/// volumes: until then a move's rename at that path waits. Here node 1 restarts holding the
+/// landed bytes of an overwrite that never published over the acknowledged ones (kept aside),
+/// and the file is moved at once: the moved file must get the acknowledged bytes, not the
+/// landed ones (which the reconciler renamed before the rescan found the kept bytes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_just_after_a_restart_renames_the_kept_bytes_not_the_landed_ones() {
+    let _serial = SERIAL.lock().await;
+    let mut c = cluster(2).await;
+    let folder = c.folders[1].clone().unwrap();
+    let old = b"acknowledged before the crash, then moved".to_vec();
+    assert_eq!(call(&c.nodes[0], "PUT", "/v1/files/o/k.txt", old.clone(), &[]).await.status, 200);
+    let b = c.nodes.pop().unwrap();
+    let (listen, data) = (b.url().trim_start_matches("http://").to_string(), c._root.path().join("n1"));
+    b.shutdown().await;
+    let dest = disk_path(&folder, "/o/k.txt");
+    let kept = kept_path(&folder, "/o/k.txt", &sha(&old));
+    std::fs::hard_link(&dest, &kept).unwrap();
+    // (Long enough ago that no record of them can still be on its way.)
+    let part = dest.with_file_name("k.txt.part-0123456789abcdef");
+    std::fs::write(&part, b"never published").unwrap();
+    let f = std::fs::File::options().write(true).open(&part).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11 * 60)).unwrap();
+    drop(f);
+    std::fs::rename(&part, &dest).unwrap();
+
+    let b = daemon::start(TokioEnv::default(), ServeOptions::new(data, listen)).await.unwrap();
+    eventually("node 1 knows the leader again", || async {
+        b.shared().read_node(|n, now| n.meta_leader(now)).is_some()
+    })
+    .await;
+    let (status, body) = api(&c.nodes[0], "POST", "/v1/mv", json!({"from": "/o/k.txt", "to": "/o/moved.txt"})).await;
+    assert_eq!(status, 200, "{body}");
+    eventually("node 1 holds the move", || async {
+        b.shared().read_node(|n, _| n.meta().state().file("/o/moved.txt").is_some())
+    })
+    .await;
+    b.shared().disk_kick();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!disk_path(&folder, "/o/moved.txt").exists(), "no rename before a rescan found what is kept");
+    eventually("the moved file has the acknowledged bytes", || async {
+        assert_eq!(api(&b, "POST", "/v1/rescan", Value::Null).await.0, 200);
+        b.shared().disk_kick();
+        std::fs::read(disk_path(&folder, "/o/moved.txt")).ok().as_deref() == Some(&old[..]) && !kept.exists()
+    })
+    .await;
+    let r = call(&c.nodes[0], "GET", "/v1/files/o/moved.txt", vec![], &[]).await;
+    assert_eq!((r.status, r.body), (200, old));
+    b.shutdown().await;
+    for d in c.nodes {
+        d.shutdown().await;
+    }
+}

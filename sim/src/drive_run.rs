@@ -388,10 +388,11 @@ fn debug_watch(h: &Harness, acked: &Acked, last: &mut String) {
                 f.locations
                     .iter()
                     .map(|l| format!(
-                        "{}:{:?}{}",
+                        "{}:{:?}{} by n{}",
                         index_of(h, &l.node_id).unwrap_or(99),
                         l.state,
-                        if f.is_current(l) { "" } else { "(old)" }
+                        if f.is_current(l) { "" } else { "(old)" },
+                        index_of(h, &l.updated.node).unwrap_or(99)
                     ))
                     .collect::<Vec<_>>()
                     .join(",")
@@ -579,6 +580,14 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     _ => None,
                 };
                 let old = acked.remove(&from).expect("acknowledged");
+                if std::env::var("SHOAL_SIM_DEBUG_PATH").is_ok_and(|p| p == to || p == from) {
+                    eprintln!(
+                        "WATCH [{} ms] race: put {from} through n{a} ({:?}, acknowledged {put_acked}), mv {from} -> {to} through n{b} ({:?} {mv_ack:?})",
+                        h.elapsed_ms(),
+                        put.as_ref().map(|p| p.0),
+                        mv.as_ref().map(|m| m.0),
+                    );
+                }
                 races.push(Race { from, to, old, new, put_acked, moved: moved_clean });
             }
         }

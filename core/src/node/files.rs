@@ -883,9 +883,18 @@ impl Node {
     /// bytes an overwrite kept aside there (bytes landed over them since, their write refused
     /// or lost to the move): nothing is renamed or deleted there until they are back in place
     /// ([`crate::storage::landed::KeptFate::Restore`]), or the rename would carry the landed
-    /// bytes to the new path as the moved file's copy and the kept ones would go.
+    /// bytes to the new path as the moved file's copy and the kept ones would go. After a
+    /// restart, until a rescan found what is kept, any copy may be (simulator `--races` seed
+    /// 6396: a peer's pull read the landed bytes at the old path as the moved copy and marked
+    /// it stale).
     fn rename_waits_for_kept(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
-        self.landed.keeps(volume, path, checksum)
+        self.kept_unwalked || self.landed.keeps(volume, path, checksum)
+    }
+
+    /// A rescan of this run walked every volume of this node: the bytes kept aside on them are
+    /// known ([`Node::kept_note`]).
+    pub fn kept_walked(&mut self) {
+        self.kept_unwalked = false;
     }
 
     /// Whether `action` (from [`Node::disk_actions`], some time ago) is still what the records

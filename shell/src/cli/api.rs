@@ -467,9 +467,10 @@ impl Api {
                 // see: the exit status says so.
                 let bad = v["stale"].as_array().map_or(0, Vec::len);
                 let unreachable = v["unreachable"].as_array().map_or(0, Vec::len);
-                if bad + unreachable > 0 {
+                let renaming = v["renamePending"].as_array().map_or(0, Vec::len);
+                if bad + unreachable + renaming > 0 {
                     return Err(CliError(format!(
-                        "{bad} copies did not match their checksum (marked stale, to be repaired), {unreachable} could not be read"
+                        "{bad} copies did not match their checksum (marked stale, to be repaired), {unreachable} could not be read, {renaming} still wait for a move's rename (not checked)"
                     )));
                 }
                 return Ok(());

@@ -281,6 +281,9 @@ pub(super) fn human_verify(v: &Value) -> String {
     for c in v["unreachable"].as_array().into_iter().flatten() {
         out.push_str(&format!("\n  not reachable: {}", s(c)));
     }
+    for c in v["renamePending"].as_array().into_iter().flatten() {
+        out.push_str(&format!("\n  moved, waiting for its rename (not checked): {}", s(c)));
+    }
     out
 }
 

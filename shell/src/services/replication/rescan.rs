@@ -107,6 +107,8 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         }
         report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "notAdopted": not_adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
+    // Every volume walked: the bytes kept aside on them are all noted now.
+    s.with_node(|n, _| n.kept_walked());
     json!({ "volumes": report })
 }
 
