@@ -1562,6 +1562,9 @@ fn the_scrub_does_not_mark_stale_a_moved_copy_whose_rename_waits_for_kept_bytes(
     // there): a peer's read of it is refused as `rename_pending` for now.
     assert!(net.nodes[f].copy_move_pending("/data/m1", &vol));
     assert_eq!(net.nodes[f].moved_copy_source("/data/m1", &vol), None);
+    // Nor does a rescan take it for vanished: the rename is still on its way there.
+    let arriving = net.nodes[f].volume_facts(&vol).arriving;
+    assert_eq!(arriving.get("/data/m1").map(Vec::as_slice), Some(&["/data/f1".to_string()][..]));
     let late = net.clock(f).plus(RENAME_GRACE_MS + MINUTE_MS);
     assert!(net.nodes[f].scrub_result(late, &moved, None), "the moved copy is not missing");
     net.run_for(5 * SECOND_MS, SECOND_MS);

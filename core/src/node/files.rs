@@ -834,7 +834,8 @@ impl Node {
     }
 
     /// [`Node::disk_actions`]; with `hold`, none for a remove or move the leader has not taken
-    /// yet (it may refuse it: [`crate::meta::records::BasedOn`]), and none at all while the
+    /// yet (it may refuse it: [`crate::meta::records::BasedOn`]) or that waits for kept bytes
+    /// ([`Node::rename_waits_for_kept`]), and none at all while the
     /// records may hold half a decision ([`crate::meta::machine::Meta::records_settling`]). Without, every action the
     /// records ask for: where a copy is, or is to be (a rescan reads the bytes still at a
     /// move's old path as the copy at its new one).
@@ -874,7 +875,7 @@ impl Node {
         }
         pending
             .into_iter()
-            .filter(|(f, l, _)| !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
+            .filter(|(f, l, _)| !hold || !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
             .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied()))
             .collect()
     }
