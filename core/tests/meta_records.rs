@@ -18,7 +18,7 @@ use shoal_core::hlc::Version;
 use shoal_core::ids::{FileId, JobId, NodeId, VolumeId};
 use shoal_core::meta::job::{JobLease, JobSpec, JobState, JobStatus};
 use shoal_core::meta::records::{
-    FileRecord, Job, Location, LocationState, Policy, Record, ReplBackoff, Setting, Volume,
+    BasedOn, FileRecord, Job, Location, LocationState, Policy, Record, ReplBackoff, Setting, Volume,
 };
 use shoal_core::meta::state::{MetaState, TOMBSTONE_TTL_MS};
 use shoal_core::time::{Millis, DAY_MS};
@@ -434,6 +434,8 @@ enum FileStep {
         copy: Option<(usize, bool, u64)>,
         /// A replication backoff register: attempts, next try (0 or 1), its version's day.
         backoff: Option<(u32, u64, u64)>,
+        /// The path (index) a move brought the file from (its `based_on`).
+        moved_from: Option<usize>,
     },
     Purge {
         days: u64,
@@ -443,17 +445,14 @@ enum FileStep {
 fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
     let copy = prop::option::of((0usize..2, prop::bool::ANY, 0u64..20));
     let backoff = prop::option::of((0u32..2, 0u64..2, 0u64..20));
+    let moved_from = prop::option::of(0usize..4);
     let write =
-        (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4), copy, backoff)
-            .prop_map(|(path, id, wall, counter, node, removed, copy, backoff)| FileStep::Write {
-                path,
-                id,
-                wall,
-                counter,
-                node,
-                removed,
-                copy,
-                backoff,
+        (
+            (0usize..4, 0usize..3, 0u64..20, 0u32..3, 0usize..NODES.len(), prop::bool::weighted(0.4)),
+            (copy, backoff, moved_from),
+        )
+            .prop_map(|((path, id, wall, counter, node, removed), (copy, backoff, moved_from))| {
+                FileStep::Write { path, id, wall, counter, node, removed, copy, backoff, moved_from }
             });
     let purge = (0u64..10).prop_map(|days| FileStep::Purge { days });
     prop::collection::vec(prop_oneof![6 => write, 1 => purge], 1..40)
@@ -462,17 +461,21 @@ fn file_steps() -> impl Strategy<Value = Vec<FileStep>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// The file-id index, the tombstone index and the backoff index answer exactly what a scan
-    /// of every file record answers, after any sequence of merges (an id replaced at a path by a newer write,
-    /// a tombstone over a live record and back) and purges.
+    /// The file-id index, the tombstone index, the backoff index and the index of moves (old
+    /// paths live again, moved records by old path) answer exactly what a scan of every file
+    /// record answers, after any sequence of merges (an id replaced at a path by a newer write,
+    /// a tombstone over a live record and back, a move's record) and purges.
     #[test]
     fn the_file_indexes_always_match_a_scan(steps in file_steps()) {
         let mut s = MetaState::new();
         for step in steps {
             match step {
-                FileStep::Write { path, id, wall, counter, node, removed, copy, backoff } => {
+                FileStep::Write { path, id, wall, counter, node, removed, copy, backoff, moved_from } => {
                     let mut f = file_meta(ver(wall * DAY_MS, counter, node), 10, removed, 0, id as u8);
                     f.path = format!("/d/f{path}");
+                    f.based_on = moved_from.map(|m| {
+                        Box::new(BasedOn { path: format!("/d/f{m}"), version: ver(wall * DAY_MS, 0, node) })
+                    });
                     if let Some((volume, dropped, updated)) = copy {
                         // A copy listed, or marked dropped (its bytes deleted), by a newer write.
                         let mut l = location(volume, ver(updated * DAY_MS, 0, node), 2, 1, None);
@@ -508,6 +511,25 @@ proptest! {
                 .map(|f| f.path.as_str())
                 .collect();
             prop_assert_eq!(waiting, scanned);
+            // The old paths of live moved files whose record is live again, and the moved records
+            // of each.
+            let moved_from = |g: &FileRecord| {
+                g.based_on.as_ref().map(|b| b.path.clone()).filter(|p| !g.removed && !g.is_dir && *p != g.path)
+            };
+            let left: Vec<&str> = s.left_behind_paths().collect();
+            let scanned: Vec<&str> = s
+                .files()
+                .filter(|f| !f.removed && s.files().any(|g| moved_from(g).as_deref() == Some(f.path.as_str())))
+                .map(|f| f.path.as_str())
+                .collect();
+            prop_assert_eq!(left, scanned);
+            for old in 0..4 {
+                let old = format!("/d/f{old}");
+                let indexed: Vec<&str> = s.moved_records_from(&old).map(|g| g.path.as_str()).collect();
+                let scanned: Vec<&str> =
+                    s.files().filter(|g| moved_from(g).as_deref() == Some(old.as_str())).map(|g| g.path.as_str()).collect();
+                prop_assert_eq!(indexed, scanned, "{}", old);
+            }
         }
     }
 }

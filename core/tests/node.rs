@@ -1665,3 +1665,45 @@ fn a_copy_mark_from_lagging_records_does_not_hide_a_newer_overwrite() {
         assert!(file.is_current(copy), "node {i}: the overwrite's copy is current: {copy:?}");
     }
 }
+
+/// A move's tombstone lost its path to a newer file put through a node that never knew the
+/// moved one (simulator `--races` seed 5287; seed 6091 is the same with an overwrite the move
+/// was decided without): the new file's record still lists the moved copy's bytes at the old
+/// path, not as its own content, and the tombstone that asked for their rename is gone. The
+/// holder renames them from the moved record's side; no copy lands over them first; once
+/// renamed, the old path's record drops them and nothing more is asked.
+#[test]
+fn a_copy_a_move_left_behind_under_a_newer_file_is_renamed_to_the_moved_file() {
+    use shoal_core::node::files::DiskAction;
+    let (mut net, volumes) = three_nodes_with_volumes("left-behind", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let o = (0..3).find(|&i| i != l && i != f).unwrap();
+    net.isolated[o] = true;
+    let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
+    let on_f = vec![(vol.clone(), volumes[f].node_id.clone())];
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_f).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let on_o = vec![(volumes[o].id.clone(), volumes[o].node_id.clone())];
+    let at = net.clock(o).plus(10 * MINUTE_MS);
+    net.nodes[o].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &on_o).expect("a new file there");
+    net.isolated[o] = false;
+    net.run_for(30 * SECOND_MS, SECOND_MS);
+    let f1 = net.nodes[f].meta().state().file("/data/f1").cloned().expect("f1");
+    assert!(!f1.removed && f1.checksum == "b".repeat(64), "the newer file took the path: {f1:?}");
+    let rename = DiskAction::Rename { volume: vol.clone(), folder, from: "/data/f1".into(), to: "/data/m1".into() };
+    assert_eq!(net.nodes[f].disk_actions(), vec![rename.clone()]);
+    assert!(net.nodes[f].disk_action_holds(&rename));
+    assert!(net.nodes[f].copy_move_pending("/data/m1", &vol), "the moved copy is on its way, not missing");
+    assert_eq!(net.nodes[f].moved_copy_source("/data/m1", &vol).as_deref(), Some("/data/f1"));
+    assert!(!net.nodes[f].may_replace_copy("/data/f1", &vol, &"b".repeat(64), None), "nothing lands over them first");
+    let at = net.clock(f);
+    assert!(net.nodes[f].removed_copy_dropped(at, "/data/f1", &vol), "renamed: dropped at the old path");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    assert_eq!(net.nodes[f].disk_actions(), vec![]);
+    assert!(!net.nodes[f].copy_move_pending("/data/m1", &vol));
+    assert!(net.nodes[f].may_replace_copy("/data/f1", &vol, &"b".repeat(64), None));
+}

@@ -46,6 +46,23 @@ pub struct MetaState {
     /// the planner reads them on every pass, and `/metrics` counts them, without a walk over
     /// every record ([`MetaState::files_with_backoff`]).
     backoffs: BTreeSet<String>,
+    /// Each old path a live file was moved from (its record's `based_on` names another path),
+    /// with the paths of those moved records.
+    moved_from: BTreeMap<String, BTreeSet<String>>,
+    /// The old paths of [`MetaState::moved_from`] whose record is live again (a newer write
+    /// there won over the move's tombstone): the copies the move left there are renamed from
+    /// the moved records' side ([`MetaState::left_behind`]).
+    left_behind: BTreeSet<String>,
+}
+
+/// The path a live file record was moved from, if it was (and nothing changed its header
+/// since).
+fn moved_from_of(r: &Record) -> Option<String> {
+    let Record::File(f) = r else { return None };
+    if f.removed || f.is_dir {
+        return None;
+    }
+    f.based_on.as_deref().map(|b| b.path.clone()).filter(|p| *p != f.path)
 }
 
 /// A record's share of the digest. Tombstones have none: two nodes that agree on every live
@@ -119,11 +136,13 @@ impl MetaState {
                 }
             }
         }
-        match self.records.entry(key) {
+        let is_file = key.0 == RecordKind::File;
+        match self.records.entry(key.clone()) {
             std::collections::btree_map::Entry::Occupied(slot) => {
                 let existing = slot.into_mut();
                 let before = record_hash(existing);
                 let id_before = file_id(existing).cloned();
+                let from_before = moved_from_of(existing);
                 if !existing.merge(incoming) {
                     return None;
                 }
@@ -146,7 +165,11 @@ impl MetaState {
                         self.backoffs.remove(&f.path);
                     }
                 }
-                Some(existing)
+                if is_file {
+                    let from_after = moved_from_of(existing);
+                    self.index_move(&key.1, from_before, from_after);
+                }
+                self.records.get(&key)
             }
             std::collections::btree_map::Entry::Vacant(slot) => {
                 let mut record = incoming.clone();
@@ -161,7 +184,12 @@ impl MetaState {
                     }
                 }
                 xor_into(&mut self.digest, &record_hash(&record));
-                Some(slot.insert(record))
+                let from_after = moved_from_of(&record);
+                slot.insert(record);
+                if is_file {
+                    self.index_move(&key.1, None, from_after);
+                }
+                self.records.get(&key)
             }
         }
     }
@@ -178,10 +206,58 @@ impl MetaState {
                 self.tombstones.remove(&f.path);
                 self.backoffs.remove(&f.path);
             }
+            if key.0 == RecordKind::File {
+                self.index_move(&key.1, moved_from_of(&old), None);
+            }
         }
         if let Some(r) = record.filter(|r| (r.kind(), r.key()) == *key) {
             self.apply(&r);
         }
+    }
+
+    /// Keep [`MetaState::moved_from`] and [`MetaState::left_behind`] true after the record at
+    /// `path` changed: it was moved from `before` and is moved from `after` now (`None`: not a
+    /// live moved record); and `path` itself may be an old path whose record came back.
+    fn index_move(&mut self, path: &str, before: Option<String>, after: Option<String>) {
+        if before != after {
+            if let Some(b) = &before {
+                if let Some(set) = self.moved_from.get_mut(b) {
+                    set.remove(path);
+                    if set.is_empty() {
+                        self.moved_from.remove(b);
+                    }
+                }
+                self.refresh_left_behind(b);
+            }
+            if let Some(a) = &after {
+                self.moved_from.entry(a.clone()).or_default().insert(path.to_string());
+                self.refresh_left_behind(a);
+            }
+        }
+        self.refresh_left_behind(path);
+    }
+
+    fn refresh_left_behind(&mut self, old: &str) {
+        if !self.moved_from.contains_key(old) {
+            self.left_behind.remove(old);
+            return;
+        }
+        if self.file(old).is_some_and(|f| !f.removed && !f.is_dir) {
+            self.left_behind.insert(old.to_string());
+        } else {
+            self.left_behind.remove(old);
+        }
+    }
+
+    /// The paths some live file was moved from whose record is live again, in path order:
+    /// usually none.
+    pub fn left_behind_paths(&self) -> impl Iterator<Item = &str> {
+        self.left_behind.iter().map(String::as_str)
+    }
+
+    /// The live file records moved from `old` (their `based_on` names it), in path order.
+    pub fn moved_records_from<'a>(&'a self, old: &str) -> impl Iterator<Item = &'a FileRecord> + 'a {
+        self.moved_from.get(old).into_iter().flatten().filter_map(|p| self.file(p))
     }
 
     /// The removed file records (tombstones) that list a copy not dropped yet, in path order.

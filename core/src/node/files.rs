@@ -235,11 +235,14 @@ impl Node {
         })
     }
 
-    /// The tombstone of the newest move whose rename would bring the copy on `volume` to
-    /// `path`, if that rename has not run yet: the copy's bytes are still at its path.
+    /// The record at the old path of the newest move whose rename would bring the copy on
+    /// `volume` to `path`, if that rename has not run yet: the copy's bytes are still at its
+    /// path. The move's tombstone; or the live record a newer write made there, which still
+    /// lists the bytes the move left behind ([`Node::left_behind_rename`]).
     fn copy_moved(&self, path: &str, volume: &VolumeId) -> Option<&FileRecord> {
         let f = self.live_file(path)?;
-        self.meta
+        let tombstone = self
+            .meta
             .state()
             .files_with_id(&f.id)
             .filter(|g| {
@@ -247,7 +250,39 @@ impl Node {
                     && g.path != f.path
                     && g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
             })
-            .max_by(|a, b| a.version.cmp(&b.version))
+            .max_by(|a, b| a.version.cmp(&b.version));
+        tombstone.or_else(|| {
+            let old = f.based_on.as_deref().map(|b| b.path.as_str()).filter(|p| *p != f.path)?;
+            let (to, _) = self.left_behind_rename(old, volume)?;
+            (to == f.path).then(|| self.meta.state().file(old)).flatten()
+        })
+    }
+
+    /// A copy a move left behind at `old` on `volume` although the record there is live again
+    /// (a newer write won the path over the move's tombstone: a new file put through a node
+    /// that never knew the moved one, or an overwrite the move was decided without), and with
+    /// the tombstone went the only trace of the rename (simulator `--races` seeds 5287, 6091:
+    /// the moved file's record kept a copy nothing renamed, and the planner then repaired the
+    /// old path's copy over its bytes). Found from the moved record's side instead: a live
+    /// record moved from `old` (its `based_on`) lists a copy on `volume` with the content
+    /// `old`'s record lists there as not its own. Its new path and that content.
+    pub fn left_behind_rename(&self, old: &str, volume: &VolumeId) -> Option<(String, String)> {
+        let state = self.meta.state();
+        let r = state.file(old).filter(|f| !f.removed && !f.is_dir)?;
+        let here = r.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped)?;
+        if here.checksum.is_empty() || here.checksum.eq_ignore_ascii_case(&r.checksum) {
+            return None;
+        }
+        state
+            .moved_records_from(old)
+            .find(|m| {
+                m.locations.iter().any(|l| {
+                    &l.volume_id == volume
+                        && l.state != LocationState::Dropped
+                        && l.checksum.eq_ignore_ascii_case(&here.checksum)
+                })
+            })
+            .map(|m| (m.path.clone(), here.checksum.clone()))
     }
 
     /// A remove or a move is decided from this node's records, and lists the copies they know:
@@ -333,9 +368,13 @@ impl Node {
     /// may be replaced.)
     ///
     /// Nor when the file is the copy of a moved file still waiting on this volume to be renamed
-    /// to its new path: it is that file's content, whatever the old path's record says now.
+    /// to its new path: it is that file's content, whatever the old path's record says now
+    /// (a tombstone, or a live record the move left it behind under).
     pub fn may_replace_copy(&self, path: &str, volume: &VolumeId, checksum: &str, replaces: Option<&str>) -> bool {
         let Ok(p) = normalize(path) else { return true };
+        if self.left_behind_rename(&p, volume).is_some() {
+            return false;
+        }
         if let Some(old) = self.meta.state().file(&p).filter(|f| f.removed) {
             let here = |f: &FileRecord| {
                 f.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped)
@@ -861,8 +900,9 @@ impl Node {
                 })
             })
             .collect();
+        let mut actions = self.left_behind_actions(own, hold);
         if pending.is_empty() {
-            return vec![];
+            return actions;
         }
         let ids: std::collections::BTreeSet<&FileId> = pending.iter().map(|(f, ..)| &f.id).collect();
         let mut live: BTreeMap<(&FileId, &VolumeId), (&str, &str)> = BTreeMap::new();
@@ -873,11 +913,39 @@ impl Node {
                 live.insert((&f.id, &l.volume_id), (&f.path, &l.checksum));
             }
         }
-        pending
-            .into_iter()
-            .filter(|(f, l, _)| !hold || !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
-            .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied()))
-            .collect()
+        actions.extend(
+            pending
+                .into_iter()
+                .filter(|(f, l, _)| !hold || !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
+                .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied())),
+        );
+        actions
+    }
+
+    /// The renames of copies moves left behind at paths whose record is live again
+    /// ([`Node::left_behind_rename`]) on this node's volumes `own`; with `hold`, not while the
+    /// move or the old path's write waits for the leader, nor while kept bytes are to go back
+    /// there first.
+    fn left_behind_actions(&self, own: &BTreeMap<VolumeId, String>, hold: bool) -> Vec<DiskAction> {
+        let mut out = Vec::new();
+        for old in self.meta.state().left_behind_paths() {
+            for (volume, folder) in own {
+                let Some((to, sum)) = self.left_behind_rename(old, volume) else { continue };
+                let held = self.meta.awaiting_leader(old)
+                    || self.meta.awaiting_leader(&to)
+                    || self.rename_waits_for_kept(volume, old, &sum);
+                if hold && held {
+                    continue;
+                }
+                out.push(DiskAction::Rename {
+                    volume: volume.clone(),
+                    folder: folder.clone(),
+                    from: old.to_string(),
+                    to,
+                });
+            }
+        }
+        out
     }
 
     /// Whether the copy with `checksum` on `volume` of the moved or removed file at `path` is
@@ -908,6 +976,17 @@ impl Node {
             DiskAction::Rename { volume, from, .. } => (volume, from),
         };
         let Some(folder) = self.local_volume(volume.as_str()).map(|v| v.subpath.clone()) else { return false };
+        if let DiskAction::Rename { from, to, .. } = action {
+            if self.meta.state().file(from).is_some_and(|f| !f.removed) {
+                // A copy a move left behind under a live record ([`Node::left_behind_rename`]).
+                if self.meta.records_settling() {
+                    return false;
+                }
+                let own = BTreeMap::from([(volume.clone(), folder)]);
+                return self.left_behind_actions(&own, true).iter().any(|a| a == action)
+                    && self.left_behind_rename(from, volume).is_some_and(|(t, _)| &t == to);
+            }
+        }
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
         if self.meta.awaiting_leader(path) || self.meta.records_settling() {
             return false;
@@ -935,8 +1014,11 @@ impl Node {
     /// Mark the copy on `volume` of the removed file at `path` dropped, once its bytes are
     /// deleted or renamed away; nothing when the path holds a live record again by now (a put
     /// after `rm` or `mv`): that record's copy there is new bytes, not the ones that went.
+    /// A copy a move left behind under a live record ([`Node::left_behind_rename`]) is marked
+    /// dropped there too once renamed away.
     pub fn removed_copy_dropped(&mut self, wall: Millis, path: &str, volume: &VolumeId) -> bool {
-        if !self.meta.state().file(path).is_some_and(|f| f.removed) {
+        let removed = self.meta.state().file(path).is_some_and(|f| f.removed);
+        if !removed && self.left_behind_rename(path, volume).is_none() {
             return false;
         }
         self.copy_mark(wall, path, volume, LocationState::Dropped, "")
