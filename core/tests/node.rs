@@ -1707,3 +1707,31 @@ fn a_copy_a_move_left_behind_under_a_newer_file_is_renamed_to_the_moved_file() {
     assert!(!net.nodes[f].copy_move_pending("/data/m1", &vol));
     assert!(net.nodes[f].may_replace_copy("/data/f1", &vol, &"b".repeat(64), None));
 }
+
+/// Only bytes written at the old path before the move count as left behind: a file put there
+/// since with the moved file's content by chance, then overwritten, leaves a stale copy of that
+/// content on the same volume, which is its own and is not renamed over the moved file's copy.
+#[test]
+fn a_later_copy_of_the_same_content_at_the_old_path_is_not_taken_for_one_left_behind() {
+    let (mut net, volumes, l, f) = one_copy_on_a_follower("not-left-behind");
+    let vol = volumes[f].id.clone();
+    let on_f = vec![(vol.clone(), volumes[f].node_id.clone())];
+    let on_l = vec![(volumes[l].id.clone(), volumes[l].node_id.clone())];
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(f);
+    assert!(net.nodes[f].removed_copy_dropped(at, "/data/f1", &vol), "the move's rename ran");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_f).expect("the same content again");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &on_l).expect("overwrite");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let f1 = net.nodes[f].meta().state().file("/data/f1").cloned().expect("f1");
+    let stale = f1.locations.iter().find(|c| c.volume_id == vol).expect("the older copy");
+    assert_eq!((stale.checksum.as_str(), f1.is_current(stale)), ("a".repeat(64).as_str(), false));
+    assert_eq!(net.nodes[f].left_behind_rename("/data/f1", &vol), None);
+    assert_eq!(net.nodes[f].disk_actions(), vec![]);
+}

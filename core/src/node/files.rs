@@ -265,7 +265,9 @@ impl Node {
     /// the moved file's record kept a copy nothing renamed, and the planner then repaired the
     /// old path's copy over its bytes). Found from the moved record's side instead: a live
     /// record moved from `old` (its `based_on`) lists a copy on `volume` with the content
-    /// `old`'s record lists there as not its own. Its new path and that content.
+    /// `old`'s record lists there as not its own, written there before the move was decided
+    /// (bytes a later write put at `old`, of the same content by chance, are that write's).
+    /// Its new path and that content.
     pub fn left_behind_rename(&self, old: &str, volume: &VolumeId) -> Option<(String, String)> {
         let state = self.meta.state();
         let r = state.file(old).filter(|f| !f.removed && !f.is_dir)?;
@@ -276,11 +278,12 @@ impl Node {
         state
             .moved_records_from(old)
             .find(|m| {
-                m.locations.iter().any(|l| {
-                    &l.volume_id == volume
-                        && l.state != LocationState::Dropped
-                        && l.checksum.eq_ignore_ascii_case(&here.checksum)
-                })
+                here.content_version() < &m.version
+                    && m.locations.iter().any(|l| {
+                        &l.volume_id == volume
+                            && l.state != LocationState::Dropped
+                            && l.checksum.eq_ignore_ascii_case(&here.checksum)
+                    })
             })
             .map(|m| (m.path.clone(), here.checksum.clone()))
     }
