@@ -1735,3 +1735,46 @@ fn a_later_copy_of_the_same_content_at_the_old_path_is_not_taken_for_one_left_be
     assert_eq!(net.nodes[f].left_behind_rename("/data/f1", &vol), None);
     assert_eq!(net.nodes[f].disk_actions(), vec![]);
 }
+
+/// A new file put at a path through a node that never knew the file there (another id), newer
+/// than that file but older than the tombstone of its move, decided meanwhile without it
+/// (simulator `--races` seed 5935): last-writer-wins dropped the put, answered `replicated`.
+/// The leader orders it as the move, then the put: both files are kept, the moved one at its
+/// new path (its copy left at the old path renamed from its side), the new one at the old path.
+#[test]
+fn a_new_file_put_without_knowing_the_file_a_move_took_away_is_kept() {
+    use shoal_core::node::files::DiskAction;
+    let (mut net, volumes) = three_nodes_with_volumes("put-under-move", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    let o = (0..3).find(|&i| i != l && i != f).unwrap();
+    net.isolated[o] = true;
+    let vol = volumes[f].id.clone();
+    let on_f = vec![(vol.clone(), volumes[f].node_id.clone())];
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_f).expect("put");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let on_o = vec![(volumes[o].id.clone(), volumes[o].node_id.clone())];
+    let at = net.clock(o);
+    net.nodes[o].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &on_o).expect("a new file there");
+    let put_id = net.nodes[o].meta().state().file("/data/f1").expect("put").id.clone();
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    net.isolated[o] = false;
+    net.run_for(30 * SECOND_MS, SECOND_MS);
+    for i in 0..3 {
+        let state = net.nodes[i].meta().state();
+        let f1 = state.file("/data/f1").cloned().expect("f1");
+        assert!(!f1.removed && f1.id == put_id && f1.checksum == "b".repeat(64), "node {i}: the put is kept: {f1:?}");
+        let m1 = state.file("/data/m1").cloned().expect("m1");
+        assert!(!m1.removed && m1.checksum == "a".repeat(64), "node {i}: the moved file is kept");
+    }
+    let rename = DiskAction::Rename {
+        volume: vol,
+        folder: volumes[f].subpath.clone(),
+        from: "/data/f1".into(),
+        to: "/data/m1".into(),
+    };
+    assert_eq!(net.nodes[f].disk_actions(), vec![rename], "the moved copy is renamed from its side");
+}
