@@ -979,15 +979,14 @@ impl Node {
             DiskAction::Rename { volume, from, .. } => (volume, from),
         };
         let Some(folder) = self.local_volume(volume.as_str()).map(|v| v.subpath.clone()) else { return false };
-        if let DiskAction::Rename { from, to, .. } = action {
+        if let DiskAction::Rename { from, .. } = action {
             if self.meta.state().file(from).is_some_and(|f| !f.removed) {
                 // A copy a move left behind under a live record ([`Node::left_behind_rename`]).
                 if self.meta.records_settling() {
                     return false;
                 }
                 let own = BTreeMap::from([(volume.clone(), folder)]);
-                return self.left_behind_actions(&own, true).iter().any(|a| a == action)
-                    && self.left_behind_rename(from, volume).is_some_and(|(t, _)| &t == to);
+                return self.left_behind_actions(&own, true).iter().any(|a| a == action);
             }
         }
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
