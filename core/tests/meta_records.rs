@@ -598,14 +598,14 @@ fn a_mark_of_older_content_never_beats_a_copy_of_newer_content() {
     for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
         let s = applied(&order.map(|i| records[i].clone()));
         let f = s.file(FILE_PATH).expect("the file is there");
-        assert_eq!(f.locations, [overwrite.clone()], "order {order:?}");
+        assert_eq!(f.locations, std::slice::from_ref(&overwrite), "order {order:?}");
     }
     // The new content's own marks order by their clock, as before.
     let scrubbed = overwrite.relabeled(LocationState::Stale, ver(25, 0, 0));
     let verified_later = overwrite.relabeled(LocationState::Verified, ver(26, 0, 1));
     for pair in [[scrubbed.clone(), verified_later.clone()], [verified_later.clone(), scrubbed.clone()]] {
         let s = applied(&pair.map(|l| Record::File(file_at(ver(20, 0, 1), vec![l]))));
-        assert_eq!(s.file(FILE_PATH).expect("the file is there").locations, [verified_later.clone()]);
+        assert_eq!(s.file(FILE_PATH).expect("the file is there").locations, std::slice::from_ref(&verified_later));
     }
     // A copy written again (a replication's pull, a move's record) is newer content.
     let pulled = location(0, ver(27, 0, 2), 3, 2, None);
