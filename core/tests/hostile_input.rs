@@ -1203,8 +1203,8 @@ fn record() -> impl Strategy<Value = Record> {
                     LocationState::Dropped,
                 ][s],
                 checksum: c,
+                content: content.filter(|c| *c < u),
                 updated: u,
-                content,
             });
     let file = (
         canonical_path(),

@@ -600,6 +600,9 @@ fn a_mark_of_older_content_never_beats_a_copy_of_newer_content() {
         let f = s.file(FILE_PATH).expect("the file is there");
         assert_eq!(f.locations, std::slice::from_ref(&overwrite), "order {order:?}");
     }
+    // A content version not older than the entry's own is refused: it would pin the volume.
+    let pinned = Location { content: Some(ver(99, 0, 0)), ..overwrite.clone() };
+    assert!(!Record::File(file_at(ver(20, 0, 1), vec![pinned])).shape_ok());
     // The new content's own marks order by their clock, as before.
     let scrubbed = overwrite.relabeled(LocationState::Stale, ver(25, 0, 0));
     let verified_later = overwrite.relabeled(LocationState::Verified, ver(26, 0, 1));

@@ -459,7 +459,9 @@ impl Record {
 
     /// Bounds every record must keep, checked on records that arrive from peers and on the
     /// node's own writes before they are stored or sent (its commands check their input first,
-    /// with a clear error): a normalised path or folder, a setting key of at most 256 bytes and
+    /// with a clear error): a normalised path or folder, a copy entry's content version older
+    /// than its own (a re-label is of content written before it: a later one would pin the
+    /// volume's entry for good), a setting key of at most 256 bytes and
     /// a value of at most 64 KiB, at most 64 copies wanted, at most 64 locations, labels of at
     /// most 4 KiB, job bodies of at most 1 MiB, and no JSON value nested deeper than
     /// [`RECORD_VALUE_DEPTH_MAX`].
@@ -491,7 +493,9 @@ impl Record {
                     && f.locations.len() <= 64
                     && label(&f.checksum)
                     && label(&f.owner)
-                    && f.locations.iter().all(|l| label(&l.checksum))
+                    && f.locations
+                        .iter()
+                        .all(|l| label(&l.checksum) && l.content.as_ref().is_none_or(|c| *c < l.updated))
             }
             Record::Volume(v) => label(&v.name) && label(&v.subpath) && label(&v.fsh_uuid),
             Record::Policy(p) => norm(&p.folder) && p.replicas <= 64,

@@ -920,9 +920,31 @@ impl Node {
             pending
                 .into_iter()
                 .filter(|(f, l, _)| !hold || !self.rename_waits_for_kept(&l.volume_id, &f.path, &l.checksum))
-                .filter_map(|(f, l, folder)| disk_action_of(f, l, folder, live.get(&(&f.id, &l.volume_id)).copied())),
+                .filter_map(|(f, l, folder)| {
+                    let to = live.get(&(&f.id, &l.volume_id)).copied().or_else(|| self.late_copy_home(f, l));
+                    disk_action_of(f, l, folder, to)
+                }),
         );
         actions
+    }
+
+    /// Where a copy `l` of the moved file whose tombstone is `f` goes when the moved file's
+    /// record does not list its volume: a copy made after the move was decided (a pull on the
+    /// other side of a partition, merged into the tombstone) holds the moved file's content
+    /// all the same. It is renamed to the moved file's path and published there
+    /// ([`Node::removed_copy_renamed`]), not deleted (simulator `--races` seed 6443: a move
+    /// decided from a record older than a copy pulled since deleted that copy, the file's
+    /// only good one).
+    fn late_copy_home<'a>(&'a self, f: &'a FileRecord, l: &Location) -> Option<(&'a str, &'a str)> {
+        if l.checksum.is_empty() || !l.state.is_healthy() {
+            return None;
+        }
+        self.meta
+            .state()
+            .files_with_id(&f.id)
+            .filter(|g| !g.removed && !g.is_dir && g.path != f.path && g.checksum.eq_ignore_ascii_case(&l.checksum))
+            .map(|g| (g.path.as_str(), g.checksum.as_str()))
+            .last()
     }
 
     /// The renames of copies moves left behind at paths whose record is live again
@@ -960,13 +982,13 @@ impl Node {
     /// 6396: a peer's pull read the landed bytes at the old path as the moved copy and marked
     /// it stale).
     fn rename_waits_for_kept(&self, volume: &VolumeId, path: &str, checksum: &str) -> bool {
-        self.kept_unwalked || self.landed.keeps(volume, path, checksum)
+        self.kept_unwalked.contains(volume) || self.landed.keeps(volume, path, checksum)
     }
 
-    /// A rescan of this run walked every volume of this node: the bytes kept aside on them are
-    /// known ([`Node::kept_note`]).
-    pub fn kept_walked(&mut self) {
-        self.kept_unwalked = false;
+    /// A rescan of this run walked `volume`: the bytes kept aside on it are known
+    /// ([`Node::kept_note`]).
+    pub fn kept_walked(&mut self, volume: &VolumeId) {
+        self.kept_unwalked.remove(volume);
     }
 
     /// Whether `action` (from [`Node::disk_actions`], some time ago) is still what the records
@@ -999,7 +1021,8 @@ impl Node {
         if self.rename_waits_for_kept(volume, path, &l.checksum) {
             return false;
         }
-        // As `disk_actions` finds it: the last live record of the id with a copy on the volume.
+        // As `disk_actions` finds it: the last live record of the id with a copy on the volume;
+        // else a moved record of that content (a copy made after the move was decided).
         let live = self
             .meta
             .state()
@@ -1009,13 +1032,37 @@ impl Node {
                 let m = g.locations.iter().find(|m| &m.volume_id == volume && m.state != LocationState::Dropped)?;
                 Some((g.path.as_str(), m.checksum.as_str()))
             })
-            .last();
+            .last()
+            .or_else(|| self.late_copy_home(f, l));
         disk_action_of(f, l, &folder, live).as_ref() == Some(action)
     }
 
     /// Mark the copy on `volume` of the removed file at `path` dropped, once its bytes are
     /// deleted or renamed away; nothing when the path holds a live record again by now (a put
     /// after `rm` or `mv`): that record's copy there is new bytes, not the ones that went.
+    /// A copy of a moved file renamed from `from` to `to` on `volume`: dropped at the old path
+    /// ([`Node::removed_copy_dropped`]), and published at the new one when the moved file's
+    /// record does not list that volume yet (a copy made after the move was decided:
+    /// [`Node::late_copy_home`]), in the state its old entry had.
+    pub fn removed_copy_renamed(&mut self, wall: Millis, from: &str, to: &str, volume: &VolumeId) -> bool {
+        let old = self
+            .meta
+            .state()
+            .file(from)
+            .filter(|f| f.removed)
+            .and_then(|f| f.locations.iter().find(|l| &l.volume_id == volume && l.state.is_healthy()).cloned());
+        let dropped = self.removed_copy_dropped(wall, from, volume);
+        let Some(old) = old else { return dropped };
+        let Some(g) = self.live_file(to).cloned() else { return dropped };
+        let listed = g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
+        if listed || !g.checksum.eq_ignore_ascii_case(&old.checksum) || self.volume_removed(volume) {
+            return dropped;
+        }
+        let loc = Location { updated: self.hlc.next(wall), content: None, ..old };
+        self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..g }));
+        dropped
+    }
+
     /// A copy a move left behind under a live record ([`Node::left_behind_rename`]) is marked
     /// dropped there too once renamed away.
     pub fn removed_copy_dropped(&mut self, wall: Millis, path: &str, volume: &VolumeId) -> bool {

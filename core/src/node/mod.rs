@@ -378,11 +378,12 @@ pub struct Node {
     acn_refused: u64,
     /// Set by a metadata rebuild: rescan the volumes once the metadata came back from a leader.
     rescan_after_rebuild: bool,
-    /// Bytes overwrites kept aside on this node's volumes before a restart are known only once
-    /// a rescan of this run has walked them (`transfer::parse_kept_file_name`): until then
-    /// every rename, delete and moved-copy read that kept bytes could hold waits
-    /// ([`Node::rename_waits_for_kept`]), or a rename would carry the bytes landed over them.
-    kept_unwalked: bool,
+    /// This node's volumes at its start whose bytes overwrites kept aside before a restart are
+    /// not known yet: each is known once a rescan of this run has walked it
+    /// (`transfer::parse_kept_file_name`); until then every rename, delete and moved-copy read
+    /// that kept bytes could hold there waits ([`Node::rename_waits_for_kept`]), or a rename
+    /// would carry the bytes landed over them.
+    kept_unwalked: std::collections::BTreeSet<crate::ids::VolumeId>,
     /// Why this node's own store refuses writes now (its data dir is full, say); `None` when
     /// it works.
     store_failure: Option<String>,
@@ -502,7 +503,7 @@ impl Node {
             heartbeats_sent: 0,
             acn_refused: 0,
             rescan_after_rebuild: false,
-            kept_unwalked: false,
+            kept_unwalked: std::collections::BTreeSet::new(),
             store_failure: None,
             tick_due: None,
             last_states: BTreeMap::new(),
@@ -564,7 +565,7 @@ impl Node {
                 Some(own) => self.own_volumes = own.into_iter().collect(),
                 None => self.adopt_own_volumes(),
             }
-            self.kept_unwalked = !self.own_volumes.is_empty();
+            self.kept_unwalked = self.own_volumes.keys().cloned().collect();
         } else if !r.meta.records.is_empty()
             || !r.meta.pending.is_empty()
             || r.meta.log_meta.is_some()

@@ -289,10 +289,18 @@ impl Meta {
             // A mark of a carried copy made after the put (before its node heard of the move)
             // lands just above the carry's own (a mark made since at the new path, which saw
             // the carry, stays newer); the put's own copies, sent again, add nothing.
+            // It keeps the content version of the carried copy there, so it is ordered among
+            // that copy's marks by when it was made.
             let mut carried = moved;
             for l in put.locations.iter().filter(|l| l.updated > put.version) {
                 let updated = self.just_above(l.updated.clone().max(carried.version.clone()));
-                carried.upsert_location(l.restamped(updated));
+                let base =
+                    carried.locations.iter().find(|c| c.volume_id == l.volume_id).map(|c| c.content_version().clone());
+                let mark = match base {
+                    Some(content) if content < updated => Location { updated, content: Some(content), ..l.clone() },
+                    _ => l.restamped(updated),
+                };
+                carried.upsert_location(mark);
             }
             carried
         } else {
@@ -320,35 +328,6 @@ impl Meta {
         if self.apply_one(&carried, hlc) {
             self.append_as_leader(carried, self.me.clone());
         }
-    }
-
-    /// A new file put at a path this leader's records hold a tombstone of another file at,
-    /// removed or moved away (simulator `--races` seed 5935): the put's node never knew that
-    /// file (it made another id), and its version is newer than the record the remove or move
-    /// was decided from (it would have won the path over that file) but older than the
-    /// tombstone. Left to last-writer-wins the tombstone dropped the put, answered
-    /// `replicated`, although neither decision saw the other: the leader orders them as the
-    /// remove or move, then the put, which it writes again just above the tombstone. (A file
-    /// removed before the tombstone's file was written there, sent back from a node that missed
-    /// the remove, is older than the record the tombstone was decided from: not taken so.) The
-    /// tombstone's copies stay listed under the put's record as another content's: a moved
-    /// file's are renamed from its new path's side
-    /// ([`crate::node::Node::left_behind_rename`]), a removed one's repaired over or dropped.
-    /// Not for a tombstone of this leader's own still waiting for its check.
-    fn put_under_tombstone(&self, r: &Record) -> Option<Record> {
-        let Record::File(put) = r else { return None };
-        if put.removed || put.is_dir || put.based_on.is_some() {
-            return None;
-        }
-        let tomb = self.state.file(&put.path).filter(|t| t.removed && !t.is_dir && t.id != put.id)?;
-        let based = tomb.based_on.as_deref().filter(|b| b.path == put.path)?;
-        if !(based.version < put.version && put.version < tomb.version) {
-            return None;
-        }
-        if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
-            return None;
-        }
-        Some(Record::File(FileRecord { version: self.just_above(tomb.version.clone()), ..put.clone() }))
     }
 
     /// The smallest version of this node's after `v`.
@@ -432,7 +411,6 @@ impl Meta {
                 Record::File(put) => Some((put.clone(), c)),
                 _ => None,
             });
-            let r = self.put_under_tombstone(&r).unwrap_or(r);
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);

@@ -126,7 +126,7 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
                 // now, must not be replaced or taken by the old bytes).
                 s2.read_node(|n, _| n.authorize_rename(&volume, &from, &to))?;
                 move_copy(Path::new(&folder), &from, &to)?;
-                s2.with_node(|n, now| n.removed_copy_dropped(now, &from, &volume));
+                s2.with_node(|n, now| n.removed_copy_renamed(now, &from, &to, &volume));
                 Ok(())
             })
         }
@@ -230,7 +230,7 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                                 return Ok::<_, ApiError>(false);
                             }
                             move_copy(Path::new(&folder), &f, &to)?;
-                            s2.with_node(|n, now| n.removed_copy_dropped(now, &f, &v));
+                            s2.with_node(|n, now| n.removed_copy_renamed(now, &f, &to, &v));
                             Ok(true)
                         })
                     })

@@ -39,6 +39,8 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
             for (path, sum) in &kept {
                 n.kept_note(&volume, path, sum);
             }
+            // This volume walked: what is kept on it is all noted now.
+            n.kept_walked(&volume);
         });
         // What each file found means is the core's (`shoal_core::node::rescan`); this walks,
         // asks the leader before an adoption, and hashes.
@@ -107,8 +109,6 @@ pub async fn rescan<E: Env>(s: &Arc<Shared<E>>) -> Value {
         }
         report.push(json!({"volumeId": volume, "files": found.len(), "adopted": adopted, "notAdopted": not_adopted, "copiesAdded": added, "copiesRestored": restored, "markedStale": stale, "partFilesRemoved": parts_removed}));
     }
-    // Every volume walked: the bytes kept aside on them are all noted now.
-    s.with_node(|n, _| n.kept_walked());
     json!({ "volumes": report })
 }
 
