@@ -1767,7 +1767,7 @@ fn a_copy_made_after_a_move_was_decided_is_renamed_with_it_not_deleted() {
     assert!(net.nodes[l].disk_actions().contains(&rename), "renamed, not deleted: {:?}", net.nodes[l].disk_actions());
     assert!(net.nodes[l].disk_action_holds(&rename));
     let at = net.clock(l);
-    assert!(net.nodes[l].removed_copy_renamed(at, "/data/f1", "/data/m1", &vol));
+    assert!(net.nodes[l].removed_copy_renamed(at, "/data/f1", "/data/m1", &vol, true));
     net.run_for(5 * SECOND_MS, SECOND_MS);
     for i in 0..3 {
         let m1 = net.nodes[i].meta().state().file("/data/m1").cloned().expect("moved");

@@ -1037,32 +1037,34 @@ impl Node {
         disk_action_of(f, l, &folder, live).as_ref() == Some(action)
     }
 
-    /// Mark the copy on `volume` of the removed file at `path` dropped, once its bytes are
-    /// deleted or renamed away; nothing when the path holds a live record again by now (a put
-    /// after `rm` or `mv`): that record's copy there is new bytes, not the ones that went.
-    /// A copy of a moved file renamed from `from` to `to` on `volume`: dropped at the old path
-    /// ([`Node::removed_copy_dropped`]), and published at the new one when the moved file's
-    /// record does not list that volume yet (a copy made after the move was decided:
-    /// [`Node::late_copy_home`]), in the state its old entry had.
-    pub fn removed_copy_renamed(&mut self, wall: Millis, from: &str, to: &str, volume: &VolumeId) -> bool {
-        let old = self
-            .meta
-            .state()
-            .file(from)
-            .filter(|f| f.removed)
-            .and_then(|f| f.locations.iter().find(|l| &l.volume_id == volume && l.state.is_healthy()).cloned());
+    /// A copy of a moved file renamed from `from` to `to` on `volume` (`moved`: bytes were
+    /// there to move): dropped at the old path ([`Node::removed_copy_dropped`]), and published
+    /// at the new one when the moved file's record (the same id) does not list that volume yet
+    /// (a copy made after the move was decided: [`Node::late_copy_home`]), in the state its old
+    /// entry had, as a re-label of the same content. Not when nothing was moved, nor when the
+    /// node holds a current copy of the file on another volume already (a copy counts once per
+    /// node).
+    pub fn removed_copy_renamed(&mut self, wall: Millis, from: &str, to: &str, volume: &VolumeId, moved: bool) -> bool {
+        let old = self.meta.state().file(from).filter(|f| f.removed).and_then(|f| {
+            let l = f.locations.iter().find(|l| &l.volume_id == volume && l.state.is_healthy())?;
+            Some((f.id.clone(), l.clone()))
+        });
         let dropped = self.removed_copy_dropped(wall, from, volume);
-        let Some(old) = old else { return dropped };
-        let Some(g) = self.live_file(to).cloned() else { return dropped };
+        let (Some((id, old)), true) = (old, moved) else { return dropped };
+        let Some(g) = self.live_file(to).filter(|g| g.id == id).cloned() else { return dropped };
         let listed = g.locations.iter().any(|l| &l.volume_id == volume && l.state != LocationState::Dropped);
-        if listed || !g.checksum.eq_ignore_ascii_case(&old.checksum) || self.volume_removed(volume) {
+        let twin = g.locations.iter().any(|l| l.node_id == self.id && &l.volume_id != volume && g.is_current(l));
+        if listed || twin || !g.checksum.eq_ignore_ascii_case(&old.checksum) || self.volume_removed(volume) {
             return dropped;
         }
-        let loc = Location { updated: self.hlc.next(wall), content: None, ..old };
+        let loc = old.relabeled(old.state, self.hlc.next(wall));
         self.submit_record(wall, Record::File(FileRecord { locations: vec![loc], based_on: None, ..g }));
         dropped
     }
 
+    /// Mark the copy on `volume` of the removed file at `path` dropped, once its bytes are
+    /// deleted or renamed away; nothing when the path holds a live record again by now (a put
+    /// after `rm` or `mv`): that record's copy there is new bytes, not the ones that went.
     /// A copy a move left behind under a live record ([`Node::left_behind_rename`]) is marked
     /// dropped there too once renamed away.
     pub fn removed_copy_dropped(&mut self, wall: Millis, path: &str, volume: &VolumeId) -> bool {

@@ -294,8 +294,11 @@ impl Meta {
             let mut carried = moved;
             for l in put.locations.iter().filter(|l| l.updated > put.version) {
                 let updated = self.just_above(l.updated.clone().max(carried.version.clone()));
-                let base =
-                    carried.locations.iter().find(|c| c.volume_id == l.volume_id).map(|c| c.content_version().clone());
+                let base = carried
+                    .locations
+                    .iter()
+                    .find(|c| c.volume_id == l.volume_id && c.checksum.eq_ignore_ascii_case(&l.checksum))
+                    .map(|c| c.content_version().clone());
                 let mark = match base {
                     Some(content) if content < updated => Location { updated, content: Some(content), ..l.clone() },
                     _ => l.restamped(updated),

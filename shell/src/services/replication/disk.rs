@@ -125,8 +125,8 @@ pub async fn rename_copy<E: Env>(s: &Arc<Shared<E>>, body: &[u8]) -> Result<Valu
                 // Asked again under the landing lock (a put over either name since, settled by
                 // now, must not be replaced or taken by the old bytes).
                 s2.read_node(|n, _| n.authorize_rename(&volume, &from, &to))?;
-                move_copy(Path::new(&folder), &from, &to)?;
-                s2.with_node(|n, now| n.removed_copy_renamed(now, &from, &to, &volume));
+                let moved = move_copy(Path::new(&folder), &from, &to)?;
+                s2.with_node(|n, now| n.removed_copy_renamed(now, &from, &to, &volume, moved));
                 Ok(())
             })
         }
@@ -158,11 +158,12 @@ pub(super) fn remove_copy(folder: &Path, path: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiError> {
+/// Rename a copy on a volume's `folder` from `from` to `to`; whether there were bytes to move.
+pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<bool, ApiError> {
     let src = confined_path(folder, from, false)?;
     let dst = confined_path(folder, to, true)?;
     if !src.exists() {
-        return Ok(());
+        return Ok(false);
     }
     // Whatever lies at the new name is not this file (the records list this volume's copy of
     // it under the old name until now): a leftover of a removed file there is replaced.
@@ -174,7 +175,7 @@ pub(super) fn move_copy(folder: &Path, from: &str, to: &str) -> Result<(), ApiEr
         crate::disk::sync::fsync_folder(dir).map_err(|e| io_api("sync folder", e))?;
     }
     prune_empty_dirs(folder, &src);
-    Ok(())
+    Ok(true)
 }
 
 /// Remove now-empty folders between `file` and the volume root.
@@ -229,8 +230,8 @@ pub async fn reconcile_once<E: Env>(s: &Arc<Shared<E>>) {
                             if !s2.read_node(|n, _| n.disk_action_holds(&act)) {
                                 return Ok::<_, ApiError>(false);
                             }
-                            move_copy(Path::new(&folder), &f, &to)?;
-                            s2.with_node(|n, now| n.removed_copy_renamed(now, &f, &to, &v));
+                            let moved = move_copy(Path::new(&folder), &f, &to)?;
+                            s2.with_node(|n, now| n.removed_copy_renamed(now, &f, &to, &v, moved));
                             Ok(true)
                         })
                     })
