@@ -1508,15 +1508,8 @@ fn an_overwrite_that_raced_a_move_lands_at_the_new_path() {
 fn a_move_renames_the_kept_bytes_of_an_overwrite_that_never_took_effect() {
     use shoal_core::node::files::DiskAction;
     use shoal_core::node::landed::KeptAction;
-    let (mut net, volumes, l, f) = one_copy_on_a_follower("kept");
+    let (mut net, f, vol, folder) = moved_over_kept_bytes("kept");
     let (old, new) = ("a".repeat(64), "b".repeat(64));
-    let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
-    let at = net.clock(f);
-    net.nodes[f].landed_note(at, &vol, "/data/f1", &new);
-    net.nodes[f].kept_note(&vol, "/data/f1", &old);
-    let at = net.clock(l);
-    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
-    net.run_for(5 * SECOND_MS, SECOND_MS);
     let at = net.clock(f);
     assert_eq!(net.nodes[f].disk_actions(), vec![], "no rename while the moved copy's bytes are kept aside");
     let asked = net.nodes[f].authorize_rename(&vol, "/data/f1", "/data/m1").expect_err("the mover's rename waits too");
@@ -1547,15 +1540,8 @@ fn the_scrub_does_not_mark_stale_a_moved_copy_whose_rename_waits_for_kept_bytes(
     use shoal_core::meta::records::LocationState;
     use shoal_core::node::chores::RENAME_GRACE_MS;
     use shoal_core::node::files::LocalCopy;
-    let (mut net, volumes, l, f) = one_copy_on_a_follower("kept-scrub");
-    let (old, new) = ("a".repeat(64), "b".repeat(64));
-    let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
-    let at = net.clock(f);
-    net.nodes[f].landed_note(at, &vol, "/data/f1", &new);
-    net.nodes[f].kept_note(&vol, "/data/f1", &old);
-    let at = net.clock(l);
-    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
-    net.run_for(5 * SECOND_MS, SECOND_MS);
+    let (mut net, f, vol, folder) = moved_over_kept_bytes("kept-scrub");
+    let old = "a".repeat(64);
     let id = net.nodes[f].meta().state().file("/data/m1").expect("moved").id.clone();
     let moved = LocalCopy { path: "/data/m1".into(), file: id, volume: vol.clone(), folder, size: 10, checksum: old };
     // Its rename is pending, and its bytes are not read at the old path (the landed ones are
@@ -1576,6 +1562,21 @@ fn the_scrub_does_not_mark_stale_a_moved_copy_whose_rename_waits_for_kept_bytes(
     // The kept bytes are back: the copy is read at the old path until its rename runs.
     net.nodes[f].kept_done(&vol, "/data/f1", &"a".repeat(64));
     assert_eq!(net.nodes[f].moved_copy_source("/data/m1", &vol).as_deref(), Some("/data/f1"));
+}
+
+/// [`one_copy_on_a_follower`], where an overwrite's bytes ("b…") landed over the copy, the old
+/// ones kept aside, and the leader then moved /data/f1 to /data/m1: (net, follower, its volume,
+/// its folder).
+fn moved_over_kept_bytes(name: &str) -> (Net, usize, shoal_core::ids::VolumeId, String) {
+    let (mut net, volumes, l, f) = one_copy_on_a_follower(name);
+    let (vol, folder) = (volumes[f].id.clone(), volumes[f].subpath.clone());
+    let at = net.clock(f);
+    net.nodes[f].landed_note(at, &vol, "/data/f1", &"b".repeat(64));
+    net.nodes[f].kept_note(&vol, "/data/f1", &"a".repeat(64));
+    let at = net.clock(l);
+    net.nodes[l].file_move(at, "/data/f1", "/data/m1").expect("move");
+    net.run_for(5 * SECOND_MS, SECOND_MS);
+    (net, f, vol, folder)
 }
 
 /// A cluster whose follower `f` holds the only copy of /data/f1 (content "a…"): (net, volumes,
