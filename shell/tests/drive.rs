@@ -905,6 +905,24 @@ async fn an_overwrite_keeps_the_bytes_it_replaces_until_its_record_settles_them(
     }
 }
 
+/// What a node's last run did for an overwrite of `path` whose put died before publishing, on
+/// its volume `folder`: the `old` bytes linked to their kept name, the new ones renamed into
+/// place (long enough ago that no record of them can still be on its way). (The copy's path,
+/// the kept path.)
+fn land_unpublished_over(folder: &Path, path: &str, old: &[u8]) -> (PathBuf, PathBuf) {
+    let dest = disk_path(folder, path);
+    let kept = kept_path(folder, path, &sha(old));
+    std::fs::hard_link(&dest, &kept).unwrap();
+    let name = dest.file_name().unwrap().to_string_lossy().into_owned();
+    let part = dest.with_file_name(format!("{name}.part-0123456789abcdef"));
+    std::fs::write(&part, b"never published").unwrap();
+    let f = std::fs::File::options().write(true).open(&part).unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11 * 60)).unwrap();
+    drop(f);
+    std::fs::rename(&part, &dest).unwrap();
+    (dest, kept)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_after_an_overwrite_that_never_published_puts_the_old_bytes_back() {
     let _serial = SERIAL.lock().await;
@@ -918,15 +936,7 @@ async fn a_node_restarted_after_an_overwrite_that_never_published_puts_the_old_b
     // What node 1's last run did for an overwrite whose put died before publishing: the old
     // bytes linked to their kept name, the new ones renamed into place (long enough ago that
     // no record of them can still be on its way).
-    let dest = disk_path(&folder, "/o/g.txt");
-    let kept = kept_path(&folder, "/o/g.txt", &sha(&old));
-    std::fs::hard_link(&dest, &kept).unwrap();
-    let part = dest.with_file_name("g.txt.part-0123456789abcdef");
-    std::fs::write(&part, b"never published").unwrap();
-    let f = std::fs::File::options().write(true).open(&part).unwrap();
-    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11 * 60)).unwrap();
-    drop(f);
-    std::fs::rename(&part, &dest).unwrap();
+    let (dest, kept) = land_unpublished_over(&folder, "/o/g.txt", &old);
 
     let b = daemon::start(TokioEnv::default(), ServeOptions::new(data, listen)).await.unwrap();
     eventually("node 1 knows the leader again", || async {
@@ -964,16 +974,7 @@ async fn a_move_just_after_a_restart_renames_the_kept_bytes_not_the_landed_ones(
     let b = c.nodes.pop().unwrap();
     let (listen, data) = (b.url().trim_start_matches("http://").to_string(), c._root.path().join("n1"));
     b.shutdown().await;
-    let dest = disk_path(&folder, "/o/k.txt");
-    let kept = kept_path(&folder, "/o/k.txt", &sha(&old));
-    std::fs::hard_link(&dest, &kept).unwrap();
-    // (Long enough ago that no record of them can still be on its way.)
-    let part = dest.with_file_name("k.txt.part-0123456789abcdef");
-    std::fs::write(&part, b"never published").unwrap();
-    let f = std::fs::File::options().write(true).open(&part).unwrap();
-    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11 * 60)).unwrap();
-    drop(f);
-    std::fs::rename(&part, &dest).unwrap();
+    let (_, kept) = land_unpublished_over(&folder, "/o/k.txt", &old);
 
     let b = daemon::start(TokioEnv::default(), ServeOptions::new(data, listen)).await.unwrap();
     eventually("node 1 knows the leader again", || async {
