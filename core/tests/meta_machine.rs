@@ -2180,3 +2180,78 @@ fn a_leaders_check_asks_again_a_member_that_did_not_answer() {
     assert!(net.meta("b").state().file("/d/f1").is_some_and(|r| r.removed), "b has the move");
     assert!(net.meta("b").state().file("/d/m1").is_some_and(|r| !r.removed));
 }
+
+/// A leader whose own move waits for its check ([`Meta::leader_may_lag`]) marks a copy of the
+/// moved file at its new path (a copy mark, a planner's backoff: the moved record's path and
+/// header version, no `BasedOn`). The mark waits in the queue behind the move: appended at
+/// once, it gave the others the moved record before the check, and when the check refuted the
+/// move (the member held a newer overwrite at the old path), the leader undid its own record
+/// but the others kept the one the mark brought: the file at both paths (simulator `--races`
+/// seed 6091). Undone, the move takes its marks with it.
+#[test]
+fn a_mark_of_a_leaders_unchecked_move_waits_for_the_check_and_goes_with_an_undone_move() {
+    use shoal_core::meta::records::FileRecord;
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let f = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(f.clone()));
+    net.run();
+    net.cut("a", "b");
+    net.rounds(8, 5_000);
+    assert!(net.meta("a").is_leader(net.now));
+    assert!(net.meta("a").leader_may_lag(net.now), "b has not answered for a lease period");
+    // b, cut off, holds a newer write of the file (its own, queued for a leader).
+    let over = file_rec(&mut net, "b", "/d/f1", 'b');
+    let now = net.now;
+    net.node_mut("b").meta.submit(now, Record::File(over));
+    // a moves the file from its older record; the move waits for the check.
+    let (moved, tomb) = move_recs(&mut net, "a", &f, "/d/m1");
+    net.node_mut("a").meta.submit_all(now, vec![Record::File(moved.clone()), Record::File(tomb)]);
+    let seq = net.meta("a").last_seq();
+    let mark = FileRecord { based_on: None, ..moved };
+    net.node_mut("a").meta.submit(now, Record::File(mark));
+    assert_eq!(net.meta("a").pending_len(), 3, "the mark waits behind the move");
+    assert_eq!(net.meta("a").last_seq(), seq, "nothing went into the log");
+    // They meet: b's record refutes the move, and the mark goes with it.
+    net.heal("a", "b");
+    net.rounds(6, 5_000);
+    assert!(net.meta("a").status(net.now).based_refused >= 1, "the check refused the move");
+    assert_eq!(net.meta("a").pending_len(), 0);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
+        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
+    }
+}
+
+/// A follower's submit carries its move and, after it, a copy mark of the moved record (its
+/// path and header version, no `BasedOn`). The leader refuses the move (it holds a newer
+/// overwrite of the source), and the mark with it, by name: taken alone, the mark would give
+/// the leader, and every member after it, the moved record the refusal kept out.
+#[test]
+fn a_leader_refuses_a_mark_of_a_move_it_refuses_in_the_same_submit() {
+    use shoal_core::meta::records::FileRecord;
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let f = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(f.clone()));
+    net.run();
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f1", 'b');
+    let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
+    let mark = FileRecord { based_on: None, ..moved.clone() };
+    let now = net.now;
+    net.node_mut("a").meta.submit(now, Record::File(over));
+    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb), Record::File(mark)]);
+    net.collect(&id("a"));
+    net.collect(&id("b"));
+    let submit = net.take(|m| m.target.ends_with("meta/submit"));
+    let answer = net.answer(&submit);
+    let refused = answer.body["refused"].as_array().cloned().unwrap_or_default();
+    assert_eq!(refused.len(), 3, "the move's two records and the mark: {}", answer.body);
+    assert!(refused.iter().all(|r| r["changed"] == json!(true)), "{refused:?}");
+    assert!(net.meta("a").state().file("/d/m1").is_none(), "the leader holds nothing at the new path");
+    net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
+    net.run();
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
+        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
+    }
+}

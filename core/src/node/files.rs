@@ -261,7 +261,7 @@ impl Node {
     /// A copy a move left behind at `old` on `volume` although the record there is live again
     /// (a newer write won the path over the move's tombstone: a new file put through a node
     /// that never knew the moved one, or an overwrite the move was decided without), and with
-    /// the tombstone went the only trace of the rename (simulator `--races` seeds 5287, 6091:
+    /// the tombstone went the only trace of the rename (simulator `--races` seed 5287:
     /// the moved file's record kept a copy nothing renamed, and the planner then repaired the
     /// old path's copy over its bytes). Found from the moved record's side instead: a live
     /// record moved from `old` (its `based_on`) lists a copy on `volume` with the content

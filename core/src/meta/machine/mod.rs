@@ -997,6 +997,23 @@ impl Meta {
             }
             self.note_changed_own(l);
         }
+        // Changes made since of the record it wrote (copy marks: same path, same header
+        // version) go with it: taken later, they would bring it back.
+        let marks: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, r)| match r {
+                Record::File(g) => g.based_on.is_none() && g.path == refused.path && g.version == refused.version,
+                _ => false,
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for m in marks {
+            if self.pending_remove(m).is_some() {
+                self.pending_taken += 1;
+                self.persist(MetaPersist::DeletePending(m));
+            }
+        }
         let key = (RecordKind::File, refused.path.clone());
         let back = match self.state.file(&refused.path) {
             Some(here) if here.version == refused.version => Self::record_before(here, &based),
@@ -1399,7 +1416,12 @@ impl Meta {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));
             }
-            if leader && !(check_based && Self::based_of(&record).is_some()) {
+            // A change of a record a queued remove or move of this leader's own made (a copy
+            // mark at the moved file's new path) waits behind it: appended first, it gave the
+            // others that record before the check, and an undone move left it there (simulator
+            // `--races` seed 6091: the file at both paths).
+            let behind_check = leader && self.waits_for_own_check(&record);
+            if leader && !(check_based && Self::based_of(&record).is_some()) && !behind_check {
                 let origin = self.me.clone();
                 self.append_as_leader(record, origin);
             } else {
@@ -1694,6 +1716,19 @@ impl Meta {
                 true
             }
         }
+    }
+
+    /// Whether `r` changes a record one of this leader's own removes or moves still waiting
+    /// for their check made (a copy mark at a moved file's new path, or of a tombstone's copy:
+    /// the same path and header version).
+    fn waits_for_own_check(&self, r: &Record) -> bool {
+        let Record::File(f) = r else { return false };
+        f.based_on.is_none()
+            && self.own_changes_unchecked()
+            && self.pending.values().any(|p| {
+                matches!(p, Record::File(g) if g.based_on.is_some() && g.version.node == self.me
+                    && g.path == f.path && g.version == f.version)
+            })
     }
 
     /// Whether this node leads with removes or moves of its own queued that have not passed

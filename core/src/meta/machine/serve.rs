@@ -363,6 +363,17 @@ impl Meta {
         let first_new = LogIndex(self.last_seq.0.saturating_add(1));
         let mut taken: Vec<Option<LogIndex>> = vec![None; b.records.len()];
         let mut refused_paths = BTreeSet::new();
+        // The records this submit's refusals made (path, header version, what they were
+        // decided from): a later record of this submit at the same path and version, with no
+        // `BasedOn` of its own, is a change of one of them (a copy mark) and goes with it.
+        let mut refused_made: Vec<(String, Version, BasedOn)> = Vec::new();
+        let mark_of_refused = |r: &Record, made: &[(String, Version, BasedOn)]| -> Option<BasedOn> {
+            let Record::File(f) = r else { return None };
+            if f.based_on.is_some() {
+                return None;
+            }
+            made.iter().find(|(p, v, _)| *p == f.path && *v == f.version).map(|(_, _, b)| b.clone())
+        };
         for (i, raw) in b.records.into_iter().enumerate() {
             let r = match serde_json::from_str::<Record>(raw.get()) {
                 Ok(r) => match r.shape_error() {
@@ -395,7 +406,8 @@ impl Meta {
                 refused.push(json!({"index": i, "why": why}));
                 continue;
             }
-            if let Some(based) = self.base_gone(&r, from, &refused_paths) {
+            let gone = self.base_gone(&r, from, &refused_paths).cloned().or_else(|| mark_of_refused(&r, &refused_made));
+            if let Some(based) = gone {
                 // Decided from a record this leader no longer holds: refused by name, with
                 // this leader's record at its key, so the submitter undoes it. (As a snapshot
                 // serves it: a change of this leader's own still waiting for its check does not
@@ -407,6 +419,9 @@ impl Meta {
                 refused.push(json!({"index": i, "why": why, "changed": true, "current": current}));
                 self.based_refused += 1;
                 refused_paths.insert(r.key());
+                if let Record::File(f) = &r {
+                    refused_made.push((f.path.clone(), f.version.clone(), based.clone()));
+                }
                 continue;
             }
             // (Cloned only when carried: this is every put's record on its way in.)
