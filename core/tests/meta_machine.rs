@@ -2255,3 +2255,95 @@ fn a_leader_refuses_a_mark_of_a_move_it_refuses_in_the_same_submit() {
         assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
     }
 }
+
+/// A live record of another file at `path` (id `x`), written through `n`.
+fn other_file_rec(net: &mut Net, n: &str, path: &str, c: char) -> shoal_core::meta::records::FileRecord {
+    let wall = net.wall();
+    let version = net.node_mut(n).hlc.next(wall);
+    serde_json::from_value(json!({
+        "id": "99999999-2222-4333-8444-555555555555", "path": path, "size": 1,
+        "checksum": c.to_string().repeat(64), "version": version,
+    }))
+    .expect("a file record")
+}
+
+/// A new file put through a node that never knew the file at its path (another id), newer
+/// than that file, meets a remove of that file decided without it, newer still: the remove's
+/// tombstone never saw the new file, and the leader writes the new file's record again just
+/// above it, so the new file stays (it had won the path over the old one; the remove took the
+/// old one only). Before, last-writer-wins dropped it although it was answered `replicated`.
+/// Either order of arrival at the leader; the submitter of the new file takes the record
+/// written again with its submit's answer. A new file older than the one the remove was
+/// decided from had lost the path to it already and stays lost (last-writer-wins, as without
+/// the remove).
+#[test]
+fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
+    // The tombstone first, then the new file.
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(y.clone()));
+    net.run();
+    net.advance(1);
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let (_, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    net.submit("a", Record::File(tomb));
+    net.run();
+    let now = net.now;
+    net.node_mut("b").meta.submit(now, Record::File(x));
+    assert_eq!(live_checksum(net.meta("b"), "/d/f1"), None, "the tombstone wins on b meanwhile");
+    net.collect(&id("b"));
+    let submit = net.take(|m| m.target.ends_with("meta/submit"));
+    let answer = net.answer(&submit);
+    assert_eq!(answer.body["writtenAgain"].as_array().map(Vec::len), Some(1), "{}", answer.body);
+    net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
+    assert_eq!(live_checksum(net.meta("b"), "/d/f1"), Some('x'), "b holds it again with the answer");
+    net.run();
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('x'), "{n} keeps the new file");
+    }
+
+    // The new file first (it wins the path over the old one), then a remove of the old one
+    // decided on a node that never saw the new file.
+    let mut net = cluster(&["a", "b", "c"], MetaConfig::default());
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(y.clone()));
+    net.run();
+    net.cut("b", "c");
+    net.cut("a", "c");
+    net.advance(1);
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.submit("b", Record::File(x));
+    net.run();
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('x'));
+    net.advance(1);
+    let (_, tomb) = move_recs(&mut net, "c", &y, "/d/m1");
+    let now = net.now;
+    net.node_mut("c").meta.submit(now, Record::File(tomb));
+    net.heal("a", "c");
+    net.heal("b", "c");
+    net.collect(&id("c"));
+    net.run();
+    for n in ["a", "b", "c"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('x'), "{n} keeps the new file");
+    }
+
+    // A new file older than the one the remove took: lost to it already, not brought back.
+    let mut net = cluster(&["a", "b"], MetaConfig::default());
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(y.clone()));
+    net.run();
+    net.advance(1);
+    let (_, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    net.submit("a", Record::File(tomb));
+    net.run();
+    let now = net.now;
+    net.node_mut("b").meta.submit(now, Record::File(x));
+    net.collect(&id("b"));
+    net.run();
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: last-writer-wins, as without the remove");
+    }
+}

@@ -1776,3 +1776,43 @@ fn a_copy_made_after_a_move_was_decided_is_renamed_with_it_not_deleted() {
         assert!(m1.is_current(copy), "node {i}: {copy:?}");
     }
 }
+
+/// A new file put through a node cut off from the leader (it never knew the file at that
+/// path, so the put has another id), newer than that file, while the leader removes that file:
+/// the remove's tombstone, newer still, reaches the putting node before the leader takes its
+/// put, and wins there for a moment. Nothing on disk follows it while the put waits for the
+/// leader (its bytes would be deleted as the tombstone's copy), and the leader, which keeps
+/// the new file over a tombstone that never saw it, hands the record written again back with
+/// its answer: the new file stays, with its bytes, on every node.
+#[test]
+fn a_new_file_put_while_its_path_was_removed_elsewhere_keeps_its_bytes() {
+    let (mut net, volumes) = three_nodes_with_volumes("unseen", |_| (1 << 40, 1 << 39));
+    let (l, f) = leader_and_follower(&net);
+    net.isolated[f] = true;
+    let on_l = vec![(volumes[l].id.clone(), volumes[l].node_id.clone())];
+    let on_f = vec![(volumes[f].id.clone(), volumes[f].node_id.clone())];
+    let at = net.clock(l);
+    net.nodes[l].file_publish(at, "/data/f1", 10, &"a".repeat(64), at.0, &on_l).expect("put");
+    net.run_for(SECOND_MS, SECOND_MS);
+    let at = net.clock(f);
+    net.nodes[f].file_publish(at, "/data/f1", 10, &"b".repeat(64), at.0, &on_f).expect("a new file");
+    net.run_for(SECOND_MS, SECOND_MS);
+    let at = net.clock(l);
+    net.nodes[l].file_remove(at, "/data/f1", false).expect("remove");
+    net.run_for(2 * SECOND_MS, SECOND_MS);
+    net.isolated[f] = false;
+    let mut seen = false;
+    for _ in 0..300 {
+        net.run_for(100, 100);
+        let tomb_wins = file_at(&net, f, "/data/f1").is_some_and(|(removed, _)| removed);
+        if tomb_wins && net.nodes[f].meta().puts_awaiting_leader().contains("/data/f1") {
+            seen = true;
+            assert!(net.nodes[f].disk_actions().is_empty(), "nothing follows the tombstone meanwhile");
+        }
+    }
+    assert!(seen, "the tombstone reached f before the leader took its put");
+    for i in 0..3 {
+        assert_eq!(file_at(&net, i, "/data/f1"), Some((false, "bbbbbbbb".into())), "n{i} keeps the new file");
+    }
+    assert!(net.nodes[f].disk_actions().is_empty(), "its bytes stay");
+}

@@ -890,12 +890,16 @@ impl Node {
         // the live records are looked at only for their ids (not gathered for the whole
         // namespace on every pass: a remove runs this pass at once).
         let own = &own;
+        let mut puts_waiting: Option<std::collections::BTreeSet<&str>> = None;
         let pending: Vec<(&FileRecord, &Location, &String)> = self
             .meta
             .state()
             .removed_files_with_copies()
             .filter(|f| !f.is_dir)
             .filter(|f| !hold || !self.meta.awaiting_leader(&f.path))
+            .filter(|f| {
+                !hold || !puts_waiting.get_or_insert_with(|| self.meta.puts_awaiting_leader()).contains(f.path.as_str())
+            })
             .flat_map(|f| {
                 f.locations.iter().filter(|l| l.state != LocationState::Dropped).filter_map(move |l| {
                     let folder = own.get(&l.volume_id)?;
@@ -1012,7 +1016,10 @@ impl Node {
             }
         }
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
-        if self.meta.awaiting_leader(path) || self.meta.records_settling() {
+        if self.meta.awaiting_leader(path)
+            || self.meta.records_settling()
+            || self.meta.puts_awaiting_leader().contains(path.as_str())
+        {
             return false;
         }
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {

@@ -903,6 +903,20 @@ impl Meta {
         !self.based_pending.is_empty() && self.based_pending.contains_key(path)
     }
 
+    /// The paths where a live file record of this node's waits for the leader (a put not taken
+    /// yet). A tombstone there that wins here meanwhile may be one the leader keeps that file
+    /// over ([`Meta::answer_submit`], `writtenAgain`), so nothing on disk follows it until the
+    /// leader answered: the put's bytes would be deleted as the tombstone's copy.
+    pub fn puts_awaiting_leader(&self) -> BTreeSet<&str> {
+        self.pending
+            .values()
+            .filter_map(|r| match r {
+                Record::File(f) if !f.removed && !f.is_dir => Some(f.path.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether this node's records may hold one half of a decision: a snapshot is adopted
     /// page by page (in key order: a move's tombstone may be in while its new path's record is
     /// not yet), or this follower's log follows another numbering than the lease holder's (an

@@ -55,6 +55,11 @@ impl Meta {
             taken: Option<Vec<Option<LogIndex>>>,
             #[serde(default)]
             lease: Option<Lease>,
+            /// A submit's answer: records the leader wrote again for those submitted (a file a
+            /// tombstone never saw, [`Meta::answer_submit`]), taken before the submitted records
+            /// leave the queue.
+            #[serde(default)]
+            written_again: Vec<Box<RawValue>>,
             /// An append's answer: positions the follower passed over, and at or below which
             /// it may not hold entries.
             #[serde(default)]
@@ -110,8 +115,19 @@ impl Meta {
                 }
                 if carried_out {
                     let a = answer(&body);
-                    let (refused_records, append, taken, lease, last_seq) =
-                        a.map(|a| (a.refused, a.append, a.taken, a.lease, a.last_seq)).unwrap_or_default();
+                    let (refused_records, append, taken, lease, last_seq, again) = a
+                        .map(|a| (a.refused, a.append, a.taken, a.lease, a.last_seq, a.written_again))
+                        .unwrap_or_default();
+                    // While the submitted records still wait here, nothing on disk follows the
+                    // tombstone that beat one of them: the record written above it comes first.
+                    for raw in again {
+                        match serde_json::from_str::<Record>(raw.get()) {
+                            Ok(r) if believable(&r, hlc) => {
+                                self.apply_one(&r, hlc);
+                            }
+                            _ => self.refused_by(peer, "a record written again", raw.get().to_string()),
+                        }
+                    }
                     for r in refused_records {
                         let index = r.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
                         let id = index.and_then(|i| ids.get(i)).copied();

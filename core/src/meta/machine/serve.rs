@@ -254,6 +254,49 @@ impl Meta {
         Some((tomb.clone(), moved.clone()))
     }
 
+    /// A file record and a tombstone of another file at the same path, the tombstone newer,
+    /// where the remove or move that wrote the tombstone never saw that file (a new file put
+    /// through a node that did not know the file the tombstone took from the path; or the
+    /// two made on the two sides of a partition): `r` is one of them, arriving, and this
+    /// leader holds the other. The tombstone was decided from the file of its own id, at the
+    /// version its `based_on` names (when it still carries it: a record sent back after a
+    /// snapshot does not), so a record of another file at that path newer than that is one it
+    /// never took. Returns that live record and the tombstone.
+    fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<(FileRecord, FileRecord)> {
+        let Record::File(incoming) = r else { return None };
+        if incoming.is_dir {
+            return None;
+        }
+        let here = self.state.file(&incoming.path).filter(|h| !h.is_dir && h.id != incoming.id)?;
+        let (live, tomb) = match (incoming.removed, here.removed) {
+            (false, true) => (incoming, here),
+            (true, false) => (here, incoming),
+            _ => return None,
+        };
+        if tomb.version <= live.version || tomb.based_on.as_deref().is_some_and(|b| b.version >= live.version) {
+            return None;
+        }
+        Some((live.clone(), tomb.clone()))
+    }
+
+    /// Keep the file `live` that the tombstone `tomb` of another file never saw
+    /// ([`Meta::file_a_tombstone_never_saw`]): its record is written again, unchanged but for
+    /// its version, just above the tombstone's, so last-writer-wins keeps it everywhere.
+    /// Before, a new file put through a node that never knew the file a move took from that
+    /// path, answered `replicated`, was dropped by the move's tombstone, newer by version, and
+    /// its node deleted its bytes as the tombstone's copy (simulator `--races` seed 5935). The
+    /// version is just above the tombstone's (not this leader's clock): a write decided after
+    /// them and still on its way stays newer. Returns the record written, if it was.
+    fn keep_over_tombstone(&mut self, live: FileRecord, tomb: &FileRecord, hlc: &mut Hlc) -> Option<Record> {
+        let version = self.just_above(tomb.version.clone().max(live.version.clone()));
+        let again = Record::File(FileRecord { version, based_on: None, ..live });
+        if !self.apply_one(&again, hlc) {
+            return None;
+        }
+        self.append_as_leader(again.clone(), self.me.clone());
+        Some(again)
+    }
+
     /// The overwrite `put` took effect before the move (`tomb` at its path, `moved` the file at
     /// its new one; [`Meta::moved_away_under`]): the moved file's record takes the overwrite's
     /// content and copies (newer than every copy mark there), and records that it carries the
@@ -363,6 +406,9 @@ impl Meta {
         let first_new = LogIndex(self.last_seq.0.saturating_add(1));
         let mut taken: Vec<Option<LogIndex>> = vec![None; b.records.len()];
         let mut refused_paths = BTreeSet::new();
+        // Files a tombstone of another file would have dropped, written again above it
+        // ([`Meta::keep_over_tombstone`]): the submitter takes them with this answer.
+        let mut written_again: Vec<Record> = Vec::new();
         // The records this submit's refusals made (path, header version, what they were
         // decided from): a later record of this submit at the same path and version, with no
         // `BasedOn` of its own, is a change of one of them (a copy mark) and goes with it.
@@ -429,6 +475,7 @@ impl Meta {
                 Record::File(put) => Some((put.clone(), c)),
                 _ => None,
             });
+            let unseen = self.file_a_tombstone_never_saw(&r);
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);
@@ -436,11 +483,17 @@ impl Meta {
             if let Some((put, (tomb, moved))) = carried {
                 self.carry_overwrite(&put, tomb, moved, hlc);
             }
+            if let Some((live, tomb)) = unseen {
+                written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
+            }
         }
         let took = (first_new, taken.iter().flatten().count());
         let echo = self.echo_for_submitter(from, b.seqs.then_some(took));
         self.pump_appends();
         let mut answer = json!({"ok": true, "lastSeq": self.last_seq, "lease": self.lease.known(), "refused": refused});
+        if !written_again.is_empty() {
+            answer["writtenAgain"] = json!(written_again);
+        }
         match echo {
             Some(Echo::Taken) => answer["taken"] = json!(taken),
             Some(Echo::Append(append)) => answer["append"] = append,
