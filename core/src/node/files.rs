@@ -1016,10 +1016,7 @@ impl Node {
             }
         }
         let Some(f) = self.meta.state().file(path).filter(|f| f.removed && !f.is_dir) else { return false };
-        if self.meta.awaiting_leader(path)
-            || self.meta.records_settling()
-            || self.meta.puts_awaiting_leader().contains(path.as_str())
-        {
+        if self.meta.awaiting_leader(path) || self.meta.records_settling() || self.meta.put_awaits_leader(path) {
             return false;
         }
         let Some(l) = f.locations.iter().find(|l| &l.volume_id == volume && l.state != LocationState::Dropped) else {

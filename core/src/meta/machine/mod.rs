@@ -917,6 +917,12 @@ impl Meta {
             .collect()
     }
 
+    /// Whether a live file record of this node's at `path` waits for the leader
+    /// ([`Meta::puts_awaiting_leader`], for one path).
+    pub fn put_awaits_leader(&self, path: &str) -> bool {
+        self.pending.values().any(|r| matches!(r, Record::File(f) if !f.removed && !f.is_dir && f.path == path))
+    }
+
     /// Whether this node's records may hold one half of a decision: a snapshot is adopted
     /// page by page (in key order: a move's tombstone may be in while its new path's record is
     /// not yet), or this follower's log follows another numbering than the lease holder's (an
