@@ -227,14 +227,22 @@ impl Meta {
                 b.path == put.path && (b.version < put.version || (carried && b.version == put.version))
             })
         };
-        let tomb = self.state.file(&put.path).filter(|t| {
-            t.removed && !t.is_dir && t.id == put.id && t.version != put.version && based_here(&t.based_on, false)
-        })?;
+        let here = self.state.file(&put.path).filter(|h| !h.is_dir)?;
+        let tomb_here =
+            here.removed && here.id == put.id && here.version != put.version && based_here(&here.based_on, false);
+        // A new file of another id kept over the move's tombstone ([`Meta::keep_over_tombstone`])
+        // hides that tombstone: the moved record names the path and version it came from.
+        let other_here = !here.removed && here.id != put.id;
+        if !tomb_here && !other_here {
+            return None;
+        }
         let moved = self
             .state
             .files_with_id(&put.id)
             .filter(|g| !g.removed && !g.is_dir && g.path != put.path && based_here(&g.based_on, true))
             .max_by(|a, b| a.version.cmp(&b.version))?;
+        let tomb =
+            if tomb_here { here } else { &FileRecord { path: put.path.clone(), removed: true, ..moved.clone() } };
         let carried_already = moved.based_on.as_deref().is_some_and(|b| b.version == put.version);
         if carried_already && moved.checksum != put.checksum {
             return None;
@@ -276,7 +284,23 @@ impl Meta {
         if tomb.version <= live.version || tomb.based_on.as_deref().is_some_and(|b| b.version >= live.version) {
             return None;
         }
+        // Not over a remove or move of this leader's own still waiting for its check: the
+        // check may refute it, and the record it brings back (an overwrite newer than the file
+        // kept here) must then win by last-writer-wins, not lose to a record written above
+        // the refuted tombstone. The file loses to that tombstone as before (README, "Limits").
+        if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
+            return None;
+        }
         Some((live.clone(), tomb.clone()))
+    }
+
+    /// The record this leader wrote again for a submitted live file record (`path`, `id`,
+    /// `version`) by [`Meta::keep_over_tombstone`], if that is what it holds there: live, the
+    /// same file, newer, written by this leader.
+    fn written_again_at(&self, path: &str, id: &crate::ids::FileId, version: &Version) -> Option<Record> {
+        let here = self.state.file(path)?;
+        (!here.removed && !here.is_dir && &here.id == id && &here.version > version && here.version.node == self.me)
+            .then(|| Record::File(here.clone()))
     }
 
     /// Keep the file `live` that the tombstone `tomb` of another file never saw
@@ -314,7 +338,8 @@ impl Meta {
     /// clock now): a write decided after them and still on its way (a new file at the old path,
     /// an overwrite at the new one) stays newer and wins, as it would have without the carry.
     fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
-        if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed) {
+        // (Not over a file of another id kept there: the move's tombstone never took it.)
+        if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed && f.id == put.id) {
             let again = FileRecord {
                 removed: true,
                 version: self.just_above(put.version.clone().max(tomb.version.clone())),
@@ -476,6 +501,10 @@ impl Meta {
                 _ => None,
             });
             let unseen = self.file_a_tombstone_never_saw(&r);
+            let again_of = match &r {
+                Record::File(f) if !f.removed && !f.is_dir => Some((f.path.clone(), f.id.clone(), f.version.clone())),
+                _ => None,
+            };
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);
@@ -485,6 +514,12 @@ impl Meta {
             }
             if let Some((live, tomb)) = unseen {
                 written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
+            } else if let Some(again) =
+                again_of.and_then(|(path, id, version)| self.written_again_at(&path, &id, &version))
+            {
+                // Written again by an earlier submit whose answer never arrived: handed back
+                // again, or the submitter lifts its hold with the tombstone still winning there.
+                written_again.push(again);
             }
         }
         let took = (first_new, taken.iter().flatten().count());
