@@ -1853,7 +1853,7 @@ fn records_out_of_bounds_on_disk_are_dropped_at_restore_not_fatal() {
     meta.restore(
         MetaRestored {
             records: vec![deep.clone(), fine],
-            pending: vec![shoal_core::meta::log::Pending { id: 4, record: deep }],
+            pending: vec![shoal_core::meta::log::Pending { id: 4, record: deep, sent_back_based: None }],
             ..MetaRestored::default()
         },
         &mut hlc,
@@ -2447,4 +2447,67 @@ fn a_record_written_again_is_handed_back_again_when_its_answer_was_lost() {
     assert_eq!(first["writtenAgain"].as_array().map(Vec::len), Some(1), "{first}");
     let again = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
     assert_eq!(again["writtenAgain"], first["writtenAgain"], "{again}");
+}
+
+/// A remove made on one side of a partition, sent back after a snapshot of the other side's
+/// leader: it travels without what it was decided from (the leader does not check it again:
+/// it was acknowledged on its side), and that goes beside it; the leader stores it with the
+/// record. A file of another id at that path older than the one the remove took stays removed
+/// (it had lost the path to that file); one newer than that is kept over the tombstone. (Sent
+/// back stripped, the tombstone kept any other file it was newer than: a file an acknowledged
+/// remove had taken came back; found by the session's review.)
+#[test]
+fn a_sent_back_tombstone_keeps_what_it_was_decided_from() {
+    for x_newer in [false, true] {
+        // A partition: a leads a and c, b leads itself; b keeps the lease when they meet.
+        let mut net = Net::new(&["a", "b", "c"], MetaConfig::default());
+        net.cut("a", "b");
+        net.cut("c", "b");
+        net.set_view("a", &[("a", true), ("b", false), ("c", true)]);
+        net.set_view("c", &[("a", true), ("b", false), ("c", true)]);
+        net.set_view("b", &[("a", false), ("b", true), ("c", false)]);
+        let now = net.now;
+        net.node_mut("a").meta.allow_claim_now(now);
+        net.node_mut("b").meta.allow_claim_now(now);
+        net.tick_all();
+        net.run();
+        net.rounds(3, 5_000);
+        assert!(net.meta("a").is_leader(net.now) && net.meta("b").is_leader(net.now));
+        let x_early = other_file_rec(&mut net, "b", "/d/f1", 'x');
+        net.advance(1);
+        let y = file_rec(&mut net, "a", "/d/f1", 'a');
+        net.submit("a", Record::File(y.clone()));
+        net.run();
+        net.advance(1);
+        let x_late = other_file_rec(&mut net, "b", "/d/f1", 'x');
+        net.advance(1);
+        let wall = net.wall();
+        let version = net.node_mut("a").hlc.next(wall);
+        let tomb = shoal_core::meta::records::FileRecord {
+            removed: true,
+            version,
+            based_on: Some(y.based_on_this()),
+            ..y.clone()
+        };
+        assert!(!net.meta("a").leader_may_lag(net.now), "a is in touch with c");
+        net.submit("a", Record::File(tomb));
+        assert_eq!(net.meta("a").pending_len(), 0, "in a's log at once");
+        net.submit("b", Record::File(if x_newer { x_late } else { x_early }));
+        net.run();
+        // Heal: b keeps the lease; a and c take b's snapshot and send the tombstone back.
+        net.heal("a", "b");
+        net.heal("c", "b");
+        net.set_view_all(&[("a", true), ("b", true), ("c", true)]);
+        net.rounds(4, 5_000);
+        assert!(net.meta("b").is_leader(net.now));
+        let stored = net.meta("b").state().file("/d/f1").cloned().expect("a record");
+        let want = if x_newer { Some('x') } else { None };
+        for n in ["a", "b", "c"] {
+            assert_eq!(live_checksum(net.meta(n), "/d/f1"), want, "{n}, the other file newer: {x_newer}");
+        }
+        if !x_newer {
+            assert_eq!(stored.based_on, Some(y.based_on_this()), "stored with what it was decided from");
+        }
+        assert_eq!(net.meta("b").status(net.now).based_refused, 0, "not checked again");
+    }
 }

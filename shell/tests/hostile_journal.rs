@@ -52,7 +52,7 @@ fn real_row() -> Vec<u8> {
             record: record.clone(),
             origin: NodeId::new("n1"),
         }),
-        MetaPersist::PutPending(Pending { id: 7, record: setting("p", 3) }),
+        MetaPersist::PutPending(Pending { id: 7, record: setting("p", 3), sent_back_based: None }),
         MetaPersist::DeletePending(6),
         MetaPersist::PutLogMeta(LogMeta { term: Term(1), last_seq: LogIndex(2), ..LogMeta::default() }),
         MetaPersist::PutPurged(

@@ -46,6 +46,12 @@ pub struct LogMeta {
 pub struct Pending {
     pub id: u64,
     pub record: Record,
+    /// A record sent back after a snapshot ([`crate::meta::machine::Meta`]) travels without
+    /// what it was decided from, so the leader does not check it again (it was acknowledged on
+    /// its side); that is kept here and told to the leader beside it, which stores it with the
+    /// record (the left-behind renames, the carry and the keep of a new file read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_back_based: Option<crate::meta::records::BasedOn>,
 }
 
 /// What the metadata store asks the shell to write. The shell coalesces these per key and

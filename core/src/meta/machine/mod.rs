@@ -374,6 +374,17 @@ pub(super) struct SubmitBody<R> {
     /// numbers alone ([`Meta::answer_submit`]): `taken` instead of `append` in the answer.
     #[serde(default)]
     seqs: bool,
+    /// Records sent back after a snapshot: what each was decided from (it travels without, so
+    /// the leader does not check it again; stored with the record).
+    #[serde(default)]
+    sent_back: Vec<SentBack>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct SentBack {
+    pub(super) index: usize,
+    pub(super) based_on: crate::meta::records::BasedOn,
 }
 
 /// One page of `meta/log` as sent (`E` = [`Entry`]) and as read (raw JSON).
@@ -607,6 +618,9 @@ pub struct Meta {
     /// the record's path and the one it was decided from), with how many: until the leader
     /// takes them, nothing on disk follows them ([`Meta::awaiting_leader`]).
     based_pending: BTreeMap<String, u32>,
+    /// Pending records sent back after a snapshot, by id, with what they were decided from
+    /// ([`crate::meta::log::Pending::sent_back_based`]).
+    sent_back_based: BTreeMap<u64, crate::meta::records::BasedOn>,
     /// Leader: the members asked what they hold at the paths of this node's own queued removes
     /// and moves, before those go into the log ([`Meta::own_based_checked`]).
     based_check: Option<BasedCheck>,
@@ -697,6 +711,7 @@ impl Meta {
             refused_own: BTreeSet::new(),
             changed_own: BTreeSet::new(),
             based_pending: BTreeMap::new(),
+            sent_back_based: BTreeMap::new(),
             based_check: None,
             in_touch: BTreeMap::new(),
             based_retry_due: None,
@@ -749,6 +764,9 @@ impl Meta {
                 self.refuse(None, format!("stored pending submit {}", p.id), why);
                 self.persist(MetaPersist::DeletePending(p.id));
                 continue;
+            }
+            if let Some(b) = p.sent_back_based {
+                self.sent_back_based.insert(p.id, b);
             }
             self.pending_insert(p.id, p.record);
         }
@@ -956,6 +974,7 @@ impl Meta {
     /// A pending record leaves the queue (taken or refused).
     pub(super) fn pending_remove(&mut self, id: u64) -> Option<Record> {
         let r = self.pending.remove(&id)?;
+        self.sent_back_based.remove(&id);
         self.forget_based(&r);
         Some(r)
     }
@@ -1448,7 +1467,7 @@ impl Meta {
                 let id = self.next_pending_id;
                 self.next_pending_id += 1;
                 self.pending_insert(id, record.clone());
-                self.persist(MetaPersist::PutPending(Pending { id, record }));
+                self.persist(MetaPersist::PutPending(Pending { id, record, sent_back_based: None }));
             }
             queued = true;
         }
@@ -1619,6 +1638,18 @@ impl Meta {
             }
             let ids: Vec<u64> = unsent().take(n).map(|(id, _)| *id).collect();
             let Some(first) = ids.first().copied() else { break };
+            // What the records sent back after a snapshot were decided from, beside them.
+            let sent_back: Vec<Value> = ids
+                .iter()
+                .enumerate()
+                .filter_map(|(i, id)| Some(json!({"index": i, "basedOn": self.sent_back_based.get(id)?})))
+                .collect();
+            if !sent_back.is_empty() && body.last() == Some(&b'}') {
+                body.pop();
+                body.extend_from_slice(b",\"sentBack\":");
+                body.extend_from_slice(&serde_json::to_vec(&sent_back).expect("serialise"));
+                body.push(b'}');
+            }
             self.submitting.extend(ids.iter().copied());
             self.submits.insert(first, (now, ids.clone()));
             self.send(&leader, "POST", "/cluster/acn/meta/submit".into(), body, MetaPurpose::Submit { ids });

@@ -327,14 +327,18 @@ impl Meta {
         }
         for mut r in send_back {
             // Sent back as held, not as a decision: the leader must not check (or refuse) it
-            // again against records it may lack.
+            // again against records it may lack. What it was decided from goes beside it.
+            let mut sent_back_based = None;
             if let Record::File(f) = &mut r {
-                f.based_on = None;
+                sent_back_based = f.based_on.take().map(|b| *b);
             }
             let id = self.next_pending_id;
             self.next_pending_id += 1;
+            if let Some(b) = &sent_back_based {
+                self.sent_back_based.insert(id, b.clone());
+            }
             self.pending_insert(id, r.clone());
-            self.persist(MetaPersist::PutPending(Pending { id, record: r }));
+            self.persist(MetaPersist::PutPending(Pending { id, record: r, sent_back_based }));
         }
     }
 

@@ -445,8 +445,18 @@ impl Meta {
             }
             made.iter().find(|(p, v, _)| *p == f.path && *v == f.version).map(|(_, _, b)| b.clone())
         };
+        let sent_back: BTreeMap<usize, BasedOn> = b.sent_back.into_iter().map(|s| (s.index, s.based_on)).collect();
         for (i, raw) in b.records.into_iter().enumerate() {
             let r = match serde_json::from_str::<Record>(raw.get()) {
+                // A record sent back after a snapshot, held on its side already: stored with
+                // what it was decided from, and not checked again.
+                Ok(Record::File(mut f)) if f.based_on.is_none() && sent_back.contains_key(&i) => {
+                    f.based_on = sent_back.get(&i).cloned().map(Box::new);
+                    Ok(Record::File(f))
+                }
+                other => other,
+            };
+            let r = match r {
                 Ok(r) => match r.shape_error() {
                     None => r,
                     Some(why) => {
@@ -477,7 +487,12 @@ impl Meta {
                 refused.push(json!({"index": i, "why": why}));
                 continue;
             }
-            let gone = self.base_gone(&r, from, &refused_paths).cloned().or_else(|| mark_of_refused(&r, &refused_made));
+            let gone = match sent_back.contains_key(&i) {
+                true => None,
+                false => {
+                    self.base_gone(&r, from, &refused_paths).cloned().or_else(|| mark_of_refused(&r, &refused_made))
+                }
+            };
             if let Some(based) = gone {
                 // Decided from a record this leader no longer holds: refused by name, with
                 // this leader's record at its key, so the submitter undoes it. (As a snapshot

@@ -736,7 +736,7 @@ mod tests {
     }
 
     fn pending(id: u64) -> Pending {
-        Pending { id, record: setting(&format!("p{id}"), id) }
+        Pending { id, record: setting(&format!("p{id}"), id), sent_back_based: None }
     }
 
     fn log_meta(last: u64) -> LogMeta {
