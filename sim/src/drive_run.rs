@@ -244,6 +244,12 @@ pub struct Race {
     /// ran, never saw). Newer by version than the race's records, last-writer-wins may keep it
     /// at the old path (simulator `--races` seed 6379).
     pub old_unconfirmed: bool,
+    /// The node the put went through held the file's record when the put began. One that did
+    /// not (cut off from where the file was written) makes a new file (another id), a write
+    /// concurrent with the old file's: last-writer-wins keeps the newer by version, and with a
+    /// clock behind that can be the old file (README, "Limits"; simulator `--races` seed
+    /// 5935): the put is then promised no more than an unacknowledged one.
+    pub put_knew_file: bool,
 }
 
 /// After the heal: every live node's records of each race's two paths agree, and they are an
@@ -276,7 +282,7 @@ fn races_settled(h: &Harness, races: &[Race], live: &[usize]) -> Result<Acked, S
             (Ok(f), Ok(t)) => (f, t),
             other => return Err(format!("race {} -> {}: content neither old nor new: {other:?}", r.from, r.to)),
         };
-        let allowed: &[(&str, &str)] = match (r.put_acked, r.moved) {
+        let allowed: &[(&str, &str)] = match (r.put_acked && r.put_knew_file, r.moved) {
             (true, Some(true)) => &[("none", "new"), ("new", "old")],
             (true, Some(false)) => &[("new", "none")],
             (true, None) => &[("none", "new"), ("new", "old"), ("new", "none")],
@@ -582,6 +588,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 moved += 1;
                 let to = format!("/data/m{moved}");
                 let new = format!("{seed}/{writes}/race:{}", "r".repeat(10 + rng.below(5_000) as usize));
+                let put_knew_file = record(&h, a, &from).is_some_and(|f| !f.removed);
                 let put_call = format!("PUT /v1/files{from}");
                 let put = h.api_start(a, &put_call, Some(json!(new))).map_err(|e| fail(&h, seed, e))?;
                 h.step_for(wait_ms).map_err(|e| fail(&h, seed, e))?;
@@ -606,7 +613,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     );
                 }
                 let old_unconfirmed = unconfirmed.remove(&from);
-                races.push(Race { from, to, old, new, put_acked, moved: moved_clean, old_unconfirmed });
+                races.push(Race { from, to, old, new, put_acked, moved: moved_clean, old_unconfirmed, put_knew_file });
             }
         }
         // A move of an acknowledged file, now and then, through a random node; sometimes that
