@@ -516,8 +516,9 @@ impl Meta {
                 _ => None,
             });
             let unseen = self.file_a_tombstone_never_saw(&r);
-            let again_of = match &r {
-                Record::File(f) if !f.removed && !f.is_dir => Some((f.path.clone(), f.id.clone(), f.version.clone())),
+            // (Looked up before `r` is taken: no clone on a put's way in.)
+            let again_before = match (&r, &unseen) {
+                (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
                 _ => None,
             };
             if self.apply_one(&r, hlc) {
@@ -529,9 +530,7 @@ impl Meta {
             }
             if let Some((live, tomb)) = unseen {
                 written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
-            } else if let Some(again) =
-                again_of.and_then(|(path, id, version)| self.written_again_at(&path, &id, &version))
-            {
+            } else if let Some(again) = again_before {
                 // Written again by an earlier submit whose answer never arrived: handed back
                 // again, or the submitter lifts its hold with the tombstone still winning there.
                 written_again.push(again);
