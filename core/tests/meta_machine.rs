@@ -2329,6 +2329,19 @@ fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
     for n in ["a", "b", "c"] {
         assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('x'), "{n} keeps the new file");
     }
+    // The record written again goes into the log before the tombstone it meets (which, older
+    // than it, changes nothing and is not logged): no member holds the tombstone winning over
+    // the file (and listing its copies) in between.
+    let page = net.meta("a").answer_log("after=0").body;
+    let at_f1: Vec<bool> = page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["payload"]["path"] == "/d/f1")
+        .map(|e| e["payload"]["removed"].as_bool().unwrap_or(false))
+        .collect();
+    assert_eq!(at_f1.len(), 3, "{page}");
+    assert!(!at_f1.contains(&true), "{at_f1:?}");
 
     // A new file older than the one the remove took: lost to it already, not brought back.
     let mut net = cluster(&["a", "b"], MetaConfig::default());

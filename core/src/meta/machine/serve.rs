@@ -521,6 +521,13 @@ impl Meta {
                 (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
                 _ => None,
             };
+            let keep = unseen.is_some();
+            if let Some((live, tomb)) = unseen {
+                // Written before the record that meets it, so no member ever holds the
+                // tombstone winning over the file (whose copies it would delete) in between,
+                // even when an append ends between the two entries.
+                written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
+            }
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
                 taken[i] = Some(self.last_seq);
@@ -528,9 +535,7 @@ impl Meta {
             if let Some((put, (tomb, moved))) = carried {
                 self.carry_overwrite(&put, tomb, moved, hlc);
             }
-            if let Some((live, tomb)) = unseen {
-                written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
-            } else if let Some(again) = again_before {
+            if let (false, Some(again)) = (keep, again_before) {
                 // Written again by an earlier submit whose answer never arrived: handed back
                 // again, or the submitter lifts its hold with the tombstone still winning there.
                 written_again.push(again);
