@@ -2524,3 +2524,37 @@ fn a_sent_back_tombstone_keeps_what_it_was_decided_from() {
         assert_eq!(net.meta("b").status(net.now).based_refused, 0, "not checked again");
     }
 }
+
+/// With two submits in flight (`meta.submit_window` 2), a follower's copy mark of its move's
+/// record waits for the answer to the submit that carries the move: the leader refuses the
+/// move (it holds a newer overwrite of the source), the mark leaves with it, and the leader
+/// never holds the moved record. Sent at once in a second submit, the mark gave it back.
+#[test]
+fn a_mark_waits_for_the_answer_to_the_submit_carrying_its_move() {
+    use shoal_core::meta::records::FileRecord;
+    let config = MetaConfig { submit_window: 2, ..MetaConfig::default() };
+    let mut net = cluster(&["a", "b"], config);
+    let f = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(f.clone()));
+    net.run();
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f1", 'b');
+    let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
+    let now = net.now;
+    net.node_mut("a").meta.submit(now, Record::File(over));
+    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved.clone()), Record::File(tomb)]);
+    net.collect(&id("a"));
+    net.collect(&id("b"));
+    let submit = net.take(|m| m.target.ends_with("meta/submit"));
+    let mark = FileRecord { based_on: None, ..moved };
+    net.node_mut("b").meta.submit(now, Record::File(mark));
+    net.collect(&id("b"));
+    let answer = net.answer(&submit);
+    net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
+    net.run();
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
+        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
+    }
+    assert_eq!(net.meta("b").pending_len(), 0);
+}

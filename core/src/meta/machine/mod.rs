@@ -1575,6 +1575,29 @@ impl Meta {
             && self.pending.keys().any(|id| !self.submitting.contains(id))
     }
 
+    /// The position among `records` of the first mark (no `BasedOn`, a record's path and
+    /// header version) of a remove's or move's record in a submit still in flight.
+    fn first_mark_of_in_flight<'r>(&self, mut records: impl Iterator<Item = &'r Record>) -> Option<usize> {
+        if self.submitting.is_empty() {
+            return None;
+        }
+        let in_flight: Vec<(&str, &Version)> = self
+            .submitting
+            .iter()
+            .filter_map(|id| match self.pending.get(id) {
+                Some(Record::File(f)) if f.based_on.is_some() => Some((f.path.as_str(), &f.version)),
+                _ => None,
+            })
+            .collect();
+        if in_flight.is_empty() {
+            return None;
+        }
+        records.position(|r| {
+            matches!(r, Record::File(f) if f.based_on.is_none()
+                && in_flight.iter().any(|(p, v)| *p == f.path && *v == &f.version))
+        })
+    }
+
     /// The submit that carried pending ids from `first` on is answered (or given up on).
     pub(super) fn submit_settled(&mut self, first: u64) -> Vec<u64> {
         let ids = self.submits.remove(&first).map(|(_, ids)| ids).unwrap_or_default();
@@ -1632,7 +1655,17 @@ impl Meta {
                 json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), self.config.batch_max);
             // The records of one decision (a move's two, from one `BasedOn`) go in one submit:
             // the leader checks them together, so it takes both or neither.
-            let cut = decision_cut(unsent().map(|(_, r)| r), n);
+            let mut cut = decision_cut(unsent().map(|(_, r)| r), n);
+            // A mark of a remove's or move's record in a submit still in flight (a wider
+            // `submit_window`) waits for that submit's answer: should the leader refuse the
+            // change, the mark leaves with it ([`Meta::undo_own`]); sent meanwhile, it would
+            // give the leader the refused record back.
+            if let Some(k) = self.first_mark_of_in_flight(unsent().map(|(_, r)| r).take(cut)) {
+                if k == 0 {
+                    break;
+                }
+                cut = k;
+            }
             if cut < n {
                 (body, n) = json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), cut);
             }
