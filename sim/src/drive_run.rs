@@ -244,12 +244,12 @@ pub struct Race {
     /// ran, never saw). Newer by version than the race's records, last-writer-wins may keep it
     /// at the old path (simulator `--races` seed 6379).
     pub old_unconfirmed: bool,
-    /// The node the put went through held the file's record when the put began. One that did
-    /// not (cut off from where the file was written) makes a new file (another id), a write
-    /// concurrent with the old file's: last-writer-wins keeps the newer by version, and with a
-    /// clock behind that can be the old file (README, "Limits"; simulator `--races` seed
-    /// 5935): the put is then promised no more than an unacknowledged one.
-    pub put_knew_file: bool,
+    /// The put went through a node that did not hold the file's record (cut off from where
+    /// the file was written), so it made a new file (another id), a write concurrent with the
+    /// old file's, and its version came out older than the old file's (a clock behind): it
+    /// lost the path to the old file by last-writer-wins (README, "Limits"; simulator
+    /// `--races` seed 5935), and is promised no more than an unacknowledged put.
+    pub put_lost_to_older: bool,
 }
 
 /// After the heal: every live node's records of each race's two paths agree, and they are an
@@ -282,7 +282,7 @@ fn races_settled(h: &Harness, races: &[Race], live: &[usize]) -> Result<Acked, S
             (Ok(f), Ok(t)) => (f, t),
             other => return Err(format!("race {} -> {}: content neither old nor new: {other:?}", r.from, r.to)),
         };
-        let allowed: &[(&str, &str)] = match (r.put_acked && r.put_knew_file, r.moved) {
+        let allowed: &[(&str, &str)] = match (r.put_acked && !r.put_lost_to_older, r.moved) {
             (true, Some(true)) => &[("none", "new"), ("new", "old")],
             (true, Some(false)) => &[("new", "none")],
             (true, None) => &[("none", "new"), ("new", "old"), ("new", "none")],
@@ -589,12 +589,39 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 let to = format!("/data/m{moved}");
                 let new = format!("{seed}/{writes}/race:{}", "r".repeat(10 + rng.below(5_000) as usize));
                 let put_knew_file = record(&h, a, &from).is_some_and(|f| !f.removed);
+                // The old file's version, as the nodes that hold it know it.
+                let old_version = (0..n)
+                    .filter(|&i| h.is_running(i))
+                    .filter_map(|i| record(&h, i, &from).filter(|f| !f.removed).map(|f| f.version))
+                    .max();
                 let put_call = format!("PUT /v1/files{from}");
+                // The put's version, as its node holds it while the put is under way (a new
+                // file's record may lose there by version soon after).
+                let new_sum = {
+                    use sha2::{Digest, Sha256};
+                    hex::encode(Sha256::digest(Harness::file_bytes(&new)))
+                };
+                // (Or the old file, live there: the new one, published meanwhile, lost to it at
+                // once, older; newer, it would have been seen.)
+                let note_new =
+                    |h: &Harness, seen: &mut (Option<shoal_core::hlc::Version>, bool)| match record(h, a, &from)
+                        .filter(|f| !f.removed)
+                    {
+                        Some(f) if f.checksum.eq_ignore_ascii_case(&new_sum) => {
+                            seen.0.get_or_insert(f.version);
+                        }
+                        Some(f) if old_version.as_ref() == Some(&f.version) => seen.1 = true,
+                        _ => {}
+                    };
+                let mut seen: (Option<shoal_core::hlc::Version>, bool) = (None, false);
                 let put = h.api_start(a, &put_call, Some(json!(new))).map_err(|e| fail(&h, seed, e))?;
                 h.step_for(wait_ms).map_err(|e| fail(&h, seed, e))?;
-                let mv = h.api(b, "POST /v1/mv", Some(json!({"from": from, "to": to})));
+                note_new(&h, &mut seen);
+                let mv =
+                    h.api_with(b, "POST /v1/mv", Some(json!({"from": from, "to": to})), |h| note_new(h, &mut seen));
                 let mv_ack = h.last_ack.clone();
-                let put = h.api_wait(a, &put_call, put, |_| {});
+                let put = h.api_wait(a, &put_call, put, |h| note_new(h, &mut seen));
+                note_new(&h, &mut seen);
                 let put_acked = matches!(put, Ok((200, _)))
                     && !matches!(h.last_ack.as_deref(), Some("alone") | Some("unconfirmed") | Some("refused"));
                 let moved_clean = match (&mv, mv_ack.as_deref()) {
@@ -603,17 +630,34 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     (Ok((s, _)), _) if (400..500).contains(s) => Some(false),
                     _ => None,
                 };
+                let (new_version, old_seen) = seen;
+                let put_lost_to_older = !put_knew_file
+                    && match (&new_version, &old_version) {
+                        (Some(n), Some(o)) => n < o,
+                        (None, _) => old_seen,
+                        _ => false,
+                    };
                 let old = acked.remove(&from).expect("acknowledged");
                 if std::env::var("SHOAL_SIM_DEBUG_PATH").is_ok_and(|p| p == to || p == from) {
                     eprintln!(
-                        "WATCH [{} ms] race: put {from} through n{a} ({:?}, acknowledged {put_acked}), mv {from} -> {to} through n{b} ({:?} {mv_ack:?})",
+                        "WATCH [{} ms] race: put {from} through n{a} ({:?}, acknowledged {put_acked}), mv {from} -> {to} through n{b} ({:?} {mv_ack:?}); a new file {}, older than the old one {put_lost_to_older}",
                         h.elapsed_ms(),
                         put.as_ref().map(|p| p.0),
                         mv.as_ref().map(|m| m.0),
+                        !put_knew_file,
                     );
                 }
                 let old_unconfirmed = unconfirmed.remove(&from);
-                races.push(Race { from, to, old, new, put_acked, moved: moved_clean, old_unconfirmed, put_knew_file });
+                races.push(Race {
+                    from,
+                    to,
+                    old,
+                    new,
+                    put_acked,
+                    moved: moved_clean,
+                    old_unconfirmed,
+                    put_lost_to_older,
+                });
             }
         }
         // A move of an acknowledged file, now and then, through a random node; sometimes that

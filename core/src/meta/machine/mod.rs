@@ -1576,7 +1576,9 @@ impl Meta {
     }
 
     /// The position among `records` of the first mark (no `BasedOn`, a record's path and
-    /// header version) of a remove's or move's record in a submit still in flight.
+    /// header version) of a remove's or move's record in a submit still in flight, or of a
+    /// change decided from such a record (a move of the moved file: its `BasedOn` names that
+    /// record), which [`Meta::undo_own`] undoes with it should the leader refuse it.
     fn first_mark_of_in_flight<'r>(&self, mut records: impl Iterator<Item = &'r Record>) -> Option<usize> {
         if self.submitting.is_empty() {
             return None;
@@ -1593,8 +1595,11 @@ impl Meta {
             return None;
         }
         records.position(|r| {
-            matches!(r, Record::File(f) if f.based_on.is_none()
-                && in_flight.iter().any(|(p, v)| *p == f.path && *v == &f.version))
+            let Record::File(f) = r else { return false };
+            match f.based_on.as_deref() {
+                None => in_flight.iter().any(|(p, v)| *p == f.path && *v == &f.version),
+                Some(b) => in_flight.iter().any(|(p, v)| *p == b.path && *v == &b.version),
+            }
         })
     }
 
@@ -1632,9 +1637,14 @@ impl Meta {
             self.based_pending.clear();
             let ids = pending.keys().next().copied().zip(pending.keys().next_back().copied());
             let begin = LogIndex(self.last_seq.0.saturating_add(1));
-            for (id, rec) in pending {
+            for (id, mut rec) in pending {
                 self.pending_taken += 1;
                 let me = self.me.clone();
+                // A record sent back after a snapshot goes into the log with what it was
+                // decided from, as the leader it was sent to would have stored it.
+                if let (Some(b), Record::File(f)) = (self.sent_back_based.remove(&id), &mut rec) {
+                    f.based_on.get_or_insert(Box::new(b));
+                }
                 self.append_as_leader(rec, me);
                 self.persist(MetaPersist::DeletePending(id));
             }
@@ -1662,6 +1672,11 @@ impl Meta {
             // give the leader the refused record back.
             if let Some(k) = self.first_mark_of_in_flight(unsent().map(|(_, r)| r).take(cut)) {
                 if k == 0 {
+                    // Looked at again when an answer comes, or when the oldest submit in
+                    // flight goes stale (not spun on meanwhile).
+                    let stale = 2 * self.config.request_timeout_ms + 1;
+                    let due = self.submits.values().map(|(sent, _)| sent.plus(stale)).min();
+                    self.submit_due = due.unwrap_or(now.plus(self.config.submit_retry_ms));
                     break;
                 }
                 cut = k;

@@ -147,7 +147,13 @@ impl Meta {
                     }
                     let mut submitted = Vec::with_capacity(ids.len());
                     for id in ids {
-                        let p = self.pending_remove(id);
+                        // (A record sent back is rebuilt as the leader stored it: with what it
+                        // was decided from.)
+                        let based = self.sent_back_based.get(&id).cloned();
+                        let mut p = self.pending_remove(id);
+                        if let (Some(b), Some(Record::File(f))) = (based, p.as_mut()) {
+                            f.based_on.get_or_insert(Box::new(b));
+                        }
                         if p.is_some() {
                             self.pending_taken += 1;
                             self.persist(MetaPersist::DeletePending(id));

@@ -296,11 +296,11 @@ impl Meta {
 
     /// The record this leader wrote again for a submitted live file record (`path`, `id`,
     /// `version`) by [`Meta::keep_over_tombstone`], if that is what it holds there: live, the
-    /// same file, newer, written by this leader.
+    /// same file, newer (written again by this leader, or by one before it: the leader's record
+    /// either way, and in its log already).
     fn written_again_at(&self, path: &str, id: &crate::ids::FileId, version: &Version) -> Option<Record> {
         let here = self.state.file(path)?;
-        (!here.removed && !here.is_dir && &here.id == id && &here.version > version && here.version.node == self.me)
-            .then(|| Record::File(here.clone()))
+        (!here.removed && !here.is_dir && &here.id == id && &here.version > version).then(|| Record::File(here.clone()))
     }
 
     /// Keep the file `live` that the tombstone `tomb` of another file never saw
@@ -313,7 +313,9 @@ impl Meta {
     /// them and still on its way stays newer. Returns the record written, if it was.
     fn keep_over_tombstone(&mut self, live: FileRecord, tomb: &FileRecord, hlc: &mut Hlc) -> Option<Record> {
         let version = self.just_above(tomb.version.clone().max(live.version.clone()));
-        let again = Record::File(FileRecord { version, based_on: None, ..live });
+        // (What it was decided from stays with it: a moved file kept so still names where it
+        // came from.)
+        let again = Record::File(FileRecord { version, ..live });
         if !self.apply_one(&again, hlc) {
             return None;
         }
@@ -447,11 +449,13 @@ impl Meta {
         };
         let sent_back: BTreeMap<usize, BasedOn> = b.sent_back.into_iter().map(|s| (s.index, s.based_on)).collect();
         for (i, raw) in b.records.into_iter().enumerate() {
+            let mut restored = false;
             let r = match serde_json::from_str::<Record>(raw.get()) {
                 // A record sent back after a snapshot, held on its side already: stored with
                 // what it was decided from, and not checked again.
                 Ok(Record::File(mut f)) if f.based_on.is_none() && sent_back.contains_key(&i) => {
                     f.based_on = sent_back.get(&i).cloned().map(Box::new);
+                    restored = true;
                     Ok(Record::File(f))
                 }
                 other => other,
@@ -487,7 +491,7 @@ impl Meta {
                 refused.push(json!({"index": i, "why": why}));
                 continue;
             }
-            let gone = match sent_back.contains_key(&i) {
+            let gone = match restored {
                 true => None,
                 false => {
                     self.base_gone(&r, from, &refused_paths).cloned().or_else(|| mark_of_refused(&r, &refused_made))
