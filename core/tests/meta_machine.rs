@@ -2574,3 +2574,39 @@ fn a_mark_waits_for_the_answer_to_the_submit_carrying_its_move() {
         assert_eq!(net.meta("b").pending_len(), 0);
     }
 }
+
+/// A record sent back after a snapshot, still queued when its node becomes the leader (the
+/// leader it was sent to died), goes into the new leader's log with what it was decided from,
+/// as that leader would have stored it.
+#[test]
+fn a_sent_back_record_queued_at_a_new_leader_keeps_what_it_was_decided_from() {
+    let mut net = Net::new(&["a"], MetaConfig::default());
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    let wall = net.wall();
+    let version = net.node_mut("a").hlc.next(wall);
+    let tomb = shoal_core::meta::records::FileRecord { removed: true, version, based_on: None, ..y.clone() };
+    let now = net.now;
+    let node = net.node_mut("a");
+    node.meta.restore(
+        MetaRestored {
+            records: vec![Record::File(tomb.clone())],
+            pending: vec![shoal_core::meta::log::Pending {
+                id: 1,
+                record: Record::File(tomb),
+                sent_back_based: Some(*y.based_on_this()),
+            }],
+            ..MetaRestored::default()
+        },
+        &mut node.hlc,
+    );
+    node.meta.allow_claim_now(now);
+    net.tick_all();
+    net.run();
+    net.rounds(2, 5_000);
+    assert!(net.meta("a").is_leader(net.now));
+    assert_eq!(net.meta("a").pending_len(), 0);
+    let page = net.meta("a").answer_log("after=0").body;
+    let entry = page["entries"].as_array().and_then(|e| e.iter().find(|e| e["payload"]["path"] == "/d/f1")).cloned();
+    let entry = entry.unwrap_or_else(|| panic!("in the log: {page}"));
+    assert_eq!(entry["payload"]["basedOn"], json!(y.based_on_this()), "{entry}");
+}
