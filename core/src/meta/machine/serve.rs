@@ -294,6 +294,34 @@ impl Meta {
         Some((live.clone(), tomb.clone()))
     }
 
+    /// A move sent back after a snapshot (`r`, one of its two records, with the `based_on`
+    /// restored: [`Meta::answer_submit`]) that an overwrite of the file this leader holds at
+    /// the old path never saw (the same id, newer than what the move was decided from): the
+    /// move was made on one side of a partition, the overwrite on the other, and the move's
+    /// tombstone, older, lost to it. Returns the overwrite, the move's tombstone (as the moved
+    /// record names it) and the moved record, for [`Meta::carry_overwrite`]: ordered as the
+    /// put, then the move, as when the overwrite arrives second. Before, the moved record was
+    /// taken beside the overwrite, and the file lived at both paths with one id (simulator
+    /// `--races` seed 6827).
+    fn overwrite_a_sent_back_move_never_saw(&self, r: &Record) -> Option<(FileRecord, FileRecord, FileRecord)> {
+        let Record::File(f) = r else { return None };
+        let b = f.based_on.as_deref()?;
+        let over = self
+            .state
+            .file(&b.path)
+            .filter(|o| !o.removed && !o.is_dir && o.id == f.id && o.version > b.version && o.based_on.is_none())?;
+        let moved = self
+            .state
+            .files_with_id(&f.id)
+            .filter(|g| !g.removed && !g.is_dir && g.path != b.path && g.based_on.as_deref() == Some(b))
+            .max_by(|x, y| x.version.cmp(&y.version))?;
+        if over.checksum.eq_ignore_ascii_case(&moved.checksum) {
+            return None; // the content the move took: nothing to carry
+        }
+        let tomb = FileRecord { path: b.path.clone(), removed: true, ..moved.clone() };
+        Some((over.clone(), tomb, moved.clone()))
+    }
+
     /// The record this leader wrote again for a submitted live file record (`path`, `id`,
     /// `version`) by [`Meta::keep_over_tombstone`], if that is what it holds there: live, the
     /// same file, newer (written again by this leader, or by one before it: the leader's record
@@ -526,6 +554,8 @@ impl Meta {
                 _ => None,
             };
             let keep = unseen.is_some();
+            // (A sent-back record is cloned only when it carries what it was decided from.)
+            let taken_move = restored.then(|| r.clone());
             if let Some((live, tomb)) = unseen {
                 // Written before the record that meets it, so no member ever holds the
                 // tombstone winning over the file (whose copies it would delete) in between,
@@ -538,6 +568,10 @@ impl Meta {
             }
             if let Some((put, (tomb, moved))) = carried {
                 self.carry_overwrite(&put, tomb, moved, hlc);
+            }
+            // A move sent back after a snapshot, which an overwrite this leader holds never saw.
+            if let Some((over, tomb, moved)) = taken_move.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r)) {
+                self.carry_overwrite(&over, tomb, moved, hlc);
             }
             if let (false, Some(again)) = (keep, again_before) {
                 // Written again by an earlier submit whose answer never arrived: handed back
