@@ -2090,10 +2090,7 @@ fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
     assert_eq!(net.meta("a").status(now).based_refused, 2);
     net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
     net.run();
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/f3"), Some('b'), "{n} holds the overwrite");
-        assert!(net.meta(n).state().file("/d/m3").is_none(), "{n} holds nothing at the new path");
-    }
+    assert_move_refused(&net, "/d/f3", "/d/m3");
 }
 
 /// `POST meta/based` (a new leader's check of its own queued removes and moves): a member names
@@ -2216,10 +2213,7 @@ fn a_mark_of_a_leaders_unchecked_move_waits_for_the_check_and_goes_with_an_undon
     net.rounds(6, 5_000);
     assert!(net.meta("a").status(net.now).based_refused >= 1, "the check refused the move");
     assert_eq!(net.meta("a").pending_len(), 0);
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
-        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
-    }
+    assert_move_refused(&net, "/d/f1", "/d/m1");
 }
 
 /// A follower's submit carries its move and, after it, a copy mark of the moved record (its
@@ -2250,10 +2244,7 @@ fn a_leader_refuses_a_mark_of_a_move_it_refuses_in_the_same_submit() {
     assert!(net.meta("a").state().file("/d/m1").is_none(), "the leader holds nothing at the new path");
     net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
     net.run();
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
-        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
-    }
+    assert_move_refused(&net, "/d/f1", "/d/m1");
 }
 
 /// A live record of another file at `path` (id `x`), written through `n`.
@@ -2279,10 +2270,7 @@ fn other_file_rec(net: &mut Net, n: &str, path: &str, c: char) -> shoal_core::me
 #[test]
 fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
     // The tombstone first, then the new file.
-    let mut net = cluster(&["a", "b"], MetaConfig::default());
-    let y = file_rec(&mut net, "a", "/d/f1", 'a');
-    net.submit("a", Record::File(y.clone()));
-    net.run();
+    let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
     net.advance(1);
@@ -2381,10 +2369,7 @@ fn submit_to(net: &mut Net, leader: &str, from: &str, records: Vec<Record>) -> V
 /// new file won over the acknowledged overwrite, which was lost: found by the session's review.)
 #[test]
 fn a_new_file_is_not_kept_over_a_leaders_unchecked_move() {
-    let mut net = cluster(&["a", "b"], MetaConfig::default());
-    let y = file_rec(&mut net, "a", "/d/f1", 'a');
-    net.submit("a", Record::File(y.clone()));
-    net.run();
+    let (mut net, y) = one_file(MetaConfig::default());
     net.cut("a", "b");
     net.rounds(8, 5_000);
     assert!(net.meta("a").leader_may_lag(net.now));
@@ -2403,10 +2388,7 @@ fn a_new_file_is_not_kept_over_a_leaders_unchecked_move() {
     net.heal("a", "b");
     net.rounds(6, 5_000);
     assert!(net.meta("a").status(net.now).based_refused >= 1, "the check refused the move");
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
-        assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
-    }
+    assert_move_refused(&net, "/d/f1", "/d/m1");
 }
 
 /// A move took a file from `/d/f1`; a new file (another id) put there without knowing it was
@@ -2417,10 +2399,7 @@ fn a_new_file_is_not_kept_over_a_leaders_unchecked_move() {
 /// its content was lost: found by the session's review.)
 #[test]
 fn an_overwrite_racing_a_move_is_carried_past_a_new_file_kept_at_the_old_path() {
-    let mut net = cluster(&["a", "b"], MetaConfig::default());
-    let y = file_rec(&mut net, "a", "/d/f1", 'a');
-    net.submit("a", Record::File(y.clone()));
-    net.run();
+    let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let over = file_rec(&mut net, "b", "/d/f1", 'c');
     net.advance(1);
@@ -2447,10 +2426,7 @@ fn an_overwrite_racing_a_move_is_carried_past_a_new_file_kept_at_the_old_path() 
 /// disk: found by the session's review).
 #[test]
 fn a_record_written_again_is_handed_back_again_when_its_answer_was_lost() {
-    let mut net = cluster(&["a", "b"], MetaConfig::default());
-    let y = file_rec(&mut net, "a", "/d/f1", 'a');
-    net.submit("a", Record::File(y.clone()));
-    net.run();
+    let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
     net.advance(1);
@@ -2566,9 +2542,8 @@ fn a_mark_waits_for_the_answer_to_the_submit_carrying_its_move() {
         let answer = net.answer(&submit);
         net.respond(&submit, Ok(common::answer(answer.status(), serde_json::to_vec(&answer.body).unwrap())));
         net.run();
+        assert_move_refused(&net, "/d/f1", "/d/m1");
         for n in ["a", "b"] {
-            assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('b'), "{n} holds the overwrite");
-            assert!(net.meta(n).state().file("/d/m1").is_none(), "{n} holds nothing at the new path");
             assert!(net.meta(n).state().file("/d/m2").is_none(), "{n} holds nothing at the next path");
         }
         assert_eq!(net.meta("b").pending_len(), 0);
@@ -2620,10 +2595,7 @@ fn a_sent_back_record_queued_at_a_new_leader_keeps_what_it_was_decided_from() {
 #[test]
 fn a_sent_back_move_an_overwrite_never_saw_carries_the_overwrite() {
     use shoal_core::meta::records::FileRecord;
-    let mut net = cluster(&["a", "b"], MetaConfig::default());
-    let y = file_rec(&mut net, "a", "/d/f1", 'a');
-    net.submit("a", Record::File(y.clone()));
-    net.run();
+    let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
     net.advance(1);
@@ -2648,5 +2620,23 @@ fn a_sent_back_move_an_overwrite_never_saw_carries_the_overwrite() {
     for n in ["a", "b"] {
         assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('b'), "{n}: the moved file takes the overwrite");
         assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path is removed");
+    }
+}
+
+/// A two-node cluster (`a` leads) holding one file, `/d/f1` with content `a`, written through `a`.
+fn one_file(config: MetaConfig) -> (Net, shoal_core::meta::records::FileRecord) {
+    let mut net = cluster(&["a", "b"], config);
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.submit("a", Record::File(y.clone()));
+    net.run();
+    (net, y)
+}
+
+/// A refused move from `from` to `to`: both nodes hold the overwrite (content `b`) at `from`
+/// and nothing at `to`.
+fn assert_move_refused(net: &Net, from: &str, to: &str) {
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), from), Some('b'), "{n} holds the overwrite");
+        assert!(net.meta(n).state().file(to).is_none(), "{n} holds nothing at the new path");
     }
 }
