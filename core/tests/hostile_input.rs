@@ -1428,6 +1428,8 @@ const WALL: Millis = Millis(1_700_000_000_000);
 fn leader() -> (Meta, Hlc) {
     let me = NodeId::new("a");
     let mut m = Meta::new(me.clone(), MetaConfig::default(), T);
+    let mut hlc = Hlc::new(me.clone());
+    hlc.set_physical(WALL);
     m.allow_claim_now(T);
     m.handle_timeout(
         T,
@@ -1436,9 +1438,8 @@ fn leader() -> (Meta, Hlc) {
             Candidate { id: me.clone(), joined: 1, eligible: true, reachable: true },
             Candidate { id: NodeId::new("b"), joined: 2, eligible: true, reachable: true },
         ],
+        &mut hlc,
     );
-    let mut hlc = Hlc::new(me);
-    hlc.set_physical(WALL);
     (m, hlc)
 }
 
@@ -1451,9 +1452,9 @@ fn follower() -> (Meta, Hlc) {
 
 /// Real `meta/lease` and `meta/append` bodies the leader sends after submitting `r`.
 fn leader_bodies(r: &Record) -> (Vec<u8>, Vec<u8>) {
-    let (mut m, _) = leader();
+    let (mut m, mut hlc) = leader();
     assert!(m.is_leader(T), "a lone eligible node claims the lease");
-    m.submit(T, r.clone());
+    m.submit(T, r.clone(), &mut hlc);
     m.handle_timeout(
         T.plus(1),
         WALL,
@@ -1461,6 +1462,7 @@ fn leader_bodies(r: &Record) -> (Vec<u8>, Vec<u8>) {
             Candidate { id: NodeId::new("a"), joined: 1, eligible: true, reachable: true },
             Candidate { id: NodeId::new("b"), joined: 2, eligible: true, reachable: true },
         ],
+        &mut hlc,
     );
     let (mut lease, mut append) = (None, None);
     while let Some(o) = m.poll_output() {

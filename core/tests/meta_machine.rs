@@ -175,10 +175,28 @@ impl Net {
             .collect()
     }
 
+    /// `Meta::handle_timeout` on node `n`, with its own clock.
+    fn timeout_at(&mut self, n: &str, now: Millis, wall: Millis, members: Vec<Candidate>) {
+        let node = self.node_mut(n);
+        node.meta.handle_timeout(now, wall, members, &mut node.hlc);
+    }
+
+    /// `Meta::submit` on node `n` (outputs not collected).
+    fn submit_at(&mut self, n: &str, now: Millis, record: Record) {
+        let node = self.node_mut(n);
+        node.meta.submit(now, record, &mut node.hlc);
+    }
+
+    /// `Meta::submit_all` on node `n` (outputs not collected).
+    fn submit_all_at(&mut self, n: &str, now: Millis, records: Vec<Record>) {
+        let node = self.node_mut(n);
+        node.meta.submit_all(now, records, &mut node.hlc);
+    }
+
     fn tick(&mut self, n: &str) {
         let members = self.candidates(n);
         let (now, wall) = (self.now, self.wall());
-        self.node_mut(n).meta.handle_timeout(now, wall, members);
+        self.timeout_at(n, now, wall, members);
         self.collect(&id(n));
     }
 
@@ -224,7 +242,7 @@ impl Net {
 
     fn submit(&mut self, n: &str, rec: Record) {
         let now = self.now;
-        self.node_mut(n).meta.submit(now, rec);
+        self.submit_at(n, now, rec);
         self.collect(&id(n));
     }
 
@@ -773,7 +791,7 @@ fn a_submit_answer_carries_the_submitters_own_entries_instead_of_an_append() {
     let before = net.meta("a").last_seq();
     let (k1, k2) = (net.setting("b", "k1", json!(1)), net.setting("b", "k2", json!(2)));
     let now = net.now;
-    net.node_mut("b").meta.submit_all(now, vec![k1, stale, k2]);
+    net.submit_all_at("b", now, vec![k1, stale, k2]);
     net.collect(&id("b"));
     let submit = net.take(|m| m.target == SUBMIT);
     assert!(String::from_utf8_lossy(&submit.body).contains("\"seqs\":true"));
@@ -2049,7 +2067,7 @@ fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
     net.run();
     let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
     let now = net.now;
-    net.node_mut("b").meta.submit_all(now, vec![Record::File(tomb.clone()), Record::File(moved.clone())]);
+    net.submit_all_at("b", now, vec![Record::File(tomb.clone()), Record::File(moved.clone())]);
     net.collect(&id("b"));
     net.run();
     assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'), "the moved record is taken after its tombstone");
@@ -2061,7 +2079,7 @@ fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
     let f = file_rec(&mut net, "b", "/d/f2", 'c');
     let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m2");
     let now = net.now;
-    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.submit_all_at("b", now, vec![Record::File(moved), Record::File(tomb)]);
     net.collect(&id("b"));
     net.run();
     assert_eq!(live_checksum(net.meta("a"), "/d/m2"), Some('c'), "a leader behind takes it");
@@ -2076,8 +2094,8 @@ fn a_moves_records_are_checked_against_the_leaders_record_of_the_source() {
     let over = file_rec(&mut net, "a", "/d/f3", 'b');
     let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m3");
     let now = net.now;
-    net.node_mut("a").meta.submit(now, Record::File(over));
-    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.submit_at("a", now, Record::File(over));
+    net.submit_all_at("b", now, vec![Record::File(moved), Record::File(tomb)]);
     net.collect(&id("a"));
     net.collect(&id("b"));
     let submit = net.take(|m| m.target.ends_with("meta/submit"));
@@ -2142,10 +2160,10 @@ fn a_leader_counts_a_member_in_an_admin_state_as_reachable() {
             Candidate { id: id("b"), joined: jb, eligible: false, reachable: b_reachable },
         ]
     };
-    net.node_mut("a").meta.handle_timeout(now, wall, with(true));
+    net.timeout_at("a", now, wall, with(true));
     assert!(net.meta("a").is_leader(now));
     assert!(!net.meta("a").leader_may_lag(now), "b, in maintenance, still follows and answers");
-    net.node_mut("a").meta.handle_timeout(now, wall, with(false));
+    net.timeout_at("a", now, wall, with(false));
     assert!(net.meta("a").leader_may_lag(now), "no member reachable: a leads alone");
 }
 
@@ -2165,7 +2183,7 @@ fn a_leaders_check_asks_again_a_member_that_did_not_answer() {
     assert!(net.meta("a").leader_may_lag(net.now), "b has not answered for a lease period");
     let (moved, tomb) = move_recs(&mut net, "a", &f, "/d/m1");
     let now = net.now;
-    net.node_mut("a").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
     net.collect(&id("a"));
     net.run();
     assert_eq!(net.meta("a").pending_len(), 2, "queued: the ask got no answer");
@@ -2199,13 +2217,13 @@ fn a_mark_of_a_leaders_unchecked_move_waits_for_the_check_and_goes_with_an_undon
     // b, cut off, holds a newer write of the file (its own, queued for a leader).
     let over = file_rec(&mut net, "b", "/d/f1", 'b');
     let now = net.now;
-    net.node_mut("b").meta.submit(now, Record::File(over));
+    net.submit_at("b", now, Record::File(over));
     // a moves the file from its older record; the move waits for the check.
     let (moved, tomb) = move_recs(&mut net, "a", &f, "/d/m1");
-    net.node_mut("a").meta.submit_all(now, vec![Record::File(moved.clone()), Record::File(tomb)]);
+    net.submit_all_at("a", now, vec![Record::File(moved.clone()), Record::File(tomb)]);
     let seq = net.meta("a").last_seq();
     let mark = FileRecord { based_on: None, ..moved };
-    net.node_mut("a").meta.submit(now, Record::File(mark));
+    net.submit_at("a", now, Record::File(mark));
     assert_eq!(net.meta("a").pending_len(), 3, "the mark waits behind the move");
     assert_eq!(net.meta("a").last_seq(), seq, "nothing went into the log");
     // They meet: b's record refutes the move, and the mark goes with it.
@@ -2232,8 +2250,8 @@ fn a_leader_refuses_a_mark_of_a_move_it_refuses_in_the_same_submit() {
     let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
     let mark = FileRecord { based_on: None, ..moved.clone() };
     let now = net.now;
-    net.node_mut("a").meta.submit(now, Record::File(over));
-    net.node_mut("b").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb), Record::File(mark)]);
+    net.submit_at("a", now, Record::File(over));
+    net.submit_all_at("b", now, vec![Record::File(moved), Record::File(tomb), Record::File(mark)]);
     net.collect(&id("a"));
     net.collect(&id("b"));
     let submit = net.take(|m| m.target.ends_with("meta/submit"));
@@ -2278,7 +2296,7 @@ fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
     net.submit("a", Record::File(tomb));
     net.run();
     let now = net.now;
-    net.node_mut("b").meta.submit(now, Record::File(x));
+    net.submit_at("b", now, Record::File(x));
     assert_eq!(live_checksum(net.meta("b"), "/d/f1"), None, "the tombstone wins on b meanwhile");
     net.collect(&id("b"));
     let submit = net.take(|m| m.target.ends_with("meta/submit"));
@@ -2310,7 +2328,7 @@ fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
     let (_, tomb) = move_recs(&mut net, "c", &y, "/d/m1");
     let sent_back = shoal_core::meta::records::FileRecord { based_on: None, ..tomb };
     let now = net.now;
-    net.node_mut("c").meta.submit(now, Record::File(sent_back));
+    net.submit_at("c", now, Record::File(sent_back));
     net.heal("a", "c");
     net.heal("b", "c");
     net.collect(&id("c"));
@@ -2344,7 +2362,7 @@ fn a_new_file_a_remove_never_saw_is_kept_over_its_tombstone() {
     net.submit("a", Record::File(tomb));
     net.run();
     let now = net.now;
-    net.node_mut("b").meta.submit(now, Record::File(x));
+    net.submit_at("b", now, Record::File(x));
     net.collect(&id("b"));
     net.run();
     for n in ["a", "b"] {
@@ -2377,11 +2395,11 @@ fn a_new_file_is_not_kept_over_a_leaders_unchecked_move() {
     net.advance(1);
     let over = file_rec(&mut net, "b", "/d/f1", 'b');
     let now = net.now;
-    net.node_mut("b").meta.submit(now, Record::File(over));
+    net.submit_at("b", now, Record::File(over));
     net.advance(1);
     let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
     let now = net.now;
-    net.node_mut("a").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
     assert_eq!(net.meta("a").pending_len(), 2, "the move waits for its check");
     let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
     assert!(answer.get("writtenAgain").is_none(), "{answer}");
@@ -2407,7 +2425,7 @@ fn an_overwrite_racing_a_move_is_carried_past_a_new_file_kept_at_the_old_path() 
     net.advance(1);
     let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
     let now = net.now;
-    net.node_mut("a").meta.submit_all(now, vec![Record::File(moved), Record::File(tomb)]);
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
     net.collect(&id("a"));
     net.run();
     let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
@@ -2521,17 +2539,17 @@ fn a_mark_waits_for_the_answer_to_the_submit_carrying_its_move() {
         let over = file_rec(&mut net, "a", "/d/f1", 'b');
         let (moved, tomb) = move_recs(&mut net, "b", &f, "/d/m1");
         let now = net.now;
-        net.node_mut("a").meta.submit(now, Record::File(over));
-        net.node_mut("b").meta.submit_all(now, vec![Record::File(moved.clone()), Record::File(tomb)]);
+        net.submit_at("a", now, Record::File(over));
+        net.submit_all_at("b", now, vec![Record::File(moved.clone()), Record::File(tomb)]);
         net.collect(&id("a"));
         net.collect(&id("b"));
         let submit = net.take(|m| m.target.ends_with("meta/submit"));
         if with_move {
             let (moved_again, tomb_again) = move_recs(&mut net, "b", &moved, "/d/m2");
-            net.node_mut("b").meta.submit_all(now, vec![Record::File(moved_again), Record::File(tomb_again)]);
+            net.submit_all_at("b", now, vec![Record::File(moved_again), Record::File(tomb_again)]);
         } else {
             let mark = FileRecord { based_on: None, ..moved.clone() };
-            net.node_mut("b").meta.submit(now, Record::File(mark));
+            net.submit_at("b", now, Record::File(mark));
         }
         net.collect(&id("b"));
         assert!(
@@ -2594,12 +2612,19 @@ fn a_sent_back_record_queued_at_a_new_leader_keeps_what_it_was_decided_from() {
 /// lived at both paths with one id (simulator `--races` seed 6827).
 #[test]
 fn a_sent_back_move_an_overwrite_never_saw_carries_the_overwrite() {
+    // New bytes, and the same bytes put again (which brought the old path back just as well).
+    for content in ['b', 'a'] {
+        sent_back_move_meets_an_overwrite(content);
+    }
+}
+
+fn sent_back_move_meets_an_overwrite(content: char) {
     use shoal_core::meta::records::FileRecord;
     let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
     net.advance(1);
-    let over = file_rec(&mut net, "a", "/d/f1", 'b');
+    let over = file_rec(&mut net, "a", "/d/f1", content);
     net.submit("a", Record::File(over));
     net.run();
     let based = y.based_on_this();
@@ -2618,9 +2643,79 @@ fn a_sent_back_move_an_overwrite_never_saw_carries_the_overwrite() {
     // (The answer is not delivered here: b reads what it carried from the leader's log.)
     net.rounds(3, 5_000);
     for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('b'), "{n}: the moved file takes the overwrite");
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path is removed");
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some(content), "{n}: the moved file takes the overwrite");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path is removed ({content})");
     }
+}
+
+/// An overwrite with the bytes the file already had (the same file put again), decided without
+/// a move the leader took first and newer than the move's tombstone: it would bring the old path
+/// back beside the moved file, the file at both paths with one id. It is carried as any
+/// overwrite racing a move is: the old path is removed again. (One older than the tombstone
+/// loses to it and is not carried: core/tests/node.rs `a_put_of_the_moved_content_is_not_carried`.)
+#[test]
+fn an_overwrite_of_the_same_bytes_newer_than_a_move_is_carried() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("b", now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("b"));
+    net.run();
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None, "the move is taken");
+    net.advance(1);
+    // Put through b as if decided before the move reached it: no `BasedOn`, the same bytes.
+    let again = file_rec(&mut net, "b", "/d/f1", 'a');
+    let body = json!({ "records": [Record::File(again)] }).to_string();
+    let now = net.now;
+    let node = net.node_mut("a");
+    let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    net.rounds(3, 5_000);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n}: the moved file");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path is removed again");
+    }
+}
+
+/// The same race met on the mover: a node that moved `/d/f1` on its side of a partition
+/// adopted the other side's snapshot, which brought an overwrite of the file at the old path
+/// its move never saw, and queued its moved record to send back; before the submit went, it
+/// became the leader. Its own queue goes into its log as the leader it was sent to would take
+/// it: the put, then the move. Before, the moved record went in beside the overwrite, and the
+/// file lived at both paths with one id (a review of the seed 6827 fix).
+#[test]
+fn a_sent_back_move_queued_at_a_new_leader_carries_an_overwrite_it_never_saw() {
+    use shoal_core::meta::records::FileRecord;
+    let mut net = Net::new(&["a"], MetaConfig::default());
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.advance(1);
+    let (moved, _tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f1", 'b');
+    let now = net.now;
+    let node = net.node_mut("a");
+    node.meta.restore(
+        MetaRestored {
+            // As the snapshot left them: the overwrite won the old path, the moved record stays.
+            records: vec![Record::File(over), Record::File(moved.clone())],
+            pending: vec![shoal_core::meta::log::Pending {
+                id: 1,
+                record: Record::File(FileRecord { based_on: None, ..moved }),
+                sent_back_based: Some(*y.based_on_this()),
+            }],
+            ..MetaRestored::default()
+        },
+        &mut node.hlc,
+    );
+    node.meta.allow_claim_now(now);
+    net.tick_all();
+    net.run();
+    net.rounds(2, 5_000);
+    assert!(net.meta("a").is_leader(net.now));
+    assert_eq!(net.meta("a").pending_len(), 0);
+    assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('b'), "the moved file takes the overwrite");
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None, "the old path is removed");
 }
 
 /// A two-node cluster (`a` leads) holding one file, `/d/f1` with content `a`, written through `a`.

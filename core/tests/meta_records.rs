@@ -919,7 +919,7 @@ fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a
     let records: Vec<Record> = pairs.iter().flat_map(|(l, t)| [l.clone(), t.clone()]).collect();
     before.restore(MetaRestored { records, ..MetaRestored::default() }, &mut hlc);
     persisted(&mut before);
-    before.handle_timeout(Millis(1), Millis(removed_at.wall_ms + 8 * DAY_MS), members());
+    before.handle_timeout(Millis(1), Millis(removed_at.wall_ms + 8 * DAY_MS), members(), &mut hlc);
     let ops = persisted(&mut before);
     let mut markers = Vec::new();
     for (live, _) in &pairs {
@@ -948,7 +948,7 @@ fn purged_keys_are_persisted_and_restored_so_an_older_copy_stays_refused_after_a
     // A stale peer submits its old copies to the (restarted) leader: refused, nothing persisted
     // or logged. A newer re-create is taken.
     after.allow_claim_now(Millis(0));
-    after.handle_timeout(Millis(0), Millis(removed_at.wall_ms + 9 * DAY_MS), members());
+    after.handle_timeout(Millis(0), Millis(removed_at.wall_ms + 9 * DAY_MS), members(), &mut hlc);
     assert!(after.is_leader(Millis(0)), "a lone member takes the lease");
     persisted(&mut after);
     let last_seq = after.last_seq();

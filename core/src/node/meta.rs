@@ -166,14 +166,14 @@ impl Node {
     /// Submit a locally made record.
     pub(super) fn submit_record(&mut self, wall: Millis, record: Record) {
         let now = self.advance_clocks(wall);
-        self.meta.submit(now, record);
+        self.meta.submit(now, record, &mut self.hlc);
         self.drain_meta(wall, now);
     }
 
     /// Records that must reach the other nodes together (`Meta::submit_all`).
     pub(super) fn submit_records(&mut self, wall: Millis, records: Vec<Record>) {
         let now = self.advance_clocks(wall);
-        self.meta.submit_all(now, records);
+        self.meta.submit_all(now, records, &mut self.hlc);
         self.drain_meta(wall, now);
     }
 

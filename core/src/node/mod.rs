@@ -755,7 +755,7 @@ impl Node {
         }
         if self.cluster.is_some() {
             let candidates = self.lease_candidates(now);
-            self.meta.handle_timeout(now, wall, candidates);
+            self.meta.handle_timeout(now, wall, candidates, &mut self.hlc);
             self.drain_meta(wall, now);
             self.repl_tasks_timeout(wall, now);
             self.chores_timeout(wall, now);

@@ -1231,7 +1231,7 @@ impl Meta {
     }
 
     /// Periodic work. `members` lists every live member with its eligibility (this node too).
-    pub fn handle_timeout(&mut self, now: Millis, wall: Millis, members: Vec<Candidate>) {
+    pub fn handle_timeout(&mut self, now: Millis, wall: Millis, members: Vec<Candidate>, hlc: &mut Hlc) {
         self.now = self.now.max(now);
         let newcomers: Vec<NodeId> = members
             .iter()
@@ -1318,7 +1318,7 @@ impl Meta {
                 self.persist(MetaPersist::DeletePurged(key));
             }
         }
-        self.try_submit(now);
+        self.try_submit(now, Some(hlc));
     }
 
     pub(super) fn persist(&mut self, p: MetaPersist) {
@@ -1394,8 +1394,8 @@ impl Meta {
     // ---- writes ----
 
     /// A local change: applied at once, then replicated. `now` is monotonic time.
-    pub fn submit(&mut self, now: Millis, record: Record) {
-        self.submit_all(now, vec![record]);
+    pub fn submit(&mut self, now: Millis, record: Record, hlc: &mut Hlc) {
+        self.submit_all(now, vec![record], hlc);
     }
 
     /// Local changes that must travel together (a move's record at the new path and the old
@@ -1403,7 +1403,7 @@ impl Meta {
     /// or one submit (as follower) carries them, up to the batch bound. Sent one by one, the
     /// first could reach the others while this node died before the rest left it or were
     /// written behind: a move cut short left the file at both paths (the chaos test).
-    pub fn submit_all(&mut self, now: Millis, records: Vec<Record>) {
+    pub fn submit_all(&mut self, now: Millis, records: Vec<Record>, hlc: &mut Hlc) {
         self.now = self.now.max(now);
         let leader = self.is_leader(now);
         let has_based = records.iter().any(|r| Self::based_of(r).is_some());
@@ -1420,7 +1420,7 @@ impl Meta {
                 self.submit_due = self.submit_due.min(now);
             }
         }
-        self.try_submit(now);
+        self.try_submit(now, Some(hlc));
     }
 
     /// A local change that need not travel at once (an audit entry): applied and queued as
@@ -1612,7 +1612,9 @@ impl Meta {
         ids
     }
 
-    pub(super) fn try_submit(&mut self, now: Millis) {
+    /// Send this node's queued changes on: to the leader in submits, or, leading, into its own
+    /// log (`hlc` to write what that takes; `None` only where this node follows another).
+    pub(super) fn try_submit(&mut self, now: Millis, hlc: Option<&mut Hlc>) {
         if self.based_check.is_some() && !(self.is_leader(now) && self.own_changes_unchecked()) {
             // Nothing left to check (every queued change refuted), or no longer leading.
             self.based_check = None;
@@ -1629,6 +1631,7 @@ impl Meta {
                 // Submits to the old leader are answered (or time out) first.
                 return;
             }
+            let Some(hlc) = hlc else { return };
             if !self.own_based_checked(now) {
                 return;
             }
@@ -1642,11 +1645,22 @@ impl Meta {
                 let me = self.me.clone();
                 // A record sent back after a snapshot goes into the log with what it was
                 // decided from, as the leader it was sent to would have stored it.
+                let mut restored = None;
                 if let (Some(b), Record::File(f)) = (self.sent_back_based.remove(&id), &mut rec) {
                     f.based_on.get_or_insert(Box::new(b));
+                    restored = Some(rec.clone());
                 }
                 self.append_as_leader(rec, me);
                 self.persist(MetaPersist::DeletePending(id));
+                // A move of this node's own sent back after a snapshot that an overwrite it took
+                // with that snapshot never saw: ordered as the put, then the move, as the leader
+                // it was sent to orders it ([`Meta::answer_submit`]). Before, a mover that
+                // became the leader with it still queued took the moved record beside the
+                // overwrite: the file at both paths with one id.
+                if let Some((over, tomb, moved)) = restored.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r))
+                {
+                    self.carry_overwrite(&over, tomb, moved, hlc);
+                }
             }
             if let Some((first, last)) = ids {
                 let term = self.log_term().unwrap_or_default();
@@ -1860,7 +1874,7 @@ impl Meta {
                 c.failed.insert(peer.clone());
             }
             self.submit_due = now;
-            self.try_submit(now);
+            self.try_submit(now, Some(hlc));
             return;
         };
         for r in records {
@@ -1904,7 +1918,7 @@ impl Meta {
         }
         self.pump_appends();
         self.submit_due = now;
-        self.try_submit(now);
+        self.try_submit(now, Some(hlc));
     }
 
     pub(super) fn request_catch_up(&mut self, leader: &NodeId) {

@@ -184,7 +184,7 @@ impl Meta {
                         self.request_catch_up(&leader);
                     }
                 }
-                self.try_submit(now);
+                self.try_submit(now, Some(hlc));
             }
             MetaPurpose::Based => {
                 #[derive(Deserialize)]
@@ -273,7 +273,7 @@ impl Meta {
                     _ => {
                         self.catch_up_in_flight = None;
                         self.snapshot_progress = None;
-                        self.finish_snapshot(now, progress);
+                        self.finish_snapshot(now, progress, hlc);
                     }
                 }
             }
@@ -349,7 +349,7 @@ impl Meta {
     }
 
     /// The last page is in: follow the leader's numbering from the snapshot's position.
-    pub(super) fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress) {
+    pub(super) fn finish_snapshot(&mut self, now: Millis, p: SnapshotProgress, hlc: &mut Hlc) {
         self.snapshots_adopted += 1;
         self.drop_held_back();
         self.log.clear();
@@ -361,7 +361,7 @@ impl Meta {
         self.log_lease = Some(Lease { holder: p.holder.unwrap_or(p.from), term: p.term });
         self.persist_log_meta();
         self.submit_due = now;
-        self.try_submit(now);
+        self.try_submit(now, Some(hlc));
     }
 
     /// The node left its cluster: forget every record, the log and the lease.

@@ -66,7 +66,8 @@ impl Meta {
         }
         if !self.pending.is_empty() {
             self.submit_due = Millis::ZERO;
-            self.try_submit(now);
+            // (Following another node: nothing of this node's own goes into a log here.)
+            self.try_submit(now, None);
         }
     }
 
@@ -247,10 +248,16 @@ impl Meta {
         if carried_already && moved.checksum != put.checksum {
             return None;
         }
-        // Content the move took already, or the moved file holds: nothing to carry. (A move
-        // back to the old path, sent back after a snapshot without what it was decided from,
-        // looks like a put over the old path: carried, it would undo the move back.)
-        if !carried_already && (put.checksum == tomb.checksum || put.checksum == moved.checksum) {
+        // Content the move took already, or the moved file holds: nothing to carry, unless the
+        // put, newer than the move's tombstone, would bring the old path back beside the moved
+        // file (the same bytes put again: the file at both paths with one id). (A move back to
+        // the old path sent back by a build that strips what it was decided from looks like
+        // such a put: carried, it is undone, the file kept at the new path.)
+        let brings_old_path_back = tomb_here && put.version > here.version;
+        if !carried_already
+            && !brings_old_path_back
+            && (put.checksum == tomb.checksum || put.checksum == moved.checksum)
+        {
             return None;
         }
         let unchecked = self.unchecked_own();
@@ -303,7 +310,10 @@ impl Meta {
     /// put, then the move, as when the overwrite arrives second. Before, the moved record was
     /// taken beside the overwrite, and the file lived at both paths with one id (simulator
     /// `--races` seed 6827).
-    fn overwrite_a_sent_back_move_never_saw(&self, r: &Record) -> Option<(FileRecord, FileRecord, FileRecord)> {
+    pub(super) fn overwrite_a_sent_back_move_never_saw(
+        &self,
+        r: &Record,
+    ) -> Option<(FileRecord, FileRecord, FileRecord)> {
         let Record::File(f) = r else { return None };
         let b = f.based_on.as_deref()?;
         let over = self
@@ -315,9 +325,8 @@ impl Meta {
             .files_with_id(&f.id)
             .filter(|g| !g.removed && !g.is_dir && g.path != b.path && g.based_on.as_deref() == Some(b))
             .max_by(|x, y| x.version.cmp(&y.version))?;
-        if over.checksum.eq_ignore_ascii_case(&moved.checksum) {
-            return None; // the content the move took: nothing to carry
-        }
+        // (The same bytes put again are carried too: the old path is back beside the moved
+        // file, and the carry removes it.)
         let tomb = FileRecord { path: b.path.clone(), removed: true, ..moved.clone() };
         Some((over.clone(), tomb, moved.clone()))
     }
@@ -367,7 +376,7 @@ impl Meta {
     /// The versions written are just above those of the records they order (not the leader's
     /// clock now): a write decided after them and still on its way (a new file at the old path,
     /// an overwrite at the new one) stays newer and wins, as it would have without the carry.
-    fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
+    pub(super) fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
         // (Not over a file of another id kept there: the move's tombstone never took it.)
         if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed && f.id == put.id) {
             let again = FileRecord {
