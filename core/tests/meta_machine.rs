@@ -2735,3 +2735,95 @@ fn assert_move_refused(net: &Net, from: &str, to: &str) {
         assert!(net.meta(n).state().file(to).is_none(), "{n} holds nothing at the new path");
     }
 }
+
+/// The move sent back with its tombstone newer than the overwrite (the move decided later, on
+/// the other side): the tombstone and the moved record arrive in key order, which puts either
+/// first. Whichever path sorts first, the leader carries the move past the overwrite: the moved
+/// file takes the overwrite's content, and the old path's tombstone is written above the move's
+/// own. Before, the tombstone first dropped the overwrite by last-writer-wins, and the record
+/// first carried it but left the move's own tombstone winning at the old path, naming the old
+/// content's copies (a review of the seed 6827 fix).
+#[test]
+fn a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first() {
+    use shoal_core::meta::records::FileRecord;
+    for to in ["/a/m1", "/e/m1"] {
+        let (mut net, y) = one_file(MetaConfig::default());
+        net.advance(1);
+        let over = file_rec(&mut net, "a", "/d/f1", 'b');
+        net.submit("a", Record::File(over));
+        net.run();
+        net.advance(1);
+        let (moved, tomb) = move_recs(&mut net, "b", &y, to);
+        let tomb_version = tomb.version.clone();
+        let based = y.based_on_this();
+        // (Sent back in key order.)
+        let (first, second) = if to < "/d/f1" { (moved, tomb) } else { (tomb, moved) };
+        let body = json!({
+            "records": [
+                Record::File(FileRecord { based_on: None, ..first }),
+                Record::File(FileRecord { based_on: None, ..second }),
+            ],
+            "sentBack": [{"index": 0, "basedOn": based}, {"index": 1, "basedOn": based}],
+            "seqs": true,
+        })
+        .to_string();
+        let now = net.now;
+        let node = net.node_mut("a");
+        let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
+        assert_eq!(answer.status(), 200, "{}", answer.body);
+        net.rounds(3, 5_000);
+        for n in ["a", "b"] {
+            assert_eq!(live_checksum(net.meta(n), to), Some('b'), "{n} {to}: the moved file takes the overwrite");
+            let f1 = net.meta(n).state().file("/d/f1").cloned().expect("a record at the old path");
+            assert!(f1.removed, "{n} {to}: the old path is removed");
+            assert!(f1.version > tomb_version, "{n} {to}: the carry's tombstone is above the move's own");
+        }
+    }
+}
+
+/// The two records of a move sent back after a snapshot (which travel without their `BasedOn`,
+/// beside them in `sentBack`) go in one submit, as a move's records always do: the leader
+/// orders the pair together ([`a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first`]).
+/// Before, a batch could end between them.
+#[test]
+fn a_sent_back_moves_two_records_travel_in_one_submit() {
+    use shoal_core::meta::records::FileRecord;
+    let config = MetaConfig { batch_max: 2, ..MetaConfig::default() };
+    let mut net = Net::new(&["a", "b"], config);
+    let y = file_rec(&mut net, "b", "/d/f1", 'a');
+    net.advance(1);
+    let x = other_file_rec(&mut net, "b", "/c/x", 'c');
+    let (moved, tomb) = move_recs(&mut net, "b", &y, "/e/m1");
+    let based = Some(*y.based_on_this());
+    let pending = |id: u64, f: &FileRecord, sent_back: bool| shoal_core::meta::log::Pending {
+        id,
+        record: Record::File(FileRecord { based_on: if sent_back { None } else { f.based_on.clone() }, ..f.clone() }),
+        sent_back_based: if sent_back { based.clone() } else { None },
+    };
+    let node = net.node_mut("b");
+    node.meta.restore(
+        MetaRestored {
+            records: vec![Record::File(x.clone()), Record::File(tomb.clone()), Record::File(moved.clone())],
+            pending: vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &moved, true)],
+            ..MetaRestored::default()
+        },
+        &mut node.hlc,
+    );
+    let now = net.now;
+    net.node_mut("a").meta.allow_claim_now(now);
+    let mark = net.trace.len();
+    net.tick_all();
+    net.run();
+    net.rounds(3, 5_000);
+    let submits = net.trace_from(mark, "b", "/cluster/acn/meta/submit");
+    let paths: Vec<Vec<String>> = submits
+        .iter()
+        .map(|d| {
+            let body: Value = serde_json::from_slice(&d.request).expect("a submit body");
+            body["records"].as_array().expect("records").iter().map(|r| r["payload"]["path"].to_string()).collect()
+        })
+        .collect();
+    let together = paths.iter().any(|p| p.contains(&"\"/d/f1\"".to_string()) && p.contains(&"\"/e/m1\"".to_string()));
+    assert!(together, "the move's two records in one submit: {paths:?}");
+    assert_eq!(net.meta("b").pending_len(), 0);
+}

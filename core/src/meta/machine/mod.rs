@@ -260,12 +260,8 @@ pub(super) fn take_bounded<'a, T: 'a>(
 /// of one decision (consecutive file records with the same `BasedOn`): before the group the
 /// batch's last record belongs to, when the record after it continues that group. `n` when no
 /// group is split, or when a group alone fills the batch.
-fn decision_cut<'r>(records: impl Iterator<Item = &'r Record>, n: usize) -> usize {
-    let based = |r: &Record| match r {
-        Record::File(f) => f.based_on.clone(),
-        _ => None,
-    };
-    let head: Vec<Option<Box<crate::meta::records::BasedOn>>> = records.take(n + 1).map(based).collect();
+fn decision_cut<'r>(based: impl Iterator<Item = Option<&'r crate::meta::records::BasedOn>>, n: usize) -> usize {
+    let head: Vec<Option<&crate::meta::records::BasedOn>> = based.take(n + 1).collect();
     let (Some(Some(last)), Some(Some(next))) = (n.checked_sub(1).and_then(|i| head.get(i)), head.get(n)) else {
         return n;
     };
@@ -378,6 +374,14 @@ pub(super) struct SubmitBody<R> {
     /// the leader does not check it again; stored with the record).
     #[serde(default)]
     sent_back: Vec<SentBack>,
+}
+
+/// One decision (a move, a remove) among a submit's records sent back after a snapshot: the
+/// file, what it was decided from, and the newest version among its records in that submit.
+pub(super) struct SentBackDecision {
+    id: crate::ids::FileId,
+    based: crate::meta::records::BasedOn,
+    newest: crate::hlc::Version,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -1657,8 +1661,8 @@ impl Meta {
                 // it was sent to orders it ([`Meta::answer_submit`]). Before, a mover that
                 // became the leader with it still queued took the moved record beside the
                 // overwrite: the file at both paths with one id.
-                if let Some((over, tomb, moved)) = restored.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r))
-                {
+                let carry = restored.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r, &[]));
+                if let Some((over, tomb, moved)) = carry {
                     self.carry_overwrite(&over, tomb, moved, hlc);
                 }
             }
@@ -1679,7 +1683,10 @@ impl Meta {
                 json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), self.config.batch_max);
             // The records of one decision (a move's two, from one `BasedOn`) go in one submit:
             // the leader checks them together, so it takes both or neither.
-            let mut cut = decision_cut(unsent().map(|(_, r)| r), n);
+            // (A record sent back after a snapshot travels without its `BasedOn`: what it was
+            // decided from is beside it, and the leader orders the pair by it.)
+            let sent_back_based = &self.sent_back_based;
+            let mut cut = decision_cut(unsent().map(|(id, r)| Self::based_of(r).or(sent_back_based.get(id))), n);
             // A mark of a remove's or move's record in a submit still in flight (a wider
             // `submit_window`) waits for that submit's answer: should the leader refuse the
             // change, the mark leaves with it ([`Meta::undo_own`]); sent meanwhile, it would
@@ -2217,11 +2224,11 @@ mod tests {
         };
         let records = [file("/a", None), file("/m", Some("/f")), file("/f", Some("/f")), file("/b", None)];
         for (n, cut) in [(1, 1), (2, 1), (3, 3), (4, 4)] {
-            assert_eq!(decision_cut(records.iter(), n), cut, "a batch of {n}");
+            assert_eq!(decision_cut(records.iter().map(Meta::based_of), n), cut, "a batch of {n}");
         }
         let pair = [file("/m", Some("/f")), file("/f", Some("/f"))];
-        assert_eq!(decision_cut(pair.iter(), 1), 1, "a pair bigger than the batch goes as it can");
+        assert_eq!(decision_cut(pair.iter().map(Meta::based_of), 1), 1, "a pair bigger than the batch goes as it can");
         let two_decisions = [file("/m", Some("/f")), file("/f", Some("/f")), file("/n", Some("/g"))];
-        assert_eq!(decision_cut(two_decisions.iter(), 2), 2);
+        assert_eq!(decision_cut(two_decisions.iter().map(Meta::based_of), 2), 2);
     }
 }

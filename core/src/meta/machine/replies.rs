@@ -307,6 +307,11 @@ impl Meta {
                 origin: self.me.clone(),
             })));
         }
+        // (A leader may take a submit's records out of the order sent: [`Meta::sent_back_plan`].)
+        entries.sort_by_key(|e| match e {
+            PeerEntry::Read(e) => e.seq,
+            _ => LogIndex(0),
+        });
         Some(entries)
     }
 

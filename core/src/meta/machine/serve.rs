@@ -310,16 +310,19 @@ impl Meta {
     /// put, then the move, as when the overwrite arrives second. Before, the moved record was
     /// taken beside the overwrite, and the file lived at both paths with one id (simulator
     /// `--races` seed 6827).
+    ///
+    /// `decisions` holds, for the records of each decision sent back in the same submit, the
+    /// newest version among them ([`Meta::sent_back_plan`]): the tombstone written again at the
+    /// old path goes above the move's own tombstone, which may follow in that submit (it must
+    /// lose to it there, whichever of the two comes first).
     pub(super) fn overwrite_a_sent_back_move_never_saw(
         &self,
         r: &Record,
+        decisions: &[SentBackDecision],
     ) -> Option<(FileRecord, FileRecord, FileRecord)> {
         let Record::File(f) = r else { return None };
         let b = f.based_on.as_deref()?;
-        let over = self
-            .state
-            .file(&b.path)
-            .filter(|o| !o.removed && !o.is_dir && o.id == f.id && o.version > b.version && o.based_on.is_none())?;
+        let over = self.overwrite_a_move_never_saw(f)?;
         let moved = self
             .state
             .files_with_id(&f.id)
@@ -327,8 +330,79 @@ impl Meta {
             .max_by(|x, y| x.version.cmp(&y.version))?;
         // (The same bytes put again are carried too: the old path is back beside the moved
         // file, and the carry removes it.)
-        let tomb = FileRecord { path: b.path.clone(), removed: true, ..moved.clone() };
+        let decided = decisions.iter().find(|d| d.id == f.id && &d.based == b).map(|d| d.newest.clone());
+        let version = decided.map_or(moved.version.clone(), |d| d.max(moved.version.clone()));
+        let tomb = FileRecord { path: b.path.clone(), removed: true, version, ..moved.clone() };
         Some((over.clone(), tomb, moved.clone()))
+    }
+
+    /// The overwrite this leader holds at the old path of a move `f` is a record of (same id,
+    /// live, newer than what the move was decided from, and no move's record itself).
+    fn overwrite_a_move_never_saw(&self, f: &FileRecord) -> Option<&FileRecord> {
+        let b = f.based_on.as_deref()?;
+        self.state
+            .file(&b.path)
+            .filter(|o| !o.removed && !o.is_dir && o.id == f.id && o.version > b.version && o.based_on.is_none())
+    }
+
+    /// The order a submit's records are taken in, and the decisions among its records sent back
+    /// after a snapshot. In the order sent, but for a move's tombstone sent back before the
+    /// move's record at the new path (key order) where this leader holds an overwrite at the
+    /// old path that the move never saw: it is taken right after that record, so the move is
+    /// carried past the overwrite ([`Meta::overwrite_a_sent_back_move_never_saw`]) whichever
+    /// path sorts first. Before, the tombstone first dropped the overwrite by last-writer-wins,
+    /// while the record first carried it (a review of the seed 6827 fix).
+    fn sent_back_plan(
+        &self,
+        records: &[Box<RawValue>],
+        sent_back: &BTreeMap<usize, BasedOn>,
+    ) -> (Vec<usize>, Vec<SentBackDecision>) {
+        let mut order: Vec<usize> = (0..records.len()).collect();
+        if sent_back.is_empty() {
+            return (order, Vec::new());
+        }
+        let restored: Vec<(usize, FileRecord)> = sent_back
+            .iter()
+            .filter_map(|(i, based)| {
+                let Ok(Record::File(f)) = serde_json::from_str::<Record>(records.get(*i)?.get()) else { return None };
+                f.based_on.is_none().then(|| (*i, FileRecord { based_on: Some(Box::new(based.clone())), ..f }))
+            })
+            .collect();
+        let mut decisions: Vec<SentBackDecision> = Vec::new();
+        for (_, f) in &restored {
+            let Some(based) = f.based_on.as_deref() else { continue };
+            match decisions.iter_mut().find(|d| d.id == f.id && &d.based == based) {
+                Some(d) => d.newest = d.newest.clone().max(f.version.clone()),
+                None => decisions.push(SentBackDecision {
+                    id: f.id.clone(),
+                    based: based.clone(),
+                    newest: f.version.clone(),
+                }),
+            }
+        }
+        for (i, tomb) in restored.iter().filter(|(_, f)| f.removed) {
+            let based = tomb.based_on.as_deref();
+            let sibling = restored.iter().find(|(j, g)| {
+                j > i
+                    && !g.removed
+                    && !g.is_dir
+                    && g.id == tomb.id
+                    && g.path != tomb.path
+                    && g.based_on.as_deref() == based
+            });
+            let Some((j, _)) = sibling else { continue };
+            if self.overwrite_a_move_never_saw(tomb).is_none() {
+                continue;
+            }
+            let (Some(from), Some(to)) = (order.iter().position(|k| k == i), order.iter().position(|k| k == j)) else {
+                continue;
+            };
+            let tomb_index = order.remove(from);
+            // (`to`, past `from`, moved down by one with the removal: the tombstone lands
+            // right after the record.)
+            order.insert(to, tomb_index);
+        }
+        (order, decisions)
     }
 
     /// The record this leader wrote again for a submitted live file record (`path`, `id`,
@@ -485,7 +559,10 @@ impl Meta {
             made.iter().find(|(p, v, _)| *p == f.path && *v == f.version).map(|(_, _, b)| b.clone())
         };
         let sent_back: BTreeMap<usize, BasedOn> = b.sent_back.into_iter().map(|s| (s.index, s.based_on)).collect();
-        for (i, raw) in b.records.into_iter().enumerate() {
+        let records = b.records;
+        let (order, decisions) = self.sent_back_plan(&records, &sent_back);
+        for i in order {
+            let raw = &records[i];
             let mut restored = false;
             let r = match serde_json::from_str::<Record>(raw.get()) {
                 // A record sent back after a snapshot, held on its side already: stored with
@@ -579,7 +656,8 @@ impl Meta {
                 self.carry_overwrite(&put, tomb, moved, hlc);
             }
             // A move sent back after a snapshot, which an overwrite this leader holds never saw.
-            if let Some((over, tomb, moved)) = taken_move.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r)) {
+            let carry = taken_move.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r, &decisions));
+            if let Some((over, tomb, moved)) = carry {
                 self.carry_overwrite(&over, tomb, moved, hlc);
             }
             if let (false, Some(again)) = (keep, again_before) {
