@@ -2380,6 +2380,80 @@ fn submit_to(net: &mut Net, leader: &str, from: &str, records: Vec<Record>) -> V
     answer.body
 }
 
+/// A new file (another id, put through a node that never knew the file at its path) reaches a
+/// leader whose own move of that file still waits for its check, newer than the file the move
+/// was decided from and older than the move's tombstone. The leader holds it until the check
+/// ends: the check passes (no member holds anything newer at the old path), and the new file is
+/// written again above the move's tombstone, before it in the log, as it would have been
+/// after a checked move. Before, it lost the path to the tombstone by last-writer-wins, although
+/// its node had answered `replicated`.
+#[test]
+fn a_new_file_meeting_a_leaders_unchecked_move_is_kept_once_the_check_passes() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.cut("a", "b");
+    net.rounds(8, 5_000);
+    assert!(net.meta("a").leader_may_lag(net.now));
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    assert_eq!(net.meta("a").pending_len(), 2, "the move waits for its check");
+    // (b's own records never hold the new file here: its check answers nothing newer.)
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
+    assert!(answer.get("writtenAgain").is_none(), "{answer}");
+    net.heal("a", "b");
+    net.rounds(6, 5_000);
+    assert_eq!(net.meta("a").pending_len(), 0, "the check passed");
+    assert_eq!(net.meta("a").status(net.now).based_refused, 0, "nothing refused");
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n}: the move is taken");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('x'), "{n}: the new file is kept");
+    }
+    // In the log, the file written again comes before the tombstone it is kept over.
+    let page = net.meta("a").answer_log("after=0").body;
+    let at = |removed: bool, c: char| {
+        page["entries"].as_array().and_then(|e| {
+            e.iter().position(|e| {
+                let p = &e["payload"];
+                p["path"] == "/d/f1"
+                    && p["removed"].as_bool().unwrap_or(false) == removed
+                    && p["checksum"].as_str().is_some_and(|s| s.starts_with(c))
+            })
+        })
+    };
+    let (kept, tomb) = (at(false, 'x'), at(true, 'a'));
+    assert!(kept.is_some() && tomb.is_some() && kept < tomb, "kept {kept:?}, tombstone {tomb:?}: {page}");
+}
+
+/// The same, where the check refutes the move (the member holds an overwrite of the moved file
+/// newer than what the move was decided from): the held new file, newer than that overwrite,
+/// meets it by last-writer-wins once the move is undone, and wins the path. Before, it stayed
+/// lost (dropped by the tombstone, which the undo then took away).
+#[test]
+fn a_new_file_held_for_a_refuted_move_meets_what_the_check_brought_back() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.cut("a", "b");
+    net.rounds(8, 5_000);
+    let over = file_rec(&mut net, "b", "/d/f1", 'b');
+    let now = net.now;
+    net.submit_at("b", now, Record::File(over));
+    net.advance(1);
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    submit_to(&mut net, "a", "b", vec![Record::File(x)]);
+    net.heal("a", "b");
+    net.rounds(6, 5_000);
+    assert!(net.meta("a").status(net.now).based_refused >= 1, "the check refused the move");
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('x'), "{n}: the newest file at the path");
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), None, "{n}: the move is undone");
+    }
+}
+
 /// A new file (another id) reaches a leader whose own move of the file at that path still
 /// waits for its check: it is not written again above that tombstone. The check finds an
 /// overwrite newer than the new file on the member and refutes the move: the overwrite wins

@@ -277,7 +277,10 @@ impl Meta {
     /// version its `based_on` names (when it still carries it: a record sent back after a
     /// snapshot does not), so a record of another file at that path newer than that is one it
     /// never took. Returns that live record and the tombstone.
-    fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<(FileRecord, FileRecord)> {
+    ///
+    /// `Err` with the live record when the tombstone is a remove or move of this leader's own
+    /// still waiting for its check ([`Meta::hold_for_own_check`]).
+    fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<Result<(FileRecord, FileRecord), FileRecord>> {
         let Record::File(incoming) = r else { return None };
         if incoming.is_dir {
             return None;
@@ -294,11 +297,11 @@ impl Meta {
         // Not over a remove or move of this leader's own still waiting for its check: the
         // check may refute it, and the record it brings back (an overwrite newer than the file
         // kept here) must then win by last-writer-wins, not lose to a record written above
-        // the refuted tombstone. The file loses to that tombstone as before (README, "Limits").
+        // the refuted tombstone. The file is held until the check ends.
         if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
-            return None;
+            return Some(Err(live.clone()));
         }
-        Some((live.clone(), tomb.clone()))
+        Some(Ok((live.clone(), tomb.clone())))
     }
 
     /// A move sent back after a snapshot (`r`, one of its two records, with the `based_on`
@@ -422,7 +425,7 @@ impl Meta {
     /// its node deleted its bytes as the tombstone's copy (simulator `--races` seed 5935). The
     /// version is just above the tombstone's (not this leader's clock): a write decided after
     /// them and still on its way stays newer. Returns the record written, if it was.
-    fn keep_over_tombstone(&mut self, live: FileRecord, tomb: &FileRecord, hlc: &mut Hlc) -> Option<Record> {
+    pub(super) fn keep_over_tombstone(&mut self, live: FileRecord, tomb: &FileRecord, hlc: &mut Hlc) -> Option<Record> {
         let version = self.just_above(tomb.version.clone().max(live.version.clone()));
         // (What it was decided from stays with it: a moved file kept so still names where it
         // came from.)
@@ -633,7 +636,14 @@ impl Meta {
                 Record::File(put) => Some((put.clone(), c)),
                 _ => None,
             });
-            let unseen = self.file_a_tombstone_never_saw(&r);
+            let unseen = match self.file_a_tombstone_never_saw(&r) {
+                Some(Ok(unseen)) => Some(unseen),
+                Some(Err(live)) => {
+                    self.hold_for_own_check(live, from);
+                    None
+                }
+                None => None,
+            };
             // (Looked up before `r` is taken: no clone on a put's way in.)
             let again_before = match (&r, &unseen) {
                 (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
