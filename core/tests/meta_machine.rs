@@ -2901,3 +2901,51 @@ fn a_sent_back_moves_two_records_travel_in_one_submit() {
     assert!(together, "the move's two records in one submit: {paths:?}");
     assert_eq!(net.meta("b").pending_len(), 0);
 }
+
+/// An overwrite acknowledged on one side of a partition (here held by `b` alone) and a move
+/// of the file decided on the other (by the leader `a`, checked against `c` only, which never
+/// saw the overwrite): when `b` takes the move's tombstone from the leader, it would drop its
+/// overwrite by last-writer-wins, and the leader would never hear of it. `b` sends it back
+/// instead, and the leader carries it to the moved file (the put, then the move). Before, the
+/// moved file kept the old content while the copies at the old path held the overwrite's
+/// bytes: no rename matched them, and the moved file had no right copy (simulator `--races`
+/// seed 7730).
+#[test]
+fn an_overwrite_a_moves_tombstone_never_saw_is_sent_back_and_carried() {
+    let mut net = Net::new(&["a", "b", "c"], MetaConfig::default());
+    let y = file_rec(&mut net, "a", "/d/f1", 'a');
+    net.advance(1);
+    let over = file_rec(&mut net, "b", "/d/f1", 'b');
+    for (n, records) in [("a", vec![y.clone()]), ("b", vec![over]), ("c", vec![y.clone()])] {
+        let node = net.node_mut(n);
+        let records = records.into_iter().map(Record::File).collect();
+        node.meta.restore(MetaRestored { records, ..MetaRestored::default() }, &mut node.hlc);
+    }
+    net.cut("a", "b");
+    net.cut("b", "c");
+    net.set_view("a", &[("a", true), ("b", false), ("c", true)]);
+    net.set_view("c", &[("a", true), ("b", false), ("c", true)]);
+    net.set_view("b", &[("a", false), ("b", true), ("c", false)]);
+    let now = net.now;
+    net.node_mut("a").meta.allow_claim_now(now);
+    net.rounds(3, 1_000);
+    assert!(net.meta("a").is_leader(net.now));
+    // (Rounds in which c answers a lease push on a's numbering.)
+    net.rounds(3, 5_000);
+    assert!(!net.meta("a").leader_may_lag(net.now), "a hears from c: its move goes in unchecked");
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("a"));
+    net.run();
+    assert_eq!(live_checksum(net.meta("c"), "/d/m1"), Some('a'), "the move is in");
+    net.heal("a", "b");
+    net.heal("b", "c");
+    net.set_view_all(&[("a", true), ("b", true), ("c", true)]);
+    net.rounds(8, 2_000);
+    for n in ["a", "b", "c"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('b'), "{n}: the moved file takes the overwrite");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path is removed");
+    }
+}

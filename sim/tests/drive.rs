@@ -435,13 +435,17 @@ fn drive_overwrite_sweep_keeps_the_old_or_the_new_bytes() {
 /// Seed 6091: a leader's copy mark at its unchecked move's new path went into the log before
 /// the check refuted the move, and left the file at both paths on the others.
 /// Seed 6827: a move sent back after a snapshot to a leader holding an overwrite it never saw
-/// was taken beside it (the file at both paths with one id).
+/// was taken beside it (the file at both paths with one id). Seed 7730: an overwrite
+/// acknowledged on one side of a partition met a move's tombstone from the other side's leader
+/// on the nodes that held it, and was dropped there by last-writer-wins without the leader
+/// ever hearing of it; the moved file's record named the old content, whose bytes the
+/// overwrite had replaced, so it had no right copy.
 /// `SEED=n` runs only seed n.
 #[test]
 fn drive_race_sweep_keeps_an_overwrite_that_raced_a_move() {
     let seeds: Vec<u64> = match std::env::var("SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
-        None => vec![5018, 5093, 5181, 6001, 6396, 5287, 6443, 6091, 6827, 5000, 5001, 5002],
+        None => vec![5018, 5093, 5181, 6001, 6396, 5287, 6443, 6091, 6827, 7730, 5000, 5001, 5002],
     };
     let opts = shoal_sim::DriveOptions { overwrites: true, races: true, ..Default::default() };
     let failures: Vec<String> = seeds.iter().filter_map(|&s| shoal_sim::run_drive_seed_with(s, &opts).err()).collect();

@@ -2029,8 +2029,12 @@ impl Meta {
     }
 
     /// Apply records that came from elsewhere; persist what changed.
+    /// Records from the leader, outside its log's numbering (a snapshot page, an append of
+    /// another numbering): each applied, an overwrite of ours a tombstone among them never saw
+    /// sent back first ([`Meta::send_back_unseen_overwrite`]).
     pub(super) fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
         for r in records {
+            self.send_back_unseen_overwrite(&r);
             self.apply_one(&r, hlc);
         }
     }
@@ -2081,6 +2085,7 @@ impl Meta {
             for v in e.record.versions() {
                 hlc.observe(v);
             }
+            self.send_back_unseen_overwrite(&e.record);
             let stored = if believable(&e.record, hlc) { self.state.apply(&e.record) } else { None };
             if let Some(stored) = stored {
                 let stored = stored.clone();

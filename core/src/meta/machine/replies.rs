@@ -336,21 +336,59 @@ impl Meta {
                 send_back.push(r.clone());
             }
         }
-        for mut r in send_back {
-            // Sent back as held, not as a decision: the leader must not check (or refuse) it
-            // again against records it may lack. What it was decided from goes beside it.
-            let mut sent_back_based = None;
-            if let Record::File(f) = &mut r {
-                sent_back_based = f.based_on.take().map(|b| *b);
-            }
-            let id = self.next_pending_id;
-            self.next_pending_id += 1;
-            if let Some(b) = &sent_back_based {
-                self.sent_back_based.insert(id, b.clone());
-            }
-            self.pending_insert(id, r.clone());
-            self.persist(MetaPersist::PutPending(Pending { id, record: r, sent_back_based }));
+        for r in send_back {
+            self.queue_sent_back(r);
         }
+    }
+
+    /// Queue a record this node holds to be sent back to the leader. Sent as held, not as a
+    /// decision: the leader must not check (or refuse) it again against records it may lack.
+    /// What it was decided from goes beside it.
+    pub(super) fn queue_sent_back(&mut self, mut r: Record) {
+        let mut sent_back_based = None;
+        if let Record::File(f) = &mut r {
+            sent_back_based = f.based_on.take().map(|b| *b);
+        }
+        let id = self.next_pending_id;
+        self.next_pending_id += 1;
+        if let Some(b) = &sent_back_based {
+            self.sent_back_based.insert(id, b.clone());
+        }
+        self.pending_insert(id, r.clone());
+        self.persist(MetaPersist::PutPending(Pending { id, record: r, sent_back_based }));
+    }
+
+    /// The overwrite this node holds that a remove's or a move's tombstone `r`, arriving from
+    /// the leader (in a snapshot page or an append, [`Meta::send_back_unseen_overwrite`]), never saw: the same file, put (no
+    /// `BasedOn`) after the version the tombstone was decided from, and older than the
+    /// tombstone, so last-writer-wins drops it here, and the leader, whose side never saw it (a
+    /// put acknowledged on the other side of a partition), would never hear of it. It is sent
+    /// back: the leader carries an overwrite that raced a move to the moved file
+    /// ([`Meta::moved_away_under`]), and drops one a remove took, as it would had the put come
+    /// first. Before, the move kept the old content while the copies at the old path held the
+    /// overwrite's bytes (no rename matched them): the moved file had no right copy and the
+    /// acknowledged overwrite was gone (simulator `--races` seed 7730). While it waits to be
+    /// sent, nothing at its path is deleted here ([`Meta::put_awaits_leader`]).
+    pub(super) fn send_back_unseen_overwrite(&mut self, r: &Record) {
+        if let Some(over) = self.overwrite_a_tombstone_never_saw(r) {
+            let key = (over.kind(), over.key());
+            if !self.pending.values().any(|p| (p.kind(), p.key()) == key) {
+                self.queue_sent_back(over);
+            }
+        }
+    }
+
+    fn overwrite_a_tombstone_never_saw(&self, r: &Record) -> Option<Record> {
+        let Record::File(t) = r else { return None };
+        let b = t.based_on.as_deref().filter(|_| t.removed && !t.is_dir)?;
+        let here = self.state.file(&t.path)?;
+        let unseen = !here.removed
+            && !here.is_dir
+            && here.id == t.id
+            && here.based_on.is_none()
+            && here.version > b.version
+            && here.version < t.version;
+        unseen.then(|| Record::File(here.clone()))
     }
 
     /// The last page is in: follow the leader's numbering from the snapshot's position.
