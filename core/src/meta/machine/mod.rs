@@ -628,10 +628,6 @@ pub struct Meta {
     /// Leader: the members asked what they hold at the paths of this node's own queued removes
     /// and moves, before those go into the log ([`Meta::own_based_checked`]).
     based_check: Option<BasedCheck>,
-    /// Leader: files submitted while one of this node's own queued removes or moves, whose
-    /// tombstone never saw them, waits for its check, with who submitted each
-    /// ([`Meta::hold_for_own_check`]); at most [`REFUSED_OWN_MAX`], in memory only.
-    held_for_own_check: Vec<(crate::meta::records::FileRecord, NodeId)>,
     /// Leader: when each member last answered a lease push or an append with its records
     /// settled on this leader's numbering ([`Meta::leader_may_lag`]).
     in_touch: BTreeMap<NodeId, Millis>,
@@ -720,7 +716,6 @@ impl Meta {
             changed_own: BTreeSet::new(),
             based_pending: BTreeMap::new(),
             sent_back_based: BTreeMap::new(),
-            held_for_own_check: Vec::new(),
             based_check: None,
             in_touch: BTreeMap::new(),
             based_retry_due: None,
@@ -1011,66 +1006,6 @@ impl Meta {
             self.apply_one(&r, hlc);
         }
         self.note_changed_own(id);
-    }
-
-    /// Leader: a file submitted (`live`, from `from`) that a tombstone of this node's own never
-    /// saw (a new file at the path of a file this node removed or moved, put through a node
-    /// that never knew that file), while that remove or move waits for its check. Last-writer-
-    /// wins drops it here for now; once the check passes it is written again above the
-    /// tombstone ([`Meta::keep_held_over`]), and should the check refute the change it meets
-    /// what is there then ([`Meta::release_held`]). Before, it stayed lost to the tombstone,
-    /// although its node had answered its put `replicated`. Held in memory: a leader that
-    /// restarts or loses the lease meanwhile forgets it (README, "Limits").
-    pub(super) fn hold_for_own_check(&mut self, live: crate::meta::records::FileRecord, from: &NodeId) {
-        let same =
-            |(h, _): &(crate::meta::records::FileRecord, NodeId)| h.path == live.path && h.version == live.version;
-        if self.held_for_own_check.iter().any(same) {
-            return;
-        }
-        if self.held_for_own_check.len() >= REFUSED_OWN_MAX {
-            self.held_for_own_check.remove(0);
-        }
-        self.held_for_own_check.push((live, from.clone()));
-    }
-
-    /// Before this leader's checked tombstone `tomb` goes into its log: each held file at its
-    /// path that it never saw is written again just above it ([`Meta::keep_over_tombstone`]).
-    fn keep_held_over(&mut self, tomb: &crate::meta::records::FileRecord, hlc: &mut Hlc) {
-        if !tomb.removed || !self.held_for_own_check.iter().any(|(h, _)| h.path == tomb.path) {
-            return;
-        }
-        let (here, rest): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.held_for_own_check).into_iter().partition(|(h, _)| h.path == tomb.path);
-        self.held_for_own_check = rest;
-        for (live, from) in here {
-            let never_saw = live.id != tomb.id
-                && tomb.version > live.version
-                && tomb.based_on.as_deref().is_none_or(|b| b.version < live.version);
-            if never_saw {
-                self.keep_over_tombstone(live, tomb, hlc);
-            } else {
-                self.held_for_own_check.push((live, from));
-            }
-        }
-    }
-
-    /// Held files whose path no longer waits for a check of this node's own (the change went
-    /// into the log without meeting them, or was refuted): each meets what this leader holds
-    /// there now, by last-writer-wins, and goes into the log if it wins.
-    fn release_held(&mut self, hlc: &mut Hlc) {
-        if self.held_for_own_check.is_empty() {
-            return;
-        }
-        let unchecked: BTreeSet<String> = self.unchecked_own().keys().map(|(p, _)| p.to_string()).collect();
-        let (waiting, free): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.held_for_own_check).into_iter().partition(|(h, _)| unchecked.contains(&h.path));
-        self.held_for_own_check = waiting;
-        for (live, from) in free {
-            let r = Record::File(live);
-            if self.apply_one(&r, hlc) {
-                self.append_as_leader(r, from);
-            }
-        }
     }
 
     /// Undo pending record `id` (one with a `BasedOn`) on this node, if it is still what this
@@ -1694,7 +1629,12 @@ impl Meta {
         let Some(leader) = self.leader(now).map(|l| l.holder.clone()) else { return };
         if leader != self.me {
             self.based_check = None;
-            self.held_for_own_check.clear();
+        }
+        if leader != self.me && self.snapshot_progress.is_some() && !self.sent_back_based.is_empty() {
+            // A snapshot is being adopted and it sends back removes or moves: their records
+            // come page by page, a move's two maybe on two pages; they go once all are queued
+            // (the leader orders a sent-back move's two together: [`Meta::sent_back_plan`]).
+            return;
         }
         if leader == self.me {
             if !self.submits.is_empty() {
@@ -1720,11 +1660,6 @@ impl Meta {
                     f.based_on.get_or_insert(Box::new(b));
                     restored = Some(rec.clone());
                 }
-                // Files held for this check that the tombstone never saw go in first, written
-                // again just above it, so no member holds the tombstone winning over them.
-                if let Record::File(tomb) = &rec {
-                    self.keep_held_over(tomb, hlc);
-                }
                 self.append_as_leader(rec, me);
                 self.persist(MetaPersist::DeletePending(id));
                 // A move of this node's own sent back after a snapshot that an overwrite it took
@@ -1737,7 +1672,6 @@ impl Meta {
                     self.carry_overwrite(&over, tomb, moved, hlc);
                 }
             }
-            self.release_held(hlc);
             if let Some((first, last)) = ids {
                 let term = self.log_term().unwrap_or_default();
                 self.self_appended.insert(first, (last, begin, self.last_seq, term));
@@ -1759,6 +1693,18 @@ impl Meta {
             // decided from is beside it, and the leader orders the pair by it.)
             let sent_back_based = &self.sent_back_based;
             let mut cut = decision_cut(unsent().map(|(id, r)| Self::based_of(r).or(sent_back_based.get(id))), n);
+            if !sent_back_based.is_empty() {
+                // A snapshot's send-backs are queued in key order, so a move's two records may
+                // sit apart (another record's path between theirs): the batch ends before a
+                // decision it would split, unless that decision comes first.
+                let based: Vec<Option<&crate::meta::records::BasedOn>> =
+                    unsent().map(|(id, r)| Self::based_of(r).or(sent_back_based.get(id))).collect();
+                let beyond: Vec<&crate::meta::records::BasedOn> = based.iter().skip(cut).flatten().copied().collect();
+                let split = (0..cut).find(|&i| based[i].is_some_and(|b| beyond.contains(&b)));
+                if let Some(i) = split.filter(|&i| i > 0) {
+                    cut = i;
+                }
+            }
             // A mark of a remove's or move's record in a submit still in flight (a wider
             // `submit_window`) waits for that submit's answer: should the leader refuse the
             // change, the mark leaves with it ([`Meta::undo_own`]); sent meanwhile, it would
@@ -1991,8 +1937,6 @@ impl Meta {
             }
             // Held by that member (the old leader acknowledged it): now in our log too.
             self.append_as_leader(r.clone(), peer.clone());
-            // Files held for a check that just refuted its change meet what is there now.
-            self.release_held(hlc);
         }
         if let Some(c) = &mut self.based_check {
             c.waiting.remove(peer);
@@ -2034,7 +1978,9 @@ impl Meta {
     /// sent back first ([`Meta::send_back_unseen_overwrite`]).
     pub(super) fn apply_remote(&mut self, records: impl IntoIterator<Item = Record>, hlc: &mut Hlc) {
         for r in records {
-            self.send_back_unseen_overwrite(&r);
+            if believable(&r, hlc) {
+                self.send_back_unseen_overwrite(&r);
+            }
             self.apply_one(&r, hlc);
         }
     }
@@ -2085,8 +2031,13 @@ impl Meta {
             for v in e.record.versions() {
                 hlc.observe(v);
             }
-            self.send_back_unseen_overwrite(&e.record);
-            let stored = if believable(&e.record, hlc) { self.state.apply(&e.record) } else { None };
+            let stored = match believable(&e.record, hlc) {
+                true => {
+                    self.send_back_unseen_overwrite(&e.record);
+                    self.state.apply(&e.record)
+                }
+                false => None,
+            };
             if let Some(stored) = stored {
                 let stored = stored.clone();
                 self.persist(MetaPersist::PutRecord(stored));

@@ -128,9 +128,16 @@ impl Meta {
                             _ => self.refused_by(peer, "a record written again", raw.get().to_string()),
                         }
                     }
+                    // Records the leader asks to have again later (a file meeting a remove or
+                    // move of the leader's own still waiting for its check): kept queued.
+                    let mut again_later = BTreeSet::new();
                     for r in refused_records {
                         let index = r.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
                         let id = index.and_then(|i| ids.get(i)).copied();
+                        if r.get("wait").and_then(Value::as_bool) == Some(true) {
+                            again_later.extend(id);
+                            continue;
+                        }
                         if r.get("changed").and_then(Value::as_bool) == Some(true) {
                             // Decided from a record the leader no longer holds: a conflict, not
                             // a fault; undone here.
@@ -147,6 +154,10 @@ impl Meta {
                     }
                     let mut submitted = Vec::with_capacity(ids.len());
                     for id in ids {
+                        if again_later.contains(&id) {
+                            submitted.push(None);
+                            continue;
+                        }
                         // (A record sent back is rebuilt as the leader stored it: with what it
                         // was decided from.)
                         let based = self.sent_back_based.get(&id).cloned();
@@ -174,7 +185,10 @@ impl Meta {
                             None => self.request_catch_up(&lease.holder),
                         }
                     }
-                    self.submit_due = now;
+                    self.submit_due = match again_later.is_empty() {
+                        true => now,
+                        false => now.plus(self.config.submit_retry_ms),
+                    };
                 } else {
                     self.submit_due = now.plus(self.config.submit_retry_ms);
                 }
@@ -358,17 +372,11 @@ impl Meta {
         self.persist(MetaPersist::PutPending(Pending { id, record: r, sent_back_based }));
     }
 
-    /// The overwrite this node holds that a remove's or a move's tombstone `r`, arriving from
-    /// the leader (in a snapshot page or an append, [`Meta::send_back_unseen_overwrite`]), never saw: the same file, put (no
-    /// `BasedOn`) after the version the tombstone was decided from, and older than the
-    /// tombstone, so last-writer-wins drops it here, and the leader, whose side never saw it (a
-    /// put acknowledged on the other side of a partition), would never hear of it. It is sent
-    /// back: the leader carries an overwrite that raced a move to the moved file
-    /// ([`Meta::moved_away_under`]), and drops one a remove took, as it would had the put come
-    /// first. Before, the move kept the old content while the copies at the old path held the
-    /// overwrite's bytes (no rename matched them): the moved file had no right copy and the
-    /// acknowledged overwrite was gone (simulator `--races` seed 7730). While it waits to be
-    /// sent, nothing at its path is deleted here ([`Meta::put_awaits_leader`]).
+    /// A record from the leader outside a submit's answer (an append, a snapshot page): if it is
+    /// a remove's or a move's tombstone that never saw an overwrite this node holds
+    /// ([`Meta::overwrite_a_tombstone_never_saw`]), that overwrite is queued to be sent back
+    /// before the tombstone drops it here. While it waits to be sent, nothing at its path is
+    /// deleted here ([`Meta::put_awaits_leader`]).
     pub(super) fn send_back_unseen_overwrite(&mut self, r: &Record) {
         if let Some(over) = self.overwrite_a_tombstone_never_saw(r) {
             let key = (over.kind(), over.key());
@@ -378,6 +386,18 @@ impl Meta {
         }
     }
 
+    /// The overwrite this node holds that a remove's or a move's tombstone `r` never saw: the
+    /// same file, put (no `BasedOn`) after the version the tombstone was decided from, and
+    /// older than the tombstone, so last-writer-wins drops it here, and the leader, whose side
+    /// never saw it (a put acknowledged on the other side of a partition), would never hear of
+    /// it. Sent back, the leader carries an overwrite that raced a move to the moved file
+    /// ([`Meta::moved_away_under`]); one a remove took it drops again (the remove, decided
+    /// without it, is taken: README "Limits"). After a carry of an overwrite newer than the
+    /// move, each follower that held the overwrite sends it back once (the carry's tombstone is
+    /// decided from the move's source): the leader finds it carried already. Before, the move
+    /// kept the old content while the copies at the old path held the overwrite's bytes (no
+    /// rename matched them): the moved file had no right copy and the acknowledged overwrite
+    /// was gone (simulator `--races` seed 7730).
     fn overwrite_a_tombstone_never_saw(&self, r: &Record) -> Option<Record> {
         let Record::File(t) = r else { return None };
         let b = t.based_on.as_deref().filter(|_| t.removed && !t.is_dir)?;

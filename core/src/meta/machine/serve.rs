@@ -218,7 +218,10 @@ impl Meta {
     /// them instead as the put, then the move ([`Meta::carry_overwrite`]). Not for a move still
     /// waiting for this leader's own check ([`Meta::leader_may_lag`]): the check finds the
     /// overwrite on its node and refuses the move.
-    fn moved_away_under(&self, r: &Record) -> Option<(FileRecord, FileRecord)> {
+    ///
+    /// `submit` is the submit `r` came in: a put of the moved content there beside a tombstone
+    /// of the moved file at its new path is a move back, not an overwrite.
+    fn moved_away_under(&self, r: &Record, submit: &[Box<RawValue>]) -> Option<(FileRecord, FileRecord)> {
         let Record::File(put) = r else { return None };
         if put.removed || put.is_dir || put.based_on.is_some() {
             return None;
@@ -253,12 +256,21 @@ impl Meta {
         // file (the same bytes put again: the file at both paths with one id). (A move back to
         // the old path sent back by a build that strips what it was decided from looks like
         // such a put: carried, it is undone, the file kept at the new path.)
-        let brings_old_path_back = tomb_here && put.version > here.version;
-        if !carried_already
-            && !brings_old_path_back
-            && (put.checksum == tomb.checksum || put.checksum == moved.checksum)
-        {
-            return None;
+        let same_content = put.checksum == tomb.checksum || put.checksum == moved.checksum;
+        if !carried_already && same_content {
+            let brings_old_path_back = tomb_here && put.version > here.version;
+            // A move back sent by a build that strips what it was decided from: its tombstone
+            // at the new path travels in the same submit (carried, the move back was undone,
+            // or, the tombstone newer than the carry, the file was left at neither path).
+            let moved_back = || {
+                submit.iter().any(|raw| {
+                    matches!(serde_json::from_str::<Record>(raw.get()),
+                        Ok(Record::File(t)) if t.removed && t.id == moved.id && t.path == moved.path)
+                })
+            };
+            if !brings_old_path_back || moved_back() {
+                return None;
+            }
         }
         let unchecked = self.unchecked_own();
         if unchecked.contains_key(&(tomb.path.as_str(), &tomb.version))
@@ -279,7 +291,7 @@ impl Meta {
     /// never took. Returns that live record and the tombstone.
     ///
     /// `Err` with the live record when the tombstone is a remove or move of this leader's own
-    /// still waiting for its check ([`Meta::hold_for_own_check`]).
+    /// still waiting for its check (the submitter is told to send it again later).
     fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<Result<(FileRecord, FileRecord), FileRecord>> {
         let Record::File(incoming) = r else { return None };
         if incoming.is_dir {
@@ -297,7 +309,7 @@ impl Meta {
         // Not over a remove or move of this leader's own still waiting for its check: the
         // check may refute it, and the record it brings back (an overwrite newer than the file
         // kept here) must then win by last-writer-wins, not lose to a record written above
-        // the refuted tombstone. The file is held until the check ends.
+        // the refuted tombstone. The file comes again once the check has ended.
         if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
             return Some(Err(live.clone()));
         }
@@ -453,7 +465,19 @@ impl Meta {
     /// The versions written are just above those of the records they order (not the leader's
     /// clock now): a write decided after them and still on its way (a new file at the old path,
     /// an overwrite at the new one) stays newer and wins, as it would have without the carry.
-    pub(super) fn carry_overwrite(&mut self, put: &FileRecord, tomb: FileRecord, moved: FileRecord, hlc: &mut Hlc) {
+    ///
+    /// Returns the records written (the submitter of the put takes them with its answer: the
+    /// leader's own entries otherwise reach it in a later append, and in between it held the
+    /// tombstone over the put's bytes with the moved record naming other content, and deleted
+    /// them).
+    pub(super) fn carry_overwrite(
+        &mut self,
+        put: &FileRecord,
+        tomb: FileRecord,
+        moved: FileRecord,
+        hlc: &mut Hlc,
+    ) -> Vec<Record> {
+        let mut written = Vec::new();
         // (Not over a file of another id kept there: the move's tombstone never took it.)
         if let Some(here) = self.state.file(&put.path).filter(|f| !f.removed && f.id == put.id) {
             let again = FileRecord {
@@ -465,6 +489,7 @@ impl Meta {
             };
             let again = Record::File(again);
             if self.apply_one(&again, hlc) {
+                written.push(again.clone());
                 self.append_as_leader(again, self.me.clone());
             }
         }
@@ -513,8 +538,10 @@ impl Meta {
         };
         let carried = Record::File(carried);
         if self.apply_one(&carried, hlc) {
+            written.push(carried.clone());
             self.append_as_leader(carried, self.me.clone());
         }
+        written
     }
 
     /// The smallest version of this node's after `v`.
@@ -632,15 +659,22 @@ impl Meta {
                 continue;
             }
             // (Cloned only when carried: this is every put's record on its way in.)
-            let carried = self.moved_away_under(&r).and_then(|c| match &r {
+            let carried = self.moved_away_under(&r, &records).and_then(|c| match &r {
                 Record::File(put) => Some((put.clone(), c)),
                 _ => None,
             });
             let unseen = match self.file_a_tombstone_never_saw(&r) {
                 Some(Ok(unseen)) => Some(unseen),
-                Some(Err(live)) => {
-                    self.hold_for_own_check(live, from);
-                    None
+                Some(Err(_)) => {
+                    // Met a remove or move of this leader's own still waiting for its check:
+                    // the submitter keeps it queued and sends it again, to meet the checked
+                    // change (kept above its tombstone) or what a refuting check brought back.
+                    // Taken now, it lost to that tombstone; held here, it was lost with this
+                    // leader's memory, although its node had answered `replicated`.
+                    let why =
+                        "it meets a remove or move of the leader's own still waiting for its check: sent again later";
+                    refused.push(json!({"index": i, "why": why, "wait": true}));
+                    continue;
                 }
                 None => None,
             };
@@ -663,12 +697,12 @@ impl Meta {
                 taken[i] = Some(self.last_seq);
             }
             if let Some((put, (tomb, moved))) = carried {
-                self.carry_overwrite(&put, tomb, moved, hlc);
+                written_again.extend(self.carry_overwrite(&put, tomb, moved, hlc));
             }
             // A move sent back after a snapshot, which an overwrite this leader holds never saw.
             let carry = taken_move.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r, &decisions));
             if let Some((over, tomb, moved)) = carry {
-                self.carry_overwrite(&over, tomb, moved, hlc);
+                written_again.extend(self.carry_overwrite(&over, tomb, moved, hlc));
             }
             if let (false, Some(again)) = (keep, again_before) {
                 // Written again by an earlier submit whose answer never arrived: handed back
