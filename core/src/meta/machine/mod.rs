@@ -1630,10 +1630,13 @@ impl Meta {
         if leader != self.me {
             self.based_check = None;
         }
-        if leader != self.me && self.snapshot_progress.is_some() && !self.sent_back_based.is_empty() {
+        let adopting = self.snapshot_progress.is_some() && self.catch_up_in_flight.is_some();
+        if leader != self.me && adopting && !self.sent_back_based.is_empty() {
             // A snapshot is being adopted and it sends back removes or moves: their records
             // come page by page, a move's two maybe on two pages; they go once all are queued
             // (the leader orders a sent-back move's two together: [`Meta::sent_back_plan`]).
+            // (Only while a page is asked for: a page whose answer never came goes stale, and
+            // the queue goes on.)
             return;
         }
         if leader == self.me {
@@ -1700,8 +1703,9 @@ impl Meta {
                 let based: Vec<Option<&crate::meta::records::BasedOn>> =
                     unsent().map(|(id, r)| Self::based_of(r).or(sent_back_based.get(id))).collect();
                 let beyond: Vec<&crate::meta::records::BasedOn> = based.iter().skip(cut).flatten().copied().collect();
-                let split = (0..cut).find(|&i| based[i].is_some_and(|b| beyond.contains(&b)));
-                if let Some(i) = split.filter(|&i| i > 0) {
+                // (A decision that starts the batch and spans more than a batch is split
+                // anyway: the cut goes before the next one.)
+                if let Some(i) = (1..cut).find(|&i| based[i].is_some_and(|b| beyond.contains(&b))) {
                     cut = i;
                 }
             }

@@ -128,16 +128,9 @@ impl Meta {
                             _ => self.refused_by(peer, "a record written again", raw.get().to_string()),
                         }
                     }
-                    // Records the leader asks to have again later (a file meeting a remove or
-                    // move of the leader's own still waiting for its check): kept queued.
-                    let mut again_later = BTreeSet::new();
                     for r in refused_records {
                         let index = r.get("index").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
                         let id = index.and_then(|i| ids.get(i)).copied();
-                        if r.get("wait").and_then(Value::as_bool) == Some(true) {
-                            again_later.extend(id);
-                            continue;
-                        }
                         if r.get("changed").and_then(Value::as_bool) == Some(true) {
                             // Decided from a record the leader no longer holds: a conflict, not
                             // a fault; undone here.
@@ -154,10 +147,6 @@ impl Meta {
                     }
                     let mut submitted = Vec::with_capacity(ids.len());
                     for id in ids {
-                        if again_later.contains(&id) {
-                            submitted.push(None);
-                            continue;
-                        }
                         // (A record sent back is rebuilt as the leader stored it: with what it
                         // was decided from.)
                         let based = self.sent_back_based.get(&id).cloned();
@@ -185,10 +174,7 @@ impl Meta {
                             None => self.request_catch_up(&lease.holder),
                         }
                     }
-                    self.submit_due = match again_later.is_empty() {
-                        true => now,
-                        false => now.plus(self.config.submit_retry_ms),
-                    };
+                    self.submit_due = now;
                 } else {
                     self.submit_due = now.plus(self.config.submit_retry_ms);
                 }

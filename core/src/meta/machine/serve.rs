@@ -289,10 +289,7 @@ impl Meta {
     /// version its `based_on` names (when it still carries it: a record sent back after a
     /// snapshot does not), so a record of another file at that path newer than that is one it
     /// never took. Returns that live record and the tombstone.
-    ///
-    /// `Err` with the live record when the tombstone is a remove or move of this leader's own
-    /// still waiting for its check (the submitter is told to send it again later).
-    fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<Result<(FileRecord, FileRecord), FileRecord>> {
+    fn file_a_tombstone_never_saw(&self, r: &Record) -> Option<(FileRecord, FileRecord)> {
         let Record::File(incoming) = r else { return None };
         if incoming.is_dir {
             return None;
@@ -309,11 +306,11 @@ impl Meta {
         // Not over a remove or move of this leader's own still waiting for its check: the
         // check may refute it, and the record it brings back (an overwrite newer than the file
         // kept here) must then win by last-writer-wins, not lose to a record written above
-        // the refuted tombstone. The file comes again once the check has ended.
+        // the refuted tombstone. The file loses to that tombstone as before (README, "Limits").
         if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
-            return Some(Err(live.clone()));
+            return None;
         }
-        Some(Ok((live.clone(), tomb.clone())))
+        Some((live.clone(), tomb.clone()))
     }
 
     /// A move sent back after a snapshot (`r`, one of its two records, with the `based_on`
@@ -663,21 +660,7 @@ impl Meta {
                 Record::File(put) => Some((put.clone(), c)),
                 _ => None,
             });
-            let unseen = match self.file_a_tombstone_never_saw(&r) {
-                Some(Ok(unseen)) => Some(unseen),
-                Some(Err(_)) => {
-                    // Met a remove or move of this leader's own still waiting for its check:
-                    // the submitter keeps it queued and sends it again, to meet the checked
-                    // change (kept above its tombstone) or what a refuting check brought back.
-                    // Taken now, it lost to that tombstone; held here, it was lost with this
-                    // leader's memory, although its node had answered `replicated`.
-                    let why =
-                        "it meets a remove or move of the leader's own still waiting for its check: sent again later";
-                    refused.push(json!({"index": i, "why": why, "wait": true}));
-                    continue;
-                }
-                None => None,
-            };
+            let unseen = self.file_a_tombstone_never_saw(&r);
             // (Looked up before `r` is taken: no clone on a put's way in.)
             let again_before = match (&r, &unseen) {
                 (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
