@@ -2666,7 +2666,7 @@ fn an_overwrite_of_the_same_bytes_newer_than_a_move_is_carried() {
     net.advance(1);
     // Put through b as if decided before the move reached it: no `BasedOn`, the same bytes.
     let again = file_rec(&mut net, "b", "/d/f1", 'a');
-    let body = json!({ "records": [Record::File(again)] }).to_string();
+    let body = json!({ "records": [Record::File(again.clone())] }).to_string();
     let now = net.now;
     let node = net.node_mut("a");
     let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
@@ -2679,6 +2679,9 @@ fn an_overwrite_of_the_same_bytes_newer_than_a_move_is_carried() {
         .map(|a| a.iter().map(|r| (r["payload"]["path"].to_string(), r["payload"]["removed"] == true)).collect())
         .unwrap_or_default();
     assert_eq!(handed, vec![("\"/d/f1\"".to_string(), true), ("\"/d/m1\"".to_string(), false)], "{}", answer.body);
+    // Sent again (its answer lost): carried already, the same records come back.
+    let again_answer = submit_to(&mut net, "a", "b", vec![Record::File(again)]);
+    assert_eq!(again_answer["writtenAgain"], answer.body["writtenAgain"], "{again_answer}");
     net.rounds(3, 5_000);
     for n in ["a", "b"] {
         assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n}: the moved file");

@@ -680,7 +680,18 @@ impl Meta {
                 taken[i] = Some(self.last_seq);
             }
             if let Some((put, (tomb, moved))) = carried {
-                written_again.extend(self.carry_overwrite(&put, tomb, moved, hlc));
+                let paths = [tomb.path.clone(), moved.path.clone()];
+                let written = self.carry_overwrite(&put, tomb, moved, hlc);
+                if written.is_empty() {
+                    // Carried already (the put sent again, its answer lost): what the carry
+                    // left at both paths goes back again, or the submitter lifts its hold with
+                    // the move's tombstone over the put's bytes until the next append.
+                    let unchecked = self.unchecked_own();
+                    let here = paths.iter().filter_map(|p| self.state.file(p)).map(|f| Record::File(f.clone()));
+                    let here: Vec<Record> = here.filter_map(|r| self.as_served(&r, &unchecked)).collect();
+                    written_again.extend(here);
+                }
+                written_again.extend(written);
             }
             // A move sent back after a snapshot, which an overwrite this leader holds never saw.
             let carry = taken_move.and_then(|r| self.overwrite_a_sent_back_move_never_saw(&r, &decisions));
