@@ -2619,7 +2619,6 @@ fn a_sent_back_move_an_overwrite_never_saw_carries_the_overwrite() {
 }
 
 fn sent_back_move_meets_an_overwrite(content: char) {
-    use shoal_core::meta::records::FileRecord;
     let (mut net, y) = one_file(MetaConfig::default());
     net.advance(1);
     let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
@@ -2627,19 +2626,7 @@ fn sent_back_move_meets_an_overwrite(content: char) {
     let over = file_rec(&mut net, "a", "/d/f1", content);
     net.submit("a", Record::File(over));
     net.run();
-    let based = y.based_on_this();
-    let body = json!({
-        "records": [
-            Record::File(FileRecord { based_on: None, ..tomb }),
-            Record::File(FileRecord { based_on: None, ..moved }),
-        ],
-        "sentBack": [{"index": 0, "basedOn": based}, {"index": 1, "basedOn": based}],
-    })
-    .to_string();
-    let now = net.now;
-    let node = net.node_mut("a");
-    let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
-    assert_eq!(answer.status(), 200, "{}", answer.body);
+    send_back_to_a(&mut net, [tomb, moved], &y);
     // (The answer is not delivered here: b reads what it carried from the leader's log.)
     net.rounds(3, 5_000);
     for n in ["a", "b"] {
@@ -2655,33 +2642,22 @@ fn sent_back_move_meets_an_overwrite(content: char) {
 /// loses to it and is not carried: core/tests/node.rs `a_put_of_the_moved_content_is_not_carried`.)
 #[test]
 fn an_overwrite_of_the_same_bytes_newer_than_a_move_is_carried() {
-    let (mut net, y) = one_file(MetaConfig::default());
-    net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("b", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("b"));
-    net.run();
-    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None, "the move is taken");
+    let (mut net, _) = one_file_moved_by_b();
     net.advance(1);
     // Put through b as if decided before the move reached it: no `BasedOn`, the same bytes.
     let again = file_rec(&mut net, "b", "/d/f1", 'a');
-    let body = json!({ "records": [Record::File(again.clone())] }).to_string();
-    let now = net.now;
-    let node = net.node_mut("a");
-    let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
-    assert_eq!(answer.status(), 200, "{}", answer.body);
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(again.clone())]);
     // The submitter gets the carry's records with its answer (both: the old path's tombstone
     // again, and the moved file's record): otherwise it holds the move's tombstone over the
     // put's bytes until the leader's next append.
-    let handed: Vec<(String, bool)> = answer.body["writtenAgain"]
+    let handed: Vec<(String, bool)> = answer["writtenAgain"]
         .as_array()
         .map(|a| a.iter().map(|r| (r["payload"]["path"].to_string(), r["payload"]["removed"] == true)).collect())
         .unwrap_or_default();
-    assert_eq!(handed, vec![("\"/d/f1\"".to_string(), true), ("\"/d/m1\"".to_string(), false)], "{}", answer.body);
+    assert_eq!(handed, vec![("\"/d/f1\"".to_string(), true), ("\"/d/m1\"".to_string(), false)], "{answer}");
     // Sent again (its answer lost): carried already, the same records come back.
     let again_answer = submit_to(&mut net, "a", "b", vec![Record::File(again)]);
-    assert_eq!(again_answer["writtenAgain"], answer.body["writtenAgain"], "{again_answer}");
+    assert_eq!(again_answer["writtenAgain"], answer["writtenAgain"], "{again_answer}");
     net.rounds(3, 5_000);
     for n in ["a", "b"] {
         assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n}: the moved file");
@@ -2697,14 +2673,7 @@ fn an_overwrite_of_the_same_bytes_newer_than_a_move_is_carried() {
 #[test]
 fn a_stripped_move_back_is_not_carried_as_an_overwrite() {
     use shoal_core::meta::records::FileRecord;
-    let (mut net, y) = one_file(MetaConfig::default());
-    net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("b", now, vec![Record::File(moved.clone()), Record::File(tomb)]);
-    net.collect(&id("b"));
-    net.run();
-    assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'), "the move is taken");
+    let (mut net, moved) = one_file_moved_by_b();
     net.advance(1);
     let (back, back_tomb) = move_recs(&mut net, "b", &moved, "/d/f1");
     let strip = |f: FileRecord| Record::File(FileRecord { based_on: None, ..f });
@@ -2757,6 +2726,47 @@ fn a_sent_back_move_queued_at_a_new_leader_carries_an_overwrite_it_never_saw() {
     assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None, "the old path is removed");
 }
 
+/// [`one_file`], then `/d/f1` moved to `/d/m1` through `b` and taken by the leader: (net, the
+/// moved file's record).
+fn one_file_moved_by_b() -> (Net, shoal_core::meta::records::FileRecord) {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("b", now, vec![Record::File(moved.clone()), Record::File(tomb)]);
+    net.collect(&id("b"));
+    net.run();
+    assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'), "the move is taken");
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), None, "the move is taken");
+    (net, moved)
+}
+
+/// `b` sends the leader `a` a move's two records (in the order given) as sent back after a
+/// snapshot: without their `BasedOn`, which travels beside them (`y`'s version).
+fn send_back_to_a(
+    net: &mut Net,
+    pair: [shoal_core::meta::records::FileRecord; 2],
+    y: &shoal_core::meta::records::FileRecord,
+) -> Value {
+    use shoal_core::meta::records::FileRecord;
+    let based = y.based_on_this();
+    let [first, second] = pair;
+    let body = json!({
+        "records": [
+            Record::File(FileRecord { based_on: None, ..first }),
+            Record::File(FileRecord { based_on: None, ..second }),
+        ],
+        "sentBack": [{"index": 0, "basedOn": based}, {"index": 1, "basedOn": based}],
+        "seqs": true,
+    })
+    .to_string();
+    let now = net.now;
+    let node = net.node_mut("a");
+    let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
+    assert_eq!(answer.status(), 200, "{}", answer.body);
+    answer.body
+}
+
 /// A two-node cluster (`a` leads) holding one file, `/d/f1` with content `a`, written through `a`.
 fn one_file(config: MetaConfig) -> (Net, shoal_core::meta::records::FileRecord) {
     let mut net = cluster(&["a", "b"], config);
@@ -2784,7 +2794,6 @@ fn assert_move_refused(net: &Net, from: &str, to: &str) {
 /// content's copies (a review of the seed 6827 fix).
 #[test]
 fn a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first() {
-    use shoal_core::meta::records::FileRecord;
     for to in ["/a/m1", "/e/m1"] {
         let (mut net, y) = one_file(MetaConfig::default());
         net.advance(1);
@@ -2794,22 +2803,9 @@ fn a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first() {
         net.advance(1);
         let (moved, tomb) = move_recs(&mut net, "b", &y, to);
         let tomb_version = tomb.version.clone();
-        let based = y.based_on_this();
         // (Sent back in key order.)
-        let (first, second) = if to < "/d/f1" { (moved, tomb) } else { (tomb, moved) };
-        let body = json!({
-            "records": [
-                Record::File(FileRecord { based_on: None, ..first }),
-                Record::File(FileRecord { based_on: None, ..second }),
-            ],
-            "sentBack": [{"index": 0, "basedOn": based}, {"index": 1, "basedOn": based}],
-            "seqs": true,
-        })
-        .to_string();
-        let now = net.now;
-        let node = net.node_mut("a");
-        let answer = node.meta.answer_submit(now, &id("b"), body.as_bytes(), &mut node.hlc);
-        assert_eq!(answer.status(), 200, "{}", answer.body);
+        let pair = if to < "/d/f1" { [moved, tomb] } else { [tomb, moved] };
+        send_back_to_a(&mut net, pair, &y);
         net.rounds(3, 5_000);
         for n in ["a", "b"] {
             assert_eq!(live_checksum(net.meta(n), to), Some('b'), "{n} {to}: the moved file takes the overwrite");
