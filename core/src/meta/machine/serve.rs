@@ -4,6 +4,10 @@
 use super::*;
 use crate::meta::records::{BasedOn, FileRecord, Location};
 
+/// The files a submit kept over a tombstone that never saw them ([`Meta::keep_over_tombstone`]),
+/// by path: the file's id, the version of the put kept, and the version it was written at.
+type KeptInSubmit = BTreeMap<String, (crate::ids::FileId, Version, Version)>;
+
 /// What the answer to a submit carries back of the entries that took its records.
 enum Echo {
     /// Their sequence numbers, one per submitted record (`null` for one not taken).
@@ -435,7 +439,29 @@ impl Meta {
     /// version is just above the tombstone's (not this leader's clock): a write decided after
     /// them and still on its way stays newer. Returns the record written, if it was.
     pub(super) fn keep_over_tombstone(&mut self, live: FileRecord, tomb: &FileRecord, hlc: &mut Hlc) -> Option<Record> {
-        let version = self.just_above(tomb.version.clone().max(live.version.clone()));
+        let above = tomb.version.clone().max(live.version.clone());
+        self.write_again_above(live, above, hlc)
+    }
+
+    /// A later put of a file kept earlier in the same submit ([`Meta::keep_over_tombstone`]):
+    /// the same file (`id`) at the same `path`, newer than the put that was kept (`kept_from`),
+    /// while this leader still holds the record it wrote for that put (`kept_at`). It too is
+    /// older than the tombstone it was kept over, and would lose to the kept record, written
+    /// just above that tombstone: the newer content lost to the older (found by a review).
+    /// Returns the version to write it above.
+    fn after_kept(&self, r: &Record, kept: &KeptInSubmit) -> Option<Version> {
+        let Record::File(f) = r else { return None };
+        if f.removed || f.is_dir {
+            return None;
+        }
+        let (id, kept_from, kept_at) = kept.get(&f.path)?;
+        let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at && !h.removed);
+        (id == &f.id && &f.version > kept_from && &f.version < kept_at && still).then(|| kept_at.clone())
+    }
+
+    /// Write `live` again, unchanged but for its version, just above `above`.
+    fn write_again_above(&mut self, live: FileRecord, above: Version, hlc: &mut Hlc) -> Option<Record> {
+        let version = self.just_above(above);
         // (What it was decided from stays with it: a moved file kept so still names where it
         // came from.)
         let again = Record::File(FileRecord { version, ..live });
@@ -574,6 +600,8 @@ impl Meta {
         // Files a tombstone of another file would have dropped, written again above it
         // ([`Meta::keep_over_tombstone`]): the submitter takes them with this answer.
         let mut written_again: Vec<Record> = Vec::new();
+        // A later put of a file kept in this submit is kept above it ([`Meta::after_kept`]).
+        let mut kept = KeptInSubmit::new();
         // The records this submit's refusals made (path, header version, what they were
         // decided from): a later record of this submit at the same path and version, with no
         // `BasedOn` of its own, is a change of one of them (a copy mark) and goes with it.
@@ -661,19 +689,32 @@ impl Meta {
                 _ => None,
             });
             let unseen = self.file_a_tombstone_never_saw(&r);
+            let after_kept = self.after_kept(&r, &kept);
             // (Looked up before `r` is taken: no clone on a put's way in.)
             let again_before = match (&r, &unseen) {
                 (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
                 _ => None,
             };
-            let keep = unseen.is_some();
+            let keep = unseen.is_some() || after_kept.is_some();
             // (A sent-back record is cloned only when it carries what it was decided from.)
             let taken_move = restored.then(|| r.clone());
             if let Some((live, tomb)) = unseen {
                 // Written before the record that meets it, so no member ever holds the
                 // tombstone winning over the file (whose copies it would delete) in between,
                 // even when an append ends between the two entries.
-                written_again.extend(self.keep_over_tombstone(live, &tomb, hlc));
+                let (path, id, from) = (live.path.clone(), live.id.clone(), live.version.clone());
+                let again = self.keep_over_tombstone(live, &tomb, hlc);
+                if let Some(Record::File(k)) = &again {
+                    kept.insert(path, (id, from, k.version.clone()));
+                }
+                written_again.extend(again);
+            } else if let (Some(at), Record::File(live)) = (after_kept, &r) {
+                let (path, id, from) = (live.path.clone(), live.id.clone(), live.version.clone());
+                let again = self.write_again_above(live.clone(), at, hlc);
+                if let Some(Record::File(k)) = &again {
+                    kept.insert(path, (id, from, k.version.clone()));
+                }
+                written_again.extend(again);
             }
             if self.apply_one(&r, hlc) {
                 self.append_as_leader(r, from.clone());
