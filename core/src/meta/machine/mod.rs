@@ -222,6 +222,11 @@ pub const BATCH_MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Most paths one `meta/based` check names ([`Meta::own_based_checked`]).
 pub const BASED_ASK_MAX: usize = 100_000;
 
+/// How soon a submitter sends again a submit the leader answered `own_check_pending`
+/// ([`Meta::answer_submit`]): the leader's check of its own removes and moves takes a round
+/// trip to each member it reaches.
+pub const OWN_CHECK_RETRY_MS: u64 = 500;
+
 /// Where the changes between two write marks stand ([`Meta::mark_held`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MarkState {

@@ -176,7 +176,18 @@ impl Meta {
                     }
                     self.submit_due = now;
                 } else {
-                    self.submit_due = now.plus(self.config.submit_retry_ms);
+                    // A leader whose own removes or moves wait for their check asks for the
+                    // submit again shortly ([`Meta::answer_submit`], `own_check_pending`).
+                    #[derive(Deserialize)]
+                    #[serde(rename_all = "camelCase")]
+                    struct Retry {
+                        retry_ms: Option<u64>,
+                    }
+                    let hinted = (refused == Some(ErrorKind::Unavailable))
+                        .then(|| serde_json::from_slice::<Retry>(&body).ok().and_then(|r| r.retry_ms))
+                        .flatten();
+                    let wait = hinted.map_or(self.config.submit_retry_ms, |ms| ms.min(self.config.submit_retry_ms));
+                    self.submit_due = now.plus(wait);
                 }
                 // No answer left in flight can fill a hole before entries held back: read it.
                 if self.submits.is_empty() && !self.ahead.is_empty() {

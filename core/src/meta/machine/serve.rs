@@ -220,8 +220,9 @@ impl Meta {
     /// both contents). Or, newer than the tombstone, the overwrite brought the old path back
     /// with the moved file's id, and no copy was ever renamed to the new path. The leader orders
     /// them instead as the put, then the move ([`Meta::carry_overwrite`]). Not for a move still
-    /// waiting for this leader's own check ([`Meta::leader_may_lag`]): the check finds the
-    /// overwrite on its node and refuses the move.
+    /// waiting for this leader's own check ([`Meta::leader_may_lag`]): a submit holding such an
+    /// overwrite waits until the check has passed or refuted the move
+    /// ([`Meta::meets_own_unchecked`]).
     ///
     /// `submit` is the submit `r` came in: a put of the moved content there beside a tombstone
     /// of the moved file at its new path is a move back, not an overwrite.
@@ -310,7 +311,8 @@ impl Meta {
         // Not over a remove or move of this leader's own still waiting for its check: the
         // check may refute it, and the record it brings back (an overwrite newer than the file
         // kept here) must then win by last-writer-wins, not lose to a record written above
-        // the refuted tombstone. The file loses to that tombstone as before (README, "Limits").
+        // the refuted tombstone. (A submit holding such a file waits for the check before
+        // it gets here, [`Meta::meets_own_unchecked`]; the guard stays for any other way in.)
         if self.unchecked_own().contains_key(&(tomb.path.as_str(), &tomb.version)) {
             return None;
         }
@@ -575,6 +577,33 @@ impl Meta {
         }
     }
 
+    /// The path of a live file record in `records` that meets a tombstone of this leader's own
+    /// remove or move still waiting for its check ([`Meta::own_based_checked`]), if one does.
+    /// Such a record is a file the tombstone may never have seen (a new file put through a
+    /// node that did not know the old one, or an overwrite of it decided before its node heard
+    /// of the change): once the check has passed, the leader keeps it over the tombstone
+    /// ([`Meta::keep_over_tombstone`]) or carries it to the moved file
+    /// ([`Meta::carry_overwrite`]); refuted, last-writer-wins decides, as without the change.
+    /// Taken before the check ends, it lost to the tombstone: acknowledged, and gone (README,
+    /// the limit this lifts). So the leader takes none of the submit meanwhile (nothing of it,
+    /// so that no later record of the same file or decision passes the one that waits) and the
+    /// submitter sends it again [`OWN_CHECK_RETRY_MS`] later. Only while this leader has such
+    /// changes queued: no lookup on a put's way in otherwise.
+    fn meets_own_unchecked(&self, records: &[Box<RawValue>]) -> Option<String> {
+        let unchecked = self.unchecked_own();
+        if unchecked.is_empty() {
+            return None;
+        }
+        records.iter().find_map(|raw| {
+            let Ok(Record::File(f)) = serde_json::from_str::<Record>(raw.get()) else { return None };
+            if f.removed || f.is_dir {
+                return None;
+            }
+            let here = self.state.file(&f.path).filter(|h| h.removed && !h.is_dir)?;
+            unchecked.contains_key(&(here.path.as_str(), &here.version)).then_some(f.path)
+        })
+    }
+
     /// `POST meta/submit` (leader only).
     pub fn answer_submit(&mut self, now: Millis, from: &NodeId, body: &[u8], hlc: &mut Hlc) -> MetaReply {
         self.now = self.now.max(now);
@@ -613,6 +642,15 @@ impl Meta {
             }
             made.iter().find(|(p, v, _)| *p == f.path && *v == f.version).map(|(_, _, b)| b.clone())
         };
+        if let Some(path) = self.meets_own_unchecked(&b.records) {
+            let message = format!(
+                "cluster:{path} has a remove or move of this leader's own waiting for its check: send the records again shortly"
+            );
+            return reply(
+                Some(ErrorKind::Unavailable),
+                json!({"error": {"code": "own_check_pending", "message": message}, "retryMs": OWN_CHECK_RETRY_MS}),
+            );
+        }
         let sent_back: BTreeMap<usize, BasedOn> = b.sent_back.into_iter().map(|s| (s.index, s.based_on)).collect();
         let records = b.records;
         let (order, decisions) = self.sent_back_plan(&records, &sent_back);
