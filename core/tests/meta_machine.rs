@@ -2521,6 +2521,81 @@ fn a_new_file_submitted_while_the_leaders_move_is_checked_is_kept() {
     }
 }
 
+/// The leader remembers the files it kept over a tombstone: a later put of the same file,
+/// newer than the put kept but older than the record written for it, sent in a later submit
+/// (the second of two quick writes, sent while the first's submit was in flight), is kept above
+/// it too; an older put of that file, or a put of another file, is not (last-writer-wins).
+#[test]
+fn a_later_put_of_a_kept_file_in_a_later_submit_is_kept_above_it() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.advance(1);
+    let x0 = other_file_rec(&mut net, "b", "/d/f1", 'w');
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let x2 = other_file_rec(&mut net, "b", "/d/f1", 'z');
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("a"));
+    net.run();
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
+    assert_eq!(answer["writtenAgain"].as_array().map(Vec::len), Some(1), "x kept: {answer}");
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('x'));
+    // An older put of the kept file, and a put of another file: not kept above it.
+    submit_to(&mut net, "a", "b", vec![Record::File(x0)]);
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('x'), "an older put loses");
+    let other: shoal_core::meta::records::FileRecord = serde_json::from_value(json!({
+        "id": "77777777-2222-4333-8444-555555555555", "path": "/d/f1", "size": 1,
+        "checksum": "o".repeat(64), "version": x2.version.clone(),
+    }))
+    .expect("a file record");
+    submit_to(&mut net, "a", "b", vec![Record::File(other)]);
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('x'), "another file older than the keep loses");
+    // The later put of the kept file, in a submit of its own.
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(x2)]);
+    let again = answer["writtenAgain"].as_array().cloned().unwrap_or_default();
+    assert_eq!(again.len(), 1, "{answer}");
+    assert_eq!(again[0]["payload"]["checksum"], "z".repeat(64), "{answer}");
+    net.rounds(3, 1_000);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('z'), "{n} keeps the later put");
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n} keeps the moved file");
+    }
+}
+
+/// The leader's own move of `/d/f1` waits for its check and a new file of its own takes the
+/// old path meanwhile (a log rotated: `mv log log.1`, then a new `log`): an overwrite of the
+/// moved file decided without the move waits for the check too, and is then carried to the
+/// moved file. (Taken at once, it lost to the leader's new file by last-writer-wins, and the
+/// moved file kept the old content: found by the session's review.)
+#[test]
+fn an_overwrite_waits_for_the_check_when_the_leader_reused_the_old_path() {
+    let (mut net, y) = a_move_waiting_for_its_check();
+    let over = file_rec(&mut net, "b", "/d/f1", 'b');
+    net.advance(1);
+    move_on_a(&mut net, &y);
+    net.advance(1);
+    let wall = net.wall();
+    let fresh: shoal_core::meta::records::FileRecord = serde_json::from_value(json!({
+        "id": "77777777-2222-4333-8444-555555555555", "path": "/d/f1", "size": 1,
+        "checksum": "n".repeat(64), "version": net.node_mut("a").hlc.next(wall),
+    }))
+    .expect("a file record");
+    net.submit("a", Record::File(fresh));
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('n'), "the leader's new file is at the old path");
+    submit_waits_for_check(&mut net, "a", "b", vec![Record::File(over.clone())]);
+    net.heal("a", "b");
+    net.rounds(6, 5_000);
+    assert_eq!(net.meta("a").pending_len(), 0, "the move passed its check");
+    submit_to(&mut net, "a", "b", vec![Record::File(over)]);
+    net.rounds(4, 5_000);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('n'), "{n}: the new file keeps the old path");
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('b'), "{n}: the moved file took the overwrite");
+    }
+}
+
 /// A submitter answered `own_check_pending` sends its records again after the leader's short
 /// `retryMs`, not the whole `submit_retry_ms`.
 #[test]

@@ -227,6 +227,9 @@ pub const BASED_ASK_MAX: usize = 100_000;
 /// trip to each member it reaches.
 pub const OWN_CHECK_RETRY_MS: u64 = 500;
 
+/// How many files kept over a tombstone a leader remembers ([`Meta::kept_recently`]).
+const KEPT_RECENTLY_MAX: usize = 4096;
+
 /// Where the changes between two write marks stand ([`Meta::mark_held`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum MarkState {
@@ -623,6 +626,12 @@ pub struct Meta {
     /// changed ([`crate::meta::records::BasedOn`]): undone here, and their acknowledgement is
     /// a conflict ([`Meta::mark_changed`]); the last [`REFUSED_OWN_MAX`].
     changed_own: BTreeSet<u64>,
+    /// Leader: the files it kept over a tombstone that never saw them
+    /// ([`Meta::keep_over_tombstone`]), by path: the file's id, the version of the put kept,
+    /// and the version it was written at; a later put of the same file is kept above it
+    /// ([`Meta::after_kept`]). In memory only, the last [`KEPT_RECENTLY_MAX`]: a restart or a
+    /// change of leader forgets them.
+    kept_recently: BTreeMap<String, (crate::ids::FileId, Version, Version)>,
     /// Paths named by pending records of ours that carry a `BasedOn` (a remove's or a move's,
     /// the record's path and the one it was decided from), with how many: until the leader
     /// takes them, nothing on disk follows them ([`Meta::awaiting_leader`]).
@@ -719,6 +728,7 @@ impl Meta {
             self_appended: BTreeMap::new(),
             refused_own: BTreeSet::new(),
             changed_own: BTreeSet::new(),
+            kept_recently: BTreeMap::new(),
             based_pending: BTreeMap::new(),
             sent_back_based: BTreeMap::new(),
             based_check: None,

@@ -4,10 +4,6 @@
 use super::*;
 use crate::meta::records::{BasedOn, FileRecord, Location};
 
-/// The files a submit kept over a tombstone that never saw them ([`Meta::keep_over_tombstone`]),
-/// by path: the file's id, the version of the put kept, and the version it was written at.
-type KeptInSubmit = BTreeMap<String, (crate::ids::FileId, Version, Version)>;
-
 /// What the answer to a submit carries back of the entries that took its records.
 enum Echo {
     /// Their sequence numbers, one per submitted record (`null` for one not taken).
@@ -445,20 +441,34 @@ impl Meta {
         self.write_again_above(live, above, hlc)
     }
 
-    /// A later put of a file kept earlier in the same submit ([`Meta::keep_over_tombstone`]):
-    /// the same file (`id`) at the same `path`, newer than the put that was kept (`kept_from`),
-    /// while this leader still holds the record it wrote for that put (`kept_at`). It too is
-    /// older than the tombstone it was kept over, and would lose to the kept record, written
-    /// just above that tombstone: the newer content lost to the older (found by a review).
-    /// Returns the version to write it above.
-    fn after_kept(&self, r: &Record, kept: &KeptInSubmit) -> Option<Version> {
+    /// A later put of a file this leader kept over a tombstone ([`Meta::keep_over_tombstone`],
+    /// [`Meta::kept_recently`]): the same file (`id`) at the same path, newer than the put that
+    /// was kept, while this leader still holds the record it wrote for that put. It too is
+    /// older than the tombstone the first was kept over (else it wins by itself), and would
+    /// lose to the kept record, written just above that tombstone: the newer content lost to
+    /// the older (found by a review; two quick writes of one new file, the second sent while
+    /// the first's submit was in flight, meet it so). Returns the version to write it above.
+    fn after_kept(&self, r: &Record) -> Option<Version> {
         let Record::File(f) = r else { return None };
-        if f.removed || f.is_dir {
+        if f.removed || f.is_dir || self.kept_recently.is_empty() {
             return None;
         }
-        let (id, kept_from, kept_at) = kept.get(&f.path)?;
+        let (id, kept_from, kept_at) = self.kept_recently.get(&f.path)?;
         let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at && !h.removed);
         (id == &f.id && &f.version > kept_from && &f.version < kept_at && still).then(|| kept_at.clone())
+    }
+
+    /// Remember that the put of `id` at `path` at version `from` was written again at `at`
+    /// ([`Meta::after_kept`]); the last [`KEPT_RECENTLY_MAX`] paths.
+    fn note_kept(&mut self, path: String, id: crate::ids::FileId, from: Version, at: Version) {
+        if self.kept_recently.len() >= KEPT_RECENTLY_MAX && !self.kept_recently.contains_key(&path) {
+            let state = &self.state;
+            self.kept_recently.retain(|p, (_, _, at)| state.file(p).is_some_and(|h| &h.version == at));
+            if self.kept_recently.len() >= KEPT_RECENTLY_MAX {
+                self.kept_recently.pop_first();
+            }
+        }
+        self.kept_recently.insert(path, (id, from, at));
     }
 
     /// Write `live` again, unchanged but for its version, just above `above`.
@@ -577,30 +587,42 @@ impl Meta {
         }
     }
 
-    /// The path of a live file record in `records` that meets a tombstone of this leader's own
-    /// remove or move still waiting for its check ([`Meta::own_based_checked`]), if one does.
-    /// Such a record is a file the tombstone may never have seen (a new file put through a
-    /// node that did not know the old one, or an overwrite of it decided before its node heard
-    /// of the change): once the check has passed, the leader keeps it over the tombstone
-    /// ([`Meta::keep_over_tombstone`]) or carries it to the moved file
+    /// The path of a live file record in `records` at the path a remove or move of this
+    /// leader's own still waiting for its check ([`Meta::own_based_checked`]) was decided from,
+    /// if one is there. Such a record is a write the change may never have seen (a new file put
+    /// through a node that did not know the old one, or an overwrite of it decided before its
+    /// node heard of the change): once the check has passed, the leader keeps it over the
+    /// tombstone ([`Meta::keep_over_tombstone`]) or carries it to the moved file
     /// ([`Meta::carry_overwrite`]); refuted, last-writer-wins decides, as without the change.
-    /// Taken before the check ends, it lost to the tombstone: acknowledged, and gone (README,
-    /// the limit this lifts). So the leader takes none of the submit meanwhile (nothing of it,
-    /// so that no later record of the same file or decision passes the one that waits) and the
-    /// submitter sends it again [`OWN_CHECK_RETRY_MS`] later. Only while this leader has such
-    /// changes queued: no lookup on a put's way in otherwise.
+    /// Taken before the check ends, it lost to the tombstone (or to a new file of the leader's
+    /// own put at the old path since): acknowledged, and gone. So the leader takes none of the
+    /// submit meanwhile (nothing of it, so that no later record of the same file or decision
+    /// in it passes the one that waits) and the submitter sends it again
+    /// [`OWN_CHECK_RETRY_MS`] later. Only while this leader has such changes queued: no lookup
+    /// on a put's way in otherwise, and then each record's kind and path alone are read.
     fn meets_own_unchecked(&self, records: &[Box<RawValue>]) -> Option<String> {
         let unchecked = self.unchecked_own();
         if unchecked.is_empty() {
             return None;
         }
+        let decided_from: BTreeSet<&str> = unchecked.values().map(|b| b.path.as_str()).collect();
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct FileHead {
+            path: String,
+            #[serde(default)]
+            removed: bool,
+            #[serde(default)]
+            is_dir: bool,
+        }
+        #[derive(Deserialize)]
+        struct Head {
+            kind: String,
+            payload: FileHead,
+        }
         records.iter().find_map(|raw| {
-            let Ok(Record::File(f)) = serde_json::from_str::<Record>(raw.get()) else { return None };
-            if f.removed || f.is_dir {
-                return None;
-            }
-            let here = self.state.file(&f.path).filter(|h| h.removed && !h.is_dir)?;
-            unchecked.contains_key(&(here.path.as_str(), &here.version)).then_some(f.path)
+            let Ok(Head { kind, payload: f }) = serde_json::from_str::<Head>(raw.get()) else { return None };
+            (kind == "file" && !f.removed && !f.is_dir && decided_from.contains(f.path.as_str())).then_some(f.path)
         })
     }
 
@@ -629,8 +651,6 @@ impl Meta {
         // Files a tombstone of another file would have dropped, written again above it
         // ([`Meta::keep_over_tombstone`]): the submitter takes them with this answer.
         let mut written_again: Vec<Record> = Vec::new();
-        // A later put of a file kept in this submit is kept above it ([`Meta::after_kept`]).
-        let mut kept = KeptInSubmit::new();
         // The records this submit's refusals made (path, header version, what they were
         // decided from): a later record of this submit at the same path and version, with no
         // `BasedOn` of its own, is a change of one of them (a copy mark) and goes with it.
@@ -727,7 +747,7 @@ impl Meta {
                 _ => None,
             });
             let unseen = self.file_a_tombstone_never_saw(&r);
-            let after_kept = self.after_kept(&r, &kept);
+            let after_kept = self.after_kept(&r);
             // (Looked up before `r` is taken: no clone on a put's way in.)
             let again_before = match (&r, &unseen) {
                 (Record::File(f), None) if !f.removed && !f.is_dir => self.written_again_at(&f.path, &f.id, &f.version),
@@ -743,14 +763,14 @@ impl Meta {
                 let (path, id, from) = (live.path.clone(), live.id.clone(), live.version.clone());
                 let again = self.keep_over_tombstone(live, &tomb, hlc);
                 if let Some(Record::File(k)) = &again {
-                    kept.insert(path, (id, from, k.version.clone()));
+                    self.note_kept(path, id, from, k.version.clone());
                 }
                 written_again.extend(again);
             } else if let (Some(at), Record::File(live)) = (after_kept, &r) {
                 let (path, id, from) = (live.path.clone(), live.id.clone(), live.version.clone());
                 let again = self.write_again_above(live.clone(), at, hlc);
                 if let Some(Record::File(k)) = &again {
-                    kept.insert(path, (id, from, k.version.clone()));
+                    self.note_kept(path, id, from, k.version.clone());
                 }
                 written_again.extend(again);
             }
