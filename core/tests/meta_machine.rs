@@ -2562,6 +2562,25 @@ fn a_later_put_of_a_kept_file_in_a_later_submit_is_kept_above_it() {
         assert_eq!(live_checksum(net.meta(n), "/d/f1"), Some('z'), "{n} keeps the later put");
         assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{n} keeps the moved file");
     }
+    // Once a newer write took the path (made after its node saw the keep), a put between the
+    // keep's versions is older than that write and loses to it.
+    let kept = net.meta("a").state().file("/d/f1").cloned().expect("the kept file");
+    let between = shoal_core::meta::records::FileRecord {
+        checksum: "q".repeat(64),
+        version: shoal_core::hlc::Version { counter: kept.version.counter - 1, ..kept.version.clone() },
+        ..kept.clone()
+    };
+    net.advance(1);
+    let wall = net.wall();
+    let newer = shoal_core::meta::records::FileRecord {
+        checksum: "v".repeat(64),
+        version: net.node_mut("b").hlc.next(wall),
+        ..kept
+    };
+    submit_to(&mut net, "a", "b", vec![Record::File(newer)]);
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(between)]);
+    assert!(!answer.to_string().contains(&"q".repeat(64)), "not written again: {answer}");
+    assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('v'), "the newer write stays");
 }
 
 /// The leader's own move of `/d/f1` waits for its check and a new file of its own takes the

@@ -629,9 +629,12 @@ pub struct Meta {
     /// Leader: the files it kept over a tombstone that never saw them
     /// ([`Meta::keep_over_tombstone`]), by path: the file's id, the version of the put kept,
     /// and the version it was written at; a later put of the same file is kept above it
-    /// ([`Meta::after_kept`]). In memory only, the last [`KEPT_RECENTLY_MAX`]: a restart or a
-    /// change of leader forgets them.
+    /// ([`Meta::after_kept`]). In memory only, the last [`KEPT_RECENTLY_MAX`] (a restart
+    /// forgets them; kept across a change of lease, since a record written by this node's keep
+    /// is still the one it kept while the path holds its exact version).
     kept_recently: BTreeMap<String, (crate::ids::FileId, Version, Version)>,
+    /// The paths of [`Meta::kept_recently`], oldest first.
+    kept_order: VecDeque<String>,
     /// Paths named by pending records of ours that carry a `BasedOn` (a remove's or a move's,
     /// the record's path and the one it was decided from), with how many: until the leader
     /// takes them, nothing on disk follows them ([`Meta::awaiting_leader`]).
@@ -729,6 +732,7 @@ impl Meta {
             refused_own: BTreeSet::new(),
             changed_own: BTreeSet::new(),
             kept_recently: BTreeMap::new(),
+            kept_order: VecDeque::new(),
             based_pending: BTreeMap::new(),
             sent_back_based: BTreeMap::new(),
             based_check: None,

@@ -459,13 +459,15 @@ impl Meta {
     }
 
     /// Remember that the put of `id` at `path` at version `from` was written again at `at`
-    /// ([`Meta::after_kept`]); the last [`KEPT_RECENTLY_MAX`] paths.
+    /// ([`Meta::after_kept`]); the last [`KEPT_RECENTLY_MAX`] paths kept, the oldest forgotten
+    /// first.
     fn note_kept(&mut self, path: String, id: crate::ids::FileId, from: Version, at: Version) {
-        if self.kept_recently.len() >= KEPT_RECENTLY_MAX && !self.kept_recently.contains_key(&path) {
-            let state = &self.state;
-            self.kept_recently.retain(|p, (_, _, at)| state.file(p).is_some_and(|h| &h.version == at));
-            if self.kept_recently.len() >= KEPT_RECENTLY_MAX {
-                self.kept_recently.pop_first();
+        if !self.kept_recently.contains_key(&path) {
+            self.kept_order.push_back(path.clone());
+            while self.kept_order.len() > KEPT_RECENTLY_MAX {
+                if let Some(oldest) = self.kept_order.pop_front() {
+                    self.kept_recently.remove(&oldest);
+                }
             }
         }
         self.kept_recently.insert(path, (id, from, at));
