@@ -3046,18 +3046,30 @@ fn a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first() {
 /// The two records of a move sent back after a snapshot (which travel without their `BasedOn`,
 /// beside them in `sentBack`) go in one submit, as a move's records always do: the leader
 /// orders the pair together ([`a_sent_back_move_carries_an_overwrite_whichever_of_its_paths_sorts_first`]).
-/// Before, a batch could end between them.
+/// Before, a batch could end between them; and a pair that starts the queue with its other
+/// record more than a batch further on (a snapshot's send-backs are queued in key order, a page
+/// at a time) was split: the leader took the tombstone alone, and a holder deleted the copies
+/// the moved record was to rename.
 #[test]
 fn a_sent_back_moves_two_records_travel_in_one_submit() {
-    // The pair side by side in the queue, and apart (another send-back's path between theirs).
-    for between in [false, true] {
-        sent_back_move_in_one_submit(between);
+    // Side by side in the queue; apart (another send-back's path between theirs); and the pair
+    // first in the queue, its other record more than a batch further on.
+    for layout in [Layout::SideBySide, Layout::Apart, Layout::BeyondTheBatch] {
+        sent_back_move_in_one_submit(layout);
     }
 }
 
-fn sent_back_move_in_one_submit(between: bool) {
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    SideBySide,
+    Apart,
+    BeyondTheBatch,
+}
+
+fn sent_back_move_in_one_submit(layout: Layout) {
     use shoal_core::meta::records::FileRecord;
-    let config = MetaConfig { batch_max: if between { 3 } else { 2 }, ..MetaConfig::default() };
+    let batch_max = if layout == Layout::Apart { 3 } else { 2 };
+    let config = MetaConfig { batch_max, ..MetaConfig::default() };
     let mut net = Net::new(&["a", "b"], config);
     let y = file_rec(&mut net, "b", "/d/f1", 'a');
     net.advance(1);
@@ -3079,10 +3091,16 @@ fn sent_back_move_in_one_submit(between: bool) {
                 Record::File(z.clone()),
                 Record::File(moved.clone()),
             ],
-            pending: if between {
-                vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &z, false), pending(4, &moved, true)]
-            } else {
-                vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &moved, true), pending(4, &z, false)]
+            pending: match layout {
+                Layout::SideBySide => {
+                    vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &moved, true), pending(4, &z, false)]
+                }
+                Layout::Apart => {
+                    vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &z, false), pending(4, &moved, true)]
+                }
+                Layout::BeyondTheBatch => {
+                    vec![pending(1, &tomb, true), pending(2, &x, false), pending(3, &z, false), pending(4, &moved, true)]
+                }
             },
             ..MetaRestored::default()
         },
@@ -3103,7 +3121,7 @@ fn sent_back_move_in_one_submit(between: bool) {
         })
         .collect();
     let together = paths.iter().any(|p| p.contains(&"\"/d/f1\"".to_string()) && p.contains(&"\"/e/m1\"".to_string()));
-    assert!(together, "between {between}: the move's two records in one submit: {paths:?}");
+    assert!(together, "{layout:?}: the move's two records in one submit: {paths:?}");
     assert_eq!(net.meta("b").pending_len(), 0);
 }
 

@@ -1743,10 +1743,29 @@ impl Meta {
                 }
                 cut = k;
             }
-            if cut < n {
-                (body, n) = json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r), cut);
+            // A decision sent back after a snapshot that starts the batch and has a record
+            // beyond it takes that record along, ahead of the ones between (the send-backs are
+            // queued in key order a page at a time, so a move's two paths may lie more than a
+            // batch apart; no record of that path is queued before it, or it would not have
+            // been sent back). Split, the leader took the tombstone alone, and a holder deleted
+            // the copies the moved record, still on its way, was to rename.
+            let pulled: Vec<u64> = match unsent().next() {
+                Some((id, r)) if !sent_back_based.is_empty() => match sent_back_based.get(id).or(Self::based_of(r)) {
+                    Some(first_based) => unsent()
+                        .skip(cut)
+                        .filter(|(id, r)| sent_back_based.get(id).or(Self::based_of(r)) == Some(first_based))
+                        .map(|(id, _)| *id)
+                        .collect(),
+                    None => Vec::new(),
+                },
+                _ => Vec::new(),
+            };
+            if cut < n || !pulled.is_empty() {
+                let along = pulled.iter().filter_map(|id| self.pending.get(id));
+                (body, n) =
+                    json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r).take(cut).chain(along), cut + pulled.len());
             }
-            let ids: Vec<u64> = unsent().take(n).map(|(id, _)| *id).collect();
+            let ids: Vec<u64> = unsent().take(cut).map(|(id, _)| *id).chain(pulled.iter().copied()).take(n).collect();
             let Some(first) = ids.first().copied() else { break };
             // What the records sent back after a snapshot were decided from, beside them.
             let sent_back: Vec<Value> = ids
