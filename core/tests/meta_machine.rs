@@ -3093,13 +3093,28 @@ fn sent_back_move_in_one_submit(layout: Layout) {
             ],
             pending: match layout {
                 Layout::SideBySide => {
-                    vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &moved, true), pending(4, &z, false)]
+                    vec![
+                        pending(1, &x, false),
+                        pending(2, &tomb, true),
+                        pending(3, &moved, true),
+                        pending(4, &z, false),
+                    ]
                 }
                 Layout::Apart => {
-                    vec![pending(1, &x, false), pending(2, &tomb, true), pending(3, &z, false), pending(4, &moved, true)]
+                    vec![
+                        pending(1, &x, false),
+                        pending(2, &tomb, true),
+                        pending(3, &z, false),
+                        pending(4, &moved, true),
+                    ]
                 }
                 Layout::BeyondTheBatch => {
-                    vec![pending(1, &tomb, true), pending(2, &x, false), pending(3, &z, false), pending(4, &moved, true)]
+                    vec![
+                        pending(1, &tomb, true),
+                        pending(2, &x, false),
+                        pending(3, &z, false),
+                        pending(4, &moved, true),
+                    ]
                 }
             },
             ..MetaRestored::default()

@@ -1749,21 +1749,22 @@ impl Meta {
             // batch apart; no record of that path is queued before it, or it would not have
             // been sent back). Split, the leader took the tombstone alone, and a holder deleted
             // the copies the moved record, still on its way, was to rename.
-            let pulled: Vec<u64> = match unsent().next() {
-                Some((id, r)) if !sent_back_based.is_empty() => match sent_back_based.get(id).or(Self::based_of(r)) {
-                    Some(first_based) => unsent()
-                        .skip(cut)
-                        .filter(|(id, r)| sent_back_based.get(id).or(Self::based_of(r)) == Some(first_based))
-                        .map(|(id, _)| *id)
-                        .collect(),
-                    None => Vec::new(),
-                },
-                _ => Vec::new(),
+            let pulled: Vec<u64> = match unsent().next().and_then(|(id, _)| sent_back_based.get(id)) {
+                Some(first_based) => unsent()
+                    .skip(cut)
+                    .filter(|(id, _)| sent_back_based.get(id) == Some(first_based))
+                    .map(|(id, _)| *id)
+                    .collect(),
+                None => Vec::new(),
             };
             if cut < n || !pulled.is_empty() {
                 let along = pulled.iter().filter_map(|id| self.pending.get(id));
-                (body, n) =
-                    json_batch("\"seqs\":true,", "records", unsent().map(|(_, r)| r).take(cut).chain(along), cut + pulled.len());
+                (body, n) = json_batch(
+                    "\"seqs\":true,",
+                    "records",
+                    unsent().map(|(_, r)| r).take(cut).chain(along),
+                    cut + pulled.len(),
+                );
             }
             let ids: Vec<u64> = unsent().take(cut).map(|(id, _)| *id).chain(pulled.iter().copied()).take(n).collect();
             let Some(first) = ids.first().copied() else { break };
