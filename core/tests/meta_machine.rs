@@ -3137,7 +3137,21 @@ fn sent_back_move_in_one_submit(layout: Layout) {
         .collect();
     let together = paths.iter().any(|p| p.contains(&"\"/d/f1\"".to_string()) && p.contains(&"\"/e/m1\"".to_string()));
     assert!(together, "{layout:?}: the move's two records in one submit: {paths:?}");
+    // What each sent-back record was decided from goes beside it at its own index.
+    for d in &submits {
+        let body: Value = serde_json::from_slice(&d.request).expect("a submit body");
+        let records = body["records"].as_array().cloned().unwrap_or_default();
+        for s in body["sentBack"].as_array().cloned().unwrap_or_default() {
+            let i = s["index"].as_u64().expect("an index") as usize;
+            let path = &records[i]["payload"]["path"];
+            assert!(path == "/d/f1" || path == "/e/m1", "{layout:?}: sentBack names {path} at {i}: {body}");
+        }
+    }
     assert_eq!(net.meta("b").pending_len(), 0);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/e/m1"), Some('a'), "{layout:?}: {n} holds the moved file");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{layout:?}: {n} holds the old path removed");
+    }
 }
 
 /// An overwrite acknowledged on one side of a partition (here held by `b` alone) and a move

@@ -1722,8 +1722,8 @@ impl Meta {
                 let based: Vec<Option<&crate::meta::records::BasedOn>> =
                     unsent().map(|(id, r)| Self::based_of(r).or(sent_back_based.get(id))).collect();
                 let beyond: Vec<&crate::meta::records::BasedOn> = based.iter().skip(cut).flatten().copied().collect();
-                // (A decision that starts the batch and spans more than a batch is split
-                // anyway: the cut goes before the next one.)
+                // (A decision that starts the batch takes its records further on along,
+                // below.)
                 if let Some(i) = (1..cut).find(|&i| based[i].is_some_and(|b| beyond.contains(&b))) {
                     cut = i;
                 }
@@ -1765,6 +1765,13 @@ impl Meta {
                     unsent().map(|(_, r)| r).take(cut).chain(along),
                     cut + pulled.len(),
                 );
+                if !pulled.is_empty() && n < cut + pulled.len() && cut > 1 {
+                    // Past the byte limit with the records between: the decision alone.
+                    cut = 1;
+                    let along = pulled.iter().filter_map(|id| self.pending.get(id));
+                    let records = unsent().map(|(_, r)| r).take(1).chain(along);
+                    (body, n) = json_batch("\"seqs\":true,", "records", records, 1 + pulled.len());
+                }
             }
             let ids: Vec<u64> = unsent().take(cut).map(|(id, _)| *id).chain(pulled.iter().copied()).take(n).collect();
             let Some(first) = ids.first().copied() else { break };
