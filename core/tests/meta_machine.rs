@@ -2615,6 +2615,62 @@ fn an_overwrite_waits_for_the_check_when_the_leader_reused_the_old_path() {
     }
 }
 
+/// A new file kept over a move's tombstone that never saw it, then removed or moved on by its
+/// node before that node heard of the keep (decided from the version it put, which the leader
+/// wrote again above the tombstone): the remove or move is taken, above the kept record, in
+/// either order of a move's two records. Before, the remove lost to the kept record (or was
+/// refused `changed`) and the removed file came back; a move left the file at both paths.
+#[test]
+fn a_remove_or_move_of_a_kept_file_decided_before_the_keep_is_taken() {
+    for change in ["remove", "move", "move, tombstone first"] {
+        let (mut net, y) = one_file(MetaConfig::default());
+        net.advance(1);
+        let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+        net.advance(1);
+        let mut records = vec![Record::File(x.clone())];
+        match change {
+            "remove" => {
+                let wall = net.wall();
+                let v = net.node_mut("b").hlc.next(wall);
+                let tomb = shoal_core::meta::records::FileRecord {
+                    removed: true,
+                    version: v,
+                    based_on: Some(x.based_on_this()),
+                    ..x.clone()
+                };
+                records.push(Record::File(tomb));
+            }
+            _ => {
+                let (moved, tomb) = move_recs(&mut net, "b", &x, "/d/x2");
+                if change == "move" {
+                    records.extend([Record::File(moved), Record::File(tomb)]);
+                } else {
+                    records.extend([Record::File(tomb), Record::File(moved)]);
+                }
+            }
+        }
+        net.advance(1);
+        let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+        let now = net.now;
+        net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+        net.collect(&id("a"));
+        net.run();
+        let answer = submit_to(&mut net, "a", "b", records);
+        assert!(answer["refused"].as_array().is_some_and(Vec::is_empty), "{change}: {answer}");
+        net.rounds(3, 1_000);
+        for n in ["a", "b"] {
+            assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{change}: {n}: the old path stays removed");
+            assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('a'), "{change}: {n} keeps the moved file");
+            let at_x2 = live_checksum(net.meta(n), "/d/x2");
+            assert_eq!(
+                at_x2,
+                if change == "remove" { None } else { Some('x') },
+                "{change}: {n} at the new file's new path"
+            );
+        }
+    }
+}
+
 /// A submitter answered `own_check_pending` sends its records again after the leader's short
 /// `retryMs`, not the whole `submit_retry_ms`.
 #[test]

@@ -197,7 +197,8 @@ impl Meta {
         let sibling = |here: &crate::meta::records::FileRecord| {
             here.based_on.as_deref() == Some(based) && here.version.node == f.version.node
         };
-        let newer = self.state.file(&based.path).is_some_and(|here| here.version > based.version && !sibling(here));
+        let newer = self.state.file(&based.path).is_some_and(|here| here.version > based.version && !sibling(here))
+            && !self.decided_from_kept(f, based);
         (newer || refused_paths.contains(&based.path)).then_some(based)
     }
 
@@ -448,14 +449,38 @@ impl Meta {
     /// lose to the kept record, written just above that tombstone: the newer content lost to
     /// the older (found by a review; two quick writes of one new file, the second sent while
     /// the first's submit was in flight, meet it so). Returns the version to write it above.
+    ///
+    /// So too a remove or a move of that file its node decided from the put kept, before it
+    /// heard of the keep (its tombstone at that path, decided from the version kept): taken
+    /// above the kept record. Before, it lost to it (or was refused `changed`,
+    /// [`Meta::base_gone`]), and the removed file came back, or a moved one lived at both paths.
     fn after_kept(&self, r: &Record) -> Option<Version> {
         let Record::File(f) = r else { return None };
-        if f.removed || f.is_dir || self.kept_recently.is_empty() {
+        if f.is_dir || self.kept_recently.is_empty() {
             return None;
         }
         let (id, kept_from, kept_at) = self.kept_recently.get(&f.path)?;
-        let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at && !h.removed);
-        (id == &f.id && &f.version > kept_from && &f.version < kept_at && still).then(|| kept_at.clone())
+        let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at);
+        let decided_from_kept = match (f.removed, f.based_on.as_deref()) {
+            (false, _) => true,
+            (true, Some(b)) => b.path == f.path && &b.version == kept_from,
+            (true, None) => false,
+        };
+        // (Not a record this leader wrote for the keep, come back: a node that held the file
+        // kept sends it back on taking the tombstone of its remove, which it reads as one that
+        // never saw it.)
+        let theirs = f.version.node != self.me;
+        (id == &f.id && decided_from_kept && theirs && &f.version > kept_from && &f.version < kept_at && still)
+            .then(|| kept_at.clone())
+    }
+
+    /// Whether `f`, decided from `based`, was decided from a put this leader kept over a
+    /// tombstone ([`Meta::after_kept`]) and holds the record written for it (or for a change
+    /// after it) there: no change since, though the version there is the leader's.
+    fn decided_from_kept(&self, f: &FileRecord, based: &BasedOn) -> bool {
+        self.kept_recently.get(&based.path).is_some_and(|(id, from, at)| {
+            id == &f.id && from == &based.version && self.state.file(&based.path).is_some_and(|h| &h.version == at)
+        })
     }
 
     /// Remember that the put of `id` at `path` at version `from` was written again at `at`
@@ -769,7 +794,13 @@ impl Meta {
                 }
                 written_again.extend(again);
             } else if let (Some(at), Record::File(live)) = (after_kept, &r) {
-                let (path, id, from) = (live.path.clone(), live.id.clone(), live.version.clone());
+                // (A tombstone keeps the version it was decided from: the move's other record
+                // names it.)
+                let from = match (live.removed, live.based_on.as_deref()) {
+                    (true, Some(b)) => b.version.clone(),
+                    _ => live.version.clone(),
+                };
+                let (path, id) = (live.path.clone(), live.id.clone());
                 let again = self.write_again_above(live.clone(), at, hlc);
                 if let Some(Record::File(k)) = &again {
                     self.note_kept(path, id, from, k.version.clone());
