@@ -2671,6 +2671,51 @@ fn a_remove_or_move_of_a_kept_file_decided_before_the_keep_is_taken() {
     }
 }
 
+/// Two quick writes of a new file kept over a move's tombstone (x, then x2 above it), then a
+/// move of the file its node decided from x2: a follower that still held the first record kept
+/// (x) when it took the move's tombstone sends nothing back (the tombstone's writer made that
+/// record), and the leader, handed its own record back anyway, does not carry it to the moved
+/// file (found by review: the moved file took x's older content, its copies x2's bytes).
+#[test]
+fn a_leaders_own_keep_record_sent_back_is_not_carried_to_the_moved_file() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.advance(1);
+    let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
+    net.advance(1);
+    let x2 = other_file_rec(&mut net, "b", "/d/f1", 'z');
+    net.advance(1);
+    let (moved_b, tomb_b) = move_recs(&mut net, "b", &x2, "/d/x2");
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
+    let now = net.now;
+    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    net.collect(&id("a"));
+    net.run();
+    let answer = submit_to(&mut net, "a", "b", vec![Record::File(x), Record::File(x2)]);
+    let first_kept = answer["writtenAgain"][0]["payload"].clone();
+    assert_eq!(first_kept["checksum"], "x".repeat(64), "{answer}");
+    submit_to(&mut net, "a", "b", vec![Record::File(moved_b), Record::File(tomb_b)]);
+    assert_eq!(live_checksum(net.meta("a"), "/d/x2"), Some('z'), "the move took x2");
+    // b takes the records kept and the move's tombstone from the leader: nothing sent back.
+    let mark = net.trace.len();
+    net.rounds(3, 1_000);
+    assert_eq!(live_checksum(net.meta("b"), "/d/x2"), Some('z'));
+    let sent_back = net.trace_from(mark, "b", "/cluster/acn/meta/submit");
+    assert!(
+        sent_back.is_empty(),
+        "b sent back {:?}",
+        sent_back.iter().map(|d| String::from_utf8_lossy(&d.request).to_string()).collect::<Vec<_>>()
+    );
+    // The first record kept, sent back.
+    let echo: shoal_core::meta::records::FileRecord = serde_json::from_value(first_kept).expect("a file record");
+    submit_to(&mut net, "a", "b", vec![Record::File(echo)]);
+    net.rounds(3, 1_000);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/x2"), Some('z'), "{n}: the moved file keeps x2");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
+    }
+}
+
 /// A submitter answered `own_check_pending` sends its records again after the leader's short
 /// `retryMs`, not the whole `submit_retry_ms`.
 #[test]

@@ -548,6 +548,13 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 writes += 1;
                 let new = format!("{seed}/{writes}/over:{}", "o".repeat(10 + rng.below(5_000) as usize));
                 let want = Harness::file_bytes(&new);
+                // A put whose last write was answered `unconfirmed` (no other node was known
+                // to hold it: it may sit on a node that went down with it), through a node
+                // that does not hold the file's record, makes a new file concurrent with that
+                // write: when it comes back, last-writer-wins keeps the newer by version, and
+                // with clocks apart that may be the older write (README, "Limits"; simulator
+                // `--races` seed 11207: a node 2 minutes ahead). Old or new is promised.
+                let over_unconfirmed = unconfirmed.contains(&path) && record(&h, via, &path).is_none_or(|f| f.removed);
                 let mut crashed = false;
                 let answer = h.api_with(via, &format!("PUT /v1/files{path}"), Some(json!(new)), |h| {
                     if crash && !crashed && (0..h.node_count()).any(|i| h.stored(i, &path).as_ref() == Some(&want)) {
@@ -560,7 +567,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 // meets the others, last-writer-wins keeps the newer of the two by version, and
                 // its clock never saw the other. The file holds the old or the new content.
                 let alone = h.last_ack.as_deref() == Some("alone");
-                if let (Ok((200, _)), false, false) = (&answer, crashed, alone) {
+                if let (Ok((200, _)), false, false, false) = (&answer, crashed, alone, over_unconfirmed) {
                     if h.last_ack.as_deref() == Some("unconfirmed") {
                         unconfirmed.insert(path.clone());
                     } else {

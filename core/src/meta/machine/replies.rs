@@ -404,7 +404,10 @@ impl Meta {
             && here.id == t.id
             && here.based_on.is_none()
             && here.version > b.version
-            && here.version < t.version;
+            && here.version < t.version
+            // (A record the tombstone's own writer made before it was seen by it: a leader's
+            // keep of a new file, then the remove or move of that file it took above it.)
+            && here.version.node != t.version.node;
         unseen.then(|| Record::File(here.clone()))
     }
 

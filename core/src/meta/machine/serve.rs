@@ -225,7 +225,10 @@ impl Meta {
     /// of the moved file at its new path is a move back, not an overwrite.
     fn moved_away_under(&self, r: &Record, submit: &[Box<RawValue>]) -> Option<(FileRecord, FileRecord)> {
         let Record::File(put) = r else { return None };
-        if put.removed || put.is_dir || put.based_on.is_some() {
+        // (Nor a record of this leader's own come back: a follower that held a file this
+        // leader kept over a tombstone sends it back on taking a later change of it, which it
+        // reads as never having seen it; carried, it would put older content on the moved file.)
+        if put.removed || put.is_dir || put.based_on.is_some() || put.version.node == self.me {
             return None;
         }
         let based_here = |b: &Option<Box<BasedOn>>, carried: bool| {
@@ -452,15 +455,17 @@ impl Meta {
     ///
     /// So too a remove or a move of that file its node decided from the put kept, before it
     /// heard of the keep (its tombstone at that path, decided from the version kept): taken
-    /// above the kept record. Before, it lost to it (or was refused `changed`,
-    /// [`Meta::base_gone`]), and the removed file came back, or a moved one lived at both paths.
+    /// above the kept record. Before, a remove lost to it and the removed file came back, and a
+    /// move was refused `changed` ([`Meta::base_gone`]) and undone. Nothing is taken so over a
+    /// tombstone (an overwrite racing the kept file's move is carried, [`Meta::moved_away_under`];
+    /// a remove sent again finds its tombstone taken).
     fn after_kept(&self, r: &Record) -> Option<Version> {
         let Record::File(f) = r else { return None };
         if f.is_dir || self.kept_recently.is_empty() {
             return None;
         }
         let (id, kept_from, kept_at) = self.kept_recently.get(&f.path)?;
-        let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at);
+        let still = self.state.file(&f.path).is_some_and(|h| &h.version == kept_at && !h.removed);
         let decided_from_kept = match (f.removed, f.based_on.as_deref()) {
             (false, _) => true,
             (true, Some(b)) => b.path == f.path && &b.version == kept_from,
