@@ -2716,6 +2716,28 @@ fn a_leaders_own_keep_record_sent_back_is_not_carried_to_the_moved_file() {
     }
 }
 
+/// An overwrite this node made before it led (acknowledged on its side of a partition, then
+/// dropped here by the tombstone of another node's move decided without it), sent back to it by
+/// a follower once it leads: carried to the moved file as any overwrite that raced a move. Only
+/// a record of this leader's own over a tombstone it wrote itself is left alone (its keep
+/// record, come back: [`a_leaders_own_keep_record_sent_back_is_not_carried_to_the_moved_file`]).
+#[test]
+fn an_overwrite_the_leader_made_before_it_led_is_carried_when_sent_back() {
+    let (mut net, y) = one_file(MetaConfig::default());
+    net.advance(1);
+    let over = file_rec(&mut net, "a", "/d/f1", 'p');
+    net.advance(1);
+    let (moved, tomb) = move_recs(&mut net, "b", &y, "/d/m1");
+    submit_to(&mut net, "a", "b", vec![Record::File(moved), Record::File(tomb)]);
+    assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'));
+    submit_to(&mut net, "a", "b", vec![Record::File(over)]);
+    net.rounds(3, 1_000);
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('p'), "{n}: the moved file took the overwrite");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
+    }
+}
+
 /// A submitter answered `own_check_pending` sends its records again after the leader's short
 /// `retryMs`, not the whole `submit_retry_ms`.
 #[test]

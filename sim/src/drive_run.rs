@@ -511,7 +511,8 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
     // (README, "Acknowledgements"), so the workload does not ask for one.
     let mut alone_via: BTreeMap<String, usize> = BTreeMap::new();
     // Paths whose last put was answered `unconfirmed` (see [`Race::old_unconfirmed`]).
-    let mut unconfirmed: BTreeSet<String> = BTreeSet::new();
+    // With the version its node gave it, when known.
+    let mut unconfirmed: BTreeMap<String, Option<shoal_core::hlc::Version>> = BTreeMap::new();
     let end = h.elapsed_ms() + opts.chaos_ms;
     while h.elapsed_ms() < end {
         for _ in 0..rng.below(5) {
@@ -531,7 +532,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                     alone_via.insert(path.clone(), via);
                 }
                 if h.last_ack.as_deref() == Some("unconfirmed") {
-                    unconfirmed.insert(path.clone());
+                    unconfirmed.insert(path.clone(), record(&h, via, &path).map(|f| f.version));
                 }
                 acked.insert(path, content);
             }
@@ -553,8 +554,9 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 // that does not hold the file's record, makes a new file concurrent with that
                 // write: when it comes back, last-writer-wins keeps the newer by version, and
                 // with clocks apart that may be the older write (README, "Limits"; simulator
-                // `--races` seed 11207: a node 2 minutes ahead). Old or new is promised.
-                let over_unconfirmed = unconfirmed.contains(&path) && record(&h, via, &path).is_none_or(|f| f.removed);
+                // `--races` seed 11207: a node 2 minutes ahead). When the put's version came
+                // out older than that write's, old or new is promised.
+                let via_knew = record(&h, via, &path).is_some_and(|f| !f.removed);
                 let mut crashed = false;
                 let answer = h.api_with(via, &format!("PUT /v1/files{path}"), Some(json!(new)), |h| {
                     if crash && !crashed && (0..h.node_count()).any(|i| h.stored(i, &path).as_ref() == Some(&want)) {
@@ -567,9 +569,12 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                 // meets the others, last-writer-wins keeps the newer of the two by version, and
                 // its clock never saw the other. The file holds the old or the new content.
                 let alone = h.last_ack.as_deref() == Some("alone");
+                let put_version = record(&h, via, &path).map(|f| f.version);
+                let over_unconfirmed = !via_knew
+                    && matches!((unconfirmed.get(&path), &put_version), (Some(Some(old)), Some(new)) if new < old);
                 if let (Ok((200, _)), false, false, false) = (&answer, crashed, alone, over_unconfirmed) {
                     if h.last_ack.as_deref() == Some("unconfirmed") {
-                        unconfirmed.insert(path.clone());
+                        unconfirmed.insert(path.clone(), put_version);
                     } else {
                         unconfirmed.remove(&path);
                     }
@@ -654,7 +659,7 @@ pub fn run_drive_seed_with(seed: u64, opts: &DriveOptions) -> Result<RunReport, 
                         !put_knew_file,
                     );
                 }
-                let old_unconfirmed = unconfirmed.remove(&from);
+                let old_unconfirmed = unconfirmed.remove(&from).is_some();
                 races.push(Race {
                     from,
                     to,

@@ -225,10 +225,7 @@ impl Meta {
     /// of the moved file at its new path is a move back, not an overwrite.
     fn moved_away_under(&self, r: &Record, submit: &[Box<RawValue>]) -> Option<(FileRecord, FileRecord)> {
         let Record::File(put) = r else { return None };
-        // (Nor a record of this leader's own come back: a follower that held a file this
-        // leader kept over a tombstone sends it back on taking a later change of it, which it
-        // reads as never having seen it; carried, it would put older content on the moved file.)
-        if put.removed || put.is_dir || put.based_on.is_some() || put.version.node == self.me {
+        if put.removed || put.is_dir || put.based_on.is_some() {
             return None;
         }
         let based_here = |b: &Option<Box<BasedOn>>, carried: bool| {
@@ -237,6 +234,14 @@ impl Meta {
             })
         };
         let here = self.state.file(&put.path).filter(|h| !h.is_dir)?;
+        // (Nor a record of this leader's own come back over a tombstone it wrote itself: a
+        // follower that held a file this leader kept over a tombstone may send it back on
+        // taking the remove or move of it the leader took above it, reading it as never seen;
+        // carried, it would put older content on the moved file. A put of this node's own from
+        // before it led, over another node's tombstone, is carried as any.)
+        if put.version.node == self.me && here.version.node == self.me {
+            return None;
+        }
         let tomb_here =
             here.removed && here.id == put.id && here.version != put.version && based_here(&here.based_on, false);
         // A new file of another id kept over the move's tombstone ([`Meta::keep_over_tombstone`])
