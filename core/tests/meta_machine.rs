@@ -2410,12 +2410,32 @@ fn a_move_waiting_for_its_check() -> (Net, shoal_core::meta::records::FileRecord
     (net, y)
 }
 
-/// Moves `y` on `a` (its move waits for its check).
-fn move_on_a(net: &mut Net, y: &shoal_core::meta::records::FileRecord) {
+/// `a` decides a move of `y` to `/d/m1` and submits its two records (outputs not collected).
+fn submit_move_on_a(net: &mut Net, y: &shoal_core::meta::records::FileRecord) {
     let (moved, tomb) = move_recs(net, "a", y, "/d/m1");
     let now = net.now;
     net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+}
+
+/// Moves `y` on `a` (its move waits for its check).
+fn move_on_a(net: &mut Net, y: &shoal_core::meta::records::FileRecord) {
+    submit_move_on_a(net, y);
     assert_eq!(net.meta("a").pending_len(), 2, "the move waits for its check");
+}
+
+/// Moves `y` on `a`, and the network settles.
+fn move_on_a_and_settle(net: &mut Net, y: &shoal_core::meta::records::FileRecord) {
+    submit_move_on_a(net, y);
+    net.collect(&id("a"));
+    net.run();
+}
+
+/// On `a` and `b`: the moved file at `to` holds content `c`, and `/d/f1` stays removed.
+fn assert_moved_holds(net: &Net, to: &str, c: char) {
+    for n in ["a", "b"] {
+        assert_eq!(live_checksum(net.meta(n), to), Some(c), "{n}: the moved file at {to}");
+        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
+    }
 }
 
 /// A record that meets a tombstone of the leader's own remove or move still waiting for its
@@ -2472,10 +2492,7 @@ fn a_record_meeting_a_leaders_unchecked_move_waits_for_its_check() {
     assert_eq!(net.meta("a").pending_len(), 0, "the move passed its check");
     submit_to(&mut net, "a", "b", vec![Record::File(over)]);
     net.rounds(4, 5_000);
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
-        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('b'), "{n}: the moved file took the overwrite");
-    }
+    assert_moved_holds(&net, "/d/m1", 'b');
 }
 
 /// The window the wait closes, end to end through a submitter's queue: the leader `a` moves
@@ -2498,9 +2515,7 @@ fn a_new_file_submitted_while_the_leaders_move_is_checked_is_kept() {
     net.advance(1);
     let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
+    submit_move_on_a(&mut net, &y);
     net.collect(&id("a"));
     let ask_b = net.take(|m| m.to == id("b") && m.target.ends_with("meta/based"));
     let ask_c = net.take(|m| m.to == id("c") && m.target.ends_with("meta/based"));
@@ -2534,11 +2549,7 @@ fn a_later_put_of_a_kept_file_in_a_later_submit_is_kept_above_it() {
     net.advance(1);
     let x2 = other_file_rec(&mut net, "b", "/d/f1", 'z');
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("a"));
-    net.run();
+    move_on_a_and_settle(&mut net, &y);
     let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
     assert_eq!(answer["writtenAgain"].as_array().map(Vec::len), Some(1), "x kept: {answer}");
     assert_eq!(live_checksum(net.meta("a"), "/d/f1"), Some('x'));
@@ -2650,11 +2661,7 @@ fn a_remove_or_move_of_a_kept_file_decided_before_the_keep_is_taken() {
             }
         }
         net.advance(1);
-        let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-        let now = net.now;
-        net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-        net.collect(&id("a"));
-        net.run();
+        move_on_a_and_settle(&mut net, &y);
         let answer = submit_to(&mut net, "a", "b", records);
         assert!(answer["refused"].as_array().is_some_and(Vec::is_empty), "{change}: {answer}");
         net.rounds(3, 1_000);
@@ -2686,11 +2693,7 @@ fn a_leaders_own_keep_record_sent_back_is_not_carried_to_the_moved_file() {
     net.advance(1);
     let (moved_b, tomb_b) = move_recs(&mut net, "b", &x2, "/d/x2");
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("a"));
-    net.run();
+    move_on_a_and_settle(&mut net, &y);
     let answer = submit_to(&mut net, "a", "b", vec![Record::File(x), Record::File(x2)]);
     let first_kept = answer["writtenAgain"][0]["payload"].clone();
     assert_eq!(first_kept["checksum"], "x".repeat(64), "{answer}");
@@ -2710,10 +2713,7 @@ fn a_leaders_own_keep_record_sent_back_is_not_carried_to_the_moved_file() {
     let echo: shoal_core::meta::records::FileRecord = serde_json::from_value(first_kept).expect("a file record");
     submit_to(&mut net, "a", "b", vec![Record::File(echo)]);
     net.rounds(3, 1_000);
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/x2"), Some('z'), "{n}: the moved file keeps x2");
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
-    }
+    assert_moved_holds(&net, "/d/x2", 'z');
 }
 
 /// An overwrite this node made before it led (acknowledged on its side of a partition, then
@@ -2732,10 +2732,7 @@ fn an_overwrite_the_leader_made_before_it_led_is_carried_when_sent_back() {
     assert_eq!(live_checksum(net.meta("a"), "/d/m1"), Some('a'));
     submit_to(&mut net, "a", "b", vec![Record::File(over)]);
     net.rounds(3, 1_000);
-    for n in ["a", "b"] {
-        assert_eq!(live_checksum(net.meta(n), "/d/m1"), Some('p'), "{n}: the moved file took the overwrite");
-        assert_eq!(live_checksum(net.meta(n), "/d/f1"), None, "{n}: the old path stays removed");
-    }
+    assert_moved_holds(&net, "/d/m1", 'p');
 }
 
 /// A submitter answered `own_check_pending` sends its records again after the leader's short
@@ -2773,11 +2770,7 @@ fn an_overwrite_racing_a_move_is_carried_past_a_new_file_kept_at_the_old_path() 
     net.advance(1);
     let x = other_file_rec(&mut net, "b", "/d/f1", 'x');
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("a"));
-    net.run();
+    move_on_a_and_settle(&mut net, &y);
     let answer = submit_to(&mut net, "a", "b", vec![Record::File(x)]);
     assert_eq!(answer["writtenAgain"].as_array().map(Vec::len), Some(1), "{answer}");
     submit_to(&mut net, "a", "b", vec![Record::File(over)]);
@@ -3309,11 +3302,7 @@ fn an_overwrite_a_moves_tombstone_never_saw_is_sent_back_and_carried() {
     net.rounds(3, 5_000);
     assert!(!net.meta("a").leader_may_lag(net.now), "a hears from c: its move goes in unchecked");
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("a"));
-    net.run();
+    move_on_a_and_settle(&mut net, &y);
     assert_eq!(live_checksum(net.meta("c"), "/d/m1"), Some('a'), "the move is in");
     net.heal("a", "b");
     net.heal("b", "c");
@@ -3377,11 +3366,7 @@ fn two_puts_of_a_new_file_a_move_never_saw_are_kept_in_their_order() {
     net.advance(1);
     let x2 = other_file_rec(&mut net, "b", "/d/f1", 'z');
     net.advance(1);
-    let (moved, tomb) = move_recs(&mut net, "a", &y, "/d/m1");
-    let now = net.now;
-    net.submit_all_at("a", now, vec![Record::File(moved), Record::File(tomb)]);
-    net.collect(&id("a"));
-    net.run();
+    move_on_a_and_settle(&mut net, &y);
     let now = net.now;
     net.submit_all_at("b", now, vec![Record::File(x), Record::File(x2)]);
     net.collect(&id("b"));
